@@ -1,0 +1,68 @@
+# queueadmin: the two set-up commands are `make run` and `make test`.
+# Both create .venv from Python 3.12 when it is missing and install into it.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PORT ?= 8000
+VENV := .venv
+PY := $(VENV)/bin/python
+# Stamps record what was installed; they are older than pyproject.toml after
+# it changes, so the next run re-installs. Deleting .venv deletes them too.
+DEV_STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: help venv run test bench clean
+
+help:
+	@echo "make run    install if needed, migrate, serve at http://127.0.0.1:$(PORT)/ (PORT=...)"
+	@echo "make test   install if needed, then ruff, mypy, makemigrations --check and pytest"
+	@echo "make bench  install the bench extra and run python -m bench"
+	@echo "make clean  remove .venv, caches and build files (keeps var/, the local queue and DB)"
+
+venv: $(DEV_STAMP)
+
+$(DEV_STAMP): pyproject.toml
+	@# A venv from another Python (or a broken one) is rebuilt, not patched.
+	@if [ -e $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
+	  echo "$(VENV) is not a working Python 3.12 venv; recreating it"; rm -rf $(VENV); \
+	fi
+	@if [ ! -e $(PY) ]; then \
+	  py=""; \
+	  for candidate in python3 python3.12; do \
+	    if command -v $$candidate >/dev/null 2>&1 && \
+	       $$candidate -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
+	      py=$$candidate; break; \
+	    fi; \
+	  done; \
+	  if [ -z "$$py" ]; then echo "Python 3.12 is required: install it (pyenv install 3.12, or apt-get install python3.12 python3.12-venv)" >&2; exit 1; fi; \
+	  echo "creating $(VENV) with $$(command -v $$py) ($$($$py --version))"; \
+	  $$py -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+run: venv
+	mkdir -p var
+	$(PY) manage.py migrate --noinput
+	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/"
+	exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application
+
+test: venv
+	mkdir -p var
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy engine
+	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/pytest
+
+$(BENCH_STAMP): $(DEV_STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $@
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) *.egg-info build dist .pytest_cache .ruff_cache .mypy_cache
+	find . -path ./var -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,175 @@
+"""Output: machine facts, the Markdown results table, target checks and JSON.
+
+Everything printed here goes to stdout and is meant to be pasted into the
+README as is; progress lines go to stderr (see :mod:`bench.__main__`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+from bench.config import BenchConfig
+from bench.runner import RunResult
+
+# Issue 2, section 7: targets at 50 ms latency with 2,048 asyncio submitters.
+TARGETS = ((0, 20_000.0, 150.0), (50_000, 12_000.0, 200.0))  # (depth, min ops/s, max p99 ms)
+TARGET_SUBMITTERS = 2048
+
+
+def machine_facts() -> dict[str, Any]:
+    """nproc, CPU model, memory, OS and the versions that matter."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        mem_gib = round(kib / 1024**2, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": model,
+        "memory_gib": mem_gib,
+        "os": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "jqueue": version("jqueue"),
+        "orjson": version("orjson"),
+        "pydantic": version("pydantic"),
+    }
+
+
+def header(cfg: BenchConfig, facts: dict[str, Any]) -> str:
+    """The lines above the table: command, machine, conditions."""
+    return "\n".join(
+        [
+            f"command: `{cfg.command}`",
+            f"machine: nproc={facts['nproc']}, {facts['cpu'] or 'unknown CPU'}, {facts['memory_gib']} GiB RAM, "
+            f"{facts['os']}",
+            f"python: {facts['python']}; jqueue {facts['jqueue']}, orjson {facts['orjson']}, "
+            f"pydantic {facts['pydantic']}",
+            f"conditions: engine.MemoryStore + {cfg.latency * 1000:g} ms per get and put; ~200-byte JSON payloads; "
+            f"closed-loop submitters; warm-up {cfg.warmup:g} s, then a {cfg.duration:g} s window per run; "
+            f"fresh store per run; op timeout {cfg.op_timeout:g} s",
+        ]
+    )
+
+
+def add_ratios(results: list[RunResult]) -> None:
+    """Fill ``vs_jqueue_broker``: ops/s over jqueue-broker's at the same depth and submitters."""
+    broker = {
+        (r.depth, r.submitters): r.ops_per_s
+        for r in results
+        if r.system == "jqueue-broker" and not r.skipped and not r.failed
+    }
+    for r in results:
+        base = broker.get((r.depth, r.submitters))
+        if base and not r.skipped and not r.failed:
+            r.vs_jqueue_broker = r.ops_per_s / base
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _notes(r: RunResult) -> str:
+    parts = []
+    if r.skipped:
+        parts.append(r.skipped)
+    if r.failed:
+        parts.append(f"failed: {r.failed}")
+    if r.timed_out:
+        parts.append(f"timed out: {r.timed_out}")
+    if r.errors:
+        parts.append("errors: " + ", ".join(f"{n} {name}" for name, n in sorted(r.errors.items())))
+    if r.conflicts:
+        parts.append(f"{r.conflicts} lost races")
+    return "; ".join(parts)
+
+
+def table(results: list[RunResult]) -> str:
+    """The Markdown table, one row per run, in run order."""
+    rows = [
+        "| system | depth | submitters | ops/s | p50 ms | p99 ms | writes | mean batch | vs jqueue-broker "
+        "| vs limit | notes |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in results:
+        if r.skipped or (r.failed and not r.ops):
+            rows.append(f"| {r.system} | {r.depth:,} | {r.submitters:,} | — | — | — | — | — | — | — | {_notes(r)} |")
+            continue
+        rows.append(
+            f"| {r.system} | {r.depth:,} | {r.submitters:,} | {r.ops_per_s:,.0f} | {_num(r.p50_ms, '.1f')} "
+            f"| {_num(r.p99_ms, '.1f')} | {r.writes:,} | {_num(r.mean_batch, ',.1f')} "
+            f"| {_num(r.vs_jqueue_broker, '.2f')}{'x' if r.vs_jqueue_broker is not None else ''} "
+            f"| {_num(r.vs_limit, '.2f')} | {_notes(r)} |"
+        )
+    return "\n".join(rows)
+
+
+def legend(cfg: BenchConfig) -> str:
+    limit = f"submitters ÷ {cfg.latency * 1000:g} ms" if cfg.latency > 0 else "n/a at zero latency"
+    return (
+        "ops/s: pushes acknowledged in the window ÷ window. p50/p99: per push, call to acknowledgement, over "
+        "pushes started in the window. writes: puts that landed in the window; lost races: puts refused by "
+        f"their condition. mean batch: pushes per write. vs limit: ops/s ÷ ({limit}), the closed-loop "
+        "ceiling if every push cost exactly one store round trip."
+    )
+
+
+def target_lines(cfg: BenchConfig, results: list[RunResult]) -> list[str]:
+    """PASS/FAIL lines for the issue's targets, where this run measured them."""
+    if abs(cfg.latency - 0.050) > 1e-9:
+        return ["targets: only defined at 50 ms latency"]
+    lines = []
+    for depth, min_ops, max_p99 in TARGETS:
+        run = next(
+            (r for r in results
+             if r.system == "group" and r.depth == depth and r.submitters == TARGET_SUBMITTERS and not r.skipped),
+            None,
+        )
+        goal = (
+            f"group, {TARGET_SUBMITTERS:,} submitters, depth {depth:,}: "
+            f">= {min_ops:,.0f} ops/s, p99 <= {max_p99:g} ms"
+        )
+        if run is None:
+            lines.append(f"- {goal}: not measured in this run")
+            continue
+        p99 = run.p99_ms if run.p99_ms is not None else math.inf
+        ok = run.ops_per_s >= min_ops and p99 <= max_p99 and not run.timed_out and not run.failed
+        lines.append(
+            f"- {goal}: {run.ops_per_s:,.0f} ops/s, p99 {_num(run.p99_ms, '.1f')} ms — {'PASS' if ok else 'FAIL'}"
+        )
+    return lines
+
+
+def dump_json(path: str, cfg: BenchConfig, facts: dict[str, Any], results: list[RunResult],
+              memory: dict[str, Any] | None) -> None:
+    """Write everything measured to ``path`` as JSON."""
+    doc = {
+        "command": cfg.command,
+        "machine": facts,
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("command", "extra")},
+        "results": [dataclasses.asdict(r) for r in results],
+        "memory": memory,
+    }
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")

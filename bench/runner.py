@@ -1,0 +1,289 @@
+"""Runs: one system, one queue depth, N closed-loop submitters, a fixed window.
+
+Each submitter pushes one job, waits for the acknowledgement, and pushes the
+next. A run is: start the system on a fresh store seeded with ``depth``
+pending jobs; run the submitters for ``warmup`` seconds (not measured); then
+measure for ``duration`` seconds; then stop submitting and wait for the
+operations still in flight.
+
+* ``ops_per_s`` — pushes acknowledged inside the window, divided by its length.
+* ``p50_ms`` / ``p99_ms`` — over every push *started* inside the window, timed
+  with ``perf_counter`` from call to acknowledgement, including those that
+  finish after the window (so slow operations are not dropped).
+* ``writes`` / ``conflicts`` — puts the MemoryStore accepted / refused inside
+  the window; ``mean_batch`` is acknowledged pushes per accepted put.
+* An operation not acknowledged 30 s (``op_timeout``) after it started is
+  counted in ``timed_out``; the run is then aborted (its store refuses every
+  later call) and the system stopped without draining. No run can hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.config import DIRECT_BYTES_PER_JOB, DIRECT_MAX_SUBMITTERS, DIRECT_MEMORY_BUDGET, BenchConfig
+from bench.seed import Seeds
+from bench.stores import RunAborted
+from bench.systems import AsyncSystem, System, ThreadSystem, make_system
+
+perf_counter = time.perf_counter
+
+
+@dataclass(slots=True, kw_only=True)
+class RunResult:
+    """The outcome of one run. ``skipped`` is set (and nothing measured) when
+    the run was not attempted; ``failed`` when it broke unexpectedly."""
+
+    system: str
+    depth: int
+    submitters: int
+    path: str = ""
+    window_s: float = 0.0
+    ops: int = 0
+    ops_per_s: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    writes: int = 0
+    conflicts: int = 0
+    mean_batch: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    timed_out: int = 0
+    setup_s: float = 0.0
+    skipped: str | None = None
+    failed: str | None = None
+    vs_jqueue_broker: float | None = None
+    vs_limit: float | None = None
+
+
+class _Clock:
+    """Flags the driver flips and submitters read: keep going / inside the window."""
+
+    __slots__ = ("measuring", "running")
+
+    def __init__(self) -> None:
+        self.running = True
+        self.measuring = False
+
+
+class _Tally:
+    """What submitters record. One per thread (no locking), or one per event loop."""
+
+    __slots__ = ("aborted", "completed", "errors", "latencies")
+
+    def __init__(self) -> None:
+        self.completed = 0
+        self.latencies: list[float] = []
+        self.errors: Counter[str] = Counter()
+        self.aborted = 0
+
+    def merge(self, other: _Tally) -> None:
+        self.completed += other.completed
+        self.latencies.extend(other.latencies)
+        self.errors.update(other.errors)
+        self.aborted += other.aborted
+
+
+async def _async_submitter(push: Callable[[], Awaitable[Any]], clock: _Clock, tally: _Tally) -> None:
+    while clock.running:
+        measured = clock.measuring
+        start = perf_counter()
+        try:
+            await push()
+        except RunAborted:
+            tally.aborted += 1
+            return
+        except Exception as exc:
+            if measured:
+                tally.errors[type(exc).__name__] += 1
+            await asyncio.sleep(0)  # never spin on an error without yielding
+            continue
+        if measured:
+            tally.latencies.append(perf_counter() - start)
+        if clock.measuring:
+            tally.completed += 1
+
+
+def _thread_submitter(push: Callable[[], Any], clock: _Clock, tally: _Tally) -> None:
+    while clock.running:
+        measured = clock.measuring
+        start = perf_counter()
+        try:
+            push()
+        except RunAborted:
+            tally.aborted += 1
+            return
+        except Exception as exc:
+            if measured:
+                tally.errors[type(exc).__name__] += 1
+            continue
+        if measured:
+            tally.latencies.append(perf_counter() - start)
+        if clock.measuring:
+            tally.completed += 1
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of sorted seconds, in milliseconds."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
+
+
+def _fill(result: RunResult, tally: _Tally, window: float, writes: int, conflicts: int, cfg: BenchConfig) -> None:
+    ordered = sorted(tally.latencies)
+    result.window_s = window
+    result.ops = tally.completed
+    result.ops_per_s = tally.completed / window if window > 0 else 0.0
+    result.p50_ms = _percentile(ordered, 0.50)
+    result.p99_ms = _percentile(ordered, 0.99)
+    result.writes = writes
+    result.conflicts = conflicts
+    result.mean_batch = tally.completed / writes if writes else None
+    result.errors = dict(tally.errors)
+    result.timed_out += sum(1 for s in ordered if s > cfg.op_timeout)
+    limit = cfg.limit(result.submitters)
+    result.vs_limit = result.ops_per_s / limit if limit else None
+
+
+async def _run_async(system: AsyncSystem, result: RunResult, cfg: BenchConfig) -> None:
+    started = perf_counter()
+    await asyncio.wait_for(system.start(), timeout=2 * cfg.op_timeout)
+    result.setup_s += perf_counter() - started
+    clock, tally = _Clock(), _Tally()
+    tasks = [
+        asyncio.create_task(_async_submitter(system.pusher(i), clock, tally)) for i in range(result.submitters)
+    ]
+    clean = True
+    try:
+        await asyncio.sleep(cfg.warmup)
+        writes, conflicts = system.writes, system.conflicts
+        clock.measuring = True
+        t0 = perf_counter()
+        await asyncio.sleep(cfg.duration)
+        clock.measuring = clock.running = False
+        window = perf_counter() - t0
+        writes, conflicts = system.writes - writes, system.conflicts - conflicts
+        _, pending = await asyncio.wait(tasks, timeout=cfg.op_timeout)
+        if pending:
+            clean = False
+            result.timed_out += len(pending)
+            system.abort()
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=cfg.op_timeout)
+        result.path = system.path
+        _fill(result, tally, window, writes, conflicts, cfg)
+    finally:
+        clock.running = False
+        for task in tasks:
+            task.cancel()
+        await system.stop(clean=clean)
+
+
+def _run_threads(system: ThreadSystem, result: RunResult, cfg: BenchConfig) -> None:
+    started = perf_counter()
+    system.start()
+    result.setup_s += perf_counter() - started
+    clock = _Clock()
+    tallies = [_Tally() for _ in range(result.submitters)]
+    threads = [
+        threading.Thread(
+            target=_thread_submitter, args=(system.pusher(i), clock, tallies[i]), name=f"bench-{i}", daemon=True
+        )
+        for i in range(result.submitters)
+    ]
+    for thread in threads:
+        thread.start()
+    clean = True
+    try:
+        time.sleep(cfg.warmup)
+        writes, conflicts = system.writes, system.conflicts
+        clock.measuring = True
+        t0 = perf_counter()
+        time.sleep(cfg.duration)
+        clock.measuring = clock.running = False
+        window = perf_counter() - t0
+        writes, conflicts = system.writes - writes, system.conflicts - conflicts
+        alive = _join(threads, cfg.op_timeout)
+        if alive:
+            clean = False
+            result.timed_out += len(alive)
+            system.abort()
+            if _join(alive, cfg.op_timeout):
+                result.failed = "submitter threads did not stop after the abort"
+        tally = _Tally()
+        for one in tallies:
+            tally.merge(one)
+        result.path = system.path
+        _fill(result, tally, window, writes, conflicts, cfg)
+    finally:
+        clock.running = False
+        system.stop(clean=clean)
+
+
+def _join(threads: list[threading.Thread], timeout: float) -> list[threading.Thread]:
+    """Join ``threads`` within one shared deadline; return those still alive."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
+
+
+def skip_reason(name: str, depth: int, submitters: int) -> str | None:
+    """Why a run is not attempted, or None."""
+    if name == "direct" and submitters > DIRECT_MAX_SUBMITTERS:
+        return f"skipped (baseline capped at {DIRECT_MAX_SUBMITTERS} submitters)"
+    if name == "direct" and submitters * depth * DIRECT_BYTES_PER_JOB > DIRECT_MEMORY_BUDGET:
+        need = submitters * depth * DIRECT_BYTES_PER_JOB / 1024**3
+        return f"skipped (baseline: {submitters} threads parsing {depth:,} jobs at once need ~{need:.0f} GiB)"
+    return None
+
+
+def run_one(name: str, depth: int, submitters: int, cfg: BenchConfig, seeds: Seeds) -> RunResult:
+    """Run one system at one depth and submitter count. Never raises for a
+    failing system: the failure is recorded in the result."""
+    result = RunResult(system=name, depth=depth, submitters=submitters)
+    result.skipped = skip_reason(name, depth, submitters)
+    if result.skipped:
+        return result
+    started = perf_counter()
+    system: System | None = None
+    try:
+        system = make_system(name, latency=cfg.latency, seeds=seeds)
+        result.setup_s = perf_counter() - started
+        if isinstance(system, ThreadSystem):
+            _run_threads(system, result, cfg)
+        else:
+            assert isinstance(system, AsyncSystem)
+            asyncio.run(_run_async(system, result, cfg))
+    except Exception as exc:
+        result.failed = f"{type(exc).__name__}: {exc}"
+    finally:
+        del system
+        gc.collect()
+    return result
+
+
+def run_matrix(cfg: BenchConfig, progress: Callable[[int, int, RunResult], None]) -> list[RunResult]:
+    """Every (depth, submitters, system) of ``cfg``, depth-major; calls
+    ``progress(index, total, result)`` after each run."""
+    total = len(cfg.depths) * len(cfg.submitters) * len(cfg.systems)
+    results: list[RunResult] = []
+    for depth in cfg.depths:
+        seeds = Seeds(depth)
+        for submitters in cfg.submitters:
+            for name in cfg.systems:
+                result = run_one(name, depth, submitters, cfg, seeds)
+                results.append(result)
+                progress(len(results), total, result)
+        del seeds
+        gc.collect()
+    return results

@@ -1,0 +1,73 @@
+"""queueadmin's engine: a FIFO job queue whose whole state is one JSON document
+on object storage, changed only by conditional writes. Pure Python; it never
+imports Django.
+
+Layers, each handed the one below: stores (:func:`open_store`), transitions
+(:mod:`engine.transitions`), clients (:class:`DirectClient`, layer 1;
+:class:`GroupCommitter`, layer 2).
+"""
+
+from __future__ import annotations
+
+from engine.client import QueueClient
+from engine.committer import CommitStats, CommitterStopped, GroupCommitter
+from engine.direct import DirectClient
+from engine.document import FORMAT, QueueState
+from engine.errors import (
+    DocumentError,
+    EngineError,
+    InvalidPayload,
+    JobNotFound,
+    LeaseLost,
+    PayloadTooLarge,
+    PreconditionFailed,
+    QueueError,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailable,
+    ValidationError,
+)
+from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
+from engine.parsing import parse_document
+from engine.policy import DOCUMENT_KEY, Policy
+from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
+
+__all__ = [
+    "DOCUMENT_KEY",
+    "FORMAT",
+    "Blob",
+    "BrokerInfo",
+    "ClaimedJob",
+    "CommitStats",
+    "CommitterStopped",
+    "DeadLetter",
+    "DirectClient",
+    "DocumentError",
+    "EngineError",
+    "FailOutcome",
+    "FaultyStore",
+    "FileStore",
+    "GroupCommitter",
+    "InvalidPayload",
+    "Job",
+    "JobNotFound",
+    "LatencyStore",
+    "Lease",
+    "LeaseLost",
+    "MemoryStore",
+    "ObjectStore",
+    "PayloadTooLarge",
+    "Policy",
+    "PreconditionFailed",
+    "QueueClient",
+    "QueueCounters",
+    "QueueError",
+    "QueueState",
+    "StoreConfigError",
+    "StoreError",
+    "StoreUnavailable",
+    "ValidationError",
+    "open_store",
+    "parse_document",
+    "utc_now",
+]

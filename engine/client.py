@@ -1,0 +1,97 @@
+"""The client interface shared by :class:`DirectClient` and :class:`GroupCommitter`.
+
+Both expose the same methods; they differ only in how an operation reaches
+the store. Every method validates its input first (raising ValidationError
+without any I/O), and returns only after the commit containing the operation
+has landed (I1).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from engine.errors import QueueError
+from engine.model import ClaimedJob, FailOutcome
+from engine.operations import (
+    Operation,
+    claim_op,
+    complete_op,
+    fail_op,
+    heartbeat_op,
+    purge_op,
+    push_op,
+    requeue_op,
+)
+from engine.policy import Policy
+
+
+class QueueClient(abc.ABC):
+    """Queue operations over one document. Subclasses implement :meth:`execute`."""
+
+    policy: Policy
+
+    @abc.abstractmethod
+    def execute(self, op: Operation) -> Any:
+        """Commit ``op`` and return its outcome, or raise its QueueError / StoreError."""
+
+    @abc.abstractmethod
+    def document(self) -> dict[str, Any]:
+        """The committed document, as parsed JSON."""
+
+    def push(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        max_attempts: int | None = None,
+        delay_seconds: float = 0,
+    ) -> list[str]:
+        """Append one job per payload to ``queue``; return their ids in order."""
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        result: list[str] = self.execute(op)
+        return result
+
+    def claim(
+        self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None
+    ) -> list[ClaimedJob]:
+        """Lease up to ``max_jobs`` eligible jobs of ``queues``, oldest first. May return []."""
+        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+        result: list[ClaimedJob] = self.execute(op)
+        return result
+
+    def heartbeat(self, job_id: str, lease: str, *, lease_seconds: float | None = None) -> datetime:
+        """Extend a lease; returns the new deadline. Raises LeaseLost or JobNotFound."""
+        result: datetime = self.execute(heartbeat_op(job_id, lease, lease_seconds=lease_seconds))
+        return result
+
+    def complete(self, job_id: str, lease: str) -> None:
+        """Finish a job. Raises LeaseLost or JobNotFound."""
+        self.execute(complete_op(job_id, lease))
+
+    def fail(self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None) -> FailOutcome:
+        """Record a failed attempt; the job retries later or goes to the dead letters."""
+        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
+        result: FailOutcome = self.execute(op)
+        return result
+
+    def requeue(self, job_ids: Iterable[str]) -> list[str]:
+        """Move running or dead jobs back to pending (all or nothing)."""
+        result: list[str] = self.execute(requeue_op(job_ids))
+        return result
+
+    def purge(
+        self, job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
+    ) -> list[str]:
+        """Remove jobs by id, or all jobs of one queue and status; returns removed ids."""
+        result: list[str] = self.execute(purge_op(job_ids, queue=queue, status=status))
+        return result
+
+
+def unwrap(result: Any) -> Any:
+    """Raise ``result`` if it is an error outcome, else return it."""
+    if isinstance(result, QueueError):
+        raise result
+    return result

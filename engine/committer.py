@@ -1,0 +1,428 @@
+"""Layer 2: group commit. One writer thread, many callers, one write per batch.
+
+The committer keeps the document in memory and reads it only at start and
+after a failed write. Operations submitted while a write is in flight wait for
+it; the writer thread applies them to the in-memory state as they arrive (so
+the CPU work overlaps the write's latency), and as soon as the write lands it
+writes all of them with one conditional PUT. Every caller is answered only
+after the write containing its operation has landed (I1); an operation that
+changed nothing is answered once every write before it has landed.
+
+A failed write is settled by re-reading the document:
+
+* it records our writer id and sequence number: the write landed (a retried
+  PUT reported a lost race, or the reply timed out) — answer the batch;
+* otherwise: discard the in-memory state, adopt what was read, and re-apply
+  the same operations (job ids are fixed in the operations, so pushes are not
+  duplicated). A lost race is counted and reported to ``on_lost_race``.
+
+A document that cannot be parsed is never overwritten (I6): the batch fails
+with DocumentError and the committer keeps refusing until it can read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from engine.client import QueueClient, unwrap
+from engine.document import QueueState
+from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
+from engine.model import new_writer_id, utc_now
+from engine.operations import Operation
+from engine.parsing import empty_state, parse_document
+from engine.policy import DOCUMENT_KEY, Policy
+from engine.stores.base import ObjectStore
+from engine.transitions import apply_batch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH = 20_000
+DEFAULT_MAX_RETRIES = 50
+DEFAULT_RETRY_BACKOFF_SECONDS = 0.005
+DEFAULT_RETRY_BACKOFF_CAP_SECONDS = 1.0
+
+
+class CommitterStopped(EngineError):
+    """The committer is not running; the operation was not applied."""
+
+    code = "committer_stopped"
+
+
+@dataclass(slots=True)
+class CommitStats:
+    """Counters for tests, benchmarks and the dashboard."""
+
+    commits: int = 0
+    operations: int = 0
+    lost_races: int = 0
+    ambiguous: int = 0
+    reads: int = 0
+    last_commit_seconds: float = 0.0
+
+    @property
+    def mean_batch(self) -> float:
+        """Operations answered per landed write."""
+        return self.operations / self.commits if self.commits else 0.0
+
+
+class _Pending:
+    """One submitted operation, its outcome once applied, and how to answer it:
+    a held lock for a thread, a future for a coroutine."""
+
+    __slots__ = ("future", "lock", "loop", "op", "result")
+
+    def __init__(self, op: Operation, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.op = op
+        self.loop = loop
+        self.result: Any = None
+        if loop is None:
+            # A pre-acquired lock is the cheapest one-shot signal between threads.
+            self.lock: threading.Lock | None = threading.Lock()
+            self.lock.acquire()
+            self.future: asyncio.Future[Any] | None = None
+        else:
+            self.lock = None
+            self.future = loop.create_future()
+
+
+_FAILED = object()
+
+
+class _Write:
+    """One conditional PUT, run on the I/O thread."""
+
+    __slots__ = ("batch", "data", "done", "error", "etag", "seq", "started")
+
+    def __init__(self, batch: list[_Pending], seq: int, data: bytes) -> None:
+        self.batch = batch
+        self.seq = seq
+        self.data = data
+        self.started = time.monotonic()
+        self.done = False
+        self.etag: str | None = None
+        self.error: EngineError | None = None
+
+
+def _settle_futures(items: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, result in items:
+        if future.done():  # the caller gave up (cancelled)
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+
+
+class GroupCommitter(QueueClient):
+    """Applies operations in batches, one conditional write per batch.
+
+    ``start()`` reads the document (raising DocumentError if it is unreadable)
+    and starts the writer thread; ``stop()`` is idempotent and, by default,
+    commits what was already submitted before returning. Sync methods block the
+    calling thread; the ``a``-prefixed methods await without blocking the loop.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        key: str = DOCUMENT_KEY,
+        policy: Policy | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        writer_id: str | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        retry_backoff_seconds: float = DEFAULT_RETRY_BACKOFF_SECONDS,
+        on_lost_race: Callable[[QueueState], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.writer_id = writer_id or new_writer_id()
+        self.max_batch = max_batch
+        self.max_retries = max_retries
+        self.retry_backoff_seconds = retry_backoff_seconds
+        self.on_lost_race = on_lost_race
+        self.stats = CommitStats()
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._state: QueueState | None = None
+        self._committed: bytes | None = None  # bytes of the latest version we read or wrote
+        self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
+        # One thread runs the puts, so the writer can apply new operations
+        # while a write is in flight.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{key}")
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> GroupCommitter:
+        """Read the document and start the writer thread. Raises DocumentError or StoreError."""
+        with self._cond:
+            if self._running:
+                return self
+            self._state = self._load()
+            self._running = True
+            self._thread = threading.Thread(target=self._run, name=f"committer:{self.key}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop the writer. With ``drain``, operations already submitted are
+        committed first; otherwise they fail with CommitterStopped. Idempotent."""
+        with self._cond:
+            self._running = False
+            if not drain:
+                dropped, self._queue = self._queue, []
+            else:
+                dropped = []
+            self._cond.notify_all()
+            thread = self._thread
+        self._fail(dropped, CommitterStopped("the committer was stopped"))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if not thread.is_alive():
+                self._io.shutdown(wait=True)
+
+    def __enter__(self) -> GroupCommitter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def state(self) -> QueueState | None:
+        """The in-memory state (only the writer thread changes it). For inspection."""
+        return self._state
+
+    # -- submitting ------------------------------------------------------------
+
+    def _submit(self, pending: _Pending) -> None:
+        with self._cond:
+            if not self._running:
+                raise CommitterStopped("the committer is not running; call start()")
+            self._queue.append(pending)
+            self._cond.notify()
+
+    def execute(self, op: Operation) -> Any:
+        """Commit ``op`` and wait for its outcome (blocking this thread)."""
+        pending = _Pending(op)
+        self._submit(pending)
+        assert pending.lock is not None
+        pending.lock.acquire()
+        if isinstance(pending.result, BaseException):
+            raise pending.result
+        return pending.result
+
+    async def aexecute(self, op: Operation) -> Any:
+        """Commit ``op`` and await its outcome without blocking the event loop.
+
+        Cancelling the await does not withdraw the operation: it may still commit.
+        """
+        pending = _Pending(op, asyncio.get_running_loop())
+        self._submit(pending)
+        assert pending.future is not None
+        return unwrap(await pending.future)
+
+    def document(self) -> dict[str, Any]:
+        """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
+        data = self._committed
+        result: dict[str, Any] = orjson.loads(data) if data else {}
+        return result
+
+    # -- the writer ------------------------------------------------------------
+    #
+    # The writer thread owns self._state. At most one write is in flight (on
+    # the I/O thread); operations that arrive meanwhile are applied on top of
+    # the state it wrote ("staged") and go out in the next write. If a write
+    # fails, everything built on it is thrown away and re-applied to a fresh
+    # read, so the state never runs ahead of the store.
+
+    def _run(self) -> None:
+        inflight: _Write | None = None
+        staged: list[_Pending] = []
+        while True:
+            with self._cond:
+                while not self._queue and self._running and (inflight is None or not inflight.done):
+                    self._cond.wait()
+                if inflight is None and not staged and not self._queue:
+                    return  # stopped and drained
+                new = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+            try:
+                if new and self._guarded(new, self._apply, new) is not _FAILED:
+                    staged.extend(new)
+                landed: list[_Pending] = []
+                if inflight is not None and inflight.done:
+                    done, inflight = inflight, None
+                    outcome = self._guarded(done.batch + staged, self._finish, done, staged)
+                    staged, landed = ([], []) if outcome is _FAILED else outcome
+                if inflight is None and staged:
+                    if self._state is not None and self._state.dirty:
+                        inflight = self._start_write(staged)
+                    else:
+                        landed += staged
+                    staged = []
+                # Answer only now: the next write is already on its way, so the
+                # callers' wake-ups overlap its latency instead of delaying it.
+                self._answer(landed)
+            except Exception as exc:  # a bug: never leave callers waiting forever
+                log.exception("group commit failed unexpectedly")
+                self._state = None
+                self._unsettled.clear()
+                self._fail(staged, EngineError(f"group commit failed: {exc!r}"))
+                staged = []
+
+    def _guarded(self, victims: list[_Pending], step: Callable[..., Any], *args: Any) -> Any:
+        """Run ``step``; if it raises EngineError, fail ``victims`` with it,
+        forget the state (it will be read again) and return ``_FAILED``."""
+        try:
+            return step(*args)
+        except EngineError as exc:
+            self._state = None
+            self._unsettled.clear()
+            self._fail(victims, exc)
+            return _FAILED
+
+    def _apply(self, batch: list[_Pending]) -> None:
+        """Apply ``batch`` to the state (reading it first if we have none)."""
+        if self._state is None:
+            self._state = self._load_retrying()
+        results = apply_batch(self._state, [p.op for p in batch], self.clock())
+        for pending, result in zip(batch, results, strict=True):
+            pending.result = result
+
+    def _start_write(self, batch: list[_Pending]) -> _Write:
+        state = self._state
+        assert state is not None
+        seq = state.seq + 1
+        write = _Write(batch, seq, state.encode(seq=seq, writer=self.writer_id, now=self.clock()))
+        if_match = state.etag
+        state.encoded(seq=seq, writer=self.writer_id)
+        self._io.submit(self._put, write, if_match)
+        return write
+
+    def _put(self, write: _Write, if_match: str | None) -> None:
+        """Runs on the I/O thread."""
+        try:
+            if if_match is None:
+                write.etag = self.store.put(self.key, write.data, if_none_match=True)
+            else:
+                write.etag = self.store.put(self.key, write.data, if_match=if_match)
+        except EngineError as exc:
+            write.error = exc
+        except Exception as exc:  # a bug in a store: report it as a failed write
+            log.exception("store put failed unexpectedly")
+            write.error = StoreUnavailable(f"put failed: {exc!r}")
+        with self._cond:
+            write.done = True
+            self._cond.notify()
+
+    def _finish(self, done: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+        """Settle a finished write. Returns the operations still to be written
+        and those now durable (to be answered)."""
+        if done.error is None:
+            assert self._state is not None and done.etag is not None
+            self._state.etag = done.etag
+            self._unsettled.clear()  # an older failed write can no longer land
+            self._committed = done.data
+            self.stats.commits += 1
+            self.stats.last_commit_seconds = time.monotonic() - done.started
+            return staged, done.batch
+        if not isinstance(done.error, PreconditionFailed | StoreUnavailable):
+            raise done.error
+        return self._recover(done, staged)
+
+    def _recover(self, failed: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+        """A write failed: re-read, find out whether it landed after all, and
+        re-apply whatever did not land on top of what is really there."""
+        self._state = None
+        if isinstance(failed.error, StoreUnavailable):
+            self.stats.ambiguous += 1
+        self._unsettled.append(failed)
+        if len(self._unsettled) > self.max_retries:
+            self._unsettled.clear()
+            raise StoreUnavailable(f"{self.key}: could not commit after {self.max_retries} attempts")
+        if len(self._unsettled) > 1:
+            self._backoff(len(self._unsettled))
+        fresh = self._load_retrying()
+        landed = next((w for w in self._unsettled if fresh.has_commit(self.writer_id, w.seq)), None)
+        redo = failed.batch + staged
+        durable: list[_Pending] = []
+        if landed is not None:
+            # A reply was lost but the write happened (at most one of the
+            # unsettled writes can have landed: each was conditioned on a
+            # version that excluded the others).
+            self._unsettled.clear()
+            self._state = fresh
+            durable = landed.batch
+            answered = set(map(id, durable))
+            redo = [p for p in redo if id(p) not in answered]
+        else:
+            self._state = fresh
+            if isinstance(failed.error, PreconditionFailed):
+                self.stats.lost_races += 1
+                if self.on_lost_race is not None:
+                    self.on_lost_race(fresh)  # may raise to fail the batch (a fenced broker)
+        if redo:
+            results = apply_batch(fresh, [p.op for p in redo], self.clock())
+            for pending, result in zip(redo, results, strict=True):
+                pending.result = result
+        return redo, durable
+
+    def _answer(self, batch: list[_Pending]) -> None:
+        self.stats.operations += len(batch)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = defaultdict(list)
+        for pending in batch:
+            if pending.loop is None:
+                assert pending.lock is not None
+                pending.lock.release()
+            else:
+                assert pending.future is not None
+                by_loop[pending.loop].append((pending.future, pending.result))
+        # One wake-up per event loop per batch, not one per operation.
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle_futures, items)
+
+    def _fail(self, batch: list[_Pending], exc: EngineError) -> None:
+        for pending in batch:
+            pending.result = exc
+        self._answer(batch)
+
+    def _load(self) -> QueueState:
+        blob = self.store.get(self.key)
+        self.stats.reads += 1
+        if blob is None:
+            self._committed = None
+            return empty_state(policy=self.policy)
+        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        self._committed = blob.data
+        return state
+
+    def _load_retrying(self) -> QueueState:
+        for attempt in range(self.max_retries):
+            try:
+                return self._load()
+            except StoreUnavailable:
+                self._backoff(attempt + 1)
+        return self._load()
+
+    def _backoff(self, attempt: int) -> None:
+        cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
+        time.sleep(random.uniform(0, cap))

@@ -1,0 +1,108 @@
+"""Layer 1: every operation is its own read, change and conditional write.
+
+Correct under any number of concurrent writers, and slow: one read and one
+write per operation, and under contention most writes lose the race. This is
+the correctness and benchmark baseline.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from engine.client import QueueClient, unwrap
+from engine.document import QueueState
+from engine.errors import PreconditionFailed, StoreUnavailable
+from engine.model import new_writer_id, utc_now
+from engine.operations import Operation
+from engine.parsing import empty_state, parse_document
+from engine.policy import DOCUMENT_KEY, Policy
+from engine.stores.base import ObjectStore
+from engine.transitions import apply_batch
+
+DEFAULT_MAX_RETRIES = 1000
+DEFAULT_BACKOFF_SECONDS = 0.002
+DEFAULT_BACKOFF_CAP_SECONDS = 0.1
+
+
+class DirectClient(QueueClient):
+    """Read, apply, write conditionally; on a lost race back off with jitter and retry.
+
+    Thread-safe (each call is independent). An ambiguous write (timeout, 5xx)
+    is settled by re-reading: if the document records this client's commit,
+    the operation landed and is answered; otherwise it is retried.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        key: str = DOCUMENT_KEY,
+        policy: Policy | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        writer_id: str | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+        backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.writer_id = writer_id or new_writer_id()
+        self.max_retries = max_retries
+        self.backoff_seconds = backoff_seconds
+        self.backoff_cap_seconds = backoff_cap_seconds
+        self.lost_races = 0
+
+    def _read(self) -> QueueState:
+        blob = self.store.get(self.key)
+        if blob is None:
+            return empty_state(policy=self.policy)
+        return parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+
+    def execute(self, op: Operation) -> Any:
+        # Writes whose outcome we never learned (lost-race reply or timeout),
+        # by sequence number: a retried PUT can fail although an earlier
+        # attempt of it landed, and the next read tells.
+        unsettled: dict[int, Any] = {}
+        for attempt in range(self.max_retries + 1):
+            state = self._read()
+            for seq, earlier in unsettled.items():
+                if state.has_commit(self.writer_id, seq):
+                    return unwrap(earlier)
+            now = self.clock()
+            seq = state.seq + 1
+            [result] = apply_batch(state, [op], now)
+            if not state.dirty:
+                return unwrap(result)
+            data = state.encode(seq=seq, writer=self.writer_id, now=now)
+            try:
+                if state.etag is None:
+                    self.store.put(self.key, data, if_none_match=True)
+                else:
+                    self.store.put(self.key, data, if_match=state.etag)
+            except (PreconditionFailed, StoreUnavailable) as exc:
+                unsettled[seq] = result
+                self.lost_races += isinstance(exc, PreconditionFailed)
+                self._sleep(attempt)
+                continue
+            return unwrap(result)
+        raise PreconditionFailed(f"{self.key}: gave up after {self.max_retries} retries")
+
+    def _sleep(self, attempt: int) -> None:
+        cap = min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(attempt, 16))
+        time.sleep(random.uniform(0, cap))
+
+    def document(self) -> dict[str, Any]:
+        blob = self.store.get(self.key)
+        if blob is None:
+            return {}
+        parse_document(self.key, blob.data, policy=self.policy)  # refuse what we would refuse to write
+        result: dict[str, Any] = orjson.loads(blob.data)
+        return result

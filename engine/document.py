@@ -1,0 +1,294 @@
+"""The queue document (format 1): in-memory state, parsing and incremental encoding.
+
+``QueueState`` is the parsed document plus indexes that make claims and lease
+expiry cheap. It is mutated only by :mod:`engine.transitions`, and only inside
+a commit: a writer whose write does not land throws its state away and
+re-reads, so the in-memory state never drifts from what is in the store.
+
+Encoding is incremental: each job's JSON is cached when the job changes, and a
+commit joins the cached pieces, so its cost does not grow with the number of
+unchanged jobs beyond a memory copy. See ``docs/format.md`` for the format.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from itertools import chain, repeat
+from typing import Any
+
+import orjson
+
+from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters
+from engine.policy import Policy
+
+FORMAT = 1
+# How many recent (writer, seq) pairs a document remembers, to settle an
+# ambiguous write even when other writers committed after it.
+RECENT_COMMITS = 32
+
+_DUMPS_OPTS = orjson.OPT_UTC_Z
+
+
+class QueueState:
+    """One version of the queue document, with claim and expiry indexes.
+
+    Jobs are kept in FIFO order (the document's list order). A job that goes
+    back to pending (retry, expiry, requeue) moves to the back of the order.
+    ``etag`` is the store ETag of the version this state was read from or
+    last written as (``None``: the document does not exist yet).
+    """
+
+    def __init__(self, *, policy: Policy) -> None:
+        self.policy = policy
+        self.seq = 0
+        self.writer: str | None = None
+        self.etag: str | None = None
+        self.broker = BrokerInfo()
+        self.queues: dict[str, QueueCounters] = {}
+        self.recent: deque[tuple[str, int]] = deque(maxlen=RECENT_COMMITS)
+        self.jobs: dict[str, Job] = {}
+        self.dead: dict[str, DeadLetter] = {}
+        self.dirty = False
+        self._job_bytes: dict[str, bytes] = {}  # same order as self.jobs
+        self._dead_bytes: dict[str, bytes] = {}  # same order as self.dead
+        self._pos: dict[str, int] = {}
+        self._next_pos = 0
+        # Per queue: heap of (pos, id) of pending jobs with no pending delay,
+        # and heap of (not_before, pos, id) of delayed ones. Entries go stale
+        # when a job changes; they are checked and dropped when popped.
+        self._ready: dict[str, list[tuple[int, str]]] = {}
+        self._delayed: dict[str, list[tuple[datetime, int, str]]] = {}
+        self._leases: list[tuple[datetime, str, str]] = []  # (expires_at, job id, token)
+
+    # -- reading -------------------------------------------------------------
+
+    def counters(self, queue: str) -> QueueCounters:
+        """The counters of ``queue``, created on first use (marks the state dirty)."""
+        counters = self.queues.get(queue)
+        if counters is None:
+            counters = self.queues[queue] = QueueCounters()
+            self.dirty = True
+        return counters
+
+    def has_commit(self, writer: str, seq: int) -> bool:
+        """True if this version is, or follows, commit ``seq`` by ``writer``."""
+        return (writer, seq) in self.recent
+
+    # -- changing (called by transitions) --------------------------------------
+
+    def add_job(self, job: Job) -> None:
+        """Append ``job`` at the back of the FIFO order (or move it there)."""
+        self._job_bytes.pop(job.id, None)
+        self.jobs.pop(job.id, None)
+        self.jobs[job.id] = job
+        self._job_bytes[job.id] = encode_job(job)
+        self._pos[job.id] = self._next_pos
+        self._next_pos += 1
+        self._index(job)
+        self.dirty = True
+
+    def replace_job(self, job: Job) -> None:
+        """Replace a job in place, keeping its position."""
+        self.jobs[job.id] = job
+        self._job_bytes[job.id] = encode_job(job)
+        self._index(job)
+        self.dirty = True
+
+    def remove_job(self, job_id: str) -> Job:
+        job = self.jobs.pop(job_id)
+        del self._job_bytes[job_id]
+        del self._pos[job_id]
+        self.dirty = True
+        return job
+
+    def add_dead(self, dead: DeadLetter) -> None:
+        self.dead.pop(dead.id, None)
+        self._dead_bytes.pop(dead.id, None)
+        self.dead[dead.id] = dead
+        self._dead_bytes[dead.id] = encode_dead(dead)
+        while len(self.dead) > self.policy.dead_letter_limit:
+            oldest = next(iter(self.dead))
+            self.counters(self.remove_dead(oldest).queue).dead_dropped += 1
+        self.dirty = True
+
+    def remove_dead(self, job_id: str) -> DeadLetter:
+        dead = self.dead.pop(job_id)
+        del self._dead_bytes[job_id]
+        self.dirty = True
+        return dead
+
+    def _index(self, job: Job) -> None:
+        pos = self._pos[job.id]
+        if job.status == "pending":
+            if job.not_before is None:
+                heapq.heappush(self._ready.setdefault(job.queue, []), (pos, job.id))
+            else:
+                heapq.heappush(self._delayed.setdefault(job.queue, []), (job.not_before, pos, job.id))
+        elif job.lease is not None:
+            heapq.heappush(self._leases, (job.lease.expires_at, job.id, job.lease.token))
+
+    def _is_current(self, job_id: str, pos: int) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.status != "pending" or self._pos[job_id] != pos:
+            return None
+        return job
+
+    def take_eligible(self, queues: Iterable[str], limit: int, now: datetime) -> list[Job]:
+        """Return up to ``limit`` pending jobs of ``queues`` that may run at
+        ``now``, oldest position first across all the queues (I7). The jobs
+        stay pending; the caller changes them."""
+        heads: list[tuple[int, str, str]] = []  # (pos, id, queue)
+        for queue in queues:
+            self._promote_due(queue, now)
+            head = self._ready_head(queue)
+            if head is not None:
+                heads.append((head[0], head[1], queue))
+        heapq.heapify(heads)
+        taken: list[Job] = []
+        while heads and len(taken) < limit:
+            _, job_id, queue = heapq.heappop(heads)
+            ready = self._ready[queue]
+            heapq.heappop(ready)
+            taken.append(self.jobs[job_id])
+            head = self._ready_head(queue)
+            if head is not None:
+                heapq.heappush(heads, (head[0], head[1], queue))
+        return taken
+
+    def _ready_head(self, queue: str) -> tuple[int, str] | None:
+        ready = self._ready.get(queue)
+        while ready:
+            pos, job_id = ready[0]
+            job = self._is_current(job_id, pos)
+            if job is not None and job.not_before is None:
+                return ready[0]
+            heapq.heappop(ready)
+        return None
+
+    def _promote_due(self, queue: str, now: datetime) -> None:
+        delayed = self._delayed.get(queue)
+        while delayed and delayed[0][0] <= now:
+            not_before, pos, job_id = heapq.heappop(delayed)
+            job = self._is_current(job_id, pos)
+            if job is not None and job.not_before == not_before:
+                heapq.heappush(self._ready.setdefault(queue, []), (pos, job_id))
+
+    def pop_expired(self, now: datetime) -> Iterator[Job]:
+        """Yield running jobs whose lease expired at or before ``now``."""
+        while self._leases and self._leases[0][0] <= now:
+            expires_at, job_id, token = heapq.heappop(self._leases)
+            job = self.jobs.get(job_id)
+            lease = job.lease if job is not None else None
+            if job is not None and lease is not None and lease.token == token and lease.expires_at == expires_at:
+                yield job
+
+    def next_deadline(self) -> datetime | None:
+        """The earliest lease deadline still indexed (may be stale), or None."""
+        return self._leases[0][0] if self._leases else None
+
+    # -- encoding ------------------------------------------------------------
+
+    def encode(self, *, seq: int, writer: str, now: datetime) -> bytes:
+        """The document bytes for commit ``seq`` by ``writer``. Does not change the
+        state; call :meth:`committed` once the write has landed."""
+        recent = [*self.recent, (writer, seq)][-RECENT_COMMITS:]
+        header = {
+            "format": FORMAT,
+            "seq": seq,
+            "writer": writer,
+            "written_at": now,
+            "recent_commits": [{"writer": w, "seq": s} for w, s in recent],
+            "broker": {"id": self.broker.id, "url": self.broker.url, "epoch": self.broker.epoch},
+            "queues": {name: counters_dict(c) for name, c in sorted(self.queues.items())},
+        }
+        # One b"".join over every piece, separators included, so the document
+        # is copied exactly once (a nested join would copy the jobs twice).
+        parts = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"dead":[']
+        _interleave(parts, self._dead_bytes.values())
+        parts.append(b'],"jobs":[')
+        _interleave(parts, self._job_bytes.values())
+        parts.append(b"]}")
+        return b"".join(parts)
+
+    def encoded(self, *, seq: int, writer: str) -> None:
+        """Record that this state was encoded as commit ``seq`` by ``writer``.
+
+        From here on the state describes that version: later changes build on
+        it. Its ETag is unknown until the write lands (:attr:`etag`). If the
+        write does not land, the caller must discard the whole state.
+        """
+        self.seq = seq
+        self.writer = writer
+        self.etag = None
+        self.recent.append((writer, seq))
+        self.dirty = False
+
+
+def _interleave(parts: list[bytes], items: Iterable[bytes]) -> None:
+    """Append ``items`` to ``parts`` with a comma between each two."""
+    it = iter(items)
+    first = next(it, None)
+    if first is not None:
+        parts.append(first)
+        parts.extend(chain.from_iterable(zip(repeat(b","), it)))
+
+
+def counters_dict(c: QueueCounters) -> dict[str, int]:
+    return {
+        "pushed": c.pushed,
+        "completed": c.completed,
+        "failed": c.failed,
+        "dead": c.dead,
+        "purged": c.purged,
+        "dead_dropped": c.dead_dropped,
+    }
+
+
+def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    return {
+        "worker": lease.worker,
+        "token": lease.token,
+        "claimed_at": lease.claimed_at,
+        "heartbeat_at": lease.heartbeat_at,
+        "expires_at": lease.expires_at,
+        "seconds": lease.seconds,
+    }
+
+
+def encode_job(job: Job) -> bytes:
+    return orjson.dumps(
+        {
+            "id": job.id,
+            "queue": job.queue,
+            "status": job.status,
+            "attempts": job.attempts,
+            "max_attempts": job.max_attempts,
+            "enqueued_at": job.enqueued_at,
+            "not_before": job.not_before,
+            "lease": _lease_dict(job.lease),
+            "last_error": job.last_error,
+            "payload": orjson.Fragment(job.payload),
+        },
+        option=_DUMPS_OPTS,
+    )
+
+
+def encode_dead(dead: DeadLetter) -> bytes:
+    return orjson.dumps(
+        {
+            "id": dead.id,
+            "queue": dead.queue,
+            "attempts": dead.attempts,
+            "max_attempts": dead.max_attempts,
+            "enqueued_at": dead.enqueued_at,
+            "died_at": dead.died_at,
+            "error": dead.error,
+            "payload": orjson.Fragment(dead.payload),
+        },
+        option=_DUMPS_OPTS,
+    )

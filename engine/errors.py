@@ -1,0 +1,128 @@
+"""The engine's exception tree, in one place.
+
+Every error the engine raises derives from :class:`EngineError`::
+
+    EngineError
+    ├── StoreError                 the object store failed or refused
+    │   ├── PreconditionFailed     a conditional write lost a race (S3 412 / 409)
+    │   ├── StoreUnavailable       transient: timeout, 5xx, throttling; the write may have landed
+    │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
+    ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
+    └── QueueError                 a queue operation was refused; nothing changed
+        ├── JobNotFound            no job with that id
+        ├── LeaseLost              the lease token is not the job's current lease
+        └── ValidationError        bad input: queue name, payload, numbers
+            ├── InvalidPayload     not JSON-serialisable
+            └── PayloadTooLarge    encoded payload above the configured limit
+
+Errors carry a stable ``code`` string so that HTTP layers can map them without
+``isinstance`` ladders.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Root of every error raised by :mod:`engine`."""
+
+    code = "engine_error"
+
+
+class StoreError(EngineError):
+    """The object store failed or refused a request."""
+
+    code = "store_error"
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write lost a race: the object changed (or exists) since it was read.
+
+    Re-read the object and retry the change on top of what is there now.
+    """
+
+    code = "precondition_failed"
+
+
+class StoreUnavailable(StoreError):
+    """A transient store failure: timeout, connection error, 5xx or throttling.
+
+    For a write this is *ambiguous*: the write may have landed. Settle it by
+    re-reading (the document records its writer id and sequence number).
+    """
+
+    code = "store_unavailable"
+
+
+class StoreConfigError(StoreError):
+    """The store cannot be used as configured: a bad URL, a missing bucket,
+    missing or rejected credentials. Fix the configuration; retrying won't help."""
+
+    code = "store_config"
+
+
+class DocumentError(EngineError):
+    """The queue document cannot be read safely, so it will not be overwritten (I6).
+
+    The message names the object and the problem. Repair or move the object
+    aside by hand; the engine never guesses.
+    """
+
+    code = "document_error"
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}; refusing to overwrite it")
+        self.key = key
+        self.problem = problem
+
+
+class QueueError(EngineError):
+    """A queue operation was refused. Nothing was changed by it."""
+
+    code = "queue_error"
+
+
+class JobNotFound(QueueError):
+    """No job with this id is in the document (it may have completed or been purged)."""
+
+    code = "job_not_found"
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class LeaseLost(QueueError):
+    """The lease token is not the job's current lease.
+
+    The lease expired and the job was handed back (or to another worker), or an
+    operator requeued it. Stop working on the job; your result is not applied.
+    """
+
+    code = "lease_lost"
+
+    def __init__(self, job_id: str, reason: str = "lease is not current") -> None:
+        super().__init__(f"job {job_id!r}: {reason}")
+        self.job_id = job_id
+
+
+class ValidationError(QueueError):
+    """The operation's input is invalid: a bad queue name, number or state."""
+
+    code = "invalid"
+
+
+class InvalidPayload(ValidationError):
+    """The payload is not a JSON value (for example a set, bytes or NaN)."""
+
+    code = "invalid_payload"
+
+
+class PayloadTooLarge(ValidationError):
+    """The encoded payload is larger than the configured limit."""
+
+    code = "payload_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"payload is {size} bytes encoded; the limit is {limit}")
+        self.size = size
+        self.limit = limit

@@ -1,0 +1,243 @@
+"""Operations: validated, immutable requests to change the queue.
+
+Builders (``push_op``, ``claim_op``, …) check their input and raise
+:class:`~engine.errors.ValidationError` subclasses *before* anything is
+submitted, so a bad request never reaches a commit. Ids and payload bytes are
+fixed here, so re-applying an operation after a lost race pushes the same
+job ids again (and pushes are idempotent by id).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from engine.errors import InvalidPayload, PayloadTooLarge, ValidationError
+from engine.model import new_job_id
+from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+MAX_WORKER_CHARS = 200
+PurgeStatus = Literal["pending", "running", "dead"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    id: str
+    payload: bytes
+    max_attempts: int
+    delay_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Push:
+    queue: str
+    jobs: tuple[NewJob, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    worker: str
+    queues: tuple[str, ...]
+    max_jobs: int
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    job_id: str
+    lease: str
+    lease_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Complete:
+    job_id: str
+    lease: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fail:
+    job_id: str
+    lease: str
+    error: str
+    retry_in_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expire:
+    """Send every lease past its deadline back to pending (or to the dead letters)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requeue:
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Purge:
+    """Remove jobs: the listed ids, or every job of ``queue`` with ``status``."""
+
+    job_ids: tuple[str, ...] = ()
+    queue: str | None = None
+    status: PurgeStatus | None = None
+
+
+Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge
+
+
+def check_queue(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise ValidationError(
+            f"invalid queue name {name!r}: use 1-100 letters, digits, '_', '.', ':' or '-', starting alphanumeric"
+        )
+    return name
+
+
+def _check_number(name: str, value: object, *, low: float, high: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        raise ValidationError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValidationError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return value
+
+
+def _check_id(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def encode_payload(payload: Any, *, limit: int) -> bytes:
+    """Encode one payload as JSON, refusing what JSON cannot hold."""
+    try:
+        # OPT_PASSTHROUGH_DATACLASS/DATETIME make dataclasses and datetimes an
+        # error instead of silently turning them into dicts and strings.
+        raw = orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
+    if b"NaN" in raw or b"Infinity" in raw:
+        # orjson writes NaN/Infinity as null; refuse rather than change data.
+        _reject_non_finite(payload)
+    if len(raw) > limit:
+        raise PayloadTooLarge(len(raw), limit)
+    return raw
+
+
+def _reject_non_finite(value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidPayload("payload contains NaN or Infinity, which JSON cannot hold")
+    if isinstance(value, dict):
+        for item in value.values():
+            _reject_non_finite(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _reject_non_finite(item)
+
+
+def push_op(
+    queue: str,
+    payloads: Sequence[Any],
+    *,
+    policy: Policy,
+    max_attempts: int | None = None,
+    delay_seconds: float = 0,
+    ids: Sequence[str] | None = None,
+) -> Push:
+    """Build a push of one or many payloads to ``queue``."""
+    check_queue(queue)
+    if isinstance(payloads, str | bytes) or not isinstance(payloads, Sequence):
+        raise ValidationError("payloads must be a list of JSON values")
+    if not payloads:
+        raise ValidationError("push needs at least one payload")
+    attempts = int(
+        _check_number("max_attempts", policy.max_attempts if max_attempts is None else max_attempts,
+                      low=1, high=1000, integer=True)
+    )
+    delay = float(_check_number("delay_seconds", delay_seconds, low=0, high=MAX_DELAY_SECONDS))
+    if ids is not None and len(ids) != len(payloads):
+        raise ValidationError("ids and payloads differ in length")
+    jobs = tuple(
+        NewJob(
+            id=_check_id("job id", ids[i]) if ids is not None else new_job_id(),
+            payload=encode_payload(payload, limit=policy.max_payload_bytes),
+            max_attempts=attempts,
+            delay_seconds=delay,
+        )
+        for i, payload in enumerate(payloads)
+    )
+    return Push(queue=queue, jobs=jobs)
+
+
+def claim_op(
+    worker: str,
+    queues: Iterable[str],
+    *,
+    policy: Policy,
+    max_jobs: int = 1,
+    lease_seconds: float | None = None,
+) -> Claim:
+    """Build a claim of up to ``max_jobs`` jobs from ``queues`` for ``worker``."""
+    if not isinstance(worker, str) or not worker or len(worker) > MAX_WORKER_CHARS:
+        raise ValidationError(f"worker must be a non-empty string of at most {MAX_WORKER_CHARS} characters")
+    if isinstance(queues, str):
+        queues = [queues]
+    names = tuple(dict.fromkeys(check_queue(q) for q in queues))
+    if not names:
+        raise ValidationError("claim needs at least one queue")
+    count = int(_check_number("max_jobs", max_jobs, low=1, high=MAX_CLAIM_JOBS, integer=True))
+    seconds = policy.lease_seconds if lease_seconds is None else lease_seconds
+    seconds = float(_check_number("lease_seconds", seconds, low=0.001, high=MAX_LEASE_SECONDS))
+    return Claim(worker=worker, queues=names, max_jobs=count, lease_seconds=seconds)
+
+
+def heartbeat_op(job_id: str, lease: str, *, lease_seconds: float | None = None) -> Heartbeat:
+    if lease_seconds is not None:
+        lease_seconds = float(_check_number("lease_seconds", lease_seconds, low=0.001, high=MAX_LEASE_SECONDS))
+    return Heartbeat(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease), lease_seconds=lease_seconds)
+
+
+def complete_op(job_id: str, lease: str) -> Complete:
+    return Complete(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease))
+
+
+def fail_op(job_id: str, lease: str, *, error: str, retry_in_seconds: float | None, policy: Policy) -> Fail:
+    if not isinstance(error, str):
+        raise ValidationError("error must be a string")
+    if retry_in_seconds is not None:
+        retry_in_seconds = float(_check_number("retry_in_seconds", retry_in_seconds, low=0, high=MAX_DELAY_SECONDS))
+    # Keep the end of long errors: a traceback's last lines name the failure.
+    error = error[-policy.max_error_chars :]
+    return Fail(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease), error=error,
+                retry_in_seconds=retry_in_seconds)
+
+
+def requeue_op(job_ids: Iterable[str]) -> Requeue:
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]
+    ids = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids))
+    if not ids:
+        raise ValidationError("requeue needs at least one job id")
+    return Requeue(job_ids=ids)
+
+
+def purge_op(
+    job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
+) -> Purge:
+    if job_ids is not None:
+        if queue is not None or status is not None:
+            raise ValidationError("purge takes job ids, or a queue and a status, not both")
+        if isinstance(job_ids, str):
+            job_ids = [job_ids]
+        ids = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids))
+        if not ids:
+            raise ValidationError("purge needs at least one job id")
+        return Purge(job_ids=ids)
+    if queue is None or status not in ("pending", "running", "dead"):
+        raise ValidationError("purge needs job ids, or a queue and a status of pending, running or dead")
+    return Purge(queue=check_queue(queue), status=status)  # type: ignore[arg-type]

@@ -1,0 +1,183 @@
+"""Reading queue.json into a :class:`~engine.document.QueueState`, strictly.
+
+Anything unexpected — bytes that are not JSON, JSON that is not a queueadmin
+document, an unknown format version, a field of the wrong type — raises
+:class:`~engine.errors.DocumentError` naming the object and the problem. The
+writers never overwrite a document they could not read (I6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, NoReturn
+
+import orjson
+
+from engine.document import FORMAT, QueueState
+from engine.errors import DocumentError
+from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters
+from engine.policy import Policy
+
+
+class _Reader:
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def fail(self, where: str, problem: str) -> NoReturn:
+        raise DocumentError(self.key, f"{where}: {problem}" if where else problem)
+
+    def obj(self, value: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def field(self, obj: Mapping[str, Any], name: str, where: str) -> Any:
+        if name not in obj:
+            self.fail(where, f"missing field {name!r}")
+        return obj[name]
+
+    def integer(self, obj: Mapping[str, Any], name: str, where: str, *, low: int = 0) -> int:
+        value = self.field(obj, name, where)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            self.fail(f"{where}.{name}", f"expected an integer >= {low}, got {value!r}")
+        return value
+
+    def text(self, obj: Mapping[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+        value = obj.get(name) if optional else self.field(obj, name, where)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            self.fail(f"{where}.{name}", f"expected a non-empty string, got {value!r}")
+        return value
+
+    def moment(self, obj: Mapping[str, Any], name: str, where: str, *, optional: bool = False) -> Any:
+        value = obj.get(name) if optional else self.field(obj, name, where)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            self.fail(f"{where}.{name}", f"expected an ISO 8601 time, got {value!r}")
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            self.fail(f"{where}.{name}", f"expected an ISO 8601 time, got {value!r}")
+        if parsed.tzinfo is None:
+            self.fail(f"{where}.{name}", "time has no timezone")
+        return parsed
+
+    def number(self, obj: Mapping[str, Any], name: str, where: str) -> float:
+        value = self.field(obj, name, where)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            self.fail(f"{where}.{name}", f"expected a positive number, got {value!r}")
+        return float(value)
+
+
+def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = None) -> QueueState:
+    """Parse ``data`` (the bytes of object ``key``) into a state. Raises DocumentError."""
+    r = _Reader(key)
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        r.fail("", f"not valid JSON ({exc})")
+    if not isinstance(raw, dict) or "format" not in raw:
+        r.fail("", "not a queueadmin document (no top-level 'format' field)")
+    if raw["format"] != FORMAT:
+        r.fail("", f"unsupported format version {raw['format']!r}; this engine reads format {FORMAT}")
+
+    state = QueueState(policy=policy)
+    state.seq = r.integer(raw, "seq", "")
+    state.writer = r.text(raw, "writer", "", optional=True)
+    state.etag = etag
+    for i, item in enumerate(raw.get("recent_commits") or []):
+        where = f"recent_commits[{i}]"
+        entry = r.obj(item, where)
+        state.recent.append((r.text(entry, "writer", where), r.integer(entry, "seq", where)))
+
+    broker = r.obj(raw.get("broker") or {}, "broker")
+    state.broker = BrokerInfo(
+        id=r.text(broker, "id", "broker", optional=True),
+        url=r.text(broker, "url", "broker", optional=True),
+        epoch=r.integer(broker, "epoch", "broker") if "epoch" in broker else 0,
+    )
+    for name, value in r.obj(r.field(raw, "queues", ""), "queues").items():
+        where = f"queues.{name}"
+        counters = r.obj(value, where)
+        state.queues[name] = QueueCounters(
+            **{f: r.integer(counters, f, where) for f in ("pushed", "completed", "failed", "dead")},
+            purged=r.integer(counters, "purged", where) if "purged" in counters else 0,
+            dead_dropped=r.integer(counters, "dead_dropped", where) if "dead_dropped" in counters else 0,
+        )
+
+    dead = r.field(raw, "dead", "")
+    if not isinstance(dead, list):
+        r.fail("dead", "expected a list")
+    for i, item in enumerate(dead):
+        state.add_dead(_dead(r, r.obj(item, f"dead[{i}]"), f"dead[{i}]"))
+
+    jobs = r.field(raw, "jobs", "")
+    if not isinstance(jobs, list):
+        r.fail("jobs", "expected a list")
+    for i, item in enumerate(jobs):
+        job = _job(r, r.obj(item, f"jobs[{i}]"), f"jobs[{i}]")
+        if job.id in state.jobs:
+            r.fail(f"jobs[{i}]", f"duplicate job id {job.id!r}")
+        state.add_job(job)
+    state.dirty = False
+    return state
+
+
+def _job(r: _Reader, obj: Mapping[str, Any], where: str) -> Job:
+    status = r.field(obj, "status", where)
+    if status not in ("pending", "running"):
+        r.fail(f"{where}.status", f"expected 'pending' or 'running', got {status!r}")
+    lease_raw = obj.get("lease")
+    lease = None
+    if lease_raw is not None:
+        lw = f"{where}.lease"
+        lo = r.obj(lease_raw, lw)
+        lease = Lease(
+            worker=r.text(lo, "worker", lw),
+            token=r.text(lo, "token", lw),
+            claimed_at=r.moment(lo, "claimed_at", lw),
+            heartbeat_at=r.moment(lo, "heartbeat_at", lw),
+            expires_at=r.moment(lo, "expires_at", lw),
+            seconds=r.number(lo, "seconds", lw),
+        )
+    if (status == "running") != (lease is not None):
+        r.fail(where, "a running job needs a lease and a pending job must not have one")
+    last_error = obj.get("last_error")
+    if last_error is not None and not isinstance(last_error, str):
+        r.fail(f"{where}.last_error", "expected a string")
+    return Job(
+        id=r.text(obj, "id", where),
+        queue=r.text(obj, "queue", where),
+        payload=orjson.dumps(r.field(obj, "payload", where)),
+        status=status,
+        attempts=r.integer(obj, "attempts", where),
+        max_attempts=r.integer(obj, "max_attempts", where, low=1),
+        enqueued_at=r.moment(obj, "enqueued_at", where),
+        not_before=r.moment(obj, "not_before", where, optional=True),
+        lease=lease,
+        last_error=last_error,
+    )
+
+
+def _dead(r: _Reader, obj: Mapping[str, Any], where: str) -> DeadLetter:
+    error = r.field(obj, "error", where)
+    if not isinstance(error, str):
+        r.fail(f"{where}.error", "expected a string")
+    return DeadLetter(
+        id=r.text(obj, "id", where),
+        queue=r.text(obj, "queue", where),
+        payload=orjson.dumps(r.field(obj, "payload", where)),
+        attempts=r.integer(obj, "attempts", where),
+        max_attempts=r.integer(obj, "max_attempts", where, low=1),
+        enqueued_at=r.moment(obj, "enqueued_at", where),
+        died_at=r.moment(obj, "died_at", where),
+        error=error,
+    )
+
+
+def empty_state(*, policy: Policy) -> QueueState:
+    """The state of a queue whose document does not exist yet."""
+    return QueueState(policy=policy)

@@ -1,0 +1,99 @@
+"""The object-store contract every backend implements.
+
+A store holds opaque byte objects under string keys. Each stored version has
+an ETag, an opaque string that changes whenever the object changes, returned
+in the *same* response as the data. Conditional writes are the only
+concurrency primitive the engine relies on:
+
+* ``put(key, data, if_match=etag)`` replaces the object only if its current
+  ETag is ``etag``;
+* ``put(key, data, if_none_match=True)`` creates the object only if absent.
+
+A lost race raises :class:`~engine.errors.PreconditionFailed`. Transient
+failures raise :class:`~engine.errors.StoreUnavailable`; for a write that is
+ambiguous (it may have landed), and callers settle it by re-reading.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass
+
+from engine.errors import StoreConfigError
+
+# Keys are relative, slash-separated paths. Anything else (absolute paths,
+# "..", empty segments, control characters) is refused so that the file
+# backend can never escape its root.
+# Segments may not start with "." (the file backend keeps its locks and
+# temporary files under dot-folders).
+_KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_=+@,-][A-Za-z0-9_.=+@,-]*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blob:
+    """One version of an object: its bytes and the ETag of exactly those bytes."""
+
+    data: bytes
+    etag: str
+
+
+class ObjectStore(abc.ABC):
+    """A key-value object store with conditional writes. All methods do I/O
+    (except on the memory backend) and are safe to call from several threads."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> Blob | None:
+        """Return the current version of ``key``, or ``None`` if it does not exist.
+
+        Raises StoreUnavailable on transient failure, StoreConfigError on bad
+        configuration or credentials.
+        """
+
+    @abc.abstractmethod
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """Write ``data`` to ``key`` and return the new ETag.
+
+        With ``if_match``, replace only if the current ETag equals it; with
+        ``if_none_match``, create only if absent; with neither, write
+        unconditionally. Raises PreconditionFailed when the condition does not
+        hold, StoreUnavailable when the outcome is unknown.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``. Removing a missing key is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Return the keys that start with ``prefix``, sorted."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release connections. Idempotent."""
+
+    def describe(self) -> str:
+        """A short human description for logs and errors (never includes secrets)."""
+        return type(self).__name__
+
+
+def check_key(key: str) -> str:
+    """Validate an object key and return it. Raises StoreConfigError."""
+    if not isinstance(key, str) or not key:
+        raise StoreConfigError(f"invalid object key {key!r}")
+    for segment in key.split("/"):
+        if not _KEY_SEGMENT.match(segment):
+            raise StoreConfigError(f"invalid object key {key!r}")
+    return key
+
+
+def check_write_args(if_match: str | None, if_none_match: bool) -> None:
+    """Refuse contradictory conditions, which no backend can honour."""
+    if if_match is not None and if_none_match:
+        raise StoreConfigError("put() takes if_match or if_none_match, not both")

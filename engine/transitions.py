@@ -1,0 +1,237 @@
+"""The queue's transitions: functions of ``(state, operation, now)``.
+
+They do no I/O and read no clock: ``now`` comes in as an argument, so tests
+control time. Each transition either raises a :class:`~engine.errors.QueueError`
+*before* changing anything, or applies its whole change and returns its
+outcome. :func:`apply_batch` runs several operations on one state, isolating
+each one's error from the others.
+
+Ordering rules (I7): claims take pending jobs in FIFO order. A job that goes
+back to pending — retried after ``fail``, returned by an expired lease, or
+requeued — moves to the back of its queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine.document import QueueState
+from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
+from engine.model import ClaimedJob, DeadLetter, FailOutcome, Job, Lease, decode_payload, new_lease_token
+from engine.operations import Claim, Complete, Expire, Fail, Heartbeat, Operation, Purge, Push, Requeue
+
+
+def push(state: QueueState, op: Push, now: datetime) -> list[str]:
+    """Append the jobs at the back of ``op.queue``. A job whose id is already
+    in the document is left as it is (pushes are idempotent by id)."""
+    counters = state.counters(op.queue)
+    for new in op.jobs:
+        if new.id in state.jobs or new.id in state.dead:
+            continue
+        state.add_job(
+            Job(
+                id=new.id,
+                queue=op.queue,
+                payload=new.payload,
+                status="pending",
+                attempts=0,
+                max_attempts=new.max_attempts,
+                enqueued_at=now,
+                not_before=now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None,
+            )
+        )
+        counters.pushed += 1
+    return [new.id for new in op.jobs]
+
+
+def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
+    """Lease up to ``op.max_jobs`` eligible pending jobs, oldest first. May be empty."""
+    claimed: list[ClaimedJob] = []
+    expires_at = now + timedelta(seconds=op.lease_seconds)
+    for job in state.take_eligible(op.queues, op.max_jobs, now):
+        lease = Lease(
+            worker=op.worker,
+            token=new_lease_token(),
+            claimed_at=now,
+            heartbeat_at=now,
+            expires_at=expires_at,
+            seconds=op.lease_seconds,
+        )
+        running = replace(job, status="running", attempts=job.attempts + 1, not_before=None, lease=lease)
+        state.replace_job(running)
+        claimed.append(
+            ClaimedJob(
+                id=job.id,
+                queue=job.queue,
+                payload=decode_payload(job.payload),
+                attempt=running.attempts,
+                lease=lease.token,
+                lease_expires_at=expires_at,
+            )
+        )
+    return claimed
+
+
+def _leased(state: QueueState, job_id: str, token: str) -> Job:
+    """The running job ``job_id`` if ``token`` is its current lease; raises otherwise."""
+    job = state.jobs.get(job_id)
+    if job is None:
+        if job_id in state.dead:
+            raise LeaseLost(job_id, "the job is in the dead letters")
+        raise JobNotFound(job_id)
+    if job.lease is None or job.lease.token != token:
+        raise LeaseLost(job_id, "the lease expired or the job was handed to someone else")
+    return job
+
+
+def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
+    """Extend the lease by its length (or ``op.lease_seconds``); return the new deadline."""
+    job = _leased(state, op.job_id, op.lease)
+    assert job.lease is not None
+    seconds = op.lease_seconds if op.lease_seconds is not None else job.lease.seconds
+    expires_at = now + timedelta(seconds=seconds)
+    lease = replace(job.lease, heartbeat_at=now, expires_at=expires_at, seconds=seconds)
+    state.replace_job(replace(job, lease=lease))
+    return expires_at
+
+
+def complete(state: QueueState, op: Complete, now: datetime) -> None:
+    """Finish the job: it leaves the document; ``completed`` is counted."""
+    job = _leased(state, op.job_id, op.lease)
+    state.remove_job(job.id)
+    state.counters(job.queue).completed += 1
+
+
+def _to_dead(state: QueueState, job: Job, error: str, now: datetime) -> None:
+    state.remove_job(job.id)
+    state.add_dead(
+        DeadLetter(
+            id=job.id,
+            queue=job.queue,
+            payload=job.payload,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            enqueued_at=job.enqueued_at,
+            died_at=now,
+            error=error,
+        )
+    )
+    state.counters(job.queue).dead += 1
+
+
+def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
+    """Record a failed attempt: retry later at the back of the queue, or
+    dead-letter the job once its attempts reach ``max_attempts``."""
+    job = _leased(state, op.job_id, op.lease)
+    state.counters(job.queue).failed += 1
+    if job.attempts >= job.max_attempts:
+        _to_dead(state, job, op.error, now)
+        return FailOutcome(status="dead")
+    delay = op.retry_in_seconds if op.retry_in_seconds is not None else state.policy.backoff(job.attempts)
+    not_before = now + timedelta(seconds=delay) if delay > 0 else None
+    state.add_job(replace(job, status="pending", lease=None, not_before=not_before, last_error=op.error))
+    return FailOutcome(status="pending", not_before=not_before)
+
+
+def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
+    """Return every lease past its deadline: the job goes back to pending at the
+    back of its queue, or to the dead letters if its attempts are used up."""
+    expired: list[str] = []
+    for job in list(state.pop_expired(now)):
+        assert job.lease is not None
+        error = (
+            f"lease expired: worker {job.lease.worker!r} stopped heartbeating "
+            f"(last at {job.lease.heartbeat_at.isoformat()})"
+        )
+        state.counters(job.queue).failed += 1
+        if job.attempts >= job.max_attempts:
+            _to_dead(state, job, error, now)
+        else:
+            state.add_job(replace(job, status="pending", lease=None, not_before=None, last_error=error))
+        expired.append(job.id)
+    return expired
+
+
+def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
+    """Move running or dead jobs back to pending, at the back of their queue.
+
+    A running job keeps its attempt count (its lease is revoked; the old holder
+    gets LeaseLost). A dead job starts over with zero attempts. All or nothing:
+    an unknown or pending id refuses the whole operation.
+    """
+    for job_id in op.job_ids:
+        job = state.jobs.get(job_id)
+        if job is None and job_id not in state.dead:
+            raise JobNotFound(job_id)
+        if job is not None and job.status == "pending":
+            raise ValidationError(f"job {job_id!r} is already pending")
+    for job_id in op.job_ids:
+        running = state.jobs.get(job_id)
+        if running is not None:
+            state.add_job(replace(running, status="pending", lease=None, not_before=None))
+        else:
+            dead = state.remove_dead(job_id)
+            state.add_job(
+                Job(
+                    id=dead.id,
+                    queue=dead.queue,
+                    payload=dead.payload,
+                    status="pending",
+                    attempts=0,
+                    max_attempts=dead.max_attempts,
+                    enqueued_at=dead.enqueued_at,
+                    last_error=dead.error,
+                )
+            )
+    return list(op.job_ids)
+
+
+def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
+    """Remove jobs by id (pending, running or dead; all or nothing), or every
+    job of one queue and status. Returns the removed ids."""
+    if op.job_ids:
+        for job_id in op.job_ids:
+            if job_id not in state.jobs and job_id not in state.dead:
+                raise JobNotFound(job_id)
+        ids = list(op.job_ids)
+    elif op.status == "dead":
+        ids = [d.id for d in state.dead.values() if d.queue == op.queue]
+    else:
+        ids = [j.id for j in state.jobs.values() if j.queue == op.queue and j.status == op.status]
+    for job_id in ids:
+        removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
+        state.counters(removed.queue).purged += 1
+    return ids
+
+
+_TRANSITIONS: dict[type, Any] = {
+    Push: push,
+    Claim: claim,
+    Heartbeat: heartbeat,
+    Complete: complete,
+    Fail: fail,
+    Expire: expire,
+    Requeue: requeue,
+    Purge: purge,
+}
+
+
+def apply(state: QueueState, op: Operation, now: datetime) -> Any:
+    """Apply one operation; returns its outcome or raises QueueError (state unchanged)."""
+    return _TRANSITIONS[type(op)](state, op, now)
+
+
+def apply_batch(state: QueueState, ops: list[Operation], now: datetime) -> list[Any]:
+    """Expire due leases, then apply ``ops`` in order. Each entry of the result
+    is the operation's outcome, or the QueueError it raised; one operation's
+    error never affects the others."""
+    expire(state, None, now)
+    results: list[Any] = []
+    for op in ops:
+        try:
+            results.append(apply(state, op, now))
+        except QueueError as exc:
+            results.append(exc)
+    return results

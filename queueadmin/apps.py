@@ -1,0 +1,15 @@
+"""The queueadmin Django app."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class QueueadminConfig(AppConfig):
+    """App config. ``ready()`` must stay free of side effects: the embedded
+    broker is started only by the serving process, never by ``migrate``,
+    ``check`` or tests (see DESIGN.md, "Start-up")."""
+
+    name = "queueadmin"
+    verbose_name = "Queue admin"
+    default_auto_field = "django.db.models.BigAutoField"

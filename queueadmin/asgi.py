@@ -1,0 +1,39 @@
+"""The ASGI application daphne serves: HTTP through Django, websockets through Channels.
+
+Run it with ``daphne queueadmin.asgi:application`` (``make run`` does).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+
+# Set up Django (apps, settings) before importing anything that may touch models,
+# such as Channels' auth middleware or, later, the consumers.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import URLPattern, URLResolver  # noqa: E402
+
+# Websocket routes go here, e.g. path("ws/dashboard/", DashboardConsumer.as_asgi()).
+websocket_urlpatterns: list[URLPattern | URLResolver] = []
+
+# daphne, unlike runserver, does not serve static files by itself; in
+# development serve them from the app so `make run` works with no extra setup.
+# With DEBUG off, put a web server or CDN in front of STATIC_ROOT instead.
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        # Websockets: reject cross-site origins, then attach the session user.
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

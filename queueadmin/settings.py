@@ -1,0 +1,236 @@
+"""Django settings for queueadmin.
+
+This is the one place that reads configuration from the environment. Every
+variable is parsed strictly: a malformed value stops start-up with an
+``ImproperlyConfigured`` error naming the variable, instead of silently falling
+back to a default. The engine never reads ``os.environ``; the ``QUEUE_*``
+settings below are translated into engine arguments by queueadmin.
+
+=========================== ====================================================
+Variable                    Meaning (default)
+=========================== ====================================================
+DJANGO_SECRET_KEY           Required unless DJANGO_DEBUG is true (dev-only key)
+DJANGO_DEBUG                true/false (true, for local development)
+ALLOWED_HOSTS               comma-separated host names (127.0.0.1,localhost)
+DATABASE_URL                dj-database-url URL (sqlite at var/db.sqlite3)
+QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., memory://
+                            (a folder at var/queue)
+QUEUE_ADVERTISE_URL         http(s) URL other processes use to reach this broker
+                            (unset)
+QUEUE_API_TOKEN             bearer token for the broker HTTP API (unset)
+QUEUE_LEASE_SECONDS         job lease length, seconds (30)
+QUEUE_HEARTBEAT_SECONDS     leader heartbeat interval, seconds (2)
+QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
+QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
+=========================== ====================================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Read a boolean variable. Accepts 1/0, true/false, yes/no, on/off (any case).
+
+    An unset or empty variable gives ``default``; anything else raises
+    ImproperlyConfigured, because a typo in a flag like DJANGO_DEBUG must not
+    silently pick a mode.
+    """
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false (1/0, yes/no, on/off), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    """Read a whole number ≥ ``minimum``. Unset or empty gives ``default``.
+
+    Raises ImproperlyConfigured for anything that is not a plain base-10
+    integer (no "1e3", no "12.0", no "0x10") or is below ``minimum``.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    # int() would also accept "1_000" and non-ASCII digits; be strict.
+    if not _INTEGER.fullmatch(raw):
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}")
+    value = int(raw)
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_seconds(name: str, default: float) -> float:
+    """Read a positive, finite number of seconds (e.g. "30" or "0.5").
+
+    Unset or empty gives ``default``. Raises ImproperlyConfigured for
+    non-numbers, zero, negatives, NaN and infinity. Fractions are allowed so
+    tests and local failover drills can use sub-second intervals.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ImproperlyConfigured(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def env_list(name: str, default: str) -> list[str]:
+    """Read a comma-separated list; blanks around items and empty items are dropped."""
+    raw = os.environ.get(name)
+    if raw is None:
+        raw = default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_str(name: str) -> str | None:
+    """Read an optional string; unset or blank gives None."""
+    raw = os.environ.get(name, "").strip()
+    return raw or None
+
+
+def env_http_url(name: str) -> str | None:
+    """Read an optional absolute http(s) URL. Raises ImproperlyConfigured otherwise."""
+    raw = env_str(name)
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ImproperlyConfigured(f"{name} must be an absolute http:// or https:// URL, got {raw!r}")
+    return raw.rstrip("/")
+
+
+# --- Django core -------------------------------------------------------------
+
+DEBUG = env_bool("DJANGO_DEBUG", default=True)
+
+_secret_key = env_str("DJANGO_SECRET_KEY")
+if _secret_key is None:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false; "
+            'generate one with: python -c "import secrets; print(secrets.token_urlsafe(50))"'
+        )
+    # Only ever used with DEBUG on, on a developer's machine.
+    _secret_key = "django-insecure-queueadmin-local-development-only"
+SECRET_KEY = _secret_key
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
+
+INSTALLED_APPS = [
+    # daphne first: it replaces runserver with an ASGI server that also
+    # serves websockets.
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "queueadmin",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "queueadmin.urls"
+ASGI_APPLICATION = "queueadmin.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.debug",
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}",
+        conn_max_age=0,
+    ),
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# Operators sign in through the admin's login page until the dashboard has its own.
+LOGIN_URL = "admin:login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# The in-memory layer does not cross processes; that is fine because live
+# updates are published from the engine embedded in the daphne process itself.
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- The queue engine ----------------------------------------------------------
+
+QUEUE_STORE_URL = env_str("QUEUE_STORE_URL") or (BASE_DIR / "var" / "queue").as_uri()
+QUEUE_ADVERTISE_URL = env_http_url("QUEUE_ADVERTISE_URL")
+QUEUE_API_TOKEN = env_str("QUEUE_API_TOKEN")
+QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", 30)
+QUEUE_HEARTBEAT_SECONDS = env_seconds("QUEUE_HEARTBEAT_SECONDS", 2)
+QUEUE_TAKEOVER_SECONDS = env_seconds("QUEUE_TAKEOVER_SECONDS", 10)
+QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", 262144)
+
+# A standby takes over once the document has been silent for the takeover
+# delay; if that is not longer than the leader's heartbeat, a healthy leader
+# would be deposed between two of its own heartbeats.
+if QUEUE_TAKEOVER_SECONDS <= QUEUE_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        f"QUEUE_TAKEOVER_SECONDS ({QUEUE_TAKEOVER_SECONDS:g}) must be greater than "
+        f"QUEUE_HEARTBEAT_SECONDS ({QUEUE_HEARTBEAT_SECONDS:g})"
+    )

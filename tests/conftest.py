@@ -1,0 +1,29 @@
+"""Fixtures for the whole suite.
+
+Every test starts with no ``AWS_*`` variables and no AWS config files, so no
+test can pick up real credentials or reach a real cloud endpoint by accident.
+A test that needs S3 asks for fixtures that set dummy credentials for moto
+(see ``tests/engine/conftest.py``); those run after this one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_real_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strip every ``AWS_*`` variable for the duration of each test.
+
+    Also point boto's config and credential files at nothing (``~/.aws`` is
+    part of its credential chain too) and disable the EC2 metadata service,
+    which botocore would otherwise probe over the network.
+    """
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)

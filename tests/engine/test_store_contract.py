@@ -1,0 +1,717 @@
+"""The store contract, run against every backend, plus what only one backend can show.
+
+* The contract suite runs against memory, the local folder and S3 (moto's
+  server in a separate process, so requests cross real HTTP).
+* S3 error mapping that moto cannot produce (409, 503, 403, retried writes)
+  is tested against a scripted HTTP server on 127.0.0.1.
+* The file store's cross-process atomicity is tested with real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import boto3
+import pytest
+
+from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
+from engine.stores import FileStore, ObjectStore, open_store
+from engine.stores.s3 import S3Store
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LARGE_OBJECT_BYTES = 5 * 1024 * 1024
+
+
+def _is_s3(store: ObjectStore) -> bool:
+    return isinstance(store, S3Store)
+
+
+# -- the contract, for every backend ------------------------------------------
+
+
+def test_get_missing_returns_none(any_store: ObjectStore) -> None:
+    assert any_store.get("queue.json") is None
+
+
+def test_create_only_if_absent(any_store: ObjectStore) -> None:
+    etag = any_store.put("queue.json", b"first", if_none_match=True)
+
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"first", etag)
+    with pytest.raises(PreconditionFailed):
+        any_store.put("queue.json", b"second", if_none_match=True)
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"first", etag)
+
+
+def test_put_with_current_etag_replaces(any_store: ObjectStore) -> None:
+    old = any_store.put("queue.json", b"v1", if_none_match=True)
+
+    new = any_store.put("queue.json", b"v2", if_match=old)
+
+    assert new != old
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"v2", new)
+
+
+def test_put_with_stale_etag_fails_and_changes_nothing(any_store: ObjectStore) -> None:
+    stale = any_store.put("queue.json", b"v1", if_none_match=True)
+    current = any_store.put("queue.json", b"v2", if_match=stale)
+
+    with pytest.raises(PreconditionFailed):
+        any_store.put("queue.json", b"v3", if_match=stale)
+
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"v2", current)
+
+
+def test_put_if_match_on_missing_key_fails(any_store: ObjectStore) -> None:
+    etag = any_store.put("other.json", b"x")
+
+    with pytest.raises(PreconditionFailed):
+        any_store.put("queue.json", b"v1", if_match=etag)
+
+    assert any_store.get("queue.json") is None
+
+
+def test_put_if_match_after_delete_fails(any_store: ObjectStore) -> None:
+    etag = any_store.put("queue.json", b"v1")
+    any_store.delete("queue.json")
+
+    with pytest.raises(PreconditionFailed):
+        any_store.put("queue.json", b"v2", if_match=etag)
+
+    assert any_store.get("queue.json") is None
+
+
+def test_unconditional_put_creates_and_replaces(any_store: ObjectStore) -> None:
+    first = any_store.put("queue.json", b"v1")
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"v1", first)
+
+    second = any_store.put("queue.json", b"v2")
+
+    blob = any_store.get("queue.json")
+    assert blob is not None
+    assert (blob.data, blob.etag) == (b"v2", second)
+    assert second != first
+
+
+def test_rewriting_same_bytes_changes_etag(any_store: ObjectStore) -> None:
+    if _is_s3(any_store):
+        pytest.skip("S3 ETags are content hashes; the document's sequence number prevents ABA (I5)")
+    first = any_store.put("queue.json", b"same", if_none_match=True)
+
+    second = any_store.put("queue.json", b"same", if_match=first)
+
+    assert second != first
+    with pytest.raises(PreconditionFailed):
+        any_store.put("queue.json", b"same", if_match=first)
+
+
+def test_delete(any_store: ObjectStore) -> None:
+    any_store.put("queue.json", b"v1")
+    any_store.put("keep.json", b"k")
+
+    any_store.delete("queue.json")
+    any_store.delete("queue.json")  # a missing key is fine
+    any_store.delete("never-existed.json")
+
+    assert any_store.get("queue.json") is None
+    assert any_store.list() == ["keep.json"]
+    any_store.put("queue.json", b"again", if_none_match=True)  # absent again, so create works
+
+
+def test_list_by_prefix_sorted_with_nested_keys(any_store: ObjectStore) -> None:
+    keys = ["results/b/c.json", "queue.json", "results/a.json", "resultsx", "archive/2024/01.json"]
+    for key in keys:
+        any_store.put(key, key.encode())
+
+    assert any_store.list() == sorted(keys)
+    assert any_store.list("results/") == ["results/a.json", "results/b/c.json"]
+    assert any_store.list("results") == ["results/a.json", "results/b/c.json", "resultsx"]
+    assert any_store.list("nothing/") == []
+    blob = any_store.get("results/b/c.json")
+    assert blob is not None and blob.data == b"results/b/c.json"
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs", "", "a//b", ".hidden", "a/../b", "a/", "dir/.x", "sp ace", "a\nb"])
+def test_invalid_keys_are_refused(any_store: ObjectStore, key: str) -> None:
+    with pytest.raises(StoreConfigError):
+        any_store.get(key)
+    with pytest.raises(StoreConfigError):
+        any_store.put(key, b"x")
+    with pytest.raises(StoreConfigError):
+        any_store.put(key, b"x", if_none_match=True)
+    with pytest.raises(StoreConfigError):
+        any_store.delete(key)
+    assert any_store.list() == []
+
+
+def test_both_conditions_are_refused(any_store: ObjectStore) -> None:
+    etag = any_store.put("queue.json", b"v1")
+
+    with pytest.raises(StoreConfigError):
+        any_store.put("queue.json", b"v2", if_match=etag, if_none_match=True)
+    with pytest.raises(StoreConfigError):
+        any_store.put("new.json", b"v2", if_match=etag, if_none_match=True)
+
+    blob = any_store.get("queue.json")
+    assert blob is not None and blob.data == b"v1"
+    assert any_store.get("new.json") is None
+
+
+def test_large_object_round_trip(any_store: ObjectStore) -> None:
+    data = os.urandom(LARGE_OBJECT_BYTES)
+    etag = any_store.put("big.bin", data, if_none_match=True)
+
+    blob = any_store.get("big.bin")
+
+    assert blob is not None
+    assert blob.etag == etag
+    assert blob.data == data
+    replaced = data[::-1]
+    any_store.put("big.bin", replaced, if_match=etag)
+    blob = any_store.get("big.bin")
+    assert blob is not None and blob.data == replaced
+
+
+# -- S3 against moto ------------------------------------------------------------
+
+
+def test_s3_keys_live_under_the_prefix(moto_server: str, s3_bucket: str, s3_url: str) -> None:
+    store = open_store(s3_url)
+    other = S3Store(bucket=s3_bucket, prefix="other/", endpoint_url=moto_server, region="us-east-1")
+    whole = S3Store(bucket=s3_bucket, endpoint_url=moto_server, region="us-east-1")
+    raw = boto3.client(
+        "s3", endpoint_url=moto_server, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    try:
+        store.put("results/a.json", b"a")
+        other.put("results/a.json", b"other")
+
+        listing = raw.list_objects_v2(Bucket=s3_bucket)
+        assert sorted(item["Key"] for item in listing["Contents"]) == [
+            "other/results/a.json",
+            "some-prefix/results/a.json",
+        ]
+        assert store.list() == ["results/a.json"]
+        assert whole.list() == ["other/results/a.json", "some-prefix/results/a.json"]
+        blob = other.get("results/a.json")
+        assert blob is not None and blob.data == b"other"
+    finally:
+        raw.close()
+        for s in (store, other, whole):
+            s.close()
+
+
+def test_s3_missing_bucket_is_a_config_error(moto_server: str, aws_credentials: None) -> None:
+    store = S3Store(bucket="no-such-bucket-here", endpoint_url=moto_server, region="us-east-1")
+    try:
+        for call in (
+            lambda: store.get("queue.json"),
+            lambda: store.put("queue.json", b"x", if_none_match=True),
+            lambda: store.list(),
+        ):
+            with pytest.raises(StoreConfigError, match="no-such-bucket-here"):
+                call()
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "missing-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "missing-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("BOTO_CONFIG", str(tmp_path / "missing-boto-config"))
+
+
+def test_s3_missing_credentials_is_a_config_error(moto_server: str, no_aws_credentials: None) -> None:
+    store = S3Store(bucket="some-bucket", endpoint_url=moto_server, region="us-east-1")
+    try:
+        with pytest.raises(StoreConfigError, match="no AWS credentials found: set AWS_ACCESS_KEY_ID"):
+            store.get("queue.json")
+        with pytest.raises(StoreConfigError, match="no AWS credentials found"):
+            store.put("queue.json", b"x")
+    finally:
+        store.close()
+
+
+def test_s3_partial_credentials_is_a_config_error(
+    moto_server: str, no_aws_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "only-the-id")
+    store = S3Store(bucket="some-bucket", endpoint_url=moto_server, region="us-east-1")
+    try:
+        with pytest.raises(StoreConfigError, match="no AWS credentials found"):
+            store.get("queue.json")
+    finally:
+        store.close()
+
+
+def test_s3_constructor_does_no_io(no_aws_credentials: None) -> None:
+    # Nothing listens on this port, and there are no credentials: only a
+    # request would notice.
+    store = S3Store(bucket="some-bucket", endpoint_url=f"http://127.0.0.1:{_closed_port()}")
+    store.close()
+
+
+def test_s3_connection_refused_is_unavailable(aws_credentials: None) -> None:
+    store = S3Store(bucket="some-bucket", endpoint_url=f"http://127.0.0.1:{_closed_port()}", max_attempts=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.get("queue.json")
+        with pytest.raises(StoreUnavailable):
+            store.put("queue.json", b"x", if_match='"abc"')
+    finally:
+        store.close()
+
+
+def test_s3_close_is_idempotent_and_final(s3_url: str) -> None:
+    store = open_store(s3_url)
+    store.put("queue.json", b"x")
+
+    store.close()
+    store.close()
+
+    with pytest.raises(StoreConfigError, match="closed"):
+        store.get("queue.json")
+
+
+def test_s3_describe_names_bucket_prefix_and_endpoint() -> None:
+    store = S3Store(bucket="my-bucket", prefix="/queues/prod/", endpoint_url="http://127.0.0.1:9000", region="auto")
+    assert store.describe() == "s3://my-bucket/queues/prod at http://127.0.0.1:9000"
+    assert S3Store(bucket="my-bucket").describe() == "s3://my-bucket/"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, {}),
+        (
+            {
+                "endpoint_url": "http://127.0.0.1:9000",
+                "region": "auto",
+                "addressing_style": "virtual",
+                "connect_timeout": "1.5",
+                "read_timeout": "2",
+                "max_attempts": "5",
+            },
+            {
+                "endpoint_url": "http://127.0.0.1:9000",
+                "region": "auto",
+                "addressing_style": "virtual",
+                "connect_timeout": 1.5,
+                "read_timeout": 2.0,
+                "max_attempts": 5,
+            },
+        ),
+    ],
+)
+def test_s3_parse_options(options: dict[str, str], expected: dict[str, object]) -> None:
+    parsed = S3Store.parse_options(options)
+    assert parsed == expected
+    assert all(type(parsed[k]) is type(v) for k, v in expected.items())
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("s3://bucket/p?endpoint=http://x&colour=blue", "colour, endpoint"),
+        ("s3://bucket/p?max_attempts=three", "max_attempts"),
+        ("s3://bucket/p?max_attempts=0", "max_attempts"),
+        ("s3://bucket/p?connect_timeout=soon", "connect_timeout"),
+        ("s3://bucket/p?read_timeout=-1", "read_timeout"),
+        ("s3://bucket/p?addressing_style=sideways", "addressing_style"),
+        ("s3://bucket/p?region=", "region"),
+        ("s3://bucket/p?endpoint_url=ftp://host", "endpoint_url"),
+        ("s3:///prefix", "bucket"),
+        ("s3://bucket/a/../b", "prefix"),
+    ],
+)
+def test_s3_bad_url_is_a_config_error(url: str, message: str) -> None:
+    with pytest.raises(StoreConfigError, match=message):
+        open_store(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://AKIAEXAMPLE:hunter2-secret@bucket/prefix",
+        "s3://bucket/prefix?endpoint_url=http://AKIAEXAMPLE:hunter2-secret@127.0.0.1:9000",
+    ],
+)
+def test_s3_credentials_in_url_are_refused_without_echoing_them(url: str) -> None:
+    with pytest.raises(StoreConfigError) as info:
+        open_store(url)
+    assert "hunter2" not in str(info.value)
+    assert "credentials" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://host/x", "redis://localhost", "queue.json", "/abs/but/no/scheme", "file://relative/path"]
+)
+def test_open_store_refuses_bad_urls(url: str) -> None:
+    with pytest.raises(StoreConfigError):
+        open_store(url)
+
+
+def test_open_store_opens_each_backend(tmp_path: Path) -> None:
+    assert type(open_store("memory://")).__name__ == "MemoryStore"
+    assert open_store("memory://shared") is open_store("memory://shared")
+    assert isinstance(open_store(f"file://{tmp_path}"), FileStore)
+    s3 = open_store("s3://bucket/prefix?region=auto&endpoint_url=http%3A%2F%2F127.0.0.1%3A9000")
+    assert isinstance(s3, S3Store)
+    assert (s3.bucket, s3.prefix, s3.region, s3.endpoint_url) == ("bucket", "prefix/", "auto", "http://127.0.0.1:9000")
+    s3.close()
+
+
+# -- S3 error mapping against a scripted server ----------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """One scripted HTTP answer: an S3 error document, or a body with an ETag."""
+
+    status: int
+    code: str = ""
+    body: bytes = b""
+    etag: str = ""
+    content_type: str = "application/octet-stream"
+    delay: float = 0.0
+
+
+@dataclass(slots=True, kw_only=True)
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class ScriptedS3:
+    """Answers each request with the next scripted reply and records what it saw."""
+
+    replies: deque[Reply]
+    seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+def _handler(script: ScriptedS3) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.1 so that botocore's "Expect: 100-continue" on PUT is answered
+        # at once instead of after its one-second wait.
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
+            reply = script.replies.popleft() if script.replies else Reply(status=500, code="UnexpectedRequest")
+            if reply.delay:
+                script.release.wait(reply.delay)
+            body = reply.body
+            if reply.code:
+                body = (
+                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{reply.code}</Code>'
+                    f"<Message>scripted</Message><RequestId>r1</RequestId></Error>"
+                ).encode()
+            try:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/xml" if reply.code else reply.content_type)
+                self.send_header("Content-Length", str(len(body)))
+                if reply.etag:
+                    self.send_header("ETag", reply.etag)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a read timeout test)
+
+        do_GET = do_PUT = do_DELETE = do_HEAD = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def scripted_s3(aws_credentials: None) -> Iterator[Callable[..., tuple[ScriptedS3, S3Store]]]:
+    """Start a scripted S3 endpoint on 127.0.0.1; return its script and a store using it."""
+    started: list[tuple[ThreadingHTTPServer, threading.Thread, ScriptedS3, S3Store]] = []
+
+    def start(*replies: Reply, max_attempts: int = 1, read_timeout: float = 5) -> tuple[ScriptedS3, S3Store]:
+        script = ScriptedS3(deque(replies))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        store = S3Store(
+            bucket="bucket",
+            prefix="q",
+            endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+            region="us-east-1",
+            max_attempts=max_attempts,
+            read_timeout=read_timeout,
+        )
+        started.append((server, thread, script, store))
+        return script, store
+
+    yield start
+    for server, thread, script, store in started:
+        store.close()
+        script.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+Scripted = Callable[..., tuple[ScriptedS3, S3Store]]
+
+
+def test_s3_get_takes_etag_from_the_one_get_response(scripted_s3: Scripted) -> None:
+    script, store = scripted_s3(Reply(status=200, body=b"document", etag='"e1"'))
+
+    blob = store.get("queue.json")
+
+    assert blob is not None and (blob.data, blob.etag) == (b"document", '"e1"')
+    assert [(s.method, s.path) for s in script.seen] == [("GET", "/bucket/q/queue.json")]
+
+
+def test_s3_put_sends_the_conditions(scripted_s3: Scripted) -> None:
+    ok = Reply(status=200, etag='"new"')
+    script, store = scripted_s3(ok, ok, ok)
+
+    assert store.put("queue.json", b"a", if_none_match=True) == '"new"'
+    assert store.put("queue.json", b"b", if_match='"old"') == '"new"'
+    assert store.put("queue.json", b"c") == '"new"'
+
+    assert [s.method for s in script.seen] == ["PUT", "PUT", "PUT"]
+    create, replace, plain = (s.headers for s in script.seen)
+    assert create.get("If-None-Match") == "*" and "If-Match" not in create
+    assert replace.get("If-Match") == '"old"' and "If-None-Match" not in replace
+    assert "If-Match" not in plain and "If-None-Match" not in plain
+
+
+def _list_page(keys: list[str], next_token: str | None) -> Reply:
+    contents = "".join(f"<Contents><Key>{key}</Key><Size>0</Size></Contents>" for key in keys)
+    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{next_token}</NextContinuationToken>"
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>bucket</Name><Prefix>q/</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
+        f"{more if next_token else '<IsTruncated>false</IsTruncated>'}{contents}</ListBucketResult>"
+    )
+    return Reply(status=200, body=body.encode(), content_type="application/xml")
+
+
+def test_s3_list_follows_pages_and_strips_the_prefix(scripted_s3: Scripted) -> None:
+    script, store = scripted_s3(
+        _list_page(["q/results/b.json", "q/results/c.json"], "token-1"),
+        _list_page(["q/results/a.json"], None),
+    )
+
+    assert store.list("results/") == ["results/a.json", "results/b.json", "results/c.json"]
+
+    first, second = (s.path for s in script.seen)
+    assert "prefix=q%2Fresults%2F" in first and "continuation-token" not in first
+    assert "continuation-token=token-1" in second
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(409, "ConditionalRequestConflict"), (412, "PreconditionFailed"), (404, "NoSuchKey")]
+)
+def test_s3_refused_condition_is_precondition_failed(scripted_s3: Scripted, status: int, code: str) -> None:
+    _, store = scripted_s3(Reply(status=status, code=code))
+
+    with pytest.raises(PreconditionFailed):
+        store.put("queue.json", b"x", if_match='"old"')
+
+
+def test_s3_conflict_on_create_is_precondition_failed(scripted_s3: Scripted) -> None:
+    _, store = scripted_s3(Reply(status=409, code="ConditionalRequestConflict"))
+
+    with pytest.raises(PreconditionFailed):
+        store.put("queue.json", b"x", if_none_match=True)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(503, "SlowDown"), (503, "ServiceUnavailable"), (500, "InternalError"), (400, "RequestTimeout"), (429, "")],
+)
+def test_s3_transient_errors_are_unavailable(scripted_s3: Scripted, status: int, code: str) -> None:
+    script, store = scripted_s3(*[Reply(status=status, code=code)] * 3, max_attempts=1)
+
+    with pytest.raises(StoreUnavailable):
+        store.put("queue.json", b"x", if_match='"old"')
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable):
+        store.list()
+    assert len(script.seen) == 3  # max_attempts=1: no retries
+
+
+def test_s3_max_attempts_counts_every_attempt(scripted_s3: Scripted) -> None:
+    ok = Reply(status=200, body=b"doc", etag='"e"')
+    script, store = scripted_s3(Reply(status=500, code="InternalError"), ok, max_attempts=2)
+
+    blob = store.get("queue.json")
+
+    assert blob is not None and blob.data == b"doc"
+    assert [s.method for s in script.seen] == ["GET", "GET"]
+
+
+def test_s3_condition_failing_after_a_retry_is_ambiguous(scripted_s3: Scripted) -> None:
+    # The first attempt may have landed; then our own write fails the retry's condition.
+    script, store = scripted_s3(
+        Reply(status=503, code="SlowDown"), Reply(status=412, code="PreconditionFailed"), max_attempts=2
+    )
+
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match='"old"')
+
+    assert [s.method for s in script.seen] == ["PUT", "PUT"]
+
+
+def test_s3_read_timeout_is_unavailable(scripted_s3: Scripted) -> None:
+    _, store = scripted_s3(Reply(status=200, body=b"late", etag='"e"', delay=5), read_timeout=0.2)
+
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(403, "AccessDenied"), (403, "InvalidAccessKeyId"), (403, "SignatureDoesNotMatch"), (404, "NoSuchBucket")],
+)
+def test_s3_refused_access_is_a_config_error(
+    scripted_s3: Scripted, monkeypatch: pytest.MonkeyPatch, status: int, code: str
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
+    _, store = scripted_s3(*[Reply(status=status, code=code)] * 3)
+
+    for call in (lambda: store.get("queue.json"), lambda: store.put("queue.json", b"x"), lambda: store.list()):
+        with pytest.raises(StoreConfigError, match="'bucket'") as info:
+            call()
+        assert "hunter2" not in str(info.value)
+
+
+def test_s3_other_client_errors_are_store_errors(scripted_s3: Scripted) -> None:
+    _, store = scripted_s3(Reply(status=400, code="EntityTooLarge"))
+
+    with pytest.raises(StoreError, match="EntityTooLarge") as info:
+        store.put("queue.json", b"x")
+    assert type(info.value) is StoreError
+
+
+# -- the file store across processes ------------------------------------------------
+
+INCREMENT_SCRIPT = r"""
+import os, sys, time
+from engine.errors import PreconditionFailed
+from engine.stores import FileStore
+
+root, barrier, me, workers, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+store = FileStore(root)
+open(os.path.join(barrier, me), "w").close()
+deadline = time.monotonic() + 20
+while len(os.listdir(barrier)) < workers and time.monotonic() < deadline:
+    time.sleep(0.001)
+done = conflicts = 0
+while done < n:
+    blob = store.get("counter")
+    try:
+        store.put("counter", str(int(blob.data) + 1).encode(), if_match=blob.etag)
+    except PreconditionFailed:
+        conflicts += 1
+    else:
+        done += 1
+print(done, conflicts)
+"""
+
+
+def test_file_store_conditional_increments_across_processes(tmp_path: Path) -> None:
+    workers, increments = 4, 100
+    root, barrier = tmp_path / "store", tmp_path / "barrier"
+    barrier.mkdir()
+    FileStore(root).put("counter", b"0", if_none_match=True)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", INCREMENT_SCRIPT, str(root), str(barrier), str(i), str(workers), str(increments)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(tuple(int(x) for x in out.split()))
+
+    blob = FileStore(root).get("counter")
+    assert blob is not None
+    succeeded = sum(done for done, _ in results)
+    assert succeeded == workers * increments
+    assert int(blob.data) == succeeded
+    # The workers really raced: otherwise this test could not catch a lost update.
+    assert sum(conflicts for _, conflicts in results) > 0
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_tmp_moto_race(s3_url):
+    import concurrent.futures
+    from engine.stores import open_store
+    store = open_store(s3_url)
+    store.put("counter", b"0", if_none_match=True)
+    def work(n):
+        done = conflicts = 0
+        while done < n:
+            blob = store.get("counter")
+            try:
+                store.put("counter", str(int(blob.data) + 1).encode(), if_match=blob.etag)
+            except PreconditionFailed:
+                conflicts += 1
+            else:
+                done += 1
+        return done, conflicts
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        res = list(ex.map(work, [50] * 8))
+    print("final", store.get("counter").data, "succ", sum(r[0] for r in res), "conf", sum(r[1] for r in res))
+    store.close()
+
+
+def test_tmp_profile(monkeypatch, aws_credentials):
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    store = S3Store(bucket="some-bucket", endpoint_url="http://127.0.0.1:1", max_attempts=1)
+    try:
+        store.get("x")
+    except Exception as e:
+        print(repr(e), repr(e.__cause__))
+    store.close()

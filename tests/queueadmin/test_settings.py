@@ -1,0 +1,78 @@
+"""Settings read the environment strictly and refuse bad values at start-up.
+
+Settings are module-level code, so each case imports them in a fresh
+interpreter with a controlled environment.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRINT = (
+    "import queueadmin.settings as s; "
+    "print(s.DEBUG, s.QUEUE_LEASE_SECONDS, s.QUEUE_MAX_PAYLOAD_BYTES, s.ALLOWED_HOSTS, s.QUEUE_STORE_URL)"
+)
+
+
+def _import_settings(**env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "QUEUE_", "DATABASE_URL"))}
+    clean.pop("ALLOWED_HOSTS", None)
+    return subprocess.run(
+        [sys.executable, "-c", PRINT],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_defaults_are_for_local_development() -> None:
+    result = _import_settings()
+
+    assert result.returncode == 0, result.stderr
+    expected_store = (ROOT / "var" / "queue").as_uri()
+    assert result.stdout.split() == ["True", "30.0", "262144", "['127.0.0.1',", "'localhost']", expected_store]
+
+
+def test_values_from_the_environment() -> None:
+    result = _import_settings(
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY="x" * 50,
+        QUEUE_LEASE_SECONDS="0.5",
+        QUEUE_MAX_PAYLOAD_BYTES="1024",
+        ALLOWED_HOSTS=" queue.example.com , ,10.0.0.1",
+        QUEUE_STORE_URL="memory://shared",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "0.5", "1024", "['queue.example.com',", "'10.0.0.1']", "memory://shared"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DJANGO_DEBUG": "false"}, "DJANGO_SECRET_KEY must be set"),
+        ({"DJANGO_DEBUG": "maybe"}, "DJANGO_DEBUG must be true or false"),
+        ({"QUEUE_LEASE_SECONDS": "thirty"}, "QUEUE_LEASE_SECONDS must be a number of seconds"),
+        ({"QUEUE_LEASE_SECONDS": "0"}, "QUEUE_LEASE_SECONDS must be a positive number"),
+        ({"QUEUE_HEARTBEAT_SECONDS": "nan"}, "QUEUE_HEARTBEAT_SECONDS must be a positive number"),
+        ({"QUEUE_MAX_PAYLOAD_BYTES": "1e6"}, "QUEUE_MAX_PAYLOAD_BYTES must be a whole number"),
+        ({"QUEUE_MAX_PAYLOAD_BYTES": "0"}, "QUEUE_MAX_PAYLOAD_BYTES must be at least 1"),
+        ({"QUEUE_TAKEOVER_SECONDS": "2"}, "QUEUE_TAKEOVER_SECONDS (2) must be greater than"),
+        ({"QUEUE_ADVERTISE_URL": "10.0.0.1:8000"}, "QUEUE_ADVERTISE_URL must be an absolute http"),
+    ],
+)
+def test_bad_values_stop_start_up_with_a_clear_error(env: dict[str, str], message: str) -> None:
+    result = _import_settings(**env)
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr
