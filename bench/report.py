@@ -95,12 +95,14 @@ def _notes(r: RunResult) -> str:
         parts.append(r.skipped)
     if r.failed:
         parts.append(f"failed: {r.failed}")
+    if r.lost:
+        parts.append(f"LOST {r.lost:,} acknowledged pushes")
     if r.timed_out:
         parts.append(f"timed out: {r.timed_out}")
     if r.errors:
         parts.append("errors: " + ", ".join(f"{n} {name}" for name, n in sorted(r.errors.items())))
     if r.conflicts:
-        parts.append(f"{r.conflicts} lost races")
+        parts.append(f"{r.conflicts:,} CAS conflicts")
     return "; ".join(parts)
 
 
@@ -128,7 +130,7 @@ def legend(cfg: BenchConfig) -> str:
     limit = f"submitters ÷ {cfg.latency * 1000:g} ms" if cfg.latency > 0 else "n/a at zero latency"
     return (
         "ops/s: pushes acknowledged in the window ÷ window. p50/p99: per push, call to acknowledgement, over "
-        "pushes started in the window. writes: puts that landed in the window; lost races: puts refused by "
+        "pushes started in the window. writes: puts that landed in the window; CAS conflicts: puts refused by "
         f"their condition. mean batch: pushes per write. vs limit: ops/s ÷ ({limit}), the closed-loop "
         "ceiling if every push cost exactly one store round trip."
     )
@@ -153,7 +155,7 @@ def target_lines(cfg: BenchConfig, results: list[RunResult]) -> list[str]:
             lines.append(f"- {goal}: not measured in this run")
             continue
         p99 = run.p99_ms if run.p99_ms is not None else math.inf
-        ok = run.ops_per_s >= min_ops and p99 <= max_p99 and not run.timed_out and not run.failed
+        ok = run.ops_per_s >= min_ops and p99 <= max_p99 and not run.timed_out and not run.failed and not run.lost
         lines.append(
             f"- {goal}: {run.ops_per_s:,.0f} ops/s, p99 {_num(run.p99_ms, '.1f')} ms — {'PASS' if ok else 'FAIL'}"
         )

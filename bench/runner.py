@@ -12,6 +12,9 @@ operations still in flight.
   finish after the window (so slow operations are not dropped).
 * ``writes`` / ``conflicts`` — puts the MemoryStore accepted / refused inside
   the window; ``mean_batch`` is acknowledged pushes per accepted put.
+* ``lost`` — acknowledged pushes (warm-up and drain included) missing from
+  the final document: ``depth + acknowledged - jobs in the document`` when
+  positive. Any value above zero is a correctness failure of the system.
 * An operation not acknowledged 30 s (``op_timeout``) after it started is
   counted in ``timed_out``; the run is then aborted (its store refuses every
   later call) and the system stopped without draining. No run can hang.
@@ -56,6 +59,8 @@ class RunResult:
     mean_batch: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
     timed_out: int = 0
+    acknowledged: int = 0
+    lost: int | None = None
     setup_s: float = 0.0
     skipped: str | None = None
     failed: str | None = None
@@ -76,15 +81,17 @@ class _Clock:
 class _Tally:
     """What submitters record. One per thread (no locking), or one per event loop."""
 
-    __slots__ = ("aborted", "completed", "errors", "latencies")
+    __slots__ = ("aborted", "acked", "completed", "errors", "latencies")
 
     def __init__(self) -> None:
+        self.acked = 0
         self.completed = 0
         self.latencies: list[float] = []
         self.errors: Counter[str] = Counter()
         self.aborted = 0
 
     def merge(self, other: _Tally) -> None:
+        self.acked += other.acked
         self.completed += other.completed
         self.latencies.extend(other.latencies)
         self.errors.update(other.errors)
@@ -105,6 +112,7 @@ async def _async_submitter(push: Callable[[], Awaitable[Any]], clock: _Clock, ta
                 tally.errors[type(exc).__name__] += 1
             await asyncio.sleep(0)  # never spin on an error without yielding
             continue
+        tally.acked += 1
         if measured:
             tally.latencies.append(perf_counter() - start)
         if clock.measuring:
@@ -124,6 +132,7 @@ def _thread_submitter(push: Callable[[], Any], clock: _Clock, tally: _Tally) -> 
             if measured:
                 tally.errors[type(exc).__name__] += 1
             continue
+        tally.acked += 1
         if measured:
             tally.latencies.append(perf_counter() - start)
         if clock.measuring:
@@ -148,6 +157,7 @@ def _fill(result: RunResult, tally: _Tally, window: float, writes: int, conflict
     result.conflicts = conflicts
     result.mean_batch = tally.completed / writes if writes else None
     result.errors = dict(tally.errors)
+    result.acknowledged = tally.acked
     result.timed_out += sum(1 for s in ordered if s > cfg.op_timeout)
     limit = cfg.limit(result.submitters)
     result.vs_limit = result.ops_per_s / limit if limit else None
@@ -186,6 +196,7 @@ async def _run_async(system: AsyncSystem, result: RunResult, cfg: BenchConfig) -
         for task in tasks:
             task.cancel()
         await system.stop(clean=clean)
+    _check_lost(system, result)
 
 
 def _run_threads(system: ThreadSystem, result: RunResult, cfg: BenchConfig) -> None:
@@ -227,6 +238,13 @@ def _run_threads(system: ThreadSystem, result: RunResult, cfg: BenchConfig) -> N
     finally:
         clock.running = False
         system.stop(clean=clean)
+    _check_lost(system, result)
+
+
+def _check_lost(system: System, result: RunResult) -> None:
+    """Count acknowledged pushes missing from the final document (pushes only
+    add jobs, so the document must hold at least depth + acknowledged)."""
+    result.lost = max(0, result.depth + result.acknowledged - system.count_jobs())
 
 
 def _join(threads: list[threading.Thread], timeout: float) -> list[threading.Thread]:

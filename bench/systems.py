@@ -8,7 +8,9 @@
 Lifecycle: construct, ``start()``, call ``push()`` from any number of
 submitters, then ``stop()`` exactly once. ``abort()`` makes every later store
 call raise :class:`~bench.stores.RunAborted` (used when an operation timed out).
-``writes``/``conflicts`` read the bare MemoryStore's counters.
+``writes``/``conflicts`` read the bare MemoryStore's counters, and
+``count_jobs()`` the jobs in the final document (to check that every
+acknowledged push is there).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from jqueue import BrokerQueue, DirectQueue
 
 from bench.config import ENGINE_KEY, JQUEUE_KEY, QUEUE, payload, payload_bytes
@@ -34,6 +37,7 @@ class System(abc.ABC):
 
     def __init__(self, *, latency: float, key: str, seed: bytes | None) -> None:
         self.latency = latency
+        self.key = key
         self.memory = MemoryStore()
         if seed is not None:
             self.memory.put(key, seed, if_none_match=True)
@@ -46,6 +50,11 @@ class System(abc.ABC):
     @property
     def conflicts(self) -> int:
         return self.memory.stats.conflicts
+
+    def count_jobs(self) -> int:
+        """Jobs in the stored document (both formats keep a top-level ``jobs`` list); 0 if none."""
+        blob = self.memory.get(self.key)
+        return 0 if blob is None else len(orjson.loads(blob.data)["jobs"])
 
     @abc.abstractmethod
     def abort(self) -> None:
@@ -121,21 +130,28 @@ class GroupSystem(AsyncSystem):
 
 
 class DirectSystem(ThreadSystem):
-    """DirectClient over LatencyStore(AbortableStore(MemoryStore)); thread-safe."""
+    """One DirectClient per submitter thread, over one LatencyStore(AbortableStore(MemoryStore)).
+
+    Each thread gets its own client (its own writer id), like separate
+    processes: DirectClient settles a failed put by looking for its writer id
+    in the re-read document, so threads sharing one client answer pushes
+    whose write another thread won (measured: 123 of 160 acknowledged pushes
+    lost with 8 threads).
+    """
 
     name = "direct"
 
     def __init__(self, *, latency: float, seed: bytes | None) -> None:
         super().__init__(latency=latency, key=ENGINE_KEY, seed=seed)
         self.abortable = AbortableStore(self.memory)
-        self.client = DirectClient(LatencyStore(self.abortable, latency=latency), key=ENGINE_KEY)
-        self.path = "DirectClient.push"
+        self.store = LatencyStore(self.abortable, latency=latency)
+        self.path = "DirectClient.push (one client per thread)"
 
     def start(self) -> None:
         pass
 
     def pusher(self, submitter: int) -> Callable[[], Any]:
-        client = self.client
+        client = DirectClient(self.store, key=ENGINE_KEY)
         job = payload(submitter)
 
         def push() -> Any:

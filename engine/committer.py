@@ -104,12 +104,12 @@ _FAILED = object()
 class _Write:
     """One conditional PUT, run on the I/O thread."""
 
-    __slots__ = ("batch", "data", "done", "error", "etag", "seq", "started")
+    __slots__ = ("batch", "done", "error", "etag", "parts", "seq", "started")
 
-    def __init__(self, batch: list[_Pending], seq: int, data: bytes) -> None:
+    def __init__(self, batch: list[_Pending], seq: int, parts: list[bytes]) -> None:
         self.batch = batch
         self.seq = seq
-        self.data = data
+        self.parts = parts
         self.started = time.monotonic()
         self.done = False
         self.etag: str | None = None
@@ -163,7 +163,8 @@ class GroupCommitter(QueueClient):
         self._running = False
         self._thread: threading.Thread | None = None
         self._state: QueueState | None = None
-        self._committed: bytes | None = None  # bytes of the latest version we read or wrote
+        # The latest version we read or wrote, as parts (joined only on demand).
+        self._committed: list[bytes] | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
         # One thread runs the puts, so the writer can apply new operations
         # while a write is in flight.
@@ -241,8 +242,8 @@ class GroupCommitter(QueueClient):
 
     def document(self) -> dict[str, Any]:
         """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
-        data = self._committed
-        result: dict[str, Any] = orjson.loads(data) if data else {}
+        parts = self._committed
+        result: dict[str, Any] = orjson.loads(b"".join(parts)) if parts else {}
         return result
 
     # -- the writer ------------------------------------------------------------
@@ -321,9 +322,9 @@ class GroupCommitter(QueueClient):
         """Runs on the I/O thread."""
         try:
             if if_match is None:
-                write.etag = self.store.put(self.key, write.data, if_none_match=True)
+                write.etag = self.store.put_parts(self.key, write.parts, if_none_match=True)
             else:
-                write.etag = self.store.put(self.key, write.data, if_match=if_match)
+                write.etag = self.store.put_parts(self.key, write.parts, if_match=if_match)
         except EngineError as exc:
             write.error = exc
         except Exception as exc:  # a bug in a store: report it as a failed write
@@ -340,7 +341,7 @@ class GroupCommitter(QueueClient):
             assert self._state is not None and done.etag is not None
             self._state.etag = done.etag
             self._unsettled.clear()  # an older failed write can no longer land
-            self._committed = done.data
+            self._committed = done.parts
             self.stats.commits += 1
             self.stats.last_commit_seconds = time.monotonic() - done.started
             return staged, done.batch
@@ -412,7 +413,7 @@ class GroupCommitter(QueueClient):
             self._committed = None
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
-        self._committed = blob.data
+        self._committed = [blob.data]
         return state
 
     def _load_retrying(self) -> QueueState:

@@ -81,12 +81,12 @@ class DirectClient(QueueClient):
             [result] = apply_batch(state, [op], now)
             if not state.dirty:
                 return unwrap(result)
-            data = state.encode(seq=seq, writer=self.writer_id, now=now)
+            parts = state.encode(seq=seq, writer=self.writer_id, now=now)
             try:
                 if state.etag is None:
-                    self.store.put(self.key, data, if_none_match=True)
+                    self.store.put_parts(self.key, parts, if_none_match=True)
                 else:
-                    self.store.put(self.key, data, if_match=state.etag)
+                    self.store.put_parts(self.key, parts, if_match=state.etag)
             except (PreconditionFailed, StoreUnavailable) as exc:
                 unsettled[seq] = result
                 self.lost_races += isinstance(exc, PreconditionFailed)

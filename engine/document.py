@@ -16,13 +16,13 @@ import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from itertools import chain, repeat
 from typing import Any
 
 import orjson
 
 from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters
 from engine.policy import Policy
+from engine.sequence import EncodedSequence
 
 FORMAT = 1
 # How many recent (writer, seq) pairs a document remembers, to settle an
@@ -52,10 +52,10 @@ class QueueState:
         self.jobs: dict[str, Job] = {}
         self.dead: dict[str, DeadLetter] = {}
         self.dirty = False
-        self._job_bytes: dict[str, bytes] = {}  # same order as self.jobs
-        self._dead_bytes: dict[str, bytes] = {}  # same order as self.dead
-        self._pos: dict[str, int] = {}
-        self._next_pos = 0
+        # Encoded jobs and dead letters, in document order. A job's slot in
+        # _encoded_jobs is also its FIFO position.
+        self._encoded_jobs = EncodedSequence()
+        self._encoded_dead = EncodedSequence()
         # Per queue: heap of (pos, id) of pending jobs with no pending delay,
         # and heap of (not_before, pos, id) of delayed ones. Entries go stale
         # when a job changes; they are checked and dropped when popped.
@@ -81,34 +81,28 @@ class QueueState:
 
     def add_job(self, job: Job) -> None:
         """Append ``job`` at the back of the FIFO order (or move it there)."""
-        self._job_bytes.pop(job.id, None)
         self.jobs.pop(job.id, None)
         self.jobs[job.id] = job
-        self._job_bytes[job.id] = encode_job(job)
-        self._pos[job.id] = self._next_pos
-        self._next_pos += 1
-        self._index(job)
+        self._index(job, self._encoded_jobs.append(job.id, encode_job(job)))
         self.dirty = True
 
     def replace_job(self, job: Job) -> None:
         """Replace a job in place, keeping its position."""
         self.jobs[job.id] = job
-        self._job_bytes[job.id] = encode_job(job)
-        self._index(job)
+        self._encoded_jobs.update(job.id, encode_job(job))
+        self._index(job, self._encoded_jobs.slot(job.id))
         self.dirty = True
 
     def remove_job(self, job_id: str) -> Job:
         job = self.jobs.pop(job_id)
-        del self._job_bytes[job_id]
-        del self._pos[job_id]
+        self._encoded_jobs.remove(job_id)
         self.dirty = True
         return job
 
     def add_dead(self, dead: DeadLetter) -> None:
         self.dead.pop(dead.id, None)
-        self._dead_bytes.pop(dead.id, None)
         self.dead[dead.id] = dead
-        self._dead_bytes[dead.id] = encode_dead(dead)
+        self._encoded_dead.append(dead.id, encode_dead(dead))
         while len(self.dead) > self.policy.dead_letter_limit:
             oldest = next(iter(self.dead))
             self.counters(self.remove_dead(oldest).queue).dead_dropped += 1
@@ -116,12 +110,11 @@ class QueueState:
 
     def remove_dead(self, job_id: str) -> DeadLetter:
         dead = self.dead.pop(job_id)
-        del self._dead_bytes[job_id]
+        self._encoded_dead.remove(job_id)
         self.dirty = True
         return dead
 
-    def _index(self, job: Job) -> None:
-        pos = self._pos[job.id]
+    def _index(self, job: Job, pos: int) -> None:
         if job.status == "pending":
             if job.not_before is None:
                 heapq.heappush(self._ready.setdefault(job.queue, []), (pos, job.id))
@@ -132,7 +125,7 @@ class QueueState:
 
     def _is_current(self, job_id: str, pos: int) -> Job | None:
         job = self.jobs.get(job_id)
-        if job is None or job.status != "pending" or self._pos[job_id] != pos:
+        if job is None or job.status != "pending" or self._encoded_jobs.slot(job_id) != pos:
             return None
         return job
 
@@ -191,9 +184,11 @@ class QueueState:
 
     # -- encoding ------------------------------------------------------------
 
-    def encode(self, *, seq: int, writer: str, now: datetime) -> bytes:
-        """The document bytes for commit ``seq`` by ``writer``. Does not change the
-        state; call :meth:`committed` once the write has landed."""
+    def encode(self, *, seq: int, writer: str, now: datetime) -> list[bytes]:
+        """The document for commit ``seq`` by ``writer``, as parts to be written
+        one after another (see ``ObjectStore.put_parts``). Only chunks that
+        changed since the last encoding are rebuilt; the rest are shared.
+        Does not change the state; call :meth:`encoded` next."""
         recent = [*self.recent, (writer, seq)][-RECENT_COMMITS:]
         header = {
             "format": FORMAT,
@@ -204,14 +199,12 @@ class QueueState:
             "broker": {"id": self.broker.id, "url": self.broker.url, "epoch": self.broker.epoch},
             "queues": {name: counters_dict(c) for name, c in sorted(self.queues.items())},
         }
-        # One b"".join over every piece, separators included, so the document
-        # is copied exactly once (a nested join would copy the jobs twice).
         parts = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"dead":[']
-        _interleave(parts, self._dead_bytes.values())
+        parts.extend(self._encoded_dead.parts())
         parts.append(b'],"jobs":[')
-        _interleave(parts, self._job_bytes.values())
+        parts.extend(self._encoded_jobs.parts())
         parts.append(b"]}")
-        return b"".join(parts)
+        return parts
 
     def encoded(self, *, seq: int, writer: str) -> None:
         """Record that this state was encoded as commit ``seq`` by ``writer``.
@@ -225,15 +218,6 @@ class QueueState:
         self.etag = None
         self.recent.append((writer, seq))
         self.dirty = False
-
-
-def _interleave(parts: list[bytes], items: Iterable[bytes]) -> None:
-    """Append ``items`` to ``parts`` with a comma between each two."""
-    it = iter(items)
-    first = next(it, None)
-    if first is not None:
-        parts.append(first)
-        parts.extend(chain.from_iterable(zip(repeat(b","), it)))
 
 
 def counters_dict(c: QueueCounters) -> dict[str, int]:

@@ -13,7 +13,6 @@ requeued — moves to the back of its queue.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,7 +58,7 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
             expires_at=expires_at,
             seconds=op.lease_seconds,
         )
-        running = replace(job, status="running", attempts=job.attempts + 1, not_before=None, lease=lease)
+        running = job._replace(status="running", attempts=job.attempts + 1, not_before=None, lease=lease)
         state.replace_job(running)
         claimed.append(
             ClaimedJob(
@@ -92,8 +91,8 @@ def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
     assert job.lease is not None
     seconds = op.lease_seconds if op.lease_seconds is not None else job.lease.seconds
     expires_at = now + timedelta(seconds=seconds)
-    lease = replace(job.lease, heartbeat_at=now, expires_at=expires_at, seconds=seconds)
-    state.replace_job(replace(job, lease=lease))
+    lease = job.lease._replace(heartbeat_at=now, expires_at=expires_at, seconds=seconds)
+    state.replace_job(job._replace(lease=lease))
     return expires_at
 
 
@@ -131,7 +130,7 @@ def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
         return FailOutcome(status="dead")
     delay = op.retry_in_seconds if op.retry_in_seconds is not None else state.policy.backoff(job.attempts)
     not_before = now + timedelta(seconds=delay) if delay > 0 else None
-    state.add_job(replace(job, status="pending", lease=None, not_before=not_before, last_error=op.error))
+    state.add_job(job._replace(status="pending", lease=None, not_before=not_before, last_error=op.error))
     return FailOutcome(status="pending", not_before=not_before)
 
 
@@ -149,7 +148,7 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
         if job.attempts >= job.max_attempts:
             _to_dead(state, job, error, now)
         else:
-            state.add_job(replace(job, status="pending", lease=None, not_before=None, last_error=error))
+            state.add_job(job._replace(status="pending", lease=None, not_before=None, last_error=error))
         expired.append(job.id)
     return expired
 
@@ -170,7 +169,7 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     for job_id in op.job_ids:
         running = state.jobs.get(job_id)
         if running is not None:
-            state.add_job(replace(running, status="pending", lease=None, not_before=None))
+            state.add_job(running._replace(status="pending", lease=None, not_before=None))
         else:
             dead = state.remove_dead(job_id)
             state.add_job(

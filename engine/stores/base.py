@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import StoreConfigError
@@ -66,6 +67,21 @@ class ObjectStore(abc.ABC):
         unconditionally. Raises PreconditionFailed when the condition does not
         hold, StoreUnavailable when the outcome is unknown.
         """
+
+    def put_parts(
+        self,
+        key: str,
+        parts: Sequence[bytes],
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """Like :meth:`put` with ``data = b"".join(parts)``.
+
+        Backends that can send pieces one after another (a file, a socket)
+        override this to avoid copying a large document into one buffer.
+        """
+        return self.put(key, b"".join(parts), if_match=if_match, if_none_match=if_none_match)
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

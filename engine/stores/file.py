@@ -23,7 +23,7 @@ import fcntl
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -89,6 +89,16 @@ class FileStore(ObjectStore):
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> str:
+        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self,
+        key: str,
+        parts: Sequence[bytes],
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
         path = self._path(key)
         check_write_args(if_match, if_none_match)
         with self._locked(key):
@@ -101,17 +111,18 @@ class FileStore(ObjectStore):
             if if_match is not None and (current is None or _etag(current) != if_match):
                 raise PreconditionFailed(f"{path} changed since it was read")
             floor = current.st_mtime_ns + 1 if current is not None else 0
-            return self._replace(path, data, mtime_ns=max(time.time_ns(), floor))
+            return self._replace(path, parts, mtime_ns=max(time.time_ns(), floor))
 
-    def _replace(self, path: Path, data: bytes, *, mtime_ns: int) -> str:
+    def _replace(self, path: Path, parts: Sequence[bytes], *, mtime_ns: int) -> str:
         tmp = self.root / TMP_DIR / f"{uuid.uuid4().hex}.tmp"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view) :]
                 os.utime(fd, ns=(mtime_ns, mtime_ns))
                 os.fsync(fd)
                 st = os.fstat(fd)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.errors import PreconditionFailed
@@ -31,6 +32,7 @@ class MemoryStore(ObjectStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[str, Blob] = {}
+        self._pieces: dict[str, tuple[bytes, ...]] = {}  # objects written with put_parts, not yet joined
         self._etags = itertools.count(1)
         self.stats = StoreStats()
 
@@ -46,7 +48,11 @@ class MemoryStore(ObjectStore):
         check_key(key)
         with self._lock:
             self.stats.reads += 1
-            return self._objects.get(key)
+            blob = self._objects.get(key)
+            if blob is not None and key in self._pieces:
+                # Written with put_parts: assemble once, on first read.
+                blob = self._objects[key] = Blob(data=b"".join(self._pieces.pop(key)), etag=blob.etag)
+            return blob
 
     def put(
         self,
@@ -56,9 +62,25 @@ class MemoryStore(ObjectStore):
         if_match: str | None = None,
         if_none_match: bool = False,
     ) -> str:
+        return self._store(key, bytes(data), (), if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self,
+        key: str,
+        parts: Sequence[bytes],
+        *,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        # Keep the pieces and join them only if someone reads the object, as a
+        # network store would stream them without building one buffer.
+        return self._store(key, b"", tuple(parts), if_match=if_match, if_none_match=if_none_match)
+
+    def _store(
+        self, key: str, data: bytes, pieces: tuple[bytes, ...], *, if_match: str | None, if_none_match: bool
+    ) -> str:
         check_key(key)
         check_write_args(if_match, if_none_match)
-        data = bytes(data)
         with self._lock:
             current = self._objects.get(key)
             if if_none_match and current is not None:
@@ -69,6 +91,10 @@ class MemoryStore(ObjectStore):
                 raise PreconditionFailed(f"{key} changed since it was read")
             etag = f'"m{next(self._etags)}"'
             self._objects[key] = Blob(data=data, etag=etag)
+            if pieces:
+                self._pieces[key] = pieces
+            else:
+                self._pieces.pop(key, None)
             self.stats.writes += 1
             return etag
 
@@ -77,6 +103,7 @@ class MemoryStore(ObjectStore):
         with self._lock:
             self.stats.deletes += 1
             self._objects.pop(key, None)
+            self._pieces.pop(key, None)
 
     def list(self, prefix: str = "") -> list[str]:
         with self._lock:

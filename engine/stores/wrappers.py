@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Literal
 
 from engine.errors import PreconditionFailed, StoreUnavailable
@@ -33,6 +34,12 @@ class LatencyStore(ObjectStore):
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         time.sleep(self.latency)
         return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        time.sleep(self.latency)
+        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
 
     def delete(self, key: str) -> None:
         time.sleep(self.latency)
@@ -83,12 +90,17 @@ class FaultyStore(ObjectStore):
         return self.inner.get(key)
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
         fault = self._next_fault()
         if fault == "conflict":
             raise PreconditionFailed("injected: lost race")
         if fault == "lost":
             raise StoreUnavailable("injected: put timed out before landing")
-        etag = self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+        etag = self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
         if fault == "landed":
             raise StoreUnavailable("injected: put landed but the response was lost")
         return etag

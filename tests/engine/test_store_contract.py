@@ -683,35 +683,3 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def test_tmp_moto_race(s3_url):
-    import concurrent.futures
-    from engine.stores import open_store
-    store = open_store(s3_url)
-    store.put("counter", b"0", if_none_match=True)
-    def work(n):
-        done = conflicts = 0
-        while done < n:
-            blob = store.get("counter")
-            try:
-                store.put("counter", str(int(blob.data) + 1).encode(), if_match=blob.etag)
-            except PreconditionFailed:
-                conflicts += 1
-            else:
-                done += 1
-        return done, conflicts
-    with concurrent.futures.ThreadPoolExecutor(8) as ex:
-        res = list(ex.map(work, [50] * 8))
-    print("final", store.get("counter").data, "succ", sum(r[0] for r in res), "conf", sum(r[1] for r in res))
-    store.close()
-
-
-def test_tmp_profile(monkeypatch, aws_credentials):
-    monkeypatch.setenv("AWS_PROFILE", "nope")
-    store = S3Store(bucket="some-bucket", endpoint_url="http://127.0.0.1:1", max_attempts=1)
-    try:
-        store.get("x")
-    except Exception as e:
-        print(repr(e), repr(e.__cause__))
-    store.close()
