@@ -37,8 +37,9 @@ def _systems(text: str) -> tuple[str, ...]:
 
 def parse_args(argv: list[str]) -> tuple[str, BenchConfig, argparse.Namespace]:
     """Return the command ("run" or "memory"), the run's config and the raw args."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", nargs="?", choices=("run", "memory"), default="run")
     parser.add_argument("--systems", type=_systems, help=f"comma list (default: {','.join(SYSTEMS)})")
     parser.add_argument("--submitters", type=_ints, help="concurrent submitters (default: 1,16,256,2048)")
@@ -84,14 +85,17 @@ def _progress(index: int, total: int, r: RunResult) -> None:
         line = f"{r.ops_per_s:,.0f} ops/s, p99 {p99} ms, {r.writes} writes, setup {r.setup_s:.1f} s"
         if r.timed_out:
             line += f", {r.timed_out} timed out"
-    print(f"[{index}/{total}] {r.system} depth={r.depth:,} submitters={r.submitters:,}: {line}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{index}/{total}] {r.system} depth={r.depth:,} submitters={r.submitters:,}: {line}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     command, cfg, args = parse_args(sys.argv[1:] if argv is None else argv)
     facts = report.machine_facts()
-    print(report.header(cfg, facts))
+    print(report.header(cfg, facts, runs=command == "run"))
     print(flush=True)
     results: list[RunResult] = []
     if command == "run":

@@ -56,20 +56,21 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
-def header(cfg: BenchConfig, facts: dict[str, Any]) -> str:
-    """The lines above the table: command, machine, conditions."""
-    return "\n".join(
-        [
-            f"command: `{cfg.command}`",
-            f"machine: nproc={facts['nproc']}, {facts['cpu'] or 'unknown CPU'}, {facts['memory_gib']} GiB RAM, "
-            f"{facts['os']}",
-            f"python: {facts['python']}; jqueue {facts['jqueue']}, orjson {facts['orjson']}, "
-            f"pydantic {facts['pydantic']}",
+def header(cfg: BenchConfig, facts: dict[str, Any], *, runs: bool = True) -> str:
+    """The lines above the table: command, machine and (with ``runs``) the run conditions."""
+    lines = [
+        f"command: `{cfg.command}`",
+        f"machine: nproc={facts['nproc']}, {facts['cpu'] or 'unknown CPU'}, {facts['memory_gib']} GiB RAM, "
+        f"{facts['os']}",
+        f"python: {facts['python']}; jqueue {facts['jqueue']}, orjson {facts['orjson']}, pydantic {facts['pydantic']}",
+    ]
+    if runs:
+        lines.append(
             f"conditions: engine.MemoryStore + {cfg.latency * 1000:g} ms per get and put; ~200-byte JSON payloads; "
             f"closed-loop submitters; warm-up {cfg.warmup:g} s, then a {cfg.duration:g} s window per run; "
-            f"fresh store per run; op timeout {cfg.op_timeout:g} s",
-        ]
-    )
+            f"fresh store per run; op timeout {cfg.op_timeout:g} s"
+        )
+    return "\n".join(lines)
 
 
 def add_ratios(results: list[RunResult]) -> None:
@@ -143,13 +144,15 @@ def target_lines(cfg: BenchConfig, results: list[RunResult]) -> list[str]:
     lines = []
     for depth, min_ops, max_p99 in TARGETS:
         run = next(
-            (r for r in results
-             if r.system == "group" and r.depth == depth and r.submitters == TARGET_SUBMITTERS and not r.skipped),
+            (
+                r
+                for r in results
+                if r.system == "group" and r.depth == depth and r.submitters == TARGET_SUBMITTERS and not r.skipped
+            ),
             None,
         )
         goal = (
-            f"group, {TARGET_SUBMITTERS:,} submitters, depth {depth:,}: "
-            f">= {min_ops:,.0f} ops/s, p99 <= {max_p99:g} ms"
+            f"group, {TARGET_SUBMITTERS:,} submitters, depth {depth:,}: >= {min_ops:,.0f} ops/s, p99 <= {max_p99:g} ms"
         )
         if run is None:
             lines.append(f"- {goal}: not measured in this run")
@@ -162,8 +165,9 @@ def target_lines(cfg: BenchConfig, results: list[RunResult]) -> list[str]:
     return lines
 
 
-def dump_json(path: str, cfg: BenchConfig, facts: dict[str, Any], results: list[RunResult],
-              memory: dict[str, Any] | None) -> None:
+def dump_json(
+    path: str, cfg: BenchConfig, facts: dict[str, Any], results: list[RunResult], memory: dict[str, Any] | None
+) -> None:
     """Write everything measured to ``path`` as JSON."""
     doc = {
         "command": cfg.command,

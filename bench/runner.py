@@ -168,9 +168,7 @@ async def _run_async(system: AsyncSystem, result: RunResult, cfg: BenchConfig) -
     await asyncio.wait_for(system.start(), timeout=2 * cfg.op_timeout)
     result.setup_s += perf_counter() - started
     clock, tally = _Clock(), _Tally()
-    tasks = [
-        asyncio.create_task(_async_submitter(system.pusher(i), clock, tally)) for i in range(result.submitters)
-    ]
+    tasks = [asyncio.create_task(_async_submitter(system.pusher(i), clock, tally)) for i in range(result.submitters)]
     clean = True
     try:
         await asyncio.sleep(cfg.warmup)

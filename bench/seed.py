@@ -8,8 +8,10 @@ not measured; the bytes are written straight into the bare MemoryStore.
 
 from __future__ import annotations
 
-from jqueue.core import codec as jqueue_codec
-from jqueue.domain.models import Job as JQueueJob
+from collections.abc import Sequence
+
+from jqueue.core import codec as jqueue_codec  # type: ignore[import-untyped]
+from jqueue.domain.models import Job as JQueueJob  # type: ignore[import-untyped]
 from jqueue.domain.models import QueueState as JQueueState
 
 from bench.config import QUEUE, payload, payload_bytes
@@ -32,7 +34,9 @@ def engine_document(depth: int, *, policy: Policy | None = None) -> bytes | None
     for start in range(0, depth, SEED_BATCH):
         payloads = [payload(n) for n in range(start, min(start + SEED_BATCH, depth))]
         push(state, push_op(QUEUE, payloads, policy=policy), now)
-    return state.encode(seq=1, writer=SEED_WRITER, now=now)
+    encoded: bytes | Sequence[bytes] = state.encode(seq=1, writer=SEED_WRITER, now=now)
+    # QueueState.encode returns the document as bytes or as a list of pieces.
+    return encoded if isinstance(encoded, bytes) else b"".join(encoded)
 
 
 def jqueue_document(depth: int) -> bytes | None:
@@ -41,7 +45,8 @@ def jqueue_document(depth: int) -> bytes | None:
     if depth <= 0:
         return None
     jobs = tuple(JQueueJob.new(QUEUE, payload_bytes(n)) for n in range(depth))
-    return jqueue_codec.encode(JQueueState(jobs=jobs, version=depth))
+    data: bytes = jqueue_codec.encode(JQueueState(jobs=jobs, version=depth))
+    return data
 
 
 class Seeds:

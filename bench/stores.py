@@ -10,8 +10,9 @@ the benchmark reports as writes, for every system alike.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from jqueue import CASConflictError
+from jqueue import CASConflictError  # type: ignore[import-untyped]
 
 from engine import Blob, MemoryStore, ObjectStore, PreconditionFailed
 
@@ -48,6 +49,12 @@ class AbortableStore(ObjectStore):
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         self._check()
         return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        self._check()
+        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
 
     def delete(self, key: str) -> None:
         self._check()

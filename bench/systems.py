@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from jqueue import BrokerQueue, DirectQueue
+from jqueue import BrokerQueue, DirectQueue  # type: ignore[import-untyped]
 
 from bench.config import ENGINE_KEY, JQUEUE_KEY, QUEUE, payload, payload_bytes
 from bench.seed import Seeds

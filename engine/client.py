@@ -95,3 +95,57 @@ def unwrap(result: Any) -> Any:
     if isinstance(result, QueueError):
         raise result
     return result
+
+
+class AsyncQueueMethods(abc.ABC):
+    """The same operations as :class:`QueueClient`, for coroutines: each awaits
+    the commit without blocking the event loop."""
+
+    policy: Policy
+
+    @abc.abstractmethod
+    async def aexecute(self, op: Operation) -> Any:
+        """Commit ``op`` and return its outcome, or raise its error."""
+
+    async def apush(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        max_attempts: int | None = None,
+        delay_seconds: float = 0,
+    ) -> list[str]:
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        result: list[str] = await self.aexecute(op)
+        return result
+
+    async def aclaim(
+        self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None
+    ) -> list[ClaimedJob]:
+        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+        result: list[ClaimedJob] = await self.aexecute(op)
+        return result
+
+    async def aheartbeat(self, job_id: str, lease: str, *, lease_seconds: float | None = None) -> datetime:
+        result: datetime = await self.aexecute(heartbeat_op(job_id, lease, lease_seconds=lease_seconds))
+        return result
+
+    async def acomplete(self, job_id: str, lease: str) -> None:
+        await self.aexecute(complete_op(job_id, lease))
+
+    async def afail(
+        self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None
+    ) -> FailOutcome:
+        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
+        result: FailOutcome = await self.aexecute(op)
+        return result
+
+    async def arequeue(self, job_ids: Iterable[str]) -> list[str]:
+        result: list[str] = await self.aexecute(requeue_op(job_ids))
+        return result
+
+    async def apurge(
+        self, job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
+    ) -> list[str]:
+        result: list[str] = await self.aexecute(purge_op(job_ids, queue=queue, status=status))
+        return result

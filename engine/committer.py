@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from engine.client import QueueClient, unwrap
+from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
 from engine.model import new_writer_id, utc_now
@@ -126,7 +126,7 @@ def _settle_futures(items: list[tuple[asyncio.Future[Any], Any]]) -> None:
             future.set_result(result)
 
 
-class GroupCommitter(QueueClient):
+class GroupCommitter(QueueClient, AsyncQueueMethods):
     """Applies operations in batches, one conditional write per batch.
 
     ``start()`` reads the document (raising DocumentError if it is unreadable)
@@ -166,9 +166,7 @@ class GroupCommitter(QueueClient):
         # The latest version we read or wrote, as parts (joined only on demand).
         self._committed: list[bytes] | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
-        # One thread runs the puts, so the writer can apply new operations
-        # while a write is in flight.
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{key}")
+        self._io: ThreadPoolExecutor | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -177,7 +175,13 @@ class GroupCommitter(QueueClient):
         with self._cond:
             if self._running:
                 return self
+            if self._thread is not None and self._thread.is_alive():
+                raise EngineError("the committer is still stopping; wait for stop() to return")
             self._state = self._load()
+            self._unsettled.clear()
+            # One thread runs the puts, so the writer can apply new operations
+            # while a write is in flight.
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{self.key}")
             self._running = True
             self._thread = threading.Thread(target=self._run, name=f"committer:{self.key}", daemon=True)
             self._thread.start()
@@ -197,7 +201,7 @@ class GroupCommitter(QueueClient):
         self._fail(dropped, CommitterStopped("the committer was stopped"))
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-            if not thread.is_alive():
+            if not thread.is_alive() and self._io is not None:
                 self._io.shutdown(wait=True)
 
     def __enter__(self) -> GroupCommitter:
@@ -238,7 +242,7 @@ class GroupCommitter(QueueClient):
         pending = _Pending(op, asyncio.get_running_loop())
         self._submit(pending)
         assert pending.future is not None
-        return unwrap(await pending.future)
+        return await pending.future
 
     def document(self) -> dict[str, Any]:
         """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
@@ -315,6 +319,7 @@ class GroupCommitter(QueueClient):
         write = _Write(batch, seq, state.encode(seq=seq, writer=self.writer_id, now=self.clock()))
         if_match = state.etag
         state.encoded(seq=seq, writer=self.writer_id)
+        assert self._io is not None
         self._io.submit(self._put, write, if_match)
         return write
 

@@ -1,0 +1,386 @@
+"""GroupCommitter (layer 2): batching, durable acknowledgement, lost races,
+ambiguous writes, unreadable documents and lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Sequence
+
+import orjson
+import pytest
+
+from engine import (
+    CommitterStopped,
+    DocumentError,
+    FaultyStore,
+    GroupCommitter,
+    LatencyStore,
+    LeaseLost,
+    MemoryStore,
+    ObjectStore,
+    PreconditionFailed,
+    StoreUnavailable,
+)
+from engine.stores.base import Blob
+
+KEY = "queue.json"
+
+
+def stored_ids(store: ObjectStore) -> list[str]:
+    """Job ids in the document as it is in the store now (a fresh read)."""
+    blob = store.get(KEY)
+    assert blob is not None
+    return [job["id"] for job in orjson.loads(blob.data)["jobs"]]
+
+
+class GatedStore(ObjectStore):
+    """Holds every put until the test opens the gate, to observe what callers
+    see while a write is in flight."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.entered = threading.Semaphore(0)
+        self.gate = threading.Semaphore(0)
+
+    def get(self, key: str) -> Blob | None:
+        return self.inner.get(key)
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        self.entered.release()
+        assert self.gate.acquire(timeout=10), "test never opened the gate"
+        return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        return self.put(key, b"".join(parts), if_match=if_match, if_none_match=if_none_match)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+
+@pytest.fixture
+def memory() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+def committer(memory: MemoryStore) -> Iterator[GroupCommitter]:
+    with GroupCommitter(memory) as c:
+        yield c
+
+
+def test_push_claim_complete_round_trip(committer: GroupCommitter, memory: MemoryStore) -> None:
+    [job_id] = committer.push("q", [{"n": 1}])
+    [claimed] = committer.claim("w1", ["q"])
+    assert (claimed.id, claimed.payload, claimed.attempt) == (job_id, {"n": 1}, 1)
+    committer.complete(claimed.id, claimed.lease)
+    assert stored_ids(memory) == []
+    assert committer.document()["queues"]["q"]["completed"] == 1
+
+
+def test_five_hundred_concurrent_submitters_batch_and_every_ack_is_stored() -> None:
+    memory = MemoryStore()
+    # A little latency makes submitters pile up behind each write, as on S3.
+    committer = GroupCommitter(LatencyStore(memory, latency=0.01)).start()
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def thread_submitter(n: int) -> None:
+        for i in range(4):
+            ids = committer.push("q", [{"thread": n, "i": i}])
+            with lock:
+                acked.extend(ids)
+
+    async def async_submitters() -> None:
+        async def one(n: int) -> None:
+            for i in range(4):
+                acked.extend(await committer.apush("q", [{"task": n, "i": i}]))
+
+        await asyncio.gather(*(one(n) for n in range(400)))
+
+    threads = [threading.Thread(target=thread_submitter, args=(n,)) for n in range(100)]
+    for t in threads:
+        t.start()
+    asyncio.run(async_submitters())
+    for t in threads:
+        t.join()
+    committer.stop()
+
+    assert len(acked) == 2000 == len(set(acked))
+    assert sorted(stored_ids(memory)) == sorted(acked)
+    # Far fewer writes than operations: that is the point of group commit.
+    assert memory.writes <= len(acked) / 10
+    assert committer.stats.mean_batch >= 10
+
+
+def test_answer_comes_only_after_the_write_lands() -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    committer = GroupCommitter(gated).start()
+    answered = threading.Event()
+    result: list[str] = []
+
+    def push() -> None:
+        result.extend(committer.push("q", ["x"]))
+        answered.set()
+
+    threading.Thread(target=push).start()
+    assert gated.entered.acquire(timeout=5)
+    assert not answered.wait(0.2), "answered before the write landed (I1)"
+    assert memory.get(KEY) is None
+    gated.gate.release()
+    assert answered.wait(5)
+    assert stored_ids(memory) == result
+    committer.stop()
+
+
+def test_operations_arriving_during_a_write_go_in_the_next_write_and_wait_for_it() -> None:
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    committer = GroupCommitter(gated).start()
+    first_done, second_done = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (committer.push("q", ["a"]), first_done.set())).start()
+    assert gated.entered.acquire(timeout=5)  # write 1 in flight
+    threading.Thread(target=lambda: (committer.push("q", ["b"]), second_done.set())).start()
+    assert not second_done.wait(0.2)
+    gated.gate.release()  # write 1 lands
+    assert first_done.wait(5)
+    assert gated.entered.acquire(timeout=5)  # write 2 carries "b"
+    assert not second_done.wait(0.2), "answered before its own write landed (I1)"
+    gated.gate.release()
+    assert second_done.wait(5)
+    payloads = [job["payload"] for job in orjson.loads(memory.get(KEY).data)["jobs"]]  # type: ignore[union-attr]
+    assert payloads == ["a", "b"]
+    committer.stop()
+
+
+def test_a_refused_operation_does_not_spoil_its_batch(committer: GroupCommitter, memory: MemoryStore) -> None:
+    [job_id] = committer.push("q", ["x"])
+    [claimed] = committer.claim("w", ["q"])
+
+    async def mixed() -> list[object]:
+        return await asyncio.gather(
+            committer.apush("q", ["y"]),
+            committer.acomplete(job_id, "not-the-lease"),
+            committer.aheartbeat(job_id, claimed.lease),
+            return_exceptions=True,
+        )
+
+    pushed, refused, extended = asyncio.run(mixed())
+    assert isinstance(refused, LeaseLost)
+    assert isinstance(pushed, list) and len(stored_ids(memory)) == 2
+    assert not isinstance(extended, BaseException)
+
+
+def test_an_empty_claim_writes_nothing(committer: GroupCommitter, memory: MemoryStore) -> None:
+    committer.push("q", ["x"])
+    writes = memory.writes
+    assert committer.claim("w", ["other"]) == []
+    assert memory.writes == writes
+
+
+def test_lost_race_rereads_and_reapplies_without_losing_either_writer(memory: MemoryStore) -> None:
+    a = GroupCommitter(memory).start()
+    b = GroupCommitter(memory).start()
+    ids: list[str] = []
+    for i in range(20):
+        ids += a.push("q", [f"a{i}"])
+        ids += b.push("q", [f"b{i}"])  # b's cached ETag is always stale here
+    a.stop()
+    b.stop()
+    assert sorted(stored_ids(memory)) == sorted(ids)
+    assert a.stats.lost_races + b.stats.lost_races >= 20
+    assert orjson.loads(memory.get(KEY).data)["seq"] == memory.writes  # type: ignore[union-attr]
+
+
+def test_lost_race_hook_can_fail_the_batch(memory: MemoryStore) -> None:
+    class Fenced(StoreUnavailable):
+        pass
+
+    def refuse(fresh: object) -> None:
+        raise Fenced("another broker leads")
+
+    other = GroupCommitter(memory).start()
+    committer = GroupCommitter(memory, on_lost_race=refuse).start()
+    other.push("q", ["theirs"])
+    with pytest.raises(Fenced):
+        committer.push("q", ["ours"])
+    assert [j["payload"] for j in other.document()["jobs"]] == ["theirs"]
+    assert len(stored_ids(memory)) == 1
+    other.stop()
+    committer.stop()
+
+
+@pytest.mark.parametrize("fault", ["landed", "lost", "conflict"])
+def test_failed_write_is_settled_by_rereading(memory: MemoryStore, fault: str) -> None:
+    faulty = FaultyStore(memory)
+    committer = GroupCommitter(faulty).start()
+    committer.push("q", ["before"])
+    faulty.inject(fault)  # type: ignore[arg-type]
+    [job_id] = committer.push("q", ["during"])
+    committer.push("q", ["after"])
+    committer.stop()
+    # Exactly once each, whether or not the faulty write had landed.
+    payloads = [j["payload"] for j in orjson.loads(memory.get(KEY).data)["jobs"]]  # type: ignore[union-attr]
+    assert payloads == ["before", "during", "after"]
+    assert job_id in stored_ids(memory)
+    if fault == "landed":
+        assert committer.stats.ambiguous == 1 and committer.stats.lost_races == 0
+    if fault == "conflict":
+        assert committer.stats.lost_races == 1
+
+
+def test_a_write_that_landed_is_recognised_even_after_others_wrote(memory: MemoryStore) -> None:
+    """The reply of our write is lost and another writer commits on top before
+    we re-read: the recent-commits list still shows our write landed."""
+    faulty = FaultyStore(memory)
+    committer = GroupCommitter(faulty).start()
+    other = GroupCommitter(memory).start()
+    committer.push("q", ["first"])
+    original_put_parts = memory.put_parts
+
+    def put_then_someone_else_writes(*args: object, **kwargs: object) -> str:
+        etag = original_put_parts(*args, **kwargs)  # type: ignore[arg-type]
+        memory.put_parts = original_put_parts  # type: ignore[method-assign]
+        other.stop()
+        other.start()  # re-reads, so its next write is on top of ours
+        other.push("q", ["theirs"])
+        return etag
+
+    memory.put_parts = put_then_someone_else_writes  # type: ignore[method-assign]
+    faulty.inject("landed")
+    committer.push("q", ["ours"])
+    committer.stop()
+    other.stop()
+    payloads = [j["payload"] for j in orjson.loads(memory.get(KEY).data)["jobs"]]  # type: ignore[union-attr]
+    assert payloads == ["first", "ours", "theirs"]
+
+
+def test_store_down_fails_the_batch_without_acknowledging(memory: MemoryStore) -> None:
+    faulty = FaultyStore(memory)
+    committer = GroupCommitter(faulty, max_retries=3, retry_backoff_seconds=0.001).start()
+    faulty.inject("lost", "lost", "lost", "lost", "lost")
+    with pytest.raises(StoreUnavailable):
+        committer.push("q", ["x"])
+    assert memory.get(KEY) is None
+    # The store is back: the committer re-reads and goes on.
+    [job_id] = committer.push("q", ["y"])
+    assert stored_ids(memory) == [job_id]
+    committer.stop()
+
+
+CORRUPT = [
+    b"{not json",
+    b"",
+    b'{"hello": "world"}',
+    b'["a", "list"]',
+    b'{"format": 2, "seq": 1, "jobs": [], "dead": [], "queues": {}}',
+]
+
+
+@pytest.mark.parametrize("data", CORRUPT, ids=["garbage", "empty", "foreign", "list", "format-2"])
+def test_unreadable_document_is_never_overwritten(memory: MemoryStore, data: bytes) -> None:
+    memory.put(KEY, data)
+    with pytest.raises(DocumentError) as info:
+        GroupCommitter(memory).start()
+    assert KEY in str(info.value)
+    assert memory.get(KEY).data == data  # type: ignore[union-attr]
+
+
+def test_document_corrupted_while_running_stops_writes_until_repaired(memory: MemoryStore) -> None:
+    committer = GroupCommitter(memory).start()
+    committer.push("q", ["x"])
+    good = memory.get(KEY)
+    assert good is not None
+    memory.put(KEY, b"{truncated")
+    for _ in range(2):
+        with pytest.raises(DocumentError):
+            committer.push("q", ["y"])
+        assert memory.get(KEY).data == b"{truncated"  # type: ignore[union-attr]
+    memory.put(KEY, good.data)  # an operator restores it
+    committer.push("q", ["z"])
+    assert [j["payload"] for j in committer.document()["jobs"]] == ["x", "z"]
+    committer.stop()
+
+
+def test_stop_drains_by_default_and_refuses_afterwards(memory: MemoryStore) -> None:
+    gated = GatedStore(memory)
+    committer = GroupCommitter(gated).start()
+    results: list[object] = []
+    threading.Thread(target=lambda: results.append(committer.push("q", ["a"]))).start()
+    assert gated.entered.acquire(timeout=5)
+    stopper = threading.Thread(target=committer.stop)
+    stopper.start()
+    gated.gate.release()
+    stopper.join(5)
+    assert not stopper.is_alive() and len(results) == 1
+    with pytest.raises(CommitterStopped):
+        committer.push("q", ["b"])
+    committer.stop()  # idempotent
+
+
+def test_stop_without_drain_fails_what_is_queued(memory: MemoryStore) -> None:
+    gated = GatedStore(memory)
+    committer = GroupCommitter(gated).start()
+    outcomes: list[object] = []
+
+    def push(payload: str) -> None:
+        try:
+            outcomes.append(committer.push("q", [payload]))
+        except CommitterStopped as exc:
+            outcomes.append(exc)
+
+    first = threading.Thread(target=push, args=("a",))
+    first.start()
+    assert gated.entered.acquire(timeout=5)
+    second = threading.Thread(target=push, args=("b",))
+    second.start()
+    while not committer._queue and second.is_alive():  # wait until "b" is queued
+        second.join(0.01)
+    committer.stop(drain=False, timeout=0.1)
+    second.join(5)
+    gated.gate.release()
+    first.join(5)
+    committer.stop()
+    assert any(isinstance(o, CommitterStopped) for o in outcomes)
+    assert any(isinstance(o, list) for o in outcomes)
+
+
+def test_async_callers_do_not_block_the_event_loop(memory: MemoryStore) -> None:
+    gated = GatedStore(memory)
+    committer = GroupCommitter(gated).start()
+
+    async def scenario() -> None:
+        push = asyncio.ensure_future(committer.apush("q", ["x"]))
+        ticks = 0
+        while not gated.entered.acquire(blocking=False):
+            await asyncio.sleep(0.001)
+        for _ in range(20):  # the loop keeps running while the write is held
+            await asyncio.sleep(0.001)
+            ticks += 1
+        assert not push.done()
+        gated.gate.release()
+        assert len(await push) == 1
+        assert ticks == 20
+
+    asyncio.run(scenario())
+    committer.stop()
+
+
+def test_document_reflects_the_last_commit(committer: GroupCommitter) -> None:
+    assert committer.document() == {}
+    committer.push("q", [1, 2])
+    doc = committer.document()
+    assert doc["format"] == 1 and doc["seq"] == 1 and doc["writer"] == committer.writer_id
+    assert [j["payload"] for j in doc["jobs"]] == [1, 2]
+
+
+def test_precondition_failed_is_what_a_second_creator_sees(memory: MemoryStore) -> None:
+    memory.put(KEY, b"{}", if_none_match=True)
+    with pytest.raises(PreconditionFailed):
+        memory.put(KEY, b"{}", if_none_match=True)
