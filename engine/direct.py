@@ -17,7 +17,7 @@ import orjson
 
 from engine.client import QueueClient, unwrap
 from engine.document import QueueState
-from engine.errors import PreconditionFailed, StoreUnavailable
+from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation
 from engine.parsing import empty_state, parse_document
@@ -71,6 +71,7 @@ class DirectClient(QueueClient):
         # by sequence number: a retried PUT can fail although an earlier
         # attempt of it landed, and the next read tells.
         unsettled: dict[int, Any] = {}
+        last_error: EngineError | None = None
         for attempt in range(self.max_retries + 1):
             state = self._read()
             for seq, earlier in unsettled.items():
@@ -89,11 +90,13 @@ class DirectClient(QueueClient):
                     self.store.put_parts(self.key, parts, if_match=state.etag)
             except (PreconditionFailed, StoreUnavailable) as exc:
                 unsettled[seq] = result
+                last_error = exc
                 self.lost_races += isinstance(exc, PreconditionFailed)
                 self._sleep(attempt)
                 continue
             return unwrap(result)
-        raise PreconditionFailed(f"{self.key}: gave up after {self.max_retries} retries")
+        kind = type(last_error) if isinstance(last_error, StoreUnavailable) else PreconditionFailed
+        raise kind(f"{self.key}: gave up after {self.max_retries} retries: {last_error}")
 
     def _sleep(self, attempt: int) -> None:
         cap = min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(attempt, 16))

@@ -1,0 +1,131 @@
+"""Both clients, DirectClient (layer 1) and GroupCommitter (layer 2), behave
+the same: same methods, same outcomes, same refusals that change nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from engine import (
+    DirectClient,
+    FaultyStore,
+    GroupCommitter,
+    InvalidPayload,
+    JobNotFound,
+    LeaseLost,
+    MemoryStore,
+    PayloadTooLarge,
+    Policy,
+    QueueClient,
+    StoreUnavailable,
+    ValidationError,
+    open_store,
+)
+
+KEY = "queue.json"
+
+
+@pytest.fixture(params=["direct", "group"])
+def make_client(request: pytest.FixtureRequest) -> Iterator[Callable[..., QueueClient]]:
+    made: list[GroupCommitter] = []
+
+    def make(store: Any, **kwargs: Any) -> QueueClient:
+        if request.param == "direct":
+            return DirectClient(store, **kwargs)
+        committer = GroupCommitter(store, **kwargs).start()
+        made.append(committer)
+        return committer
+
+    yield make
+    for committer in made:
+        committer.stop()
+
+
+def test_same_life_of_a_job(make_client: Callable[..., QueueClient]) -> None:
+    client = make_client(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0))
+    a, b = client.push("q", [{"n": 1}, {"n": 2}])
+    [first] = client.claim("w", ["q"])
+    assert first.id == a and first.attempt == 1
+    client.heartbeat(first.id, first.lease)
+    assert client.fail(first.id, first.lease, error="boom").status == "pending"
+    [second] = client.claim("w", ["q"])
+    assert second.id == b  # the retried job went to the back of the queue
+    client.complete(second.id, second.lease)
+    [again] = client.claim("w", ["q"])
+    assert (again.id, again.attempt) == (a, 2)
+    assert client.fail(again.id, again.lease, error="boom twice").status == "dead"
+    doc = client.document()
+    assert doc["jobs"] == [] and [d["id"] for d in doc["dead"]] == [a]
+    assert doc["dead"][0]["error"] == "boom twice"
+    assert client.requeue([a]) == [a]
+    assert client.purge(queue="q", status="pending") == [a]
+    assert doc["queues"]["q"]["pushed"] == 2
+
+
+def _bad_inputs(client: QueueClient, job_id: str, lease: str) -> list[tuple[Callable[[], object], type]]:
+    return [
+        (lambda: client.push("q", [{1, 2}]), InvalidPayload),
+        (lambda: client.push("q", [object()]), InvalidPayload),
+        (lambda: client.push("q", [float("nan")]), InvalidPayload),
+        (lambda: client.push("q", ["x" * 2000]), PayloadTooLarge),
+        (lambda: client.push("no spaces allowed", [1]), ValidationError),
+        (lambda: client.push("q", []), ValidationError),
+        (lambda: client.claim("w", ["q"], max_jobs=0), ValidationError),
+        (lambda: client.complete(job_id, "wrong-lease"), LeaseLost),
+        (lambda: client.heartbeat(job_id, "wrong-lease"), LeaseLost),
+        (lambda: client.fail(job_id, "wrong-lease", error="x"), LeaseLost),
+        (lambda: client.complete("no-such-job", lease), JobNotFound),
+        (lambda: client.requeue(["no-such-job"]), JobNotFound),
+        (lambda: client.purge(["no-such-job"]), JobNotFound),
+    ]
+
+
+def test_bad_input_gets_a_clear_error_and_changes_nothing(make_client: Callable[..., QueueClient]) -> None:
+    store = MemoryStore()
+    client = make_client(store, policy=Policy(max_payload_bytes=1000))
+    [job_id] = client.push("q", ["x"])
+    [claimed] = client.claim("w", ["q"])
+    before = store.get(KEY)
+    assert before is not None
+    for call, error in _bad_inputs(client, job_id, claimed.lease):
+        with pytest.raises(error) as info:
+            call()
+        assert str(info.value)
+        after = store.get(KEY)
+        assert after is not None and after.data == before.data and after.etag == before.etag
+
+
+def test_ambiguous_write_that_landed_is_not_applied_twice(make_client: Callable[..., QueueClient]) -> None:
+    memory = MemoryStore()
+    faulty = FaultyStore(memory)
+    client = make_client(faulty)
+    client.push("q", ["a"])
+    faulty.inject("landed")
+    client.push("q", ["b"])
+    assert [j["payload"] for j in client.document()["jobs"]] == ["a", "b"]
+
+
+def test_a_store_that_stays_down_gives_store_unavailable(make_client: Callable[..., QueueClient]) -> None:
+    memory = MemoryStore()
+    faulty = FaultyStore(memory)
+    client = make_client(faulty, max_retries=2)
+    client.push("q", ["a"])
+    faulty.inject("lost", "lost", "lost", "lost")
+    faulty.fail_gets = 0
+    with pytest.raises(StoreUnavailable):
+        client.push("q", ["b"])
+
+
+def test_clients_work_against_s3_over_http(make_client: Callable[..., QueueClient], s3_url: str) -> None:
+    store = open_store(s3_url)
+    client = make_client(store)
+    ids = client.push("q", [{"n": n} for n in range(5)])
+    claimed = client.claim("w", ["q"], max_jobs=5)
+    assert [c.id for c in claimed] == ids
+    for job in claimed:
+        client.complete(job.id, job.lease)
+    blob = store.get(KEY)
+    assert blob is not None and b'"completed":5' in blob.data
+    store.close()
