@@ -11,7 +11,9 @@ import json
 import math
 import os
 import platform
+import subprocess
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig
@@ -53,7 +55,25 @@ def machine_facts() -> dict[str, Any]:
         "jqueue": version("jqueue"),
         "orjson": version("orjson"),
         "pydantic": version("pydantic"),
+        "git": _git_revision(),
     }
+
+
+def _git_revision() -> str:
+    """The checkout's commit, with "-dirty" when it has uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
 
 
 def header(cfg: BenchConfig, facts: dict[str, Any], *, runs: bool = True) -> str:
@@ -62,7 +82,8 @@ def header(cfg: BenchConfig, facts: dict[str, Any], *, runs: bool = True) -> str
         f"command: `{cfg.command}`",
         f"machine: nproc={facts['nproc']}, {facts['cpu'] or 'unknown CPU'}, {facts['memory_gib']} GiB RAM, "
         f"{facts['os']}",
-        f"python: {facts['python']}; jqueue {facts['jqueue']}, orjson {facts['orjson']}, pydantic {facts['pydantic']}",
+        f"python: {facts['python']}; jqueue {facts['jqueue']}, orjson {facts['orjson']}, "
+        f"pydantic {facts['pydantic']}; code at git {facts['git']}",
     ]
     if runs:
         lines.append(
@@ -96,6 +117,8 @@ def _notes(r: RunResult) -> str:
         parts.append(r.skipped)
     if r.failed:
         parts.append(f"failed: {r.failed}")
+    if r.aborted:
+        parts.append(r.aborted)
     if r.lost:
         parts.append(f"LOST {r.lost:,} acknowledged pushes")
     if r.timed_out:
@@ -128,12 +151,15 @@ def table(results: list[RunResult]) -> str:
 
 
 def legend(cfg: BenchConfig) -> str:
+    """What the columns mean (printed under the table)."""
     limit = f"submitters ÷ {cfg.latency * 1000:g} ms" if cfg.latency > 0 else "n/a at zero latency"
     return (
         "ops/s: pushes acknowledged in the window ÷ window. p50/p99: per push, call to acknowledgement, over "
-        "pushes started in the window. writes: puts that landed in the window; CAS conflicts: puts refused by "
-        f"their condition. mean batch: pushes per write. vs limit: ops/s ÷ ({limit}), the closed-loop "
-        "ceiling if every push cost exactly one store round trip."
+        "the pushes started in the window that succeeded (failed pushes are counted under errors). writes: puts "
+        "that landed in the window; CAS conflicts: puts refused by their condition. mean batch: pushes per "
+        f"write. vs limit: ops/s ÷ ({limit}), the closed-loop ceiling if every push cost exactly one store round "
+        f"trip. timed out: pushes unanswered {cfg.op_timeout:g} s after the window closed; the run is then "
+        "aborted. LOST: acknowledged pushes missing from the final document."
     )
 
 

@@ -7,23 +7,26 @@ measure for ``duration`` seconds; then stop submitting and wait for the
 operations still in flight.
 
 * ``ops_per_s`` — pushes acknowledged inside the window, divided by its length.
-* ``p50_ms`` / ``p99_ms`` — over every push *started* inside the window, timed
-  with ``perf_counter`` from call to acknowledgement, including those that
-  finish after the window (so slow operations are not dropped).
+* ``p50_ms`` / ``p99_ms`` — over every push *started* inside the window that
+  succeeded, timed with ``perf_counter`` from call to acknowledgement,
+  including those that finish after the window (slow ones are not dropped).
 * ``writes`` / ``conflicts`` — puts the MemoryStore accepted / refused inside
   the window; ``mean_batch`` is acknowledged pushes per accepted put.
+* ``errors`` — pushes started in the window that raised, by exception type.
 * ``lost`` — acknowledged pushes (warm-up and drain included) missing from
   the final document: ``depth + acknowledged - jobs in the document`` when
   positive. Any value above zero is a correctness failure of the system.
-* An operation not acknowledged 30 s (``op_timeout``) after it started is
-  counted in ``timed_out``; the run is then aborted (its store refuses every
-  later call) and the system stopped without draining. No run can hang.
+* ``timed_out`` — pushes still unanswered ``op_timeout`` (30 s) after the
+  window closed, plus any push that took longer than that. The
+  :class:`~bench.watchdog.Watchdog` then aborts the run: its store refuses
+  every later call, and the system is stopped without draining. It also
+  aborts a run whose process grows past the memory ceiling (``aborted``).
+  No run can hang.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import threading
 import time
@@ -36,8 +39,12 @@ from bench.config import DIRECT_BYTES_PER_JOB, DIRECT_MAX_SUBMITTERS, DIRECT_MEM
 from bench.seed import Seeds
 from bench.stores import RunAborted
 from bench.systems import AsyncSystem, System, ThreadSystem, make_system
+from bench.watchdog import Watchdog, memory_limit, release_memory
 
 perf_counter = time.perf_counter
+# After the watchdog aborts, how long submitters get to notice (a DirectClient
+# thread may be in the middle of parsing a large document).
+ABORT_GRACE_SECONDS = 30.0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -59,8 +66,10 @@ class RunResult:
     mean_batch: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
     timed_out: int = 0
+    aborted: str | None = None
     acknowledged: int = 0
     lost: int | None = None
+    peak_rss_mb: float = 0.0
     setup_s: float = 0.0
     skipped: str | None = None
     failed: str | None = None
@@ -69,49 +78,52 @@ class RunResult:
 
 
 class _Clock:
-    """Flags the driver flips and submitters read: keep going / inside the window."""
+    """Flags the driver flips and submitters read: keep going / inside the
+    window / the run was aborted (errors after that are not the system's)."""
 
-    __slots__ = ("measuring", "running")
+    __slots__ = ("aborted", "measuring", "running")
 
     def __init__(self) -> None:
         self.running = True
         self.measuring = False
+        self.aborted = False
 
 
 class _Tally:
     """What submitters record. One per thread (no locking), or one per event loop."""
 
-    __slots__ = ("aborted", "acked", "completed", "errors", "latencies")
+    __slots__ = ("acked", "completed", "errors", "in_flight", "latencies")
 
     def __init__(self) -> None:
         self.acked = 0
         self.completed = 0
+        self.in_flight = 0
         self.latencies: list[float] = []
         self.errors: Counter[str] = Counter()
-        self.aborted = 0
 
     def merge(self, other: _Tally) -> None:
         self.acked += other.acked
         self.completed += other.completed
         self.latencies.extend(other.latencies)
         self.errors.update(other.errors)
-        self.aborted += other.aborted
 
 
 async def _async_submitter(push: Callable[[], Awaitable[Any]], clock: _Clock, tally: _Tally) -> None:
     while clock.running:
         measured = clock.measuring
         start = perf_counter()
+        tally.in_flight += 1
         try:
             await push()
         except RunAborted:
-            tally.aborted += 1
             return
         except Exception as exc:
-            if measured:
+            if measured and not clock.aborted:
                 tally.errors[type(exc).__name__] += 1
             await asyncio.sleep(0)  # never spin on an error without yielding
             continue
+        finally:
+            tally.in_flight -= 1
         tally.acked += 1
         if measured:
             tally.latencies.append(perf_counter() - start)
@@ -123,15 +135,17 @@ def _thread_submitter(push: Callable[[], Any], clock: _Clock, tally: _Tally) -> 
     while clock.running:
         measured = clock.measuring
         start = perf_counter()
+        tally.in_flight = 1
         try:
             push()
         except RunAborted:
-            tally.aborted += 1
             return
         except Exception as exc:
-            if measured:
+            if measured and not clock.aborted:
                 tally.errors[type(exc).__name__] += 1
             continue
+        finally:
+            tally.in_flight = 0
         tally.acked += 1
         if measured:
             tally.latencies.append(perf_counter() - start)
@@ -146,21 +160,67 @@ def _percentile(ordered: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
 
 
-def _fill(result: RunResult, tally: _Tally, window: float, writes: int, conflicts: int, cfg: BenchConfig) -> None:
+class _Window:
+    """The measured window's bounds and the store counters inside it."""
+
+    def __init__(self, system: System, clock: _Clock) -> None:
+        self.system, self.clock = system, clock
+        self.seconds = 0.0
+        self.writes = self.conflicts = 0
+
+    def open(self) -> None:
+        self.writes, self.conflicts = self.system.writes, self.system.conflicts
+        self.clock.measuring = True
+        self._t0 = perf_counter()
+
+    def close(self) -> None:
+        self.clock.measuring = self.clock.running = False
+        self.seconds = perf_counter() - self._t0
+        self.writes = self.system.writes - self.writes
+        self.conflicts = self.system.conflicts - self.conflicts
+
+
+def _fill(result: RunResult, tally: _Tally, window: _Window, dog: Watchdog, cfg: BenchConfig) -> None:
     ordered = sorted(tally.latencies)
-    result.window_s = window
+    result.window_s = window.seconds
     result.ops = tally.completed
-    result.ops_per_s = tally.completed / window if window > 0 else 0.0
+    result.ops_per_s = tally.completed / window.seconds if window.seconds > 0 else 0.0
     result.p50_ms = _percentile(ordered, 0.50)
     result.p99_ms = _percentile(ordered, 0.99)
-    result.writes = writes
-    result.conflicts = conflicts
-    result.mean_batch = tally.completed / writes if writes else None
+    result.writes = window.writes
+    result.conflicts = window.conflicts
+    result.mean_batch = tally.completed / window.writes if window.writes else None
     result.errors = dict(tally.errors)
     result.acknowledged = tally.acked
     result.timed_out += sum(1 for s in ordered if s > cfg.op_timeout)
+    if dog.reason == "timeout":
+        result.timed_out += dog.in_flight_at_fire
+    elif dog.reason == "memory":
+        result.aborted = (
+            f"aborted: the process grew by {(dog.rss_limit - dog.start_rss) / 1024**3:.1f} GiB "
+            f"with {dog.in_flight_at_fire:,} pushes in flight"
+        )
+    result.peak_rss_mb = dog.peak_rss / 1e6
     limit = cfg.limit(result.submitters)
     result.vs_limit = result.ops_per_s / limit if limit else None
+
+
+def _phases(window: _Window, dog: Watchdog, cfg: BenchConfig) -> None:
+    """Warm up, measure, then arm the watchdog's deadline (blocking; run on a thread)."""
+    time.sleep(cfg.warmup)
+    window.open()
+    time.sleep(cfg.duration)
+    window.close()
+    dog.set_deadline(time.monotonic() + cfg.op_timeout)
+
+
+def _abort_run(system: System, clock: _Clock) -> Callable[[], None]:
+    def abort() -> None:
+        clock.aborted = True
+        clock.running = False
+        system.abort()
+
+    return abort
 
 
 async def _run_async(system: AsyncSystem, result: RunResult, cfg: BenchConfig) -> None:
@@ -168,32 +228,26 @@ async def _run_async(system: AsyncSystem, result: RunResult, cfg: BenchConfig) -
     await asyncio.wait_for(system.start(), timeout=2 * cfg.op_timeout)
     result.setup_s += perf_counter() - started
     clock, tally = _Clock(), _Tally()
+    window = _Window(system, clock)
+    dog = Watchdog(_abort_run(system, clock), lambda: tally.in_flight, rss_limit=memory_limit()).start()
     tasks = [asyncio.create_task(_async_submitter(system.pusher(i), clock, tally)) for i in range(result.submitters)]
-    clean = True
     try:
-        await asyncio.sleep(cfg.warmup)
-        writes, conflicts = system.writes, system.conflicts
-        clock.measuring = True
-        t0 = perf_counter()
-        await asyncio.sleep(cfg.duration)
-        clock.measuring = clock.running = False
-        window = perf_counter() - t0
-        writes, conflicts = system.writes - writes, system.conflicts - conflicts
-        _, pending = await asyncio.wait(tasks, timeout=cfg.op_timeout)
-        if pending:
-            clean = False
-            result.timed_out += len(pending)
-            system.abort()
+        # Timed on a thread: a blocked event loop must not stretch the window.
+        await asyncio.to_thread(_phases, window, dog, cfg)
+        _, pending = await asyncio.wait(tasks, timeout=cfg.op_timeout + ABORT_GRACE_SECONDS)
+        if pending:  # did not even notice the abort: cancel them
+            result.timed_out += max(0, len(pending) - dog.in_flight_at_fire)
             for task in pending:
                 task.cancel()
-            await asyncio.wait(pending, timeout=cfg.op_timeout)
+            await asyncio.wait(pending, timeout=ABORT_GRACE_SECONDS)
         result.path = system.path
-        _fill(result, tally, window, writes, conflicts, cfg)
+        _fill(result, tally, window, dog, cfg)
     finally:
+        dog.stop()
         clock.running = False
         for task in tasks:
             task.cancel()
-        await system.stop(clean=clean)
+        await system.stop(clean=not dog.fired)
     _check_lost(system, result)
 
 
@@ -203,6 +257,10 @@ def _run_threads(system: ThreadSystem, result: RunResult, cfg: BenchConfig) -> N
     result.setup_s += perf_counter() - started
     clock = _Clock()
     tallies = [_Tally() for _ in range(result.submitters)]
+    window = _Window(system, clock)
+    dog = Watchdog(
+        _abort_run(system, clock), lambda: sum(t.in_flight for t in tallies), rss_limit=memory_limit()
+    ).start()
     threads = [
         threading.Thread(
             target=_thread_submitter, args=(system.pusher(i), clock, tallies[i]), name=f"bench-{i}", daemon=True
@@ -211,31 +269,19 @@ def _run_threads(system: ThreadSystem, result: RunResult, cfg: BenchConfig) -> N
     ]
     for thread in threads:
         thread.start()
-    clean = True
     try:
-        time.sleep(cfg.warmup)
-        writes, conflicts = system.writes, system.conflicts
-        clock.measuring = True
-        t0 = perf_counter()
-        time.sleep(cfg.duration)
-        clock.measuring = clock.running = False
-        window = perf_counter() - t0
-        writes, conflicts = system.writes - writes, system.conflicts - conflicts
-        alive = _join(threads, cfg.op_timeout)
-        if alive:
-            clean = False
-            result.timed_out += len(alive)
-            system.abort()
-            if _join(alive, cfg.op_timeout):
-                result.failed = "submitter threads did not stop after the abort"
+        _phases(window, dog, cfg)
+        if _join(threads, cfg.op_timeout + ABORT_GRACE_SECONDS):
+            result.failed = "submitter threads did not stop after the abort"
         tally = _Tally()
         for one in tallies:
             tally.merge(one)
         result.path = system.path
-        _fill(result, tally, window, writes, conflicts, cfg)
+        _fill(result, tally, window, dog, cfg)
     finally:
+        dog.stop()
         clock.running = False
-        system.stop(clean=clean)
+        system.stop(clean=not dog.fired)
     _check_lost(system, result)
 
 
@@ -284,7 +330,7 @@ def run_one(name: str, depth: int, submitters: int, cfg: BenchConfig, seeds: See
         result.failed = f"{type(exc).__name__}: {exc}"
     finally:
         del system
-        gc.collect()
+        release_memory()
     return result
 
 
@@ -301,5 +347,5 @@ def run_matrix(cfg: BenchConfig, progress: Callable[[int, int, RunResult], None]
                 results.append(result)
                 progress(len(results), total, result)
         del seeds
-        gc.collect()
+        release_memory()
     return results

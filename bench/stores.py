@@ -95,6 +95,12 @@ class JQueueStorage:
     async def read(self) -> tuple[bytes, str | None]:
         await self._delay()
         blob = self.store.get(self.key)
+        # One more hop through the event loop, then look at the abort flag
+        # again: when many tasks queue up to decode a large document, an
+        # aborted run then stops them here instead of after every decode.
+        await asyncio.sleep(0)
+        if self.aborted:
+            raise RunAborted("the benchmark run was aborted")
         return (b"", None) if blob is None else (blob.data, blob.etag)
 
     async def write(self, content: bytes, if_match: str | None = None) -> str:

@@ -147,6 +147,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         max_retries: int = DEFAULT_MAX_RETRIES,
         retry_backoff_seconds: float = DEFAULT_RETRY_BACKOFF_SECONDS,
         on_lost_race: Callable[[QueueState], None] | None = None,
+        on_load: Callable[[QueueState], None] | None = None,
+        on_commit: Callable[[QueueState], None] | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -157,6 +159,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.max_retries = max_retries
         self.retry_backoff_seconds = retry_backoff_seconds
         self.on_lost_race = on_lost_race
+        self.on_load = on_load
+        self.on_commit = on_commit
         self.stats = CommitStats()
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
@@ -167,6 +171,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._committed: list[bytes] | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
         self._io: ThreadPoolExecutor | None = None
+        self._abandon: EngineError | None = None  # set by stop(drain=False)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -177,6 +182,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                 return self
             if self._thread is not None and self._thread.is_alive():
                 raise EngineError("the committer is still stopping; wait for stop() to return")
+            self._abandon = None
             self._state = self._load()
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
@@ -187,22 +193,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._thread.start()
         return self
 
-    def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
-        """Stop the writer. With ``drain``, operations already submitted are
-        committed first; otherwise they fail with CommitterStopped. Idempotent."""
+    def stop(self, *, drain: bool = True, timeout: float | None = None, error: EngineError | None = None) -> None:
+        """Stop the writer. With ``drain``, every operation already submitted is
+        committed first. Without it, operations whose write has not started
+        fail with ``error`` (CommitterStopped by default); a write already in
+        flight finishes and its callers are answered as usual. Idempotent; may
+        be called from the writer thread itself (it then does not wait)."""
         with self._cond:
             self._running = False
-            if not drain:
-                dropped, self._queue = self._queue, []
-            else:
-                dropped = []
+            if not drain and self._abandon is None:
+                self._abandon = error or CommitterStopped("the committer was stopped")
             self._cond.notify_all()
             thread = self._thread
-        self._fail(dropped, CommitterStopped("the committer was stopped"))
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-            if not thread.is_alive() and self._io is not None:
-                self._io.shutdown(wait=True)
 
     def __enter__(self) -> GroupCommitter:
         return self.start()
@@ -263,20 +267,35 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         staged: list[_Pending] = []
         while True:
             with self._cond:
-                while not self._queue and self._running and (inflight is None or not inflight.done):
+                while not self._queue and (inflight is None or not inflight.done):
+                    if (inflight is None and not self._running) or (staged and self._abandon is not None):
+                        break
                     self._cond.wait()
-                if inflight is None and not staged and not self._queue:
-                    return  # stopped and drained
                 new = self._queue[: self.max_batch]
                 del self._queue[: self.max_batch]
+                abandon = self._abandon
+            if abandon is not None:
+                # Stopping without draining: nothing more is written. (The
+                # state keeps the abandoned changes; start() reads afresh.)
+                self._fail(staged + new, abandon)
+                staged, new = [], []
+            if inflight is None and not staged and not new and not self._running:
+                assert self._io is not None
+                self._io.shutdown(wait=False)
+                return  # stopped and drained
+            unanswered: list[_Pending] = []  # a finished write's callers, until answered
             try:
                 if new and self._guarded(new, self._apply, new) is not _FAILED:
                     staged.extend(new)
                 landed: list[_Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
+                    unanswered = done.batch
                     outcome = self._guarded(done.batch + staged, self._finish, done, staged)
                     staged, landed = ([], []) if outcome is _FAILED else outcome
+                if staged and self._abandon is not None:
+                    self._fail(staged, self._abandon)
+                    staged = []
                 if inflight is None and staged:
                     if self._state is not None and self._state.dirty:
                         inflight = self._start_write(staged)
@@ -285,12 +304,13 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     staged = []
                 # Answer only now: the next write is already on its way, so the
                 # callers' wake-ups overlap its latency instead of delaying it.
+                unanswered = []
                 self._answer(landed)
             except Exception as exc:  # a bug: never leave callers waiting forever
                 log.exception("group commit failed unexpectedly")
                 self._state = None
                 self._unsettled.clear()
-                self._fail(staged, EngineError(f"group commit failed: {exc!r}"))
+                self._fail(unanswered + staged, EngineError(f"group commit failed: {exc!r}"))
                 staged = []
 
     def _guarded(self, victims: list[_Pending], step: Callable[..., Any], *args: Any) -> Any:
@@ -349,6 +369,11 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._committed = done.parts
             self.stats.commits += 1
             self.stats.last_commit_seconds = time.monotonic() - done.started
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(self._state)
+                except Exception:  # a listener's bug must not break commits
+                    log.exception("on_commit listener failed")
             return staged, done.batch
         if not isinstance(done.error, PreconditionFailed | StoreUnavailable):
             raise done.error
@@ -418,6 +443,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._committed = None
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        if self.on_load is not None:
+            self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = [blob.data]
         return state
 

@@ -155,8 +155,9 @@ class QueueState:
         ready = self._ready.get(queue)
         while ready:
             pos, job_id = ready[0]
-            job = self._is_current(job_id, pos)
-            if job is not None and job.not_before is None:
+            # Valid while the job is pending at that position: any change that
+            # could make it ineligible (a retry, a requeue) also moves it.
+            if self._is_current(job_id, pos) is not None:
                 return ready[0]
             heapq.heappop(ready)
         return None
@@ -171,12 +172,14 @@ class QueueState:
 
     def pop_expired(self, now: datetime) -> Iterator[Job]:
         """Yield running jobs whose lease expired at or before ``now``."""
+        seen: set[str] = set()  # a heartbeat can index the same deadline twice
         while self._leases and self._leases[0][0] <= now:
             expires_at, job_id, token = heapq.heappop(self._leases)
             job = self.jobs.get(job_id)
             lease = job.lease if job is not None else None
-            if job is not None and lease is not None and lease.token == token and lease.expires_at == expires_at:
-                yield job
+            if lease is not None and lease.token == token and lease.expires_at == expires_at and job_id not in seen:
+                seen.add(job_id)
+                yield job  # type: ignore[misc]
 
     def next_deadline(self) -> datetime | None:
         """The earliest lease deadline still indexed (may be stale), or None."""

@@ -8,6 +8,7 @@ Every error the engine raises derives from :class:`EngineError`::
     │   ├── StoreUnavailable       transient: timeout, 5xx, throttling; the write may have landed
     │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
+    ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
@@ -73,6 +74,20 @@ class DocumentError(EngineError):
         super().__init__(f"{key}: {problem}; refusing to overwrite it")
         self.key = key
         self.problem = problem
+
+
+class NotLeader(EngineError):
+    """This broker is not the leader, or stopped being it: nothing was applied.
+
+    Send the request to ``leader_url`` (``None`` while no leader is known, for
+    example during a takeover); retrying after a short wait is safe.
+    """
+
+    code = "not_leader"
+
+    def __init__(self, leader_url: str | None, message: str | None = None) -> None:
+        super().__init__(message or f"not the leader; the leader is {leader_url or 'unknown'}")
+        self.leader_url = leader_url
 
 
 class QueueError(EngineError):

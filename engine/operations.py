@@ -89,11 +89,27 @@ class Purge:
     status: PurgeStatus | None = None
 
 
-Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick:
+    """The leader's heartbeat: forces a commit (and with it, lease expiry) even
+    when nothing else changed, so standbys see the leader is alive."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakeOver:
+    """Name ``broker_id`` as the leader, one epoch above ``epoch`` (the epoch
+    that was read); every running lease gets a fresh full timeout."""
+
+    broker_id: str
+    url: str | None
+    epoch: int
+
+
+Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | Tick | TakeOver
 
 
 def check_queue(name: object) -> str:
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise ValidationError(
             f"invalid queue name {name!r}: use 1-100 letters, digits, '_', '.', ':' or '-', starting alphanumeric"
         )

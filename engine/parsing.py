@@ -81,7 +81,7 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         r.fail("", f"not valid JSON ({exc})")
     if not isinstance(raw, dict) or "format" not in raw:
         r.fail("", "not a queueadmin document (no top-level 'format' field)")
-    if raw["format"] != FORMAT:
+    if type(raw["format"]) is not int or raw["format"] != FORMAT:  # (True == 1 in Python)
         r.fail("", f"unsupported format version {raw['format']!r}; this engine reads format {FORMAT}")
 
     state = QueueState(policy=policy)
@@ -112,7 +112,10 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
     if not isinstance(dead, list):
         r.fail("dead", "expected a list")
     for i, item in enumerate(dead):
-        state.add_dead(_dead(r, r.obj(item, f"dead[{i}]"), f"dead[{i}]"))
+        letter = _dead(r, r.obj(item, f"dead[{i}]"), f"dead[{i}]")
+        if letter.id in state.dead:
+            r.fail(f"dead[{i}]", f"duplicate dead-letter id {letter.id!r}")
+        state.add_dead(letter)
 
     jobs = r.field(raw, "jobs", "")
     if not isinstance(jobs, list):
@@ -121,6 +124,8 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         job = _job(r, r.obj(item, f"jobs[{i}]"), f"jobs[{i}]")
         if job.id in state.jobs:
             r.fail(f"jobs[{i}]", f"duplicate job id {job.id!r}")
+        if job.id in state.dead:
+            r.fail(f"jobs[{i}]", f"duplicate id {job.id!r}: it is also in the dead letters")
         state.add_job(job)
     state.dirty = False
     return state

@@ -18,17 +18,29 @@ from typing import Any
 
 from engine.document import QueueState
 from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
-from engine.model import ClaimedJob, DeadLetter, FailOutcome, Job, Lease, decode_payload, new_lease_token
-from engine.operations import Claim, Complete, Expire, Fail, Heartbeat, Operation, Purge, Push, Requeue
+from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, decode_payload, new_lease_token
+from engine.operations import (
+    Claim,
+    Complete,
+    Expire,
+    Fail,
+    Heartbeat,
+    Operation,
+    Purge,
+    Push,
+    Requeue,
+    TakeOver,
+    Tick,
+)
 
 
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:
     """Append the jobs at the back of ``op.queue``. A job whose id is already
     in the document is left as it is (pushes are idempotent by id)."""
-    counters = state.counters(op.queue)
     for new in op.jobs:
         if new.id in state.jobs or new.id in state.dead:
             continue
+        counters = state.counters(op.queue)
         state.add_job(
             Job(
                 id=new.id,
@@ -205,6 +217,29 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
     return ids
 
 
+def tick(state: QueueState, op: Tick, now: datetime) -> int:
+    """Force a commit. Returns the sequence number the commit will have."""
+    state.dirty = True
+    return state.seq + 1
+
+
+def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
+    """Name a new leader and return its epoch.
+
+    The new leader cannot trust the old leader's clock, so every running lease
+    is renewed for its full length from ``now``: no lease is reclaimed early.
+    """
+    if state.broker.epoch != op.epoch:
+        raise ValidationError(f"the broker epoch changed from {op.epoch} to {state.broker.epoch}")
+    state.broker = BrokerInfo(id=op.broker_id, url=op.url, epoch=op.epoch + 1)
+    for job in [j for j in state.jobs.values() if j.lease is not None]:
+        assert job.lease is not None
+        lease = job.lease._replace(expires_at=now + timedelta(seconds=job.lease.seconds))
+        state.replace_job(job._replace(lease=lease))
+    state.dirty = True
+    return state.broker.epoch
+
+
 _TRANSITIONS: dict[type, Any] = {
     Push: push,
     Claim: claim,
@@ -214,6 +249,8 @@ _TRANSITIONS: dict[type, Any] = {
     Expire: expire,
     Requeue: requeue,
     Purge: purge,
+    Tick: tick,
+    TakeOver: take_over,
 }
 
 

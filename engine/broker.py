@@ -1,0 +1,260 @@
+"""Layers 3 and 4: the broker, and failover between brokers.
+
+A :class:`Broker` is one node. Several nodes may point at one store; exactly
+one leads. The leader runs the :class:`GroupCommitter` for every client and
+commits at least every ``heartbeat_seconds`` even when idle (each commit also
+expires due leases). A standby watches the document: when it has not changed
+for ``takeover_seconds`` by the standby's own monotonic clock, the standby
+takes over with one conditional write that names itself and raises the epoch
+(and gives every running lease a fresh full timeout, since it cannot trust
+another machine's clock).
+
+Fencing (I3): the leader's committer checks every version it reads. When a
+conditional write fails and the re-read document names another broker, the
+committer fails everything in flight with :class:`NotLeader` (nothing from
+the stale state is acknowledged) and the node becomes a standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Literal
+
+from engine.committer import CommitterStopped, GroupCommitter
+from engine.document import QueueState
+from engine.errors import DocumentError, EngineError, NotLeader, PreconditionFailed, StoreError
+from engine.model import BrokerInfo, utc_now
+from engine.operations import Operation, TakeOver, Tick
+from engine.parsing import empty_state, parse_document
+from engine.policy import DOCUMENT_KEY, Policy
+from engine.stores.base import ObjectStore
+from engine.transitions import apply
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_SECONDS = 2.0
+DEFAULT_TAKEOVER_SECONDS = 10.0
+
+Role = Literal["leader", "standby", "stopped"]
+
+
+def new_broker_id() -> str:
+    """A broker id unique per process start: host, pid and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Broker:
+    """One broker node: leader or standby, switching as the document says.
+
+    ``start()`` returns at once; a control thread elects and heartbeats.
+    ``execute``/``aexecute`` run an operation on the leader's committer or
+    raise NotLeader (with the leader's URL, when known). ``stop()`` is
+    idempotent and lets in-flight operations finish.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        url: str | None,
+        key: str = DOCUMENT_KEY,
+        broker_id: str | None = None,
+        policy: Policy | None = None,
+        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+        takeover_seconds: float = DEFAULT_TAKEOVER_SECONDS,
+        clock: Callable[[], datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_commit: Callable[[QueueState], None] | None = None,
+    ) -> None:
+        if not 0 < heartbeat_seconds < takeover_seconds:
+            raise ValueError("need 0 < heartbeat_seconds < takeover_seconds")
+        self.store = store
+        self.url = url
+        self.key = key
+        self.id = broker_id or new_broker_id()
+        self.policy = policy or Policy()
+        self.heartbeat_seconds = heartbeat_seconds
+        self.takeover_seconds = takeover_seconds
+        self.clock = clock
+        self.monotonic = monotonic
+        self.on_commit = on_commit
+        self.role: Role = "stopped"
+        self.leader = BrokerInfo()  # as last seen in the document
+        self.last_error: str | None = None  # why the last election step failed, for health pages
+        self.takeovers = 0
+        self._committer: GroupCommitter | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> Broker:
+        with self._lock:
+            if self._thread is not None:
+                return self
+            self._stopping = False
+            self.role = "standby"
+            self._thread = threading.Thread(target=self._run, name=f"broker:{self.id}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        with self._lock:
+            self._stopping = True
+            thread, self._thread = self._thread, None
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout)
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.stop()
+        self.role = "stopped"
+
+    @property
+    def committer(self) -> GroupCommitter | None:
+        """The running committer while this node leads, else None."""
+        return self._committer if self.role == "leader" else None
+
+    @property
+    def leader_url(self) -> str | None:
+        return self.url if self.role == "leader" else self.leader.url
+
+    # -- serving ---------------------------------------------------------------
+
+    def _leading(self) -> GroupCommitter:
+        committer = self._committer
+        if self.role != "leader" or committer is None:
+            raise NotLeader(self.leader.url)
+        return committer
+
+    def execute(self, op: Operation) -> Any:
+        """Run ``op`` on this node's committer. Raises NotLeader if not leading."""
+        try:
+            return self._leading().execute(op)
+        except CommitterStopped as exc:
+            raise NotLeader(self.leader.url) from exc
+
+    async def aexecute(self, op: Operation) -> Any:
+        """Like :meth:`execute`, awaiting without blocking the event loop."""
+        try:
+            return await self._leading().aexecute(op)
+        except CommitterStopped as exc:
+            raise NotLeader(self.leader.url) from exc
+
+    # -- election --------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_etag: object = object()  # matches no ETag, so the first read counts as a change
+        changed_at = self.monotonic()
+        while not self._stopping:
+            if self.role == "leader":
+                self._heartbeat()
+                self._wake.wait(self.heartbeat_seconds)
+                continue
+            try:
+                blob = self.store.get(self.key)
+                etag = blob.etag if blob is not None else None
+                if etag != last_etag:
+                    last_etag, changed_at = etag, self.monotonic()
+                    state = self._parse(blob)
+                    self.leader = state.broker
+                    self.last_error = None
+                    if self._should_take_over_now(state):
+                        self._take_over(state)
+                elif self.monotonic() - changed_at >= self.takeover_seconds:
+                    # Nobody wrote for a whole takeover interval: the leader
+                    # is gone (or paused). Our own clock decides; never theirs.
+                    self._take_over(self._parse(blob))
+                    changed_at = self.monotonic()
+            except DocumentError as exc:
+                self.last_error = str(exc)
+                log.error("%s", exc)  # I6: wait for an operator; never overwrite
+            except StoreError as exc:
+                self.last_error = str(exc)
+                log.warning("broker %s: store error while watching %s: %s", self.id, self.key, exc)
+            self._wake.wait(min(self.heartbeat_seconds, self.takeover_seconds / 4))
+
+    def _parse(self, blob: Any) -> QueueState:
+        if blob is None:
+            return empty_state(policy=self.policy)
+        return parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+
+    def _should_take_over_now(self, state: QueueState) -> bool:
+        """Take over at once if nobody leads, or if the named leader is this
+        node's own earlier life (same advertised URL, restarted)."""
+        named = state.broker
+        return named.id is None or named.id == self.id or (self.url is not None and named.url == self.url)
+
+    def _take_over(self, state: QueueState) -> None:
+        """One conditional write naming this broker, then start committing."""
+        if state.broker.id != self.id:
+            apply(state, TakeOver(broker_id=self.id, url=self.url, epoch=state.broker.epoch), self.clock())
+            writer = self.id
+            seq = state.seq + 1
+            parts = state.encode(seq=seq, writer=writer, now=self.clock())
+            try:
+                if state.etag is None:
+                    self.store.put_parts(self.key, parts, if_none_match=True)
+                else:
+                    self.store.put_parts(self.key, parts, if_match=state.etag)
+            except PreconditionFailed:
+                return  # someone wrote first: watch again
+            # StoreUnavailable propagates: the next poll reads whether it landed.
+            self.takeovers += 1
+            log.info("broker %s took over %s (epoch %d)", self.id, self.key, state.broker.epoch)
+        committer = GroupCommitter(
+            self.store,
+            key=self.key,
+            policy=self.policy,
+            clock=self.clock,
+            writer_id=self.id,
+            on_load=self._check_named,
+            on_commit=self.on_commit,
+        )
+        try:
+            committer.start()
+        except NotLeader:
+            return
+        self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
+        self._committer = committer
+        self.role = "leader"
+
+    def _check_named(self, state: QueueState) -> None:
+        """Runs on every read of the leader's committer: fence if replaced."""
+        if state.broker.id != self.id:
+            self.leader = state.broker
+            self._step_down(f"replaced by broker {state.broker.id} (epoch {state.broker.epoch})")
+            raise NotLeader(state.broker.url)
+
+    def _step_down(self, why: str) -> None:
+        if self.role != "leader":
+            return
+        log.warning("broker %s steps down: %s", self.id, why)
+        self.role = "standby"
+        self.last_error = why
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.stop(drain=False, error=NotLeader(self.leader.url))
+        self._wake.set()
+
+    def _heartbeat(self) -> None:
+        committer = self._committer
+        if committer is None:
+            self.role = "standby"
+            return
+        try:
+            committer.execute(Tick())
+        except (NotLeader, CommitterStopped):
+            self._step_down("a heartbeat commit was refused")
+        except EngineError as exc:  # store trouble: keep leading, retry next beat
+            self.last_error = str(exc)
+            log.warning("broker %s: heartbeat commit failed: %s", self.id, exc)
