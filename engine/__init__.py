@@ -9,7 +9,8 @@ Layers, each handed the one below: stores (:func:`open_store`), transitions
 
 from __future__ import annotations
 
-from engine.client import QueueClient
+from engine.broker import Broker
+from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, CommitterStopped, GroupCommitter
 from engine.direct import DirectClient
 from engine.document import FORMAT, QueueState
@@ -19,6 +20,7 @@ from engine.errors import (
     InvalidPayload,
     JobNotFound,
     LeaseLost,
+    NotLeader,
     PayloadTooLarge,
     PreconditionFailed,
     QueueError,
@@ -35,7 +37,9 @@ from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStor
 __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
+    "AsyncQueueMethods",
     "Blob",
+    "Broker",
     "BrokerInfo",
     "ClaimedJob",
     "CommitStats",
@@ -55,6 +59,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "MemoryStore",
+    "NotLeader",
     "ObjectStore",
     "PayloadTooLarge",
     "Policy",

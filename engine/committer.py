@@ -187,7 +187,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
             # while a write is in flight.
-            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{self.key}")
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{self.writer_id}")
             self._running = True
             self._thread = threading.Thread(target=self._run, name=f"committer:{self.key}", daemon=True)
             self._thread.start()

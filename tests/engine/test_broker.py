@@ -1,0 +1,179 @@
+"""Broker election, heartbeat, takeover and fencing (layers 3 and 4), in one
+process with fast intervals."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+import orjson
+import pytest
+
+from engine import Broker, DocumentError, MemoryStore, NotLeader, ObjectStore
+from engine.operations import Tick, claim_op, push_op
+from engine.policy import Policy
+
+KEY = "queue.json"
+BEAT = 0.05
+TAKEOVER = 0.4
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def doc(store: ObjectStore) -> dict:  # type: ignore[type-arg]
+    blob = store.get(KEY)
+    assert blob is not None
+    return orjson.loads(blob.data)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def make_broker() -> Iterator[Callable[..., Broker]]:
+    made: list[Broker] = []
+
+    def make(store: ObjectStore, url: str, **kwargs: object) -> Broker:
+        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, **kwargs)  # type: ignore[arg-type]
+        made.append(broker.start())
+        return broker
+
+    yield make
+    for broker in made:
+        broker.stop()
+
+
+def push(broker: Broker, payload: object) -> list[str]:
+    return broker.execute(push_op("q", [payload], policy=broker.policy))  # type: ignore[no-any-return]
+
+
+def test_first_broker_leads_at_once_and_names_itself(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    push(a, "x")
+    assert doc(store)["broker"] == {"id": a.id, "url": "http://a", "epoch": 1}
+
+
+def test_the_leader_commits_while_idle_and_expires_leases_on_time(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    push(a, "x")
+    [job] = a.execute(claim_op("w", ["q"], policy=a.policy, lease_seconds=0.2))
+    seq = doc(store)["seq"]
+    wait_until(lambda: doc(store)["seq"] >= seq + 3)  # heartbeats with no traffic
+    # No other traffic arrives, yet the lease expires and the job is pending again.
+    wait_until(lambda: doc(store)["jobs"][0]["status"] == "pending")
+    assert "stopped heartbeating" in doc(store)["jobs"][0]["last_error"]
+    assert job.id == doc(store)["jobs"][0]["id"]
+
+
+def test_a_standby_refuses_with_the_leaders_url(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    b = make_broker(store, "http://b")
+    wait_until(lambda: b.leader.id == a.id)
+    assert b.role == "standby"
+    with pytest.raises(NotLeader) as info:
+        push(b, "x")
+    assert info.value.leader_url == "http://a"
+
+
+def test_standby_takes_over_when_the_leader_stops_writing(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a", policy=Policy(lease_seconds=30))
+    wait_until(lambda: a.role == "leader")
+    push(a, "x")
+    a.execute(claim_op("w", ["q"], policy=a.policy))
+    b = make_broker(store, "http://b")
+    wait_until(lambda: b.leader.id == a.id)
+    a.stop()  # like kill -9: the document simply stops changing
+    stopped = time.monotonic()
+    wait_until(lambda: b.role == "leader", timeout=TAKEOVER + 3)
+    assert time.monotonic() - stopped >= TAKEOVER * 0.9
+    after = doc(store)
+    assert after["broker"] == {"id": b.id, "url": "http://b", "epoch": 2}
+    # The running lease got a fresh full timeout from the new leader's clock.
+    lease = after["jobs"][0]["lease"]
+    expires = datetime.fromisoformat(lease["expires_at"])
+    written = datetime.fromisoformat(after["written_at"])
+    assert (expires - written).total_seconds() > 29
+    push(b, "y")
+
+
+def test_a_paused_leader_acknowledges_nothing_after_waking_and_steps_down(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    push(a, "before")
+    # "SIGSTOP" the leader: its writer is held inside a write.
+    committer = a.committer
+    assert committer is not None
+    paused, resume = threading.Event(), threading.Event()
+    original = store.put_parts
+
+    def held_put(*args: object, **kwargs: object) -> str:
+        if threading.current_thread().name.startswith(f"committer-io:{a.id}") and not resume.is_set():
+            paused.set()
+            resume.wait(10)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.put_parts = held_put  # type: ignore[method-assign]
+    outcome: list[object] = []
+
+    def stale_push() -> None:
+        try:
+            outcome.append(push(a, "stale"))
+        except NotLeader as exc:
+            outcome.append(exc)
+
+    pusher = threading.Thread(target=stale_push)
+    pusher.start()
+    assert paused.wait(5)
+    b = make_broker(store, "http://b")
+    wait_until(lambda: b.role == "leader", timeout=TAKEOVER + 5)
+    push(b, "after")
+    resume.set()  # "SIGCONT"
+    pusher.join(5)
+    assert len(outcome) == 1 and isinstance(outcome[0], NotLeader), outcome
+    assert outcome[0].leader_url == "http://b"
+    wait_until(lambda: a.role == "standby")
+    with pytest.raises(NotLeader):
+        push(a, "later")
+    payloads = [j["payload"] for j in doc(store)["jobs"]]
+    assert payloads == ["before", "after"]
+    assert doc(store)["broker"]["id"] == b.id
+
+
+def test_a_restarted_node_with_the_same_url_takes_over_at_once(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://node-1")
+    wait_until(lambda: a.role == "leader")
+    a.stop()
+    again = make_broker(store, "http://node-1")
+    started = time.monotonic()
+    wait_until(lambda: again.role == "leader")
+    assert time.monotonic() - started < TAKEOVER
+    assert doc(store)["broker"]["epoch"] == 2
+
+
+def test_an_unreadable_document_keeps_every_broker_standing_by(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    store.put(KEY, b"{corrupt")
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.last_error is not None)
+    time.sleep(TAKEOVER * 1.5)
+    assert a.role == "standby"
+    assert store.get(KEY).data == b"{corrupt"  # type: ignore[union-attr]
+    assert KEY in (a.last_error or "")
+    with pytest.raises(NotLeader):
+        a.execute(Tick())
+    assert issubclass(DocumentError, Exception)
