@@ -20,6 +20,7 @@ from engine.operations import (
     claim_op,
     complete_op,
     fail_op,
+    get_job_op,
     heartbeat_op,
     purge_op,
     push_op,
@@ -75,6 +76,12 @@ class QueueClient(abc.ABC):
         """Record a failed attempt; the job retries later or goes to the dead letters."""
         op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
         result: FailOutcome = self.execute(op)
+        return result
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        """The job as the document shows it (status pending, running or dead),
+        without its lease token. Raises JobNotFound."""
+        result: dict[str, Any] = self.execute(get_job_op(job_id))
         return result
 
     def requeue(self, job_ids: Iterable[str]) -> list[str]:
@@ -138,6 +145,10 @@ class AsyncQueueMethods(abc.ABC):
     ) -> FailOutcome:
         op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
         result: FailOutcome = await self.aexecute(op)
+        return result
+
+    async def aget_job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.aexecute(get_job_op(job_id))
         return result
 
     async def arequeue(self, job_ids: Iterable[str]) -> list[str]:

@@ -90,6 +90,14 @@ class Purge:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GetJob:
+    """Read one job (pending, running or dead). Changes nothing; answered once
+    every write before it has landed, so it never shows uncommitted state."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """The leader's heartbeat: forces a commit (and with it, lease expiry) even
     when nothing else changed, so standbys see the leader is alive."""
@@ -105,7 +113,7 @@ class TakeOver:
     epoch: int
 
 
-Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | Tick | TakeOver
+Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | GetJob | Tick | TakeOver
 
 
 def check_queue(name: object) -> str:
@@ -219,6 +227,10 @@ def heartbeat_op(job_id: str, lease: str, *, lease_seconds: float | None = None)
     if lease_seconds is not None:
         lease_seconds = float(_check_number("lease_seconds", lease_seconds, low=0.001, high=MAX_LEASE_SECONDS))
     return Heartbeat(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease), lease_seconds=lease_seconds)
+
+
+def get_job_op(job_id: str) -> GetJob:
+    return GetJob(job_id=_check_id("job id", job_id))
 
 
 def complete_op(job_id: str, lease: str) -> Complete:

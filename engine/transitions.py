@@ -16,7 +16,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine.document import QueueState
+import orjson
+
+from engine.document import QueueState, encode_dead, encode_job
 from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
 from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, decode_payload, new_lease_token
 from engine.operations import (
@@ -24,6 +26,7 @@ from engine.operations import (
     Complete,
     Expire,
     Fail,
+    GetJob,
     Heartbeat,
     Operation,
     Purge,
@@ -217,6 +220,23 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
     return ids
 
 
+def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
+    """The job as the document shows it, with ``status`` pending, running or
+    dead, and without its lease token (a secret of the lease holder)."""
+    job = state.jobs.get(op.job_id)
+    if job is not None:
+        view = orjson.loads(encode_job(job))
+        if view["lease"] is not None:
+            del view["lease"]["token"]
+        return view  # type: ignore[no-any-return]
+    dead = state.dead.get(op.job_id)
+    if dead is None:
+        raise JobNotFound(op.job_id)
+    view = orjson.loads(encode_dead(dead))
+    view["status"] = "dead"
+    return view  # type: ignore[no-any-return]
+
+
 def tick(state: QueueState, op: Tick, now: datetime) -> int:
     """Force a commit. Returns the sequence number the commit will have."""
     state.dirty = True
@@ -249,6 +269,7 @@ _TRANSITIONS: dict[type, Any] = {
     Expire: expire,
     Requeue: requeue,
     Purge: purge,
+    GetJob: get_job,
     Tick: tick,
     TakeOver: take_over,
 }
