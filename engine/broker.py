@@ -89,6 +89,7 @@ class Broker:
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
         self.takeovers = 0
+        self._seen_seq = 0
         self._committer: GroupCommitter | None = None
         self._wake = threading.Event()
         self._stopping = False
@@ -123,6 +124,14 @@ class Broker:
     def committer(self) -> GroupCommitter | None:
         """The running committer while this node leads, else None."""
         return self._committer if self.role == "leader" else None
+
+    @property
+    def seq(self) -> int:
+        """The seq of the latest version this node committed or saw. No I/O."""
+        committer = self._committer
+        if self.role == "leader" and committer is not None:
+            return committer.committed_seq
+        return self._seen_seq
 
     @property
     def leader_url(self) -> str | None:
@@ -167,6 +176,7 @@ class Broker:
                     last_etag, changed_at = etag, self.monotonic()
                     state = self._parse(blob)
                     self.leader = state.broker
+                    self._seen_seq = state.seq
                     self.last_error = None
                     if self._should_take_over_now(state):
                         self._take_over(state)

@@ -162,6 +162,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_load = on_load
         self.on_commit = on_commit
         self.stats = CommitStats()
+        self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._running = False
@@ -365,6 +366,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         if done.error is None:
             assert self._state is not None and done.etag is not None
             self._state.etag = done.etag
+            self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = done.parts
             self.stats.commits += 1
@@ -441,11 +443,13 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.stats.reads += 1
         if blob is None:
             self._committed = None
+            self.committed_seq = 0
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = [blob.data]
+        self.committed_seq = state.seq
         return state
 
     def _load_retrying(self) -> QueueState:

@@ -22,6 +22,7 @@ from engine.model import new_job_id
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 MAX_WORKER_CHARS = 200
 PurgeStatus = Literal["pending", "running", "dead"]
 
@@ -135,8 +136,9 @@ def _check_number(name: str, value: object, *, low: float, high: float, integer:
 
 
 def _check_id(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > 200:
-        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
+    # Ids travel in URLs (/api/v1/jobs/<id>/...): letters, digits and _.:- only.
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise ValidationError(f"{name} must be 1-200 of letters, digits, '_', '.', ':' or '-', got {value!r}")
     return value
 
 

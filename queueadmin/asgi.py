@@ -22,6 +22,15 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import URLPattern, URLResolver  # noqa: E402
 
+from queueadmin import runtime  # noqa: E402
+
+# Only the process that serves requests imports this module (daphne, or
+# runserver's serving child; never migrate, check or the autoreloader's
+# parent), so this is where the embedded broker starts. It returns at once;
+# the node answers 503 not_leader until it has won the election.
+if settings.QUEUE_BROKER_AUTOSTART:
+    runtime.start_broker()
+
 # Websocket routes go here, e.g. path("ws/dashboard/", DashboardConsumer.as_asgi()).
 websocket_urlpatterns: list[URLPattern | URLResolver] = []
 

@@ -22,6 +22,10 @@ QUEUE_LEASE_SECONDS         job lease length, seconds (30)
 QUEUE_HEARTBEAT_SECONDS     leader heartbeat interval, seconds (2)
 QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
+QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
+                            (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
+QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
+                            imported, i.e. in daphne / runserver (true)
 =========================== ====================================================
 """
 
@@ -225,6 +229,14 @@ QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", 30)
 QUEUE_HEARTBEAT_SECONDS = env_seconds("QUEUE_HEARTBEAT_SECONDS", 2)
 QUEUE_TAKEOVER_SECONDS = env_seconds("QUEUE_TAKEOVER_SECONDS", 10)
 QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", 262144)
+# A batch push carries many payloads, so the body limit is well above one
+# payload's; the floor keeps ordinary batches working with small payload limits.
+QUEUE_MAX_REQUEST_BYTES = env_int(
+    "QUEUE_MAX_REQUEST_BYTES", max(4 * 1024 * 1024, 2 * QUEUE_MAX_PAYLOAD_BYTES), minimum=QUEUE_MAX_PAYLOAD_BYTES
+)
+# Only the serving process imports queueadmin.asgi, which starts the broker
+# when this is on; set it false to serve the pages without joining the queue.
+QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader

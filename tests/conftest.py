@@ -1,5 +1,8 @@
 """Fixtures for the whole suite.
 
+No test starts the embedded broker unless it asks for one (see
+:func:`pytest_configure`).
+
 Every test starts with no ``AWS_*`` variables and no AWS config files, so no
 test can pick up real credentials or reach a real cloud endpoint by accident.
 A test that needs S3 asks for fixtures that set dummy credentials for moto
@@ -11,6 +14,19 @@ from __future__ import annotations
 import os
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep ``import queueadmin.asgi`` from starting the embedded broker in tests.
+
+    pytest-django has loaded the settings before any conftest runs, so this
+    changes the loaded setting rather than the environment. That also keeps it
+    in this process: daphne processes started by end-to-end tests inherit the
+    environment and must start their brokers.
+    """
+    from django.conf import settings
+
+    settings.QUEUE_BROKER_AUTOSTART = False
 
 
 @pytest.fixture(autouse=True)

@@ -73,6 +73,16 @@ def test_the_leader_commits_while_idle_and_expires_leases_on_time(make_broker: C
     assert job.id == doc(store)["jobs"][0]["id"]
 
 
+def test_leader_and_standby_report_the_seq_they_committed_or_saw(make_broker: Callable[..., Broker]) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    b = make_broker(store, "http://b")
+    push(a, "x")
+    wait_until(lambda: b.seq > 0)
+    assert 0 < b.seq <= a.seq <= doc(store)["seq"]
+
+
 def test_a_standby_refuses_with_the_leaders_url(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")

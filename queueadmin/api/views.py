@@ -1,0 +1,135 @@
+"""The broker API's endpoints (docs/api.md). All are async: each awaits the
+commit that carries its operation on the embedded broker, without holding a
+thread, and answers only after that commit landed (I1).
+
+Each view looks the broker up per request with :func:`runtime.get_broker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from engine import ClaimedJob, FailOutcome, GroupCommitter, NotLeader
+from engine.operations import get_job_op
+from queueadmin import runtime
+from queueadmin.api import parsing
+from queueadmin.api.endpoint import endpoint
+from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
+
+# Shown instead of lease tokens: the token is the holder's secret (I4).
+HIDDEN = "…"
+
+
+async def _body(request: HttpRequest) -> Any:
+    return parsing.loads(parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES))
+
+
+@endpoint("POST")
+async def push(request: HttpRequest) -> HttpResponse:
+    """201 ``{"ids": [...]}``, in request order, once every job is committed."""
+    broker = runtime.get_broker()
+    op = parsing.push_from(await _body(request), broker.policy)
+    ids: list[str] = await broker.aexecute(op)
+    return json_response({"ids": ids}, status=201)
+
+
+@endpoint("POST")
+async def claim(request: HttpRequest) -> HttpResponse:
+    """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
+    broker = runtime.get_broker()
+    op, wait = parsing.claim_from(await _body(request), broker.policy)
+    jobs = await runtime.long_poll_claim(broker, op, wait)
+    return json_response({"jobs": [_claimed(job) for job in jobs]})
+
+
+def _claimed(job: ClaimedJob) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "payload": job.payload,
+        "attempt": job.attempt,
+        "lease": job.lease,
+        "lease_expires_at": job.lease_expires_at,
+    }
+
+
+@endpoint("POST")
+async def heartbeat(request: HttpRequest, job_id: str) -> HttpResponse:
+    """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
+    op = parsing.heartbeat_from(job_id, await _body(request))
+    expires_at = await runtime.get_broker().aexecute(op)
+    return json_response({"lease_expires_at": expires_at})
+
+
+@endpoint("POST")
+async def complete(request: HttpRequest, job_id: str) -> HttpResponse:
+    """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
+    op = parsing.complete_from(job_id, await _body(request))
+    await runtime.get_broker().aexecute(op)
+    return json_response({"ok": True})
+
+
+@endpoint("POST")
+async def fail(request: HttpRequest, job_id: str) -> HttpResponse:
+    """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
+    broker = runtime.get_broker()
+    op = parsing.fail_from(job_id, await _body(request), broker.policy)
+    outcome: FailOutcome = await broker.aexecute(op)
+    return json_response({"status": outcome.status, "not_before": outcome.not_before})
+
+
+@endpoint("GET")
+async def job(request: HttpRequest, job_id: str) -> HttpResponse:
+    """200 the job as in the document (status pending, running or dead), no lease token."""
+    view: dict[str, Any] = await runtime.get_broker().aexecute(get_job_op(job_id))
+    lease = view.get("lease")
+    if isinstance(lease, dict) and "token" in lease:  # the engine drops it; never rely on one layer alone
+        lease["token"] = HIDDEN
+    return json_response(view)
+
+
+@endpoint("GET")
+async def document(request: HttpRequest) -> HttpResponse:
+    """200 the committed ``queue.json``, lease tokens replaced; 503 on a standby."""
+    broker = runtime.get_broker()
+    committer = broker.committer
+    if committer is None:
+        raise NotLeader(broker.leader_url)
+    # Parsing and re-encoding a large document takes a while (tens of ms for
+    # 100,000 jobs): do it on a worker thread, never on the event loop.
+    return encoded_json_response(await asyncio.to_thread(_redacted_document, committer))
+
+
+def _redacted_document(committer: GroupCommitter) -> bytes:
+    """The committer's last committed document, encoded, lease tokens hidden. No I/O."""
+    doc = committer.document()
+    for entry in doc.get("jobs", ()):
+        if isinstance(entry, dict) and isinstance(entry.get("lease"), dict):
+            entry["lease"]["token"] = HIDDEN
+    return encode_json(doc)
+
+
+@endpoint("GET", token=False)
+async def health(request: HttpRequest) -> HttpResponse:
+    """200 this node's role, the leader as it knows it, itself, and the last seq it saw. No I/O."""
+    broker = runtime.get_broker()
+    leader = broker.leader
+    return json_response(
+        {
+            "role": broker.role,
+            "broker": {"id": leader.id, "url": leader.url, "epoch": leader.epoch},
+            "node": {"id": broker.id, "url": broker.url},
+            "seq": broker.seq,
+        }
+    )
+
+
+@csrf_exempt
+async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """404 JSON for every unknown URL under ``/api/``, whatever the method."""
+    return ApiError("not_found", f"no such API endpoint: {request.path}; see docs/api.md").response()

@@ -1,0 +1,194 @@
+"""The embedded broker: one :class:`engine.Broker` per serving process.
+
+This module is the one place where Django settings become engine arguments
+(:func:`build_broker`). The broker is a process-wide singleton, created lazily
+by :func:`get_broker` and started by :func:`start_broker`, which
+``queueadmin/asgi.py`` calls at import when ``QUEUE_BROKER_AUTOSTART`` is on.
+Only the serving process imports the ASGI module (daphne, or runserver's
+serving child), so ``migrate``, ``check``, the autoreloader's parent and the
+test suite never start a broker unless they ask for one.
+
+It also holds the commit notifier (:data:`commits`) that long-poll claims wait
+on: the committer calls :meth:`CommitNotifier.notify` on its writer thread
+after every landed write, and the notifier wakes waiting coroutines on
+whichever event loops they run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+
+from django.conf import settings
+
+from engine import Broker, ClaimedJob, Policy, QueueState, open_store
+from engine.operations import Claim
+
+log = logging.getLogger(__name__)
+
+# A long-poll claim re-runs at least this often even with no commit, because
+# time alone makes jobs claimable: a delayed push's not_before passes, a lease
+# expires (the leader's expiry commit wakes waiters too, but not a due delay).
+POLL_SECONDS = 1.0
+
+
+class CommitNotifier:
+    """Wakes coroutines waiting for "something was committed".
+
+    :meth:`notify` is thread-safe and cheap; it is called on the committer's
+    writer thread, so it only schedules wake-ups (one ``call_soon_threadsafe``
+    per event loop with waiters) and never runs waiter code itself. Waiters may
+    live on any number of event loops. A notification may be spurious (another
+    broker in this process committed, or nothing claimable changed): waiters
+    must re-check, never assume.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[asyncio.AbstractEventLoop, set[asyncio.Event]] = {}
+
+    def notify(self, state: QueueState | None = None) -> None:
+        """Wake every current waiter. Safe from any thread; does no I/O."""
+        with self._lock:
+            if not self._waiters:
+                return
+            targets = [(loop, tuple(events)) for loop, events in self._waiters.items()]
+        for loop, events in targets:
+            # A loop that closed between our snapshot and now has nobody
+            # waiting on it any more (its waiters unregister as they unwind).
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set_all, events)
+
+    @contextlib.contextmanager
+    def listen(self) -> Iterator[asyncio.Event]:
+        """Register the calling coroutine for the duration of the ``with``.
+
+        Yields an :class:`asyncio.Event` that is set after each commit; clear
+        it *before* checking for work, so that a commit landing between the
+        check and the wait is not missed. Must be used inside a running loop.
+        """
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        with self._lock:
+            self._waiters.setdefault(loop, set()).add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                events = self._waiters.get(loop)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._waiters[loop]
+
+    def waiting(self) -> int:
+        """How many coroutines are listening right now (for tests and health pages)."""
+        with self._lock:
+            return sum(len(events) for events in self._waiters.values())
+
+
+def _set_all(events: Sequence[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+#: The process-wide commit notifier; every broker built here reports to it.
+commits = CommitNotifier()
+
+_lock = threading.Lock()
+_broker: Broker | None = None
+
+
+def build_broker() -> Broker:
+    """A new, unstarted Broker configured from the current Django settings.
+
+    The one place settings become engine arguments. Opens the store (no I/O
+    except creating a local folder); raises StoreConfigError for a bad
+    ``QUEUE_STORE_URL``. Tests call it after overriding settings to get a
+    broker of their own.
+    """
+    policy = Policy(
+        lease_seconds=settings.QUEUE_LEASE_SECONDS,
+        max_payload_bytes=settings.QUEUE_MAX_PAYLOAD_BYTES,
+    )
+    return Broker(
+        open_store(settings.QUEUE_STORE_URL),
+        url=settings.QUEUE_ADVERTISE_URL,  # None: a single node that advertises nothing
+        policy=policy,
+        heartbeat_seconds=settings.QUEUE_HEARTBEAT_SECONDS,
+        takeover_seconds=settings.QUEUE_TAKEOVER_SECONDS,
+        on_commit=commits.notify,
+    )
+
+
+def get_broker() -> Broker:
+    """This process's broker, created on first use (thread-safe). Does not start it.
+
+    Views call this on every request (so tests may patch it). Until
+    :func:`start_broker` runs, the broker's role is ``"stopped"`` and every
+    operation raises NotLeader.
+    """
+    global _broker
+    broker = _broker
+    if broker is None:
+        with _lock:
+            if _broker is None:
+                _broker = build_broker()
+            broker = _broker
+    return broker
+
+
+def start_broker() -> Broker:
+    """Start this process's broker (idempotent) and return it.
+
+    Returns at once: election happens on the broker's own thread, and the node
+    answers 503 not_leader until it leads.
+    """
+    broker = get_broker()
+    if broker.role == "stopped":
+        log.info(
+            "starting broker %s on %s (advertised as %s)",
+            broker.id, broker.store.describe(), broker.url or "nothing: single node",
+        )
+    return broker.start()
+
+
+def stop_broker(timeout: float | None = None) -> None:
+    """Stop and forget this process's broker, if any (idempotent).
+
+    In-flight operations are committed first. The next :func:`get_broker`
+    builds a fresh one from the settings then in force.
+    """
+    global _broker
+    with _lock:
+        broker, _broker = _broker, None
+    if broker is not None:
+        broker.stop(timeout)
+
+
+async def long_poll_claim(broker: Broker, op: Claim, wait: float) -> list[ClaimedJob]:
+    """Run ``op`` until it leases a job or ``wait`` seconds have passed.
+
+    Between attempts it sleeps until the next landed commit (a push, a fail,
+    an expired lease may have made a job claimable) or for at most
+    :data:`POLL_SECONDS` (time alone makes delayed jobs due). Each
+    attempt is a real claim through the committer, so a lease is only ever
+    handed out by a landed commit. Raises what the broker raises (NotLeader
+    when this node stops leading meanwhile).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    with commits.listen() as committed:
+        while True:
+            # Cleared before the attempt: a commit during it sets the event
+            # again, so it is not missed while we were not yet waiting.
+            committed.clear()
+            jobs: list[ClaimedJob] = await broker.aexecute(op)
+            remaining = deadline - loop.time()
+            if jobs or remaining <= 0:
+                return jobs
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(committed.wait(), timeout=min(remaining, POLL_SECONDS))
