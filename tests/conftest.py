@@ -6,7 +6,7 @@ No test starts the embedded broker unless it asks for one (see
 Every test starts with no ``AWS_*`` variables and no AWS config files, so no
 test can pick up real credentials or reach a real cloud endpoint by accident.
 A test that needs S3 asks for fixtures that set dummy credentials for moto
-(see ``tests/engine/conftest.py``); those run after this one.
+(see ``tests/s3_fixtures.py``); those run after this one.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+pytest_plugins = ["tests.s3_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,117 @@
+"""The broker over real HTTP: bad input and security, lease fencing, and a
+kill -9 of the broker in the middle of a push load."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.harness import Cluster, api, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+def test_bad_input_and_credentials_get_their_status_and_change_nothing(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    cluster = cluster_factory(QUEUE_MAX_PAYLOAD_BYTES="1024")
+    node = cluster.node()
+    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    [job_id] = api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": 1}}).json()["ids"]
+    claimed = api(node, "POST", "/api/v1/claim", {"worker": "w", "queues": ["q"]}).json()["jobs"][0]
+    before = cluster.raw_document()
+
+    cases: list[tuple[str, str, dict[str, object], int, str]] = [
+        ("POST", "/api/v1/jobs", {"content": b"{not json"}, 400, "malformed_json"),
+        ("POST", "/api/v1/jobs", {"json_body": {"queue": "q"}}, 400, "invalid"),
+        ("POST", "/api/v1/jobs", {"json_body": {"queue": "q", "payload": 1, "colour": "red"}}, 400, "invalid"),
+        ("POST", "/api/v1/jobs", {"json_body": {"queue": "q", "payload": "x" * 2000}}, 413, "payload_too_large"),
+        ("GET", "/api/v1/jobs/no-such-job", {}, 404, "job_not_found"),
+        ("POST", "/api/v1/jobs/no-such-job/complete", {"json_body": {"lease": "x"}}, 404, "job_not_found"),
+        ("POST", f"/api/v1/jobs/{job_id}/complete", {"json_body": {"lease": "wrong"}}, 409, "lease_lost"),
+        ("POST", f"/api/v1/jobs/{job_id}/heartbeat", {"json_body": {"lease": "wrong"}}, 409, "lease_lost"),
+        ("POST", "/api/v1/jobs", {"json_body": {"queue": "q", "payload": 1}, "token": None}, 401, "unauthorized"),
+        ("POST", "/api/v1/jobs", {"json_body": {"queue": "q", "payload": 1}, "token": "wrong"}, 401, "unauthorized"),
+        ("GET", "/api/v1/claim", {}, 405, "method_not_allowed"),
+    ]
+    for method, path, options, status, code in cases:
+        options = dict(options)
+        body = options.pop("json_body", None)
+        response = api(node, method, path, body, **options)  # type: ignore[arg-type]
+        assert (response.status_code, response.json()["error"]) == (status, code), (path, response.text)
+        assert response.json()["message"]
+        assert cluster.raw_document() == before or _only_heartbeats_changed(cluster, before), path
+
+    # The real lease still works after all of that.
+    done = api(node, "POST", f"/api/v1/jobs/{job_id}/complete", {"lease": claimed["lease"]})
+    assert done.status_code == 200
+
+
+def _only_heartbeats_changed(cluster: Cluster, before: bytes) -> bool:
+    """The leader commits every heartbeat interval; compare what matters."""
+    old, new = orjson.loads(before), cluster.document()
+    return (old["jobs"], old["dead"], old["queues"]) == (new["jobs"], new["dead"], new["queues"])
+
+
+def test_a_stale_worker_cannot_complete_a_job_leased_again(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory()
+    node = cluster.node()
+    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    [job_id] = api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": "work"}).json()["ids"]
+    stale = api(node, "POST", "/api/v1/claim", {"worker": "slow", "queues": ["q"], "lease_seconds": 0.5}).json()
+    # The leader expires the lease by itself; a second worker gets the job.
+    fresh = api(node, "POST", "/api/v1/claim", {"worker": "fast", "queues": ["q"], "wait_seconds": 10}).json()
+    assert fresh["jobs"][0]["id"] == job_id and fresh["jobs"][0]["attempt"] == 2
+    late = api(node, "POST", f"/api/v1/jobs/{job_id}/complete", {"lease": stale["jobs"][0]["lease"]})
+    assert late.status_code == 409 and late.json()["error"] == "lease_lost"
+    assert api(node, "GET", f"/api/v1/jobs/{job_id}").json()["lease"]["worker"] == "fast"
+    ok = api(node, "POST", f"/api/v1/jobs/{job_id}/complete", {"lease": fresh["jobs"][0]["lease"]})
+    assert ok.status_code == 200
+    assert cluster.document()["queues"]["q"]["completed"] == 1
+
+
+def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory()
+    node = cluster.node()
+    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def pusher(n: int) -> None:
+        with httpx.Client(timeout=5) as http:
+            i = 0
+            while not stop.is_set():
+                try:
+                    response = http.post(
+                        f"{node.url}/api/v1/jobs",
+                        json={"queue": "q", "jobs": [{"payload": {"pusher": n, "i": i}} for _ in range(5)]},
+                        headers={"Authorization": "Bearer e2e-token"},
+                    )
+                except httpx.HTTPError:
+                    return  # the broker died under us: that push was never acknowledged
+                if response.status_code == 201:
+                    with lock:
+                        acknowledged.extend(response.json()["ids"])
+                i += 1
+
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(acknowledged) > 200, 30, "some pushes to be acknowledged")
+    node.kill()
+    stop.set()
+    for t in threads:
+        t.join(10)
+
+    # Restart on the same address: the node takes over its own earlier life.
+    again = cluster.node(port=node.port)
+    wait_until(lambda: again.role() == "leader", 15, "the restarted node to lead")
+    stored = {job["id"] for job in cluster.document()["jobs"]}
+    missing = set(acknowledged) - stored
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged pushes lost"
+    assert api(again, "POST", "/api/v1/jobs", {"queue": "q", "payload": "after"}).status_code == 201

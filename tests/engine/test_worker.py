@@ -1,0 +1,279 @@
+"""The Worker, driven against a GroupCommitter on a MemoryStore (it has the
+client's methods). Tests wait on events and conditions, never fixed sleeps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from engine import (
+    ClaimedJob,
+    GroupCommitter,
+    JobNotFound,
+    LeaseLost,
+    MemoryStore,
+    NotLeader,
+    Policy,
+    StoreUnavailable,
+    ValidationError,
+)
+from engine.http_client import Unauthorized
+from engine.worker import Worker, WorkerStats
+
+FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+TIMEOUT = 10.0
+
+
+class SpyCommitter(GroupCommitter):
+    """A GroupCommitter that records calls and can be told to fail some."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+        self.faults: dict[str, list[Exception]] = {}
+        self.lease_lost = threading.Event()
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        pending = self.faults.get(name)
+        if pending:
+            raise pending.pop(0)
+
+    def claim(self, worker: str, queues: Iterable[str], **kwargs: Any) -> list[ClaimedJob]:
+        self._call("claim")
+        return super().claim(worker, queues, **kwargs)
+
+    def heartbeat(self, job_id: str, lease: str, *, lease_seconds: float | None = None) -> datetime:
+        self._call("heartbeat")
+        try:
+            return super().heartbeat(job_id, lease, lease_seconds=lease_seconds)
+        except LeaseLost:
+            self.lease_lost.set()
+            raise
+
+    def complete(self, job_id: str, lease: str) -> None:
+        self._call("complete")
+        super().complete(job_id, lease)
+
+
+class LongPollCommitter(SpyCommitter):
+    supports_wait = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits: list[float] = []
+
+    def claim(self, worker: str, queues: Iterable[str], *, wait_seconds: float = 0, **kwargs: Any) -> list[ClaimedJob]:
+        self.waits.append(wait_seconds)
+        return super().claim(worker, queues, **kwargs)
+
+
+@pytest.fixture
+def client() -> Iterator[SpyCommitter]:
+    committer = SpyCommitter(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0)).start()
+    yield committer
+    committer.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """Wait until ``predicate()`` holds, re-checking on a short event wait."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        tick.wait(0.005)
+
+
+def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
+    result: list[WorkerStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(worker.run())
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_burst_completes_every_job_then_exits(client: SpyCommitter) -> None:
+    ids = client.push("q", [{"n": n} for n in range(5)])
+    seen: list[Any] = []
+    stats = Worker(client, queues=["q"], handler=seen.append, burst=True, concurrency=2, **FAST).run()
+    assert sorted(p["n"] for p in seen) == list(range(5))
+    assert (stats.claimed, stats.completed, stats.failed, stats.lost) == (5, 5, 0, 0)
+    doc = client.document()
+    assert doc["jobs"] == [] and doc["queues"]["q"]["completed"] == 5
+    assert len(ids) == 5
+
+
+def test_burst_on_empty_queues_exits_at_once(client: SpyCommitter) -> None:
+    stats = Worker(client, queues=["q", "other"], handler=print, burst=True, **FAST).run()
+    assert stats == WorkerStats()
+    assert client.calls == ["claim"]
+
+
+def test_handler_exception_fails_with_traceback_until_dead(client: SpyCommitter) -> None:
+    [job_id] = client.push("q", [{"fail": True}])
+
+    def handler(payload: Any) -> None:
+        raise ValueError(f"boom {payload}")
+
+    stats = Worker(client, queues=["q"], handler=handler, burst=True, **FAST).run()
+    assert (stats.claimed, stats.failed, stats.dead, stats.completed) == (2, 2, 1, 0)
+    [dead] = client.document()["dead"]
+    assert dead["id"] == job_id and dead["attempts"] == 2
+    assert dead["error"].startswith("Traceback (most recent call last)")
+    assert "ValueError: boom {'fail': True}" in dead["error"]
+
+
+def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
+    client.push("q", [1, 2, 3])
+    together = threading.Barrier(3, timeout=TIMEOUT)  # breaks unless three handlers run at once
+    stats = Worker(client, queues=["q"], handler=lambda _: together.wait(), burst=True, concurrency=3, **FAST).run()
+    assert stats.completed == 3
+
+
+def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None:
+    [job_id] = client.push("q", ["slow"])
+    running, release = threading.Event(), threading.Event()
+
+    def handler(_: Any) -> None:
+        running.set()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, lease_seconds=0.5, heartbeat_interval=0.05, **FAST)
+    thread, result = start(worker)
+    assert running.wait(TIMEOUT)
+    # Run for at least two full leases; each commit also expires due leases.
+    wait_for(lambda: worker.stats.heartbeats >= 22)
+    assert client.claim("other", ["q"]) == []
+    assert client.get_job(job_id)["status"] == "running"
+    release.set()
+    wait_for(lambda: worker.stats.completed == 1)
+    worker.stop()
+    thread.join(TIMEOUT)
+    assert result == [worker.stats] and worker.stats.lost == 0
+    assert client.document()["queues"]["q"] == {
+        "pushed": 1, "completed": 1, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0}
+
+
+def test_lost_lease_means_the_result_is_not_sent(client: SpyCommitter) -> None:
+    [job_id] = client.push("q", ["x"])
+    running, release = threading.Event(), threading.Event()
+
+    def handler(_: Any) -> None:
+        running.set()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, lease_seconds=5, heartbeat_interval=0.02, **FAST)
+    thread, _ = start(worker)
+    assert running.wait(TIMEOUT)
+    client.requeue([job_id])  # an operator takes the job back: the lease is revoked
+    assert client.lease_lost.wait(TIMEOUT)
+    worker.stop()  # claim nothing more: the requeued job must not come back to this worker
+    release.set()
+    thread.join(TIMEOUT)
+    assert (worker.stats.lost, worker.stats.completed, worker.stats.abandoned) == (1, 0, 0)
+    assert "complete" not in client.calls
+    assert client.get_job(job_id)["status"] == "pending"
+
+
+def test_stop_lets_a_running_job_finish_and_claims_nothing_more(client: SpyCommitter) -> None:
+    first, second = client.push("q", ["a", "b"])
+    running, release = threading.Event(), threading.Event()
+
+    def handler(_: Any) -> None:
+        running.set()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, grace_seconds=TIMEOUT, **FAST)
+    thread, result = start(worker)
+    assert running.wait(TIMEOUT)
+    worker.stop()
+    worker.stop()  # idempotent
+    assert thread.is_alive()
+    release.set()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive() and result == [worker.stats]
+    assert (worker.stats.claimed, worker.stats.completed, worker.stats.abandoned) == (1, 1, 0)
+    assert client.get_job(second)["status"] == "pending"
+    with pytest.raises(JobNotFound):
+        client.get_job(first)  # completed: it left the document
+    with pytest.raises(RuntimeError):
+        worker.run()
+
+
+def test_a_job_still_running_after_the_grace_period_is_left_to_expire(client: SpyCommitter) -> None:
+    [job_id] = client.push("q", ["stuck"])
+    running, release = threading.Event(), threading.Event()
+
+    def handler(_: Any) -> None:
+        running.set()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, grace_seconds=TIMEOUT, **FAST)
+    thread, result = start(worker)
+    assert running.wait(TIMEOUT)
+    worker.stop()
+    worker.stop(grace_seconds=0)  # a second signal: leave now
+    thread.join(TIMEOUT)
+    assert result == [worker.stats] and (worker.stats.abandoned, worker.stats.lost) == (1, 1)
+    release.set()
+    wait_for(lambda: worker.running == 0)  # the handler returned ...
+    assert "complete" not in client.calls  # ... and its result was not sent
+    assert client.get_job(job_id)["status"] == "running"
+
+
+def test_transient_errors_are_retried_not_fatal(client: SpyCommitter) -> None:
+    client.push("q", [1, 2])
+    client.faults = {
+        "claim": [StoreUnavailable("store timed out"), NotLeader("http://elsewhere")],
+        "complete": [NotLeader(None)],
+    }
+    stats = Worker(client, queues=["q"], handler=lambda _: None, burst=True, **FAST).run()
+    assert (stats.completed, stats.errors, stats.lost) == (2, 3, 0)
+
+
+def test_claims_refused_for_good_end_the_worker(client: SpyCommitter) -> None:
+    client.faults = {"claim": [Unauthorized("wrong token")]}
+    with pytest.raises(Unauthorized):
+        Worker(client, queues=["q"], handler=print, **FAST).run()
+
+
+def test_long_poll_is_used_when_the_client_supports_it() -> None:
+    committer = LongPollCommitter(MemoryStore()).start()
+    try:
+        committer.push("q", [1])
+        Worker(committer, queues=["q"], handler=print, burst=True, **FAST).run()
+        assert committer.waits == [0, 0]  # burst never waits
+        worker = Worker(committer, queues=["q"], handler=print, wait_seconds=7, **FAST)
+        thread, _ = start(worker)
+        wait_for(lambda: len(committer.waits) >= 3)
+        worker.stop()
+        thread.join(TIMEOUT)
+        assert set(committer.waits[2:]) == {7}
+    finally:
+        committer.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"queues": ["bad queue"]}, ValidationError),
+        ({"queues": []}, ValidationError),
+        ({"concurrency": 0}, ValueError),
+        ({"lease_seconds": 1, "heartbeat_interval": 1}, ValueError),
+        ({"wait_seconds": 31}, ValueError),
+    ],
+)
+def test_bad_configuration_is_refused(client: SpyCommitter, kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Worker(client, **{"queues": ["q"], "handler": print, **kwargs})
