@@ -29,10 +29,12 @@ from engine.errors import (
     StoreUnavailable,
     ValidationError,
 )
+from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
 from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
 from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
+from engine.worker import Worker, WorkerStats
 
 __all__ = [
     "DOCUMENT_KEY",
@@ -40,7 +42,9 @@ __all__ = [
     "AsyncQueueMethods",
     "Blob",
     "Broker",
+    "BrokerClient",
     "BrokerInfo",
+    "BrokerUnavailable",
     "ClaimedJob",
     "CommitStats",
     "CommitterStopped",
@@ -71,7 +75,10 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "Unauthorized",
     "ValidationError",
+    "Worker",
+    "WorkerStats",
     "open_store",
     "parse_document",
     "utc_now",

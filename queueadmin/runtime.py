@@ -102,6 +102,12 @@ _lock = threading.Lock()
 _broker: Broker | None = None
 
 
+def queue_policy() -> Policy:
+    """The engine policy the settings describe. Brokers enforce it; clients
+    (commands, workers) validate with it locally, so both agree."""
+    return Policy(lease_seconds=settings.QUEUE_LEASE_SECONDS, max_payload_bytes=settings.QUEUE_MAX_PAYLOAD_BYTES)
+
+
 def build_broker() -> Broker:
     """A new, unstarted Broker configured from the current Django settings.
 
@@ -110,10 +116,7 @@ def build_broker() -> Broker:
     ``QUEUE_STORE_URL``. Tests call it after overriding settings to get a
     broker of their own.
     """
-    policy = Policy(
-        lease_seconds=settings.QUEUE_LEASE_SECONDS,
-        max_payload_bytes=settings.QUEUE_MAX_PAYLOAD_BYTES,
-    )
+    policy = queue_policy()
     return Broker(
         open_store(settings.QUEUE_STORE_URL),
         url=settings.QUEUE_ADVERTISE_URL,  # None: a single node that advertises nothing

@@ -264,6 +264,35 @@ def test_long_poll_is_used_when_the_client_supports_it() -> None:
         committer.stop()
 
 
+def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("engine.worker.CLAIM_STOP_MARGIN_SECONDS", 0.05)
+    hold, claiming = threading.Event(), threading.Event()
+
+    class HungClaims(LongPollCommitter):
+        def claim(self, worker: str, queues: Iterable[str], **kwargs: Any) -> list[ClaimedJob]:
+            claiming.set()
+            hold.wait(TIMEOUT)  # a broker that does not answer (or a client retrying)
+            return super().claim(worker, queues, **kwargs)
+
+    committer = HungClaims(MemoryStore()).start()
+    try:
+        worker = Worker(committer, queues=["q"], handler=print, wait_seconds=0.1, grace_seconds=TIMEOUT, **FAST)
+        thread, result = start(worker)
+        assert claiming.wait(TIMEOUT)
+        worker.stop()
+        thread.join(TIMEOUT / 2)
+        assert result == [WorkerStats()]  # returned well before the grace period ended
+        committer.push("q", [1])
+        hold.set()  # the claim is answered after all: its job is not run
+        wait_for(lambda: "claimed after the worker stopped" in caplog.text)
+        assert committer.document()["jobs"][0]["status"] == "running"  # left for its lease to expire
+    finally:
+        hold.set()
+        committer.stop()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [

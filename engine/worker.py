@@ -1,0 +1,460 @@
+"""Workers: claim jobs, run a handler on each, heartbeat their leases, report the outcome.
+
+A :class:`Worker` is handed a client (a :class:`~engine.http_client.BrokerClient`
+in production; anything with the :class:`~engine.client.QueueClient` methods,
+such as a GroupCommitter, in tests). Threads, all daemons:
+
+* the claimer asks for as many jobs as there are free slots, long-polling
+  when the client supports it (``supports_wait``);
+* ``concurrency`` handler threads call ``handler(payload)``: a return
+  completes the job, an exception fails it with the traceback as the error;
+* the heartbeat thread extends every running job's lease every
+  ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
+  JobNotFound) keeps running, since a thread cannot be killed, but its result
+  is never sent.
+
+Transient errors (NotLeader, StoreUnavailable, connection trouble, anything
+unexpected) are logged and retried with backoff; they never end the worker.
+Only a refused token or invalid claim arguments do.
+
+``stop()`` stops claiming; running jobs get ``grace_seconds`` to finish and
+report, then ``run()`` returns. Jobs still running then are abandoned: not
+completed, their leases expire and the broker hands them out again. A long
+poll in flight at ``stop()`` is waited for (its jobs are run, within the
+grace period) for at most ``wait_seconds`` plus a small margin.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, cast
+
+from engine.client import QueueClient
+from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, ValidationError
+from engine.http_client import MAX_WAIT_SECONDS, Unauthorized
+from engine.model import ClaimedJob
+from engine.operations import claim_op
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WAIT_SECONDS = 10.0
+DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_BACKOFF_SECONDS = 0.5
+DEFAULT_BACKOFF_CAP_SECONDS = 10.0
+# Waits re-check the (injectable) clock at least this often, so a fake clock
+# that jumps forward is noticed without a real-time wait of the same length.
+MAX_WAIT_STEP_SECONDS = 0.5
+# After stop(), with no job running, how much longer than one long poll run()
+# waits for a claim still in flight (whose jobs it would run) before leaving it.
+CLAIM_STOP_MARGIN_SECONDS = 2.0
+# Errors that retrying cannot fix: a wrong token, claim arguments refused.
+FATAL_ERRORS: tuple[type[EngineError], ...] = (Unauthorized, ValidationError)
+
+
+class _LongPollClaimer(Protocol):
+    def claim(
+        self,
+        worker: str,
+        queues: Iterable[str],
+        *,
+        max_jobs: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float = 0,
+    ) -> list[ClaimedJob]: ...
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What one worker did. ``lost``: jobs whose lease was lost, whose result
+    could not be reported, or that were still running when the grace period
+    ended (``abandoned`` counts those last ones separately)."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+    lost: int = 0
+    abandoned: int = 0
+    heartbeats: int = 0
+    errors: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    job: ClaimedJob
+    next_beat: float  # monotonic time of the next heartbeat
+    lease_until: float  # local estimate of the lease deadline (monotonic)
+    lost: bool = False
+    reporting: bool = False  # a complete or fail is in flight: heartbeats hold off
+    settled: bool = False  # counted in the stats (exactly once)
+
+
+def new_worker_id() -> str:
+    """A worker id unique per process start: host, pid and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or drained, with ``burst``).
+
+    ``lease_seconds`` defaults to the client's policy (sent with every claim,
+    so the worker's heartbeat schedule matches the leases it gets);
+    ``heartbeat_interval`` to a third of it. ``wait_seconds`` is the long
+    poll per claim (0 in burst mode). ``burst``: return as soon as a claim
+    finds nothing and no job is running; delayed jobs (retry backoff, delayed
+    pushes) are left for later. ``run()`` may be called once.
+    """
+
+    def __init__(
+        self,
+        client: QueueClient,
+        *,
+        queues: Iterable[str],
+        handler: Callable[[Any], Any],
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        lease_seconds: float | None = None,
+        heartbeat_interval: float | None = None,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        burst: bool = False,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+        backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.handler = handler
+        self.worker_id = worker_id or new_worker_id()
+        self.lease_seconds = float(lease_seconds if lease_seconds is not None else client.policy.lease_seconds)
+        # Validate queues, worker id and lease once, here, rather than on every claim.
+        op = claim_op(self.worker_id, queues, policy=client.policy, max_jobs=1, lease_seconds=self.lease_seconds)
+        self.queues = op.queues
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        self.concurrency = concurrency
+        self.heartbeat_interval = heartbeat_interval if heartbeat_interval is not None else self.lease_seconds / 3
+        if not 0 < self.heartbeat_interval < self.lease_seconds:
+            raise ValueError("need 0 < heartbeat_interval < lease_seconds")
+        if not 0 <= wait_seconds <= MAX_WAIT_SECONDS or poll_seconds <= 0 or grace_seconds < 0:
+            raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
+        self.burst = burst
+        self.wait_seconds = 0.0 if burst else float(wait_seconds)
+        self.poll_seconds = poll_seconds
+        self.grace_seconds = grace_seconds
+        self.backoff_seconds = backoff_seconds
+        self.backoff_cap_seconds = backoff_cap_seconds
+        self.monotonic = monotonic
+        self.long_poll = bool(getattr(client, "supports_wait", False))
+        self.stats = WorkerStats()
+        self.fatal: EngineError | None = None  # why the worker stopped by itself, if it did
+        self._cond = threading.Condition()  # guards everything below and stats
+        self._running: dict[str, _Running] = {}
+        self._inbox: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._stopping = threading.Event()  # stop claiming
+        self._exit = threading.Event()  # run() is returning: every thread ends
+        self._deadline: float | None = None  # end of the grace period (monotonic)
+        self._stopped_at: float | None = None
+        self._claimer_done = False
+        self._finished = 0  # jobs whose handling ended; a burst claims again after any
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        """Work until stopped or, with ``burst``, drained. Blocks; returns the stats.
+
+        Raises Unauthorized or ValidationError (after the grace period for the
+        running jobs) if claims are refused for a reason retrying cannot fix.
+        """
+        with self._cond:
+            if self._started:
+                raise RuntimeError("a Worker runs only once; make a new one")
+            self._started = True
+        log.info("worker %s: queues %s, concurrency %d", self.worker_id, ", ".join(self.queues), self.concurrency)
+        threads = [threading.Thread(target=self._handle_loop, name=f"handler-{i}", daemon=True)
+                   for i in range(self.concurrency)]
+        threads.append(threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True))
+        threads.append(threading.Thread(target=self._claim_loop, name="claimer", daemon=True))
+        for thread in threads:
+            thread.start()
+        abandoned: list[_Running] = []
+        try:
+            with self._cond:
+                while not (self._claimer_done and not self._running):
+                    if self._deadline is not None and self.monotonic() >= self._deadline:
+                        break
+                    if self._claim_overdue():
+                        log.info("worker %s: not waiting any longer for the claim in flight", self.worker_id)
+                        break
+                    self._cond.wait(self._wait_step(self._deadline))
+                # From here on no result is reported: what still runs is left to expire.
+                self._exit.set()
+                for record in self._running.values():
+                    if self._settle(record, "lost"):
+                        self.stats.abandoned += 1
+                        abandoned.append(record)
+        finally:
+            self._stopping.set()
+            self._exit.set()
+            for _ in range(self.concurrency):
+                self._inbox.put(None)
+        for record in abandoned:
+            log.warning("job %s abandoned: still running after the grace period; its lease will expire",
+                        record.job.id)
+        s = self.stats
+        log.info("worker %s stopped: claimed %d, completed %d, failed %d (dead %d), lost %d",
+                 self.worker_id, s.claimed, s.completed, s.failed, s.dead, s.lost)
+        if self.fatal is not None:
+            raise self.fatal
+        return self.stats
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Stop claiming; running jobs get ``grace_seconds`` (default: the
+        worker's) to finish. Idempotent; a later call may only shorten the
+        grace period (``stop(0)`` makes ``run()`` return at once). Safe from
+        any thread and from a signal handler: it only holds a reentrant lock
+        for a moment, and never waits."""
+        grace = self.grace_seconds if grace_seconds is None else grace_seconds
+        with self._cond:
+            now = self.monotonic()
+            if self._stopped_at is None:
+                self._stopped_at = now
+            if self._deadline is None or now + grace < self._deadline:
+                self._deadline = now + grace
+            self._stopping.set()
+            self._cond.notify_all()
+
+    @property
+    def running(self) -> int:
+        """Jobs claimed and not yet reported."""
+        with self._cond:
+            return len(self._running)
+
+    def _claim_overdue(self) -> bool:
+        """Stopping, nothing runs, and the claim in flight has taken longer than
+        a long poll could: the broker is unreachable or retrying. Leaving it is
+        safe (a claim answered after run() returns only strands leases, which
+        expire), and waiting could take the client's whole retry budget."""
+        return (
+            self._stopped_at is not None
+            and not self._running
+            and self.monotonic() >= self._stopped_at + self.wait_seconds + CLAIM_STOP_MARGIN_SECONDS
+        )
+
+    def _wait_step(self, until: float | None) -> float:
+        if until is None:
+            return MAX_WAIT_STEP_SECONDS
+        return max(0.0, min(MAX_WAIT_STEP_SECONDS, until - self.monotonic()))
+
+    def _settle(self, record: _Running, outcome: Literal["completed", "failed", "lost"]) -> bool:
+        """Count ``record``'s outcome once; False if it was already counted.
+        Call with ``self._cond`` held."""
+        if record.settled:
+            return False
+        record.settled = True
+        setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+        return True
+
+    def _backoff(self, failures: int) -> float:
+        return random.uniform(0, min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(failures, 16)))
+
+    # -- claiming --------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                with self._cond:
+                    while len(self._running) >= self.concurrency and not self._stopping.is_set():
+                        self._cond.wait(MAX_WAIT_STEP_SECONDS)
+                    free = self.concurrency - len(self._running)
+                if self._stopping.is_set():
+                    break
+                started = self.monotonic()
+                with self._cond:
+                    finished = self._finished
+                try:
+                    jobs = self._claim(free)
+                except FATAL_ERRORS as exc:
+                    log.error("worker %s: claims refused, stopping: %s", self.worker_id, exc)
+                    self.fatal = exc
+                    self.stop()
+                    break
+                except Exception as exc:  # transient, or a bug: never end the worker
+                    failures += 1
+                    with self._cond:
+                        self.stats.errors += 1
+                    delay = self._backoff(failures)
+                    log.warning("worker %s: claim failed (%s: %s); retrying in %.1fs",
+                                self.worker_id, type(exc).__name__, exc, delay)
+                    self._stopping.wait(delay)
+                    continue
+                failures = 0
+                if jobs:
+                    self._dispatch(jobs, started)
+                elif self.burst:
+                    with self._cond:
+                        # Claim again once a running job ends: its failure may
+                        # have made it claimable again at once.
+                        while self._finished == finished and self._running and not self._stopping.is_set():
+                            self._cond.wait(MAX_WAIT_STEP_SECONDS)
+                        if self._finished == finished and not self._running:
+                            log.info("worker %s: nothing left to claim (burst)", self.worker_id)
+                            break
+                else:
+                    # A long poll already waited; guard anyway against a broker
+                    # (or a client without long polls) answering at once.
+                    idle = self.poll_seconds - (self.monotonic() - started)
+                    if idle > 0:
+                        self._stopping.wait(idle)
+        finally:
+            with self._cond:
+                self._claimer_done = True
+                self._cond.notify_all()
+
+    def _claim(self, free: int) -> list[ClaimedJob]:
+        if self.long_poll:
+            return cast(_LongPollClaimer, self.client).claim(
+                self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
+                wait_seconds=self.wait_seconds,
+            )
+        return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds)
+
+    def _dispatch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
+        with self._cond:
+            if self._exit.is_set():
+                log.warning("worker %s: %d job(s) claimed after the worker stopped; their leases will expire",
+                            self.worker_id, len(jobs))
+                return
+            for job in jobs:
+                # The lease started no earlier than our request did.
+                record = _Running(job, next_beat=claimed_at + self.heartbeat_interval,
+                                  lease_until=claimed_at + self.lease_seconds)
+                self._running[job.id] = record
+                self._inbox.put(record)
+            self.stats.claimed += len(jobs)
+            self._cond.notify_all()
+
+    # -- handling --------------------------------------------------------------
+
+    def _handle_loop(self) -> None:
+        while (record := self._inbox.get()) is not None:
+            try:
+                self._handle(record)
+            except Exception:  # a bug here must not cost a handler slot
+                log.exception("worker %s: job %s: unexpected error", self.worker_id, record.job.id)
+            finally:
+                with self._cond:
+                    self._running.pop(record.job.id, None)
+                    self._finished += 1
+                    self._cond.notify_all()
+
+    def _handle(self, record: _Running) -> None:
+        job = record.job
+        started = self.monotonic()
+        error: str | None = None
+        try:
+            self.handler(job.payload)
+        except BaseException:  # SystemExit too: a handler must never end its thread
+            error = traceback.format_exc()
+        took = self.monotonic() - started
+        if record.lost:
+            self._count_lost(record, f"finished after its lease was lost ({took:.3f}s); result not sent")
+            return
+        failures = 0
+        while True:
+            with self._cond:
+                if self._exit.is_set():
+                    return  # past the grace period: counted as abandoned, nothing is sent
+                record.reporting = True
+            try:
+                if error is None:
+                    self.client.complete(job.id, job.lease)
+                    with self._cond:
+                        self._settle(record, "completed")
+                    log.info("job %s (%s, attempt %d) completed in %.3fs", job.id, job.queue, job.attempt, took)
+                else:
+                    outcome = self.client.fail(job.id, job.lease, error=error)
+                    with self._cond:
+                        if self._settle(record, "failed") and outcome.status == "dead":
+                            self.stats.dead += 1
+                    last_line = error.rstrip().splitlines()[-1]
+                    then = "dead" if outcome.status == "dead" else "will retry"
+                    log.info("job %s (%s, attempt %d) failed in %.3fs, %s: %s",
+                             job.id, job.queue, job.attempt, took, then, last_line)
+                return
+            except QueueError as exc:  # LeaseLost, JobNotFound, ...: retrying won't help
+                self._count_lost(record, f"its result was refused: {exc}")
+                return
+            except Exception as exc:  # transient: retry while the lease may still hold
+                failures += 1
+                delay = self._backoff(failures)
+                with self._cond:
+                    self.stats.errors += 1
+                    record.reporting = False  # keep the lease alive meanwhile
+                    deadline = record.lease_until
+                    if self._deadline is not None:
+                        deadline = min(deadline, self._deadline)
+                if self.monotonic() + delay >= deadline:
+                    self._count_lost(record, f"its result could not be reported before its lease ran out: {exc}")
+                    return
+                log.warning("job %s: reporting failed (%s); retrying in %.1fs", job.id, exc, delay)
+                self._exit.wait(delay)
+
+    def _count_lost(self, record: _Running, why: str) -> None:
+        with self._cond:
+            counted = self._settle(record, "lost")
+        if counted:
+            job = record.job
+            log.warning("job %s (%s, attempt %d) lost: %s", job.id, job.queue, job.attempt, why)
+
+    # -- heartbeats ------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._exit.is_set():
+            now = self.monotonic()
+            with self._cond:
+                due = [r for r in self._running.values() if r.next_beat <= now and not (r.lost or r.reporting)]
+            for record in due:
+                if self._exit.is_set():
+                    return
+                self._beat(record)
+            with self._cond:
+                beats = [r.next_beat for r in self._running.values() if not (r.lost or r.reporting)]
+            until = min(beats, default=self.monotonic() + self.heartbeat_interval)
+            self._exit.wait(self._wait_step(until))
+
+    def _beat(self, record: _Running) -> None:
+        job = record.job
+        sent = self.monotonic()
+        try:
+            self.client.heartbeat(job.id, job.lease)
+        except (LeaseLost, JobNotFound) as exc:
+            with self._cond:
+                if record.reporting or job.id not in self._running:
+                    return  # raced with this job's own complete or fail, which decides
+                record.lost = True
+            log.warning("job %s (%s, attempt %d): lease lost while running (%s); its result will not be sent",
+                        job.id, job.queue, job.attempt, exc)
+        except Exception as exc:  # transient: try again soon, well before the lease ends
+            with self._cond:
+                self.stats.errors += 1
+                record.next_beat = self.monotonic() + min(self.heartbeat_interval, self.backoff_cap_seconds) / 2
+            log.warning("job %s: heartbeat failed (%s: %s)", job.id, type(exc).__name__, exc)
+        else:
+            with self._cond:
+                self.stats.heartbeats += 1
+                record.lease_until = sent + self.lease_seconds
+                record.next_beat = sent + self.heartbeat_interval

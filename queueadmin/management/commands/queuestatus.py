@@ -1,0 +1,154 @@
+"""``manage.py queuestatus``: what the queue document at QUEUE_STORE_URL says right now.
+
+It reads the store directly (one GET, never a write), so it works with no
+broker running, and parses the document as strictly as the engine does: a
+document the engine would refuse is reported with the engine's message, and
+the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, open_store, parse_document, utc_now
+from engine.document import counters_dict
+
+COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")
+# Short labels for the text table, where "dead" already counts the dead letters present.
+COUNTER_LABELS = ("pushed", "completed", "failed", "died", "purged", "dropped")
+
+
+def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
+    """The status as plain data: leader, seq, per-queue counts and the running leases.
+
+    Ages and time left are measured against ``now`` (this machine's clock),
+    while the document's times come from the leader's clock.
+    """
+    names = set(state.queues) | {j.queue for j in state.jobs.values()} | {d.queue for d in state.dead.values()}
+    queues: dict[str, dict[str, Any]] = {
+        name: {"ready": 0, "delayed": 0, "running": 0, "dead": 0,
+               "counters": counters_dict(state.queues.get(name) or QueueCounters())}
+        for name in sorted(names)
+    }
+    leases: list[dict[str, Any]] = []
+    for job in state.jobs.values():
+        row = queues[job.queue]
+        if job.lease is None:
+            row["delayed" if job.not_before is not None and job.not_before > now else "ready"] += 1
+            continue
+        row["running"] += 1
+        lease = job.lease
+        leases.append({
+            "id": job.id, "queue": job.queue, "worker": lease.worker,
+            "attempt": job.attempts, "max_attempts": job.max_attempts,
+            "claimed_at": lease.claimed_at, "heartbeat_at": lease.heartbeat_at, "expires_at": lease.expires_at,
+            "age_seconds": (now - lease.claimed_at).total_seconds(),
+            "since_heartbeat_seconds": (now - lease.heartbeat_at).total_seconds(),
+            "left_seconds": (lease.expires_at - now).total_seconds(),
+        })
+    for dead in state.dead.values():
+        queues[dead.queue]["dead"] += 1
+    return {
+        "seq": state.seq,
+        "writer": state.writer,
+        "leader": {"id": state.broker.id, "url": state.broker.url, "epoch": state.broker.epoch},
+        "queues": queues,
+        "leases": leases,
+    }
+
+
+def _duration(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _table(header: list[str], rows: list[list[str]], *, left: int = 1) -> list[str]:
+    """Columns padded to fit; the first ``left`` columns left-aligned, the rest right-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
+                                                                                                strict=True)))
+        .rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def render(status: dict[str, Any]) -> list[str]:
+    """The status as the lines the command prints."""
+    leader = status["leader"]
+    lines = [
+        f"document  {status['document']}  ({status['size']} bytes, seq {status['seq']})",
+        (f"leader    {leader['id']}  {leader['url'] or '(no URL advertised)'}  epoch {leader['epoch']}"
+         if leader["id"] else f"leader    none (epoch {leader['epoch']}): no broker has taken over yet"),
+        "",
+    ]
+    queues = status["queues"]
+    if queues:
+        header = ["queue", "ready", "delayed", "running", "dead", *COUNTER_LABELS]
+        rows = [[name, *(str(q[k]) for k in ("ready", "delayed", "running", "dead")),
+                 *(str(q["counters"][k]) for k in COUNTERS)] for name, q in queues.items()]
+        lines += _table(header, rows)
+        lines.append("(ready to dead: in the document now; pushed to dropped: counters since the queue began; "
+                     "died: moved to the dead letters, dropped: dead letters dropped from a full list)")
+    else:
+        lines.append("no queues yet")
+    leases = status["leases"]
+    lines += ["", f"running leases: {len(leases)}"]
+    if leases:
+        rows = [
+            [lease["id"], lease["queue"], lease["worker"], f"{lease['attempt']}/{lease['max_attempts']}",
+             _duration(lease["age_seconds"]), f"{_duration(lease['since_heartbeat_seconds'])} ago",
+             _duration(lease["left_seconds"]) if lease["left_seconds"] >= 0
+             else f"expired {_duration(lease['left_seconds'])} ago"]
+            for lease in leases
+        ]
+        lines += _table(["job", "queue", "worker", "attempt", "claimed", "heartbeat", "left"], rows, left=3)
+        lines.append("(times against this machine's clock; the leader's clock stamped the leases)")
+    return lines
+
+
+class Command(BaseCommand):
+    help = (
+        "Show the queue document at QUEUE_STORE_URL: the leader, seq, counts per queue, and the running "
+        "leases with their age. Reads the store directly and never writes."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print the status as one JSON object")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            store = open_store(settings.QUEUE_STORE_URL)
+        except EngineError as exc:
+            raise CommandError(str(exc)) from exc
+        where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"
+        try:
+            blob = store.get(DOCUMENT_KEY)
+            if blob is None:
+                if options["json"]:
+                    self.stdout.write(orjson.dumps({"document": where, "exists": False}).decode())
+                else:
+                    self.stdout.write(f"document  {where}: none yet (it is created by the first push)")
+                return
+            # Parsed exactly as the engine parses it (I6): what it refuses, we report.
+            state = parse_document(DOCUMENT_KEY, blob.data, policy=Policy())
+        except EngineError as exc:  # DocumentError names the key; say which store
+            raise CommandError(f"{store.describe()}: {exc}") from exc
+        finally:
+            store.close()
+        status = {"document": where, "exists": True, "size": len(blob.data), **summarize(state, now=utc_now())}
+        if options["json"]:
+            self.stdout.write(orjson.dumps(status, option=orjson.OPT_INDENT_2 | orjson.OPT_UTC_Z).decode())
+        else:
+            self.stdout.write("\n".join(render(status)))

@@ -1,0 +1,159 @@
+"""``manage.py queueworker``: run a worker against the broker until stopped.
+
+SIGTERM or SIGINT stops claiming and gives running jobs ``--grace-seconds``
+to finish; a second signal exits at once (running jobs are then left to
+expire, and the broker hands them out again). One line per job outcome goes
+to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+
+from engine import EngineError, ValidationError
+from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker
+from queueadmin.management import broker_client
+
+LOGGERS = ("engine.worker", "engine.http_client")
+
+
+def import_handler(path: str) -> Callable[[Any], Any]:
+    """Import ``"package.module:function"`` (the function may be a dotted
+    attribute path). Raises CommandError saying what is wrong."""
+    module_name, colon, attribute = path.partition(":")
+    if not colon or not module_name or not attribute:
+        raise CommandError(f"--handler must look like package.module:function, got {path!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import handler module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself failed while importing
+        raise CommandError(f"importing handler module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    for name in attribute.split("."):
+        try:
+            target = getattr(target, name)
+        except AttributeError:
+            raise CommandError(f"handler {path!r}: {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        raise CommandError(f"handler {path!r} is not callable (it is a {type(target).__name__})")
+    return target  # type: ignore[no-any-return]
+
+
+class _StderrHandler(logging.Handler):
+    """Sends log records to the command's stderr (so call_command can capture them)."""
+
+    def __init__(self, stream: OutputWrapper) -> None:
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a worker: claim jobs of the given queues from the broker, call the handler with each job's "
+        "payload, heartbeat running jobs, and complete or fail them. SIGTERM/SIGINT stop it gracefully."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queue", action="append", required=True, dest="queues", metavar="QUEUE",
+                            help="a queue to take jobs from (repeat for several; earlier jobs first across them)")
+        parser.add_argument("--handler", required=True, metavar="MODULE:FUNCTION",
+                            help="the function called with each job's payload, e.g. queueadmin.demo:work; a "
+                                 "return completes the job, an exception fails it. Required for now (a later "
+                                 "release runs Django Tasks without it)")
+        parser.add_argument("--concurrency", type=int, default=1, help="jobs run at once, one thread each (1)")
+        parser.add_argument("--broker", action="append", dest="brokers", metavar="URL",
+                            help="a broker node's URL (repeatable); default: the leader named by the document "
+                                 "at QUEUE_STORE_URL")
+        parser.add_argument("--burst", action="store_true",
+                            help="exit once nothing can be claimed and no job is running")
+        parser.add_argument("--token", help="the broker API token (default: QUEUE_API_TOKEN)")
+        parser.add_argument("--lease-seconds", type=float, default=None,
+                            help="lease length per claim; heartbeats renew it every third (QUEUE_LEASE_SECONDS)")
+        parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
+                            help=f"on SIGTERM/SIGINT, how long running jobs may finish ({DEFAULT_GRACE_SECONDS:g})")
+        parser.add_argument("--wait-seconds", type=float, default=DEFAULT_WAIT_SECONDS,
+                            help=f"long-poll time of one claim, 0-30 ({DEFAULT_WAIT_SECONDS:g})")
+        parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler = import_handler(options["handler"])
+        if options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        client = broker_client(brokers=options["brokers"], token=options["token"])
+        try:
+            lease = options["lease_seconds"]
+            worker = Worker(
+                client,
+                queues=options["queues"],
+                handler=handler,
+                worker_id=options["worker_id"],
+                concurrency=options["concurrency"],
+                lease_seconds=lease if lease is not None else settings.QUEUE_LEASE_SECONDS,
+                wait_seconds=options["wait_seconds"],
+                burst=options["burst"],
+                grace_seconds=options["grace_seconds"],
+            )
+        except (ValueError, ValidationError) as exc:
+            client.close()
+            raise CommandError(str(exc)) from exc
+        with client, self._logging(), self._signals(worker):
+            try:
+                worker.run()
+            except EngineError as exc:  # claims refused for good (Unauthorized, ValidationError)
+                raise CommandError(f"worker stopped: {exc}") from exc
+
+    @contextmanager
+    def _logging(self) -> Iterator[None]:
+        handler = _StderrHandler(self.stderr)
+        loggers = [logging.getLogger(name) for name in LOGGERS]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.removeHandler(handler)
+                logger.setLevel(level)
+
+    @contextmanager
+    def _signals(self, worker: Worker) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers can only be set from the main thread
+            return
+        received: list[int] = []
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                # Runs between bytecodes of the main thread: only set flags here.
+                worker.stop()
+                self.stderr.write(f"{signal.Signals(signum).name}: no more claims; running jobs have "
+                                  f"{worker.grace_seconds:g}s to finish (signal again to exit now)")
+            else:
+                worker.stop(grace_seconds=0)
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
