@@ -14,7 +14,8 @@ import sys
 
 from bench import memory, report
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
-from bench.runner import RunResult, run_matrix
+from bench.results import RunResult
+from bench.runner import run_matrix
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -5,8 +5,9 @@
 * ``jqueue-broker`` / ``jqueue-direct`` — jqueue 1.0's ``BrokerQueue`` and
   ``DirectQueue``; submitters are asyncio tasks.
 
-Lifecycle: construct, ``start()``, call ``push()`` from any number of
-submitters, then ``stop()`` exactly once. ``abort()`` makes every later store
+Lifecycle: construct (seeds a fresh store), ``start()``, take one
+``pusher(i)`` per submitter and call it repeatedly (each call pushes one job),
+then ``stop()`` exactly once. ``abort()`` makes every later store
 call raise :class:`~bench.stores.RunAborted` (used when an operation timed out).
 ``writes``/``conflicts`` read the bare MemoryStore's counters, and
 ``count_jobs()`` the jobs in the final document (to check that every

@@ -7,6 +7,7 @@ the correctness and benchmark baseline.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -59,6 +60,7 @@ class DirectClient(QueueClient):
         self.backoff_seconds = backoff_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
         self.lost_races = 0
+        self._calls = itertools.count(1)
 
     def _read(self) -> QueueState:
         blob = self.store.get(self.key)
@@ -67,6 +69,9 @@ class DirectClient(QueueClient):
         return parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
 
     def execute(self, op: Operation) -> Any:
+        # Each call writes under its own writer id: threads sharing this client
+        # must never mistake one another's commit for their own.
+        writer = f"{self.writer_id}/{next(self._calls)}"
         # Writes whose outcome we never learned (lost-race reply or timeout),
         # by sequence number: a retried PUT can fail although an earlier
         # attempt of it landed, and the next read tells.
@@ -75,14 +80,14 @@ class DirectClient(QueueClient):
         for attempt in range(self.max_retries + 1):
             state = self._read()
             for seq, earlier in unsettled.items():
-                if state.has_commit(self.writer_id, seq):
+                if state.has_commit(writer, seq):
                     return unwrap(earlier)
             now = self.clock()
             seq = state.seq + 1
             [result] = apply_batch(state, [op], now)
             if not state.dirty:
                 return unwrap(result)
-            parts = state.encode(seq=seq, writer=self.writer_id, now=now)
+            parts = state.encode(seq=seq, writer=writer, now=now)
             try:
                 if state.etag is None:
                     self.store.put_parts(self.key, parts, if_none_match=True)

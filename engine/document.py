@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters
+from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 from engine.sequence import EncodedSequence
 
@@ -248,7 +248,7 @@ def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:
 
 
 def encode_job(job: Job) -> bytes:
-    return orjson.dumps(
+    return exact(orjson.dumps(
         {
             "id": job.id,
             "queue": job.queue,
@@ -262,11 +262,11 @@ def encode_job(job: Job) -> bytes:
             "payload": orjson.Fragment(job.payload),
         },
         option=_DUMPS_OPTS,
-    )
+    ))
 
 
 def encode_dead(dead: DeadLetter) -> bytes:
-    return orjson.dumps(
+    return exact(orjson.dumps(
         {
             "id": dead.id,
             "queue": dead.queue,
@@ -278,4 +278,4 @@ def encode_dead(dead: DeadLetter) -> bytes:
             "payload": orjson.Fragment(dead.payload),
         },
         option=_DUMPS_OPTS,
-    )
+    ))

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import orjson
 
 from engine.errors import InvalidPayload, PayloadTooLarge, ValidationError
-from engine.model import new_job_id
+from engine.model import exact, new_job_id
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
@@ -156,7 +156,7 @@ def encode_payload(payload: Any, *, limit: int) -> bytes:
         _reject_non_finite(payload)
     if len(raw) > limit:
         raise PayloadTooLarge(len(raw), limit)
-    return raw
+    return exact(raw)
 
 
 def _reject_non_finite(value: Any) -> None:

@@ -16,7 +16,7 @@ import orjson
 
 from engine.document import FORMAT, QueueState
 from engine.errors import DocumentError
-from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters
+from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 
 
@@ -156,7 +156,7 @@ def _job(r: _Reader, obj: Mapping[str, Any], where: str) -> Job:
     return Job(
         id=r.text(obj, "id", where),
         queue=r.text(obj, "queue", where),
-        payload=orjson.dumps(r.field(obj, "payload", where)),
+        payload=exact(orjson.dumps(r.field(obj, "payload", where))),
         status=status,
         attempts=r.integer(obj, "attempts", where),
         max_attempts=r.integer(obj, "max_attempts", where, low=1),
@@ -174,7 +174,7 @@ def _dead(r: _Reader, obj: Mapping[str, Any], where: str) -> DeadLetter:
     return DeadLetter(
         id=r.text(obj, "id", where),
         queue=r.text(obj, "queue", where),
-        payload=orjson.dumps(r.field(obj, "payload", where)),
+        payload=exact(orjson.dumps(r.field(obj, "payload", where))),
         attempts=r.integer(obj, "attempts", where),
         max_attempts=r.integer(obj, "max_attempts", where, low=1),
         enqueued_at=r.moment(obj, "enqueued_at", where),

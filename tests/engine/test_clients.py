@@ -14,6 +14,7 @@ from engine import (
     GroupCommitter,
     InvalidPayload,
     JobNotFound,
+    LatencyStore,
     LeaseLost,
     MemoryStore,
     PayloadTooLarge,
@@ -129,3 +130,28 @@ def test_clients_work_against_s3_over_http(make_client: Callable[..., QueueClien
     blob = store.get(KEY)
     assert blob is not None and b'"completed":5' in blob.data
     store.close()
+
+
+def test_threads_sharing_one_direct_client_lose_nothing() -> None:
+    """Threads share one DirectClient (and so its writer id): a thread must not
+    take another thread's commit for its own lost write."""
+    import threading
+
+    # A little latency makes the threads' writes overlap and collide.
+    client = DirectClient(LatencyStore(MemoryStore(), latency=0.002), backoff_seconds=0.001)
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def pusher(n: int) -> None:
+        for i in range(20):
+            ids = client.push("q", [{"thread": n, "i": i}])
+            with lock:
+                acked.extend(ids)
+
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stored = {job["id"] for job in client.document()["jobs"]}
+    assert len(acked) == 160 and set(acked) <= stored

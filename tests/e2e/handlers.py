@@ -1,0 +1,37 @@
+"""Job handlers for the end-to-end tests, run inside real queueworker processes.
+
+Each one appends a line to the file named by ``E2E_RECORD`` (O_APPEND makes
+concurrent writers' lines whole), so the test can count executions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def _record(line: str) -> None:
+    fd = os.open(os.environ["E2E_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def record(payload: Any) -> None:
+    """Record ``payload["n"]`` and succeed."""
+    _record(str(payload["n"]))
+
+
+def slow(payload: Any) -> None:
+    """Record the start, then work for ``payload["seconds"]``."""
+    _record(f"start {payload['n']} pid={os.getpid()}")
+    time.sleep(float(payload["seconds"]))
+    _record(f"done {payload['n']}")
+
+
+def always_fail(payload: Any) -> None:
+    """Record the attempt and fail."""
+    _record(f"fail {payload['n']}")
+    raise RuntimeError(f"job {payload['n']} always fails")
