@@ -163,7 +163,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_commit = on_commit
         self.stats = CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # a plain Lock: cheaper than the default RLock
         self._queue: list[_Pending] = []
         self._running = False
         self._thread: threading.Thread | None = None
