@@ -46,7 +46,12 @@ $(DEV_STAMP): pyproject.toml
 run: venv
 	mkdir -p var
 	$(PY) manage.py migrate --noinput
+	@# A local API token, made once and kept in var/ (export QUEUE_API_TOKEN to use your own).
+	@test -s var/api-token || $(PY) -c 'import secrets; print(secrets.token_urlsafe(24))' > var/api-token
 	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/"
+	@echo "API token: $${QUEUE_API_TOKEN:-$$(cat var/api-token)}  (workers: export QUEUE_API_TOKEN=\$$(cat var/api-token))"
+	QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
+	QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}" \
 	exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application
 
 test: venv
