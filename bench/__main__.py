@@ -1,9 +1,11 @@
-"""Command line: ``python -m bench [memory] [options]``.
+"""Command line: ``python -m bench [memory | network] [options]``.
 
 Without a command, runs every (depth, submitters, system) combination, prints
 the machine facts, a Markdown table and the target checks to stdout (progress
 goes to stderr), then the memory check unless ``--no-memory``.
 ``python -m bench memory`` runs only the memory check.
+``python -m bench network [options]`` runs the broker over HTTP instead
+(one daphne node, batch pushes, Workers draining): see :mod:`bench.network`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import argparse
 import shlex
 import sys
 
-from bench import memory, report
+from bench import memory, network, report
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 from bench.results import RunResult
 from bench.runner import run_matrix
@@ -94,7 +96,10 @@ def _progress(index: int, total: int, r: RunResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    command, cfg, args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["network"]:
+        return network.main(argv[1:])
+    command, cfg, args = parse_args(argv)
     facts = report.machine_facts()
     print(report.header(cfg, facts, runs=command == "run"))
     print(flush=True)

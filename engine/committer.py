@@ -53,6 +53,16 @@ DEFAULT_MAX_BATCH = 20_000
 DEFAULT_MAX_RETRIES = 50
 DEFAULT_RETRY_BACKOFF_SECONDS = 0.005
 DEFAULT_RETRY_BACKOFF_CAP_SECONDS = 1.0
+# After a write lands and its callers are answered, the next write waits (at
+# most this long, and at most as long as the last write took) while answered
+# callers keep sending new operations, so that they join it instead of waiting
+# a whole extra write. It stops waiting as soon as arrivals pause.
+DEFAULT_MAX_LINGER_SECONDS = 0.05
+# ...and at most this share of the last write's duration, so that when callers
+# take long to come back (thousands of them, CPU-bound) the store is not left
+# idle: those that miss the linger go in the write after.
+LINGER_SHARE = 0.25
+DEFAULT_IDLE_GAP_SECONDS = 0.005
 
 
 class CommitterStopped(EngineError):
@@ -149,6 +159,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_lost_race: Callable[[QueueState], None] | None = None,
         on_load: Callable[[QueueState], None] | None = None,
         on_commit: Callable[[QueueState], None] | None = None,
+        max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
+        idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
     ) -> None:
         self.store = store
         self.key = key
@@ -161,6 +173,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_lost_race = on_lost_race
         self.on_load = on_load
         self.on_commit = on_commit
+        self.max_linger_seconds = max_linger_seconds
+        self.idle_gap_seconds = idle_gap_seconds
         self.stats = CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._cond = threading.Condition(threading.Lock())  # a plain Lock: cheaper than the default RLock
@@ -266,11 +280,22 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _run(self) -> None:
         inflight: _Write | None = None
         staged: list[_Pending] = []
+        # Linger: after answering a landed batch, hold the next write until
+        # the answered callers have had a chance to come back (see above).
+        linger_until = 0.0
+        linger_target = 0
+        last_arrival = 0.0
         while True:
             with self._cond:
                 while not self._queue and (inflight is None or not inflight.done):
                     if (inflight is None and not self._running) or (staged and self._abandon is not None):
                         break
+                    if inflight is None and staged:
+                        wait = min(linger_until, last_arrival + self.idle_gap_seconds) - time.monotonic()
+                        if wait <= 0:
+                            break
+                        self._cond.wait(wait)
+                        continue
                     self._cond.wait()
                 new = self._queue[: self.max_batch]
                 del self._queue[: self.max_batch]
@@ -286,27 +311,38 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                 return  # stopped and drained
             unanswered: list[_Pending] = []  # a finished write's callers, until answered
             try:
+                now = time.monotonic()
                 if new and self._guarded(new, self._apply, new) is not _FAILED:
                     staged.extend(new)
+                    last_arrival = now
                 landed: list[_Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
                     unanswered = done.batch
                     outcome = self._guarded(done.batch + staged, self._finish, done, staged)
                     staged, landed = ([], []) if outcome is _FAILED else outcome
+                    if done.error is None:
+                        linger_until = now + min(self.max_linger_seconds, LINGER_SHARE * (now - done.started))
+                        linger_target = len(done.batch) + len(staged)
+                        last_arrival = now
                 if staged and self._abandon is not None:
                     self._fail(staged, self._abandon)
                     staged = []
-                if inflight is None and staged:
+                unanswered = []
+                self._answer(landed)
+                lingering = (
+                    len(staged) < linger_target
+                    and now < linger_until
+                    and now - last_arrival < self.idle_gap_seconds
+                    and self._running
+                )
+                if inflight is None and staged and not lingering:
                     if self._state is not None and self._state.dirty:
                         inflight = self._start_write(staged)
                     else:
-                        landed += staged
+                        self._answer(staged)
                     staged = []
-                # Answer only now: the next write is already on its way, so the
-                # callers' wake-ups overlap its latency instead of delaying it.
-                unanswered = []
-                self._answer(landed)
+                    linger_target = 0
             except Exception as exc:  # a bug: never leave callers waiting forever
                 log.exception("group commit failed unexpectedly")
                 self._state = None
