@@ -85,7 +85,8 @@ def test_the_same_end_to_end_run_on_s3(cluster_factory: Callable[..., Cluster], 
 def test_failover_under_load_and_a_paused_leader_is_fenced(
     cluster_factory: Callable[..., Cluster], tmp_path: Path
 ) -> None:
-    cluster = cluster_factory()
+    # Short leases: jobs whose claim answer died with the leader are handed out again soon.
+    cluster = cluster_factory(QUEUE_LEASE_SECONDS="3")
     a = cluster.node()
     wait_until(lambda: a.role() == "leader", 15, "node a to lead")
     b = cluster.node()
@@ -104,9 +105,20 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
     wait_until(lambda: b.role() == "leader", TAKEOVER_SECONDS + 8, "node b to take over")
     for w in workers:
         assert w.wait(180) == 0
+    # A claim the old leader committed but never answered leaves a lease nobody
+    # holds (at-least-once): it expires, and a last burst worker finishes it.
+    orphans = [j for j in cluster.document()["jobs"] if j["status"] == "running"]
+    assert len(orphans) <= 8, orphans
+    if cluster.document()["jobs"]:
+        wait_until(
+            lambda: all(j["status"] == "pending" for j in cluster.document()["jobs"]), 15, "orphaned leases to expire"
+        )
+        last = cluster.worker("--queue", "q", "--handler", "tests.e2e.handlers:slow", "--burst",
+                              "--broker", a.url, "--broker", b.url, E2E_RECORD=str(record))
+        assert last.wait(60) == 0
     done = {line.split()[1] for line in records(record) if line.startswith("done")}
     assert done == {str(n) for n in range(400)}
-    assert cluster.document()["queues"]["q"]["completed"] >= 400 - 8  # at most one in-flight batch re-ran
+    assert cluster.document()["queues"]["q"]["completed"] == 400
     assert cluster.document()["jobs"] == []
 
     # Now pause the leader, let a fresh node take over, and wake the old one.
