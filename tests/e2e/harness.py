@@ -112,17 +112,8 @@ class Cluster:
             [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, timeout=60
         )
 
-    def document(self) -> dict[str, Any]:
-        store = open_store(self.store_url)
-        try:
-            blob = store.get("queue.json")
-        finally:
-            store.close()
-        assert blob is not None
-        doc: dict[str, Any] = orjson.loads(blob.data)
-        return doc
-
     def raw_document(self) -> bytes:
+        """The bytes of queue.json as stored now (read-only)."""
         store = open_store(self.store_url)
         try:
             blob = store.get("queue.json")
@@ -130,6 +121,10 @@ class Cluster:
             store.close()
         assert blob is not None
         return blob.data
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(self.raw_document())
+        return doc
 
     def leader(self, nodes: list[Node]) -> Node:
         for node in nodes:
