@@ -11,29 +11,22 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from engine import DOCUMENT_KEY, FORMAT, Policy, QueueCounters, parse_document
 from engine.errors import DocumentError, EngineError
 from engine.stores import ObjectStore, open_store
 
 logger = logging.getLogger(__name__)
 
-DOCUMENT_KEY = "queue.json"
-# Document format versions this page can summarise; keep in step with the
-# engine (docs/format.md). Anything else is reported, never guessed at.
-KNOWN_FORMATS = frozenset({1})
-# Statuses always shown as columns, in this order; any other status found in
-# the document gets a column after them.
+# The statuses a job in the document can have (dead letters are counted apart).
 BASE_STATUSES = ("pending", "running")
 COUNTERS = ("pushed", "completed", "failed", "dead")
 
@@ -140,118 +133,35 @@ def read_snapshot(store_url: str, key: str = DOCUMENT_KEY) -> DocumentSnapshot:
 def summarize(fetched: DocumentSnapshot, data: bytes) -> DocumentSnapshot:
     """Return ``fetched`` filled in with a summary of the document bytes ``data``.
 
-    Pure. Raises DocumentError naming ``fetched.key`` and the problem when
-    ``data`` is not a queue document in a known format.
+    Pure. Parses with the engine's own strict parser, so this page refuses
+    exactly what the writers refuse: DocumentError names the key and problem.
     """
-    key = fetched.key
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise DocumentError(key, f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise DocumentError(key, f"the top level is a JSON {_json_type(doc)}, not an object")
-    if "format" not in doc:
-        raise DocumentError(key, 'no "format" field: this is not a queue document')
-    fmt = doc["format"]
-    if not _is_int(fmt) or fmt not in KNOWN_FORMATS:
-        known = ", ".join(str(f) for f in sorted(KNOWN_FORMATS))
-        raise DocumentError(key, f"unknown format version {fmt!r}; this build reads format {known}")
-
-    seq = _field(doc, key, "seq", int)
-    writer = doc.get("writer")
-    jobs = _field(doc, key, "jobs", list)
-    dead = _field(doc, key, "dead", list)
-    queues = _field(doc, key, "queues", dict)
-
+    state = parse_document(fetched.key, data, policy=Policy())
     by_queue: dict[str, Counter[str]] = {}
-    for index, job in enumerate(jobs):
-        if not isinstance(job, dict):
-            raise DocumentError(key, f"jobs[{index}] is a JSON {_json_type(job)}, not an object")
-        queue, status = job.get("queue"), job.get("status")
-        if not isinstance(queue, str) or not isinstance(status, str):
-            raise DocumentError(key, f'jobs[{index}] needs string "queue" and "status" fields')
-        by_queue.setdefault(queue, Counter())[status] += 1
-
-    dead_by_queue: Counter[str] = Counter()
-    for index, entry in enumerate(dead):
-        if not isinstance(entry, dict):
-            raise DocumentError(key, f"dead[{index}] is a JSON {_json_type(entry)}, not an object")
-        queue = entry.get("queue")
-        dead_by_queue[queue if isinstance(queue, str) else "(unknown queue)"] += 1
-
-    counters: dict[str, dict[str, int]] = {}
-    for name, stats in queues.items():
-        if not isinstance(stats, dict):
-            raise DocumentError(key, f"queues[{name!r}] is a JSON {_json_type(stats)}, not an object")
-        counters[name] = {c: _counter(stats, key, name, c) for c in COUNTERS}
-
-    extra = sorted({s for c in by_queue.values() for s in c} - set(BASE_STATUSES))
-    statuses = (*BASE_STATUSES, *extra)
+    for job in state.jobs.values():
+        by_queue.setdefault(job.queue, Counter())[job.status] += 1
+    dead_by_queue = Counter(d.queue for d in state.dead.values())
     rows = tuple(
         QueueRow(
             name=name,
-            status_counts=tuple(by_queue.get(name, Counter())[s] for s in statuses),
+            status_counts=tuple(by_queue.get(name, Counter())[s] for s in BASE_STATUSES),
             dead_letters=dead_by_queue[name],
-            **counters.get(name, dict.fromkeys(COUNTERS, 0)),
+            **{c: getattr(state.queues.get(name) or QueueCounters(), c) for c in COUNTERS},
         )
-        for name in sorted(set(by_queue) | set(dead_by_queue) | set(counters))
+        for name in sorted(set(by_queue) | set(dead_by_queue) | set(state.queues))
     )
+    named = state.broker
     return replace(
         fetched,
-        format=fmt,
-        seq=seq,
-        writer=writer if isinstance(writer, str) else None,
-        jobs=len(jobs),
-        dead_letters=len(dead),
-        statuses=statuses,
-        status_totals=tuple(sum(c[s] for c in by_queue.values()) for s in statuses),
+        format=FORMAT,
+        seq=state.seq,
+        writer=state.writer,
+        jobs=len(state.jobs),
+        dead_letters=len(state.dead),
+        status_totals=tuple(sum(c[s] for c in by_queue.values()) for s in BASE_STATUSES),
         queues=rows,
-        broker=_broker(doc.get("broker"), key),
+        broker=BrokerInfo(id=named.id, url=named.url, epoch=named.epoch) if named.id is not None else None,
     )
-
-
-def _broker(section: object, key: str) -> BrokerInfo | None:
-    if section is None:
-        return None
-    if not isinstance(section, dict):
-        raise DocumentError(key, f'"broker" is a JSON {_json_type(section)}, not an object or null')
-    epoch = section.get("epoch")
-    return BrokerInfo(
-        id=_optional_text(section.get("id")),
-        url=_optional_text(section.get("url")),
-        epoch=epoch if _is_int(epoch) else None,
-    )
-
-
-def _field(doc: Mapping[str, Any], key: str, name: str, kind: type) -> Any:
-    value = doc.get(name)
-    ok = _is_int(value) and value >= 0 if kind is int else isinstance(value, kind)
-    if not ok:
-        wanted = {int: "a whole number ≥ 0", list: "a list", dict: "an object"}[kind]
-        got = "missing" if name not in doc else f"a JSON {_json_type(value)}"
-        raise DocumentError(key, f'"{name}" must be {wanted}, but it is {got}')
-    return value
-
-
-def _counter(stats: Mapping[str, Any], key: str, queue: str, name: str) -> int:
-    value = stats.get(name, 0)
-    if not _is_int(value) or value < 0:
-        raise DocumentError(key, f'queues[{queue!r}]["{name}"] must be a whole number ≥ 0, got {value!r}')
-    return int(value)
-
-
-def _is_int(value: object) -> bool:
-    # bool is an int subclass, but true is not a sequence number.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional_text(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 @require_safe
