@@ -170,10 +170,12 @@ class Broker:
                 self._wake.wait(self.heartbeat_seconds)
                 continue
             try:
-                blob = self.store.get(self.key)
-                etag = blob.etag if blob is not None else None
+                # A metadata-only request while nothing changes; the document
+                # itself is read only when its ETag moved.
+                etag = self.store.etag(self.key)
                 if etag != last_etag:
-                    last_etag, changed_at = etag, self.monotonic()
+                    blob = self.store.get(self.key)
+                    last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
                     state = self._parse(blob)
                     self.leader = state.broker
                     self._seen_seq = state.seq
@@ -183,7 +185,7 @@ class Broker:
                 elif self.monotonic() - changed_at >= self.takeover_seconds:
                     # Nobody wrote for a whole takeover interval: the leader
                     # is gone (or paused). Our own clock decides; never theirs.
-                    self._take_over(self._parse(blob))
+                    self._take_over(self._parse(self.store.get(self.key)))
                     changed_at = self.monotonic()
             except DocumentError as exc:
                 self.last_error = str(exc)

@@ -51,6 +51,16 @@ class ObjectStore(abc.ABC):
         configuration or credentials.
         """
 
+    def etag(self, key: str) -> str | None:
+        """The current ETag of ``key`` without its bytes, or ``None`` if absent.
+
+        Lets a watcher (a standby broker) check cheaply whether the object
+        changed. Backends override it with a metadata-only request; the
+        default reads the object.
+        """
+        blob = self.get(key)
+        return None if blob is None else blob.etag
+
     @abc.abstractmethod
     def put(
         self,

@@ -81,6 +81,15 @@ class FileStore(ObjectStore):
             os.close(fd)
         return Blob(data=data, etag=_etag(st))
 
+    def etag(self, key: str) -> str | None:
+        path = self._path(key)
+        try:
+            return _etag(os.stat(path))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot stat {path}: {exc}") from exc
+
     def put(
         self,
         key: str,

@@ -54,6 +54,13 @@ class MemoryStore(ObjectStore):
                 blob = self._objects[key] = Blob(data=b"".join(self._pieces.pop(key)), etag=blob.etag)
             return blob
 
+    def etag(self, key: str) -> str | None:
+        check_key(key)
+        with self._lock:
+            self.stats.reads += 1
+            blob = self._objects.get(key)
+            return None if blob is None else blob.etag
+
     def put(
         self,
         key: str,

@@ -225,6 +225,20 @@ class S3Store(ObjectStore):
             body.close()
         return Blob(data=data, etag=response["ETag"])
 
+    def etag(self, key: str) -> str | None:
+        object_key = self._key(key)
+        client = self._get_client(key)
+        try:
+            response = client.head_object(Bucket=self.bucket, Key=object_key)
+        except ClientError as exc:
+            if _status(exc) == 404:  # HEAD has no body, so a missing bucket looks the same; get() tells
+                return None
+            self._raise(exc, "head", key)
+        except (BotoCoreError, *_TRANSIENT_ERRORS) as exc:
+            self._raise(exc, "head", key)
+        etag: str = response["ETag"]
+        return etag
+
     def put(
         self,
         key: str,

@@ -31,6 +31,10 @@ class LatencyStore(ObjectStore):
         time.sleep(self.latency)
         return self.inner.get(key)
 
+    def etag(self, key: str) -> str | None:
+        time.sleep(self.latency)
+        return self.inner.etag(key)
+
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         time.sleep(self.latency)
         return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)

@@ -187,3 +187,27 @@ def test_an_unreadable_document_keeps_every_broker_standing_by(make_broker: Call
     with pytest.raises(NotLeader):
         a.execute(Tick())
     assert issubclass(DocumentError, Exception)
+
+
+def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_changes(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    a.stop()  # from here on the document does not change
+    gets: list[str] = []
+    original_get = store.get
+
+    def counting_get(key: str):  # type: ignore[no-untyped-def]
+        gets.append(key)
+        return original_get(key)
+
+    store.get = counting_get  # type: ignore[method-assign]
+    b = Broker(store, url="http://b", heartbeat_seconds=BEAT, takeover_seconds=60).start()
+    try:
+        wait_until(lambda: b.leader.id == a.id)
+        time.sleep(BEAT * 6)  # several polls of an unchanged document
+        assert len(gets) == 1, gets
+    finally:
+        b.stop()

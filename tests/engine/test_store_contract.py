@@ -683,3 +683,15 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_etag_reports_the_current_version_without_reading_it(any_store: ObjectStore) -> None:
+    assert any_store.etag("doc.json") is None
+    first = any_store.put("doc.json", b"one", if_none_match=True)
+    assert any_store.etag("doc.json") == first
+    second = any_store.put("doc.json", b"two", if_match=first)
+    assert any_store.etag("doc.json") == second
+    blob = any_store.get("doc.json")
+    assert blob is not None and blob.etag == second
+    any_store.delete("doc.json")
+    assert any_store.etag("doc.json") is None

@@ -1849,7 +1849,7 @@ class _Driver:
         pool += (running + list(model.dead)) * 3  # favour ids that can be requeued
         return rng.sample(pool, min(len(pool), rng.randint(1, 3)))
 
-    def make_op(self, heartbeated: set[str]) -> Operation:
+    def make_op(self) -> Operation:
         rng, policy = self.rng, self.policy
         kind = rng.choices(
             ["push", "repush", "claim", "heartbeat", "complete", "fail", "requeue", "purge_ids", "purge_status"],
@@ -1882,7 +1882,6 @@ class _Driver:
         if kind in ("heartbeat", "complete", "fail"):
             job_id, token = self.job_ref()
             if kind == "heartbeat":
-                heartbeated.add(job_id)
                 seconds = rng.choice([None, None, round(rng.uniform(1, 40), 6)])
                 return heartbeat_op(job_id, token, lease_seconds=seconds)
             if kind == "complete":
@@ -1904,8 +1903,7 @@ class _Driver:
             result = transitions.apply(self.state, Expire(), self.now)
             changed = self.model.check(Expire(), result, self.now)
         else:
-            heartbeated: set[str] = set()
-            ops = [self.make_op(heartbeated) for _ in range(rng.choice([1, 1, 2, 3]))]
+            ops = [self.make_op() for _ in range(rng.choice([1, 1, 2, 3]))]
             results = transitions.apply_batch(self.state, ops, self.now)
             changed = bool(self.model.expire(self.now))
             for op, result in zip(ops, results, strict=True):
