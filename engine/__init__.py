@@ -30,7 +30,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
-from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
+from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
 from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
@@ -40,6 +40,7 @@ __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
     "AsyncQueueMethods",
+    "Attempt",
     "Blob",
     "Broker",
     "BrokerClient",

@@ -22,6 +22,7 @@ from engine.operations import (
     fail_op,
     get_job_op,
     heartbeat_op,
+    pause_op,
     purge_op,
     push_op,
     requeue_op,
@@ -96,6 +97,12 @@ class QueueClient(abc.ABC):
         result: list[str] = self.execute(purge_op(job_ids, queue=queue, status=status))
         return result
 
+    def pause(self, queue: str, *, paused: bool = True) -> bool:
+        """Pause (or, with ``paused=False``, resume) ``queue``; returns whether
+        it was paused before. A paused queue takes pushes but hands out no claims."""
+        result: bool = self.execute(pause_op(queue, paused=paused))
+        return result
+
 
 def unwrap(result: Any) -> Any:
     """Raise ``result`` if it is an error outcome, else return it."""
@@ -159,4 +166,8 @@ class AsyncQueueMethods(abc.ABC):
         self, job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
     ) -> list[str]:
         result: list[str] = await self.aexecute(purge_op(job_ids, queue=queue, status=status))
+        return result
+
+    async def apause(self, queue: str, *, paused: bool = True) -> bool:
+        result: bool = await self.aexecute(pause_op(queue, paused=paused))
         return result

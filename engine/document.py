@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
+from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 from engine.sequence import EncodedSequence
 
@@ -223,7 +223,7 @@ class QueueState:
         self.dirty = False
 
 
-def counters_dict(c: QueueCounters) -> dict[str, int]:
+def counters_dict(c: QueueCounters) -> dict[str, int | bool]:
     return {
         "pushed": c.pushed,
         "completed": c.completed,
@@ -231,6 +231,7 @@ def counters_dict(c: QueueCounters) -> dict[str, int]:
         "dead": c.dead,
         "purged": c.purged,
         "dead_dropped": c.dead_dropped,
+        "paused": c.paused,
     }
 
 
@@ -247,6 +248,20 @@ def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:
     }
 
 
+def _history_list(history: tuple[Attempt, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "worker": a.worker,
+            "claimed_at": a.claimed_at,
+            "heartbeat_at": a.heartbeat_at,
+            "ended_at": a.ended_at,
+            "end": a.end,
+            "error": a.error,
+        }
+        for a in history
+    ]
+
+
 def encode_job(job: Job) -> bytes:
     return exact(orjson.dumps(
         {
@@ -259,6 +274,7 @@ def encode_job(job: Job) -> bytes:
             "not_before": job.not_before,
             "lease": _lease_dict(job.lease),
             "last_error": job.last_error,
+            "history": _history_list(job.history),
             "payload": orjson.Fragment(job.payload),
         },
         option=_DUMPS_OPTS,
@@ -275,6 +291,7 @@ def encode_dead(dead: DeadLetter) -> bytes:
             "enqueued_at": dead.enqueued_at,
             "died_at": dead.died_at,
             "error": dead.error,
+            "history": _history_list(dead.history),
             "payload": orjson.Fragment(dead.payload),
         },
         option=_DUMPS_OPTS,

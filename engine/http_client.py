@@ -50,7 +50,19 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import ClaimedJob, FailOutcome
-from engine.operations import Claim, Complete, Fail, GetJob, Heartbeat, Operation, Purge, Push, Requeue, claim_op
+from engine.operations import (
+    Claim,
+    Complete,
+    Fail,
+    GetJob,
+    Heartbeat,
+    Operation,
+    Purge,
+    Push,
+    Requeue,
+    SetPaused,
+    claim_op,
+)
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 
@@ -268,8 +280,8 @@ class BrokerClient(QueueClient):
                 if not isinstance(answer, dict):
                     raise EngineError("the broker answered get_job with something other than a JSON object")
                 return answer
-            case Requeue() | Purge():
-                name = "requeue" if isinstance(op, Requeue) else "purge"
+            case Requeue() | Purge() | SetPaused():
+                name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause"}[type(op)]
                 raise EngineError(
                     f"{name} is an operator action with no broker API endpoint: do it on the dashboard, "
                     "where it is audited (or with a DirectClient on the store, for maintenance)"

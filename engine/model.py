@@ -59,8 +59,28 @@ class Lease(NamedTuple):
     seconds: float
 
 
+class Attempt(NamedTuple):
+    """One finished attempt of a job, kept in the job's bounded ``history``.
+
+    ``end`` says how it ended: ``failed`` (the worker called fail),
+    ``expired`` (the lease ran out) or ``requeued`` (an operator took it back).
+    A completed attempt needs no record: the job leaves the document.
+    """
+
+    worker: str
+    claimed_at: datetime
+    heartbeat_at: datetime
+    ended_at: datetime
+    end: Literal["failed", "expired", "requeued"]
+    error: str | None = None
+
+
 class Job(NamedTuple):
-    """A job in the document. ``payload`` is the job's encoded JSON."""
+    """A job in the document. ``payload`` is the job's encoded JSON.
+
+    ``history`` holds the last few finished attempts, oldest first; the
+    running attempt, if any, is ``lease``.
+    """
 
     id: str
     queue: str
@@ -72,6 +92,7 @@ class Job(NamedTuple):
     not_before: datetime | None = None
     lease: Lease | None = None
     last_error: str | None = None
+    history: tuple[Attempt, ...] = ()
 
 
 class DeadLetter(NamedTuple):
@@ -86,6 +107,7 @@ class DeadLetter(NamedTuple):
     enqueued_at: datetime
     died_at: datetime
     error: str
+    history: tuple[Attempt, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -94,7 +116,9 @@ class QueueCounters:
 
     ``failed`` counts attempts that ended badly (an explicit fail or an expired
     lease); ``dead`` counts jobs moved to the dead letters; ``dead_dropped``
-    counts dead letters discarded because the list was full.
+    counts dead letters discarded because the list was full. ``paused`` is
+    not a counter but the queue's one flag: a paused queue takes pushes and
+    hands out no claims.
     """
 
     pushed: int = 0
@@ -103,6 +127,7 @@ class QueueCounters:
     dead: int = 0
     purged: int = 0
     dead_dropped: int = 0
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,6 +91,16 @@ class Purge:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetPaused:
+    """Pause or resume ``queue``. A paused queue takes pushes but hands out
+    no claims; running jobs carry on. Pausing a queue that has never had a
+    push creates its entry, so a queue can be paused before it is used."""
+
+    queue: str
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GetJob:
     """Read one job (pending, running or dead). Changes nothing; answered once
     every write before it has landed, so it never shows uncommitted state."""
@@ -114,7 +124,9 @@ class TakeOver:
     epoch: int
 
 
-Operation = Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | GetJob | Tick | TakeOver
+Operation = (
+    Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | SetPaused | GetJob | Tick | TakeOver
+)
 
 
 def check_queue(name: object) -> str:
@@ -257,6 +269,13 @@ def requeue_op(job_ids: Iterable[str]) -> Requeue:
     if not ids:
         raise ValidationError("requeue needs at least one job id")
     return Requeue(job_ids=ids)
+
+
+def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
+    """Pause (``paused=True``) or resume (``paused=False``) one queue."""
+    if not isinstance(paused, bool):
+        raise ValidationError(f"paused must be true or false, got {paused!r}")
+    return SetPaused(queue=check_queue(queue), paused=paused)
 
 
 def purge_op(

@@ -16,7 +16,7 @@ import orjson
 
 from engine.document import FORMAT, QueueState
 from engine.errors import DocumentError
-from engine.model import BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
+from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 
 
@@ -65,6 +65,38 @@ class _Reader:
             self.fail(f"{where}.{name}", "time has no timezone")
         return parsed
 
+    def flag(self, obj: Mapping[str, Any], name: str, where: str) -> bool:
+        """An optional boolean, ``False`` when absent."""
+        value = obj.get(name, False)
+        if not isinstance(value, bool):
+            self.fail(f"{where}.{name}", f"expected true or false, got {value!r}")
+        return value
+
+    def history(self, obj: Mapping[str, Any], where: str) -> tuple[Attempt, ...]:
+        """A job's finished attempts; absent means none."""
+        items = obj.get("history", [])
+        if not isinstance(items, list):
+            self.fail(f"{where}.history", "expected a list")
+        attempts = []
+        for i, item in enumerate(items):
+            aw = f"{where}.history[{i}]"
+            a = self.obj(item, aw)
+            end = self.field(a, "end", aw)
+            if end not in ("failed", "expired", "requeued"):
+                self.fail(f"{aw}.end", f"expected 'failed', 'expired' or 'requeued', got {end!r}")
+            error = a.get("error")
+            if error is not None and not isinstance(error, str):
+                self.fail(f"{aw}.error", "expected a string or null")
+            attempts.append(Attempt(
+                worker=self.text(a, "worker", aw),
+                claimed_at=self.moment(a, "claimed_at", aw),
+                heartbeat_at=self.moment(a, "heartbeat_at", aw),
+                ended_at=self.moment(a, "ended_at", aw),
+                end=end,
+                error=error,
+            ))
+        return tuple(attempts)
+
     def number(self, obj: Mapping[str, Any], name: str, where: str) -> float:
         value = self.field(obj, name, where)
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -106,6 +138,7 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             **{f: r.integer(counters, f, where) for f in ("pushed", "completed", "failed", "dead")},
             purged=r.integer(counters, "purged", where) if "purged" in counters else 0,
             dead_dropped=r.integer(counters, "dead_dropped", where) if "dead_dropped" in counters else 0,
+            paused=r.flag(counters, "paused", where),
         )
 
     dead = r.field(raw, "dead", "")
@@ -164,6 +197,7 @@ def _job(r: _Reader, obj: Mapping[str, Any], where: str) -> Job:
         not_before=r.moment(obj, "not_before", where, optional=True),
         lease=lease,
         last_error=last_error,
+        history=r.history(obj, where),
     )
 
 
@@ -180,6 +214,7 @@ def _dead(r: _Reader, obj: Mapping[str, Any], where: str) -> DeadLetter:
         enqueued_at=r.moment(obj, "enqueued_at", where),
         died_at=r.moment(obj, "died_at", where),
         error=error,
+        history=r.history(obj, where),
     )
 
 

@@ -17,6 +17,11 @@ DEFAULT_DEAD_LETTER_LIMIT = 1000
 DEFAULT_BACKOFF_BASE_SECONDS = 1.0
 DEFAULT_BACKOFF_CAP_SECONDS = 300.0
 DEFAULT_MAX_ERROR_CHARS = 8192
+# A job keeps this many finished attempts in its history, and each one keeps
+# at most HISTORY_ERROR_CHARS of its error (the whole last error is in
+# last_error): enough for a timeline without letting a flapping job grow.
+HISTORY_ATTEMPTS = 10
+HISTORY_ERROR_CHARS = 500
 MAX_CLAIM_JOBS = 1000
 MAX_DELAY_SECONDS = 366 * 24 * 3600.0
 MAX_LEASE_SECONDS = 24 * 3600.0

@@ -20,7 +20,17 @@ import orjson
 
 from engine.document import QueueState, encode_dead, encode_job
 from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
-from engine.model import BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, decode_payload, new_lease_token
+from engine.model import (
+    Attempt,
+    BrokerInfo,
+    ClaimedJob,
+    DeadLetter,
+    FailOutcome,
+    Job,
+    Lease,
+    decode_payload,
+    new_lease_token,
+)
 from engine.operations import (
     Claim,
     Complete,
@@ -32,9 +42,11 @@ from engine.operations import (
     Purge,
     Push,
     Requeue,
+    SetPaused,
     TakeOver,
     Tick,
 )
+from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 
 
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:
@@ -61,10 +73,12 @@ def push(state: QueueState, op: Push, now: datetime) -> list[str]:
 
 
 def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
-    """Lease up to ``op.max_jobs`` eligible pending jobs, oldest first. May be empty."""
+    """Lease up to ``op.max_jobs`` eligible pending jobs of the queues that
+    are not paused, oldest first. May be empty."""
     claimed: list[ClaimedJob] = []
     expires_at = now + timedelta(seconds=op.lease_seconds)
-    for job in state.take_eligible(op.queues, op.max_jobs, now):
+    queues = [q for q in op.queues if q not in state.queues or not state.queues[q].paused]
+    for job in state.take_eligible(queues, op.max_jobs, now):
         lease = Lease(
             worker=op.worker,
             token=new_lease_token(),
@@ -118,6 +132,20 @@ def complete(state: QueueState, op: Complete, now: datetime) -> None:
     state.counters(job.queue).completed += 1
 
 
+def _ended(job: Job, end: str, now: datetime, error: str | None = None) -> tuple[Attempt, ...]:
+    """``job``'s history with its running attempt appended as ended by ``end``."""
+    assert job.lease is not None
+    attempt = Attempt(
+        worker=job.lease.worker,
+        claimed_at=job.lease.claimed_at,
+        heartbeat_at=job.lease.heartbeat_at,
+        ended_at=now,
+        end=end,  # type: ignore[arg-type]
+        error=error[-HISTORY_ERROR_CHARS:] if error is not None else None,
+    )
+    return (*job.history, attempt)[-HISTORY_ATTEMPTS:]
+
+
 def _to_dead(state: QueueState, job: Job, error: str, now: datetime) -> None:
     state.remove_job(job.id)
     state.add_dead(
@@ -130,6 +158,7 @@ def _to_dead(state: QueueState, job: Job, error: str, now: datetime) -> None:
             enqueued_at=job.enqueued_at,
             died_at=now,
             error=error,
+            history=job.history,
         )
     )
     state.counters(job.queue).dead += 1
@@ -140,6 +169,7 @@ def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
     dead-letter the job once its attempts reach ``max_attempts``."""
     job = _leased(state, op.job_id, op.lease)
     state.counters(job.queue).failed += 1
+    job = job._replace(history=_ended(job, "failed", now, op.error))
     if job.attempts >= job.max_attempts:
         _to_dead(state, job, op.error, now)
         return FailOutcome(status="dead")
@@ -160,6 +190,7 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
             f"(last at {job.lease.heartbeat_at.isoformat()})"
         )
         state.counters(job.queue).failed += 1
+        job = job._replace(history=_ended(job, "expired", now, error))
         if job.attempts >= job.max_attempts:
             _to_dead(state, job, error, now)
         else:
@@ -184,7 +215,8 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     for job_id in op.job_ids:
         running = state.jobs.get(job_id)
         if running is not None:
-            state.add_job(running._replace(status="pending", lease=None, not_before=None))
+            history = _ended(running, "requeued", now)
+            state.add_job(running._replace(status="pending", lease=None, not_before=None, history=history))
         else:
             dead = state.remove_dead(job_id)
             state.add_job(
@@ -197,6 +229,7 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
                     max_attempts=dead.max_attempts,
                     enqueued_at=dead.enqueued_at,
                     last_error=dead.error,
+                    history=dead.history,
                 )
             )
     return list(op.job_ids)
@@ -218,6 +251,15 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
         state.counters(removed.queue).purged += 1
     return ids
+
+
+def set_paused(state: QueueState, op: SetPaused, now: datetime) -> bool:
+    """Set the queue's paused flag; returns whether it was paused before."""
+    counters = state.counters(op.queue)
+    was = counters.paused
+    counters.paused = op.paused
+    state.dirty = True
+    return was
 
 
 def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
@@ -269,6 +311,7 @@ _TRANSITIONS: dict[type, Any] = {
     Expire: expire,
     Requeue: requeue,
     Purge: purge,
+    SetPaused: set_paused,
     GetJob: get_job,
     Tick: tick,
     TakeOver: take_over,

@@ -312,12 +312,15 @@ def test_stop_drains_by_default_and_refuses_afterwards(memory: MemoryStore) -> N
     gated = GatedStore(memory)
     committer = GroupCommitter(gated).start()
     results: list[object] = []
-    threading.Thread(target=lambda: results.append(committer.push("q", ["a"]))).start()
+    pusher = threading.Thread(target=lambda: results.append(committer.push("q", ["a"])))
+    pusher.start()
     assert gated.entered.acquire(timeout=5)
     stopper = threading.Thread(target=committer.stop)
     stopper.start()
     gated.gate.release()
     stopper.join(5)
+    # The pusher is answered by the drain; it may append just after stop returns.
+    pusher.join(5)
     assert not stopper.is_alive() and len(results) == 1
     with pytest.raises(CommitterStopped):
         committer.push("q", ["b"])

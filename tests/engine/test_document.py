@@ -22,7 +22,7 @@ import pytest
 from engine import sequence, transitions
 from engine.document import FORMAT, RECENT_COMMITS, QueueState
 from engine.errors import DocumentError, EngineError
-from engine.model import BrokerInfo, ClaimedJob, DeadLetter, Job, Lease, QueueCounters
+from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, Job, Lease, QueueCounters
 from engine.operations import claim_op, complete_op, fail_op, heartbeat_op, purge_op, push_op
 from engine.parsing import empty_state, parse_document
 from engine.policy import Policy
@@ -145,6 +145,13 @@ def test_round_trip_of_individual_fields_is_exact() -> None:
         enqueued_at=at(-10),
         died_at=at(-8),
         error="SMTP 550\nmailbox unavailable",
+        history=(
+            Attempt(worker="w1", claimed_at=at(-9), heartbeat_at=at(-9), ended_at=at(-8), end="failed",
+                    error="SMTP 550\nmailbox unavailable"),
+        ),
+    )
+    assert parsed.jobs["r1"].history == (
+        Attempt(worker="w1", claimed_at=at(-3), heartbeat_at=at(-3), ended_at=at(-2), end="failed", error="timeout"),
     )
     assert parsed.jobs["p1"].enqueued_at.microsecond == 123456
 
@@ -249,6 +256,7 @@ def test_encoded_document_has_the_documented_top_level_shape() -> None:
         "dead": 0,
         "purged": 0,
         "dead_dropped": 0,
+        "paused": False,
     }
     assert isinstance(doc["jobs"], list)
     for job in doc["jobs"]:

@@ -162,7 +162,7 @@ def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None
     thread.join(TIMEOUT)
     assert result == [worker.stats] and worker.stats.lost == 0
     assert client.document()["queues"]["q"] == {
-        "pushed": 1, "completed": 1, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0}
+        "pushed": 1, "completed": 1, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0, "paused": False}
 
 
 def test_lost_lease_means_the_result_is_not_sent(client: SpyCommitter) -> None:
