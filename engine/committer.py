@@ -184,6 +184,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._state: QueueState | None = None
         # The latest version we read or wrote, as parts (joined only on demand).
         self._committed: list[bytes] | None = None
+        self._committed_etag: str | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
         self._io: ThreadPoolExecutor | None = None
         self._abandon: EngineError | None = None  # set by stop(drain=False)
@@ -262,6 +263,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._submit(pending)
         assert pending.future is not None
         return await pending.future
+
+    @property
+    def committed(self) -> tuple[int, str | None, list[bytes]]:
+        """The latest landed version: its seq, ETag and encoded parts (no I/O).
+
+        The parts are immutable and shared with the writer: unchanged chunks
+        are the same ``bytes`` objects from one commit to the next, so a
+        reader may cache what it derives from each part by identity. Empty
+        before the first write lands.
+        """
+        # One read of each attribute: the writer thread replaces them as a
+        # pair, and a torn pair only makes a reader's cache miss once.
+        parts, etag = self._committed, self._committed_etag
+        return self.committed_seq, etag, list(parts) if parts else []
 
     def document(self) -> dict[str, Any]:
         """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
@@ -405,6 +420,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = done.parts
+            self._committed_etag = done.etag
             self.stats.commits += 1
             self.stats.last_commit_seconds = time.monotonic() - done.started
             if self.on_commit is not None:
@@ -479,12 +495,14 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.stats.reads += 1
         if blob is None:
             self._committed = None
+            self._committed_etag = None
             self.committed_seq = 0
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = [blob.data]
+        self._committed_etag = blob.etag
         self.committed_seq = state.seq
         return state
 

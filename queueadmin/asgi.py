@@ -21,9 +21,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-from django.urls import URLPattern, URLResolver  # noqa: E402
+from django.urls import path  # noqa: E402
 
 from queueadmin import runtime  # noqa: E402
+from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 
 # Only the process that serves requests imports this module (daphne, or
 # runserver's serving child; never migrate, check or the autoreloader's
@@ -32,8 +33,8 @@ from queueadmin import runtime  # noqa: E402
 if settings.QUEUE_BROKER_AUTOSTART:
     runtime.start_broker()
 
-# Websocket routes go here, e.g. path("ws/dashboard/", DashboardConsumer.as_asgi()).
-websocket_urlpatterns: list[URLPattern | URLResolver] = []
+# The dashboard's live updates (queueadmin/dashboard/consumers.py).
+websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]
 
 # daphne, unlike runserver, does not serve static files by itself; in
 # development serve them from the app so `make run` works with no extra setup.

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -97,6 +98,40 @@ def _set_all(events: Sequence[asyncio.Event]) -> None:
 
 #: The process-wide commit notifier; every broker built here reports to it.
 commits = CommitNotifier()
+
+
+class SeenWorkers:
+    """Workers that asked this node for work, with when they last did.
+
+    A worker that is idle in a long-poll claim holds no lease, so the document
+    does not show it; the claim endpoint notes it here and the dashboard lists
+    it as alive. Bounded: at most ``limit`` names, the oldest dropped first.
+    """
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._seen: dict[str, datetime] = {}
+
+    def note(self, worker: str) -> None:
+        """Record that ``worker`` asked for work just now. Cheap; any thread."""
+        with self._lock:
+            self._seen.pop(worker, None)  # re-insert: dict order is recency order
+            self._seen[worker] = datetime.now(UTC)
+            while len(self._seen) > self.limit:
+                self._seen.pop(next(iter(self._seen)))
+
+    def snapshot(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._seen)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
+#: Workers seen by this node's claim endpoint.
+seen_workers = SeenWorkers()
 
 _lock = threading.Lock()
 _broker: Broker | None = None

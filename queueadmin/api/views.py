@@ -43,6 +43,7 @@ async def claim(request: HttpRequest) -> HttpResponse:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
     op, wait = parsing.claim_from(await _body(request), broker.policy)
+    runtime.seen_workers.note(op.worker)
     jobs = await runtime.long_poll_claim(broker, op, wait)
     return json_response({"jobs": [_claimed(job) for job in jobs]})
 

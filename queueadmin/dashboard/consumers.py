@@ -1,0 +1,135 @@
+"""The live socket: pushes redrawn page fragments to open dashboard pages.
+
+A page connects to ``/ws/dashboard/?path=<its own path and query>``. The
+consumer checks the session user (login and ``view_dashboard``; the origin
+was already checked by ``AllowedHostsOriginValidator`` in ``asgi.py``),
+resolves the path to one of :data:`~.views.LIVE_PAGES`, and from then on:
+
+* wakes on every commit of the embedded broker (and at least every
+  :data:`POLL_SECONDS`, which is how a standby node, whose commits happen
+  elsewhere, notices changes: by the store's ETag);
+* redraws the page's live partials from the latest snapshot when the
+  document changed, and sends them as one JSON message;
+* waits :data:`MIN_INTERVAL_SECONDS` between messages, so however fast the
+  broker commits, a page gets at most a few updates a second.
+
+Messages: ``{"type": "update", "seq", "as_of", "fragments": {id: html}}``,
+``{"type": "tick", "as_of"}`` when nothing changed, and ``{"type": "error",
+"error"}`` when the document cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth.context_processors import PermWrapper
+from django.http import QueryDict
+from django.template.loader import render_to_string
+from django.urls import Resolver404, resolve
+
+from engine.errors import EngineError
+from queueadmin import runtime
+from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.source import source
+from queueadmin.dashboard.views import LIVE_PAGES, VIEW, LivePage
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_SECONDS = 0.4
+POLL_SECONDS = 1.0
+# Close codes (4000-4999 are the application's): the page shows why.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_BAD_PAGE = 4404
+
+
+class _Params:
+    """What the page builders read from a request: its query parameters."""
+
+    def __init__(self, query: str) -> None:
+        self.GET = QueryDict(query)
+
+
+class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    page: LivePage
+    kwargs: dict[str, Any]
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(user.has_perm)(VIEW):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        target = urlsplit((query.get("path") or [""])[0])
+        try:
+            match = resolve(target.path)
+        except Resolver404:
+            match = None
+        if match is None or match.namespace != "dashboard" or match.url_name not in LIVE_PAGES:
+            await self.close(code=CLOSE_BAD_PAGE)
+            return
+        self.page = LIVE_PAGES[match.url_name]
+        self.kwargs = dict(match.kwargs)
+        self.params = _Params(target.query)
+        self.here = target.path + (f"?{target.query}" if target.query else "")
+        self.user = user
+        self.csrf_token = self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
+        await self.accept()
+        self.pump = asyncio.create_task(self._pump())
+
+    async def disconnect(self, code: int) -> None:
+        pump = getattr(self, "pump", None)
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Pages send nothing; anything received is ignored."""
+
+    async def _pump(self) -> None:
+        last: tuple[int, str | None] | None = None
+        loop = asyncio.get_running_loop()
+        with runtime.commits.listen() as committed:
+            while True:
+                committed.clear()
+                started = loop.time()
+                try:
+                    snapshot = await asyncio.to_thread(source.current)
+                except EngineError as exc:
+                    await self.send_json({"type": "error", "error": f"{type(exc).__name__}: {exc}",
+                                          "as_of": _now()})
+                else:
+                    version = (snapshot.seq, snapshot.etag)
+                    if version != last:
+                        fragments = await self._render(snapshot)
+                        await self.send_json({"type": "update", "seq": snapshot.seq, "as_of": _now(),
+                                              "fragments": fragments})
+                        last = version
+                    else:
+                        await self.send_json({"type": "tick", "seq": snapshot.seq, "as_of": _now()})
+                # Coalesce: commits during this pause are picked up together.
+                await asyncio.sleep(max(MIN_INTERVAL_SECONDS - (loop.time() - started), 0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(committed.wait(), timeout=POLL_SECONDS)
+
+    @database_sync_to_async
+    def _render(self, snapshot: Snapshot) -> dict[str, str]:
+        context = self.page.build(snapshot, self.params, **self.kwargs)
+        context.update(user=self.user, perms=PermWrapper(self.user), csrf_token=self.csrf_token, here=self.here)
+        return {name: render_to_string(f"{self.page.template}#{name}", context) for name in self.page.partials}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,100 @@
+"""Forms of the dashboard: submitting a job, and the operator actions.
+
+Both validate with the engine's own builders (``push_op``, ``purge_op``, …),
+so the dashboard refuses exactly what the broker would, with the engine's
+message shown next to the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from django import forms
+
+from engine.errors import ValidationError as EngineValidationError
+from engine.operations import QUEUE_NAME, push_op
+from engine.policy import MAX_DELAY_SECONDS
+from queueadmin import runtime
+
+
+class SubmitForm(forms.Form):
+    """Queue, JSON payload, max attempts and delay; ``cleaned_data["op"]`` is the push."""
+
+    queue = forms.CharField(max_length=100, initial="default")
+    payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+                              initial='{"hello": "world"}',
+                              help_text="Any JSON value.")
+    max_attempts = forms.IntegerField(required=False, min_value=1, max_value=1000,
+                                      help_text="Blank: the queue's default.")
+    delay_seconds = forms.FloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS, initial=0,
+                                     help_text="Not claimed before this many seconds from now.")
+    reason = forms.CharField(required=False, max_length=1000, help_text="Optional; kept in the audit log.")
+
+    def clean_queue(self) -> str:
+        queue: str = self.cleaned_data["queue"].strip()
+        if not QUEUE_NAME.fullmatch(queue):
+            raise forms.ValidationError("Use 1-100 letters, digits, '_', '.', ':' or '-', starting alphanumeric.")
+        return queue
+
+    def clean_payload(self) -> Any:
+        text: str = self.cleaned_data["payload"]
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            data["op"] = push_op(
+                data["queue"], [data["payload"]], policy=runtime.queue_policy(),
+                max_attempts=data.get("max_attempts"), delay_seconds=data.get("delay_seconds") or 0,
+            )
+        except EngineValidationError as exc:
+            self.add_error("payload", str(exc))
+        return data
+
+
+ACTIONS = ("requeue", "purge", "redrive", "pause", "resume")
+
+
+class ActionForm(forms.Form):
+    """One operator action and what it applies to.
+
+    The scope is one of: ``ids`` (selected jobs), ``queue`` + ``status`` (every
+    job of one queue in one status; purge only), ``group`` (a dead-letter
+    group; redrive or purge), or ``queue`` alone (pause and resume).
+    """
+
+    action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
+    ids = forms.CharField(required=False, widget=forms.HiddenInput)
+    queue = forms.CharField(required=False, max_length=100)
+    status = forms.ChoiceField(required=False, choices=[("", "")] + [(s, s) for s in ("pending", "running", "dead")])
+    group = forms.CharField(required=False, max_length=64)
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    confirm_text = forms.CharField(required=False, max_length=100)
+    next = forms.CharField(required=False, max_length=2000)
+
+    def clean_ids(self) -> list[str]:
+        raw: str = self.cleaned_data.get("ids") or ""
+        return list(dict.fromkeys(part for part in raw.replace(",", " ").split() if part))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        action = data.get("action")
+        ids, queue, status, group = data.get("ids"), data.get("queue"), data.get("status"), data.get("group")
+        if action == "requeue" and not ids:
+            raise forms.ValidationError("Select at least one running or dead job to requeue.")
+        if action == "redrive" and not group:
+            raise forms.ValidationError("Redrive needs a dead-letter group.")
+        if action == "purge" and not (ids or group or (queue and status)):
+            raise forms.ValidationError("Purge needs selected jobs, a dead-letter group, or a queue and a status.")
+        if action in ("pause", "resume") and not queue:
+            raise forms.ValidationError(f"{action.title()} needs a queue.")
+        if queue and not QUEUE_NAME.fullmatch(queue):
+            self.add_error("queue", "Not a valid queue name.")
+        return data
+

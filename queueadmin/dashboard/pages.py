@@ -1,0 +1,336 @@
+"""What each dashboard page shows, as plain context built from a snapshot.
+
+Views render these contexts as whole pages; the live consumer renders the
+same contexts' partials and pushes them to open pages. Each builder is a pure
+function of a :class:`Snapshot`, the page's query parameters and settings, so
+a page and its live update cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from django.conf import settings
+
+from queueadmin import runtime
+from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
+from queueadmin.dashboard.source import source
+
+PAGE_SIZE = 50
+# A payload substring search reads at most this many jobs (and dead letters),
+# so a search over a huge document stays quick; the page says when it stopped.
+SEARCH_LIMIT = 20_000
+STATUSES = ("pending", "running", "dead")
+# No sign of any worker for this long while jobs wait: warn.
+WORKERS_QUIET_SECONDS = 60.0
+# Jobs must have waited this long before "no worker" is worth a warning.
+WAITING_WARN_SECONDS = 10.0
+# The raw-document page shows at most this much of the pretty-printed JSON.
+RAW_LIMIT_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    level: str  # "warn" or "info"
+    text: str
+
+
+def worker_heartbeat_seconds() -> float:
+    """How often a worker is expected to heartbeat: a third of the lease (the worker's default)."""
+    return float(settings.QUEUE_LEASE_SECONDS) / 3
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return (now - then).total_seconds() if then is not None else None
+
+
+# -- overview -------------------------------------------------------------------------------
+
+
+def overview(snapshot: Snapshot) -> dict[str, Any]:
+    now = snapshot.taken_at
+    rates = source.rates()
+    rows = []
+    for name, q in snapshot.queues.items():
+        rate = rates.get(name)
+        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at)})
+    node = source.node()
+    commit_age = _age(now, snapshot.written_at)
+    heartbeat = float(settings.QUEUE_HEARTBEAT_SECONDS)
+    return {
+        "snapshot": snapshot,
+        "rows": rows,
+        "node": node,
+        "commit_age": commit_age,
+        "commit_late": commit_age is not None and commit_age > 3 * heartbeat,
+        "heartbeat_seconds": heartbeat,
+        "takeover_seconds": float(settings.QUEUE_TAKEOVER_SECONDS),
+        "alerts": alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat),
+        "totals": snapshot.status_counts(),
+    }
+
+
+def last_worker_activity(snapshot: Snapshot) -> datetime | None:
+    """The latest sign of life of any worker: a heartbeat, an ended attempt, a claim request."""
+    times = [w.last_seen for w in snapshot.workers(extra=runtime.seen_workers.snapshot()) if w.last_seen]
+    return max(times, default=None)
+
+
+def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) -> list[Alert]:
+    now = snapshot.taken_at
+    found: list[Alert] = []
+    waiting = [q for q in snapshot.queues.values() if q.ready and not q.paused]
+    if waiting:
+        oldest = min((q.oldest_pending_at for q in waiting if q.oldest_pending_at), default=None)
+        waited = _age(now, oldest) or 0.0
+        activity = last_worker_activity(snapshot)
+        quiet = _age(now, activity)
+        if waited >= WAITING_WARN_SECONDS and (quiet is None or quiet > WORKERS_QUIET_SECONDS):
+            since = "no worker has been seen" if quiet is None else f"no worker has heartbeated for {quiet:.0f} s"
+            names = ", ".join(q.name for q in waiting)
+            found.append(Alert("warn", f"Jobs are waiting in {names} and {since}. Start a worker: "
+                                       "manage.py queueworker --queue …"))
+    if commit_age is not None and snapshot.seq and commit_age > 3 * heartbeat:
+        found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
+                                   f"{heartbeat:g} s. Is the leader down? A standby takes over after "
+                                   f"{settings.QUEUE_TAKEOVER_SECONDS:g} s."))
+    for q in snapshot.queues.values():
+        if q.paused:
+            found.append(Alert("info", f"Queue {q.name} is paused: {q.pending} pending job(s) wait for a resume."))
+    return found
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+def payload_text(item: Doc) -> str:
+    """The payload as compact JSON text (for previews and search)."""
+    return orjson.dumps(item.get("payload")).decode()
+
+
+def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
+    queue = params.get("queue") or None
+    status = params.get("status") or None
+    if status not in STATUSES:
+        status = None
+    needle = (params.get("q") or "").strip()
+    exact = (params.get("id") or "").strip()
+    notice = None
+    if exact:
+        found = snapshot.job(exact)
+        matches = [dict(found[0], status=found[1])] if found else []
+        if not found:
+            notice = f"No job with id {exact!r} is in the document (completed and purged jobs leave it)."
+    else:
+        if status is None:
+            candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
+                queue=queue, status="dead"))]
+        elif status == "dead":
+            candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
+        else:
+            candidates = snapshot.select(queue=queue, status=status)
+        if needle:
+            scanned = candidates[:SEARCH_LIMIT]
+            matches = [j for j in scanned if needle in payload_text(j)]
+            if len(candidates) > SEARCH_LIMIT:
+                notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
+                          "or status to search the rest.")
+        else:
+            matches = candidates
+    pages = max(1, math.ceil(len(matches) / PAGE_SIZE))
+    try:
+        page = min(max(int(params.get("page") or 1), 1), pages)
+    except ValueError:
+        page = 1
+    start = (page - 1) * PAGE_SIZE
+    shown = matches[start:start + PAGE_SIZE]
+    return {
+        "snapshot": snapshot,
+        "queues": list(snapshot.queues),
+        "statuses": STATUSES,
+        "filters": {"queue": queue or "", "status": status or "", "q": needle, "id": exact},
+        "rows": [_row(snapshot, j) for j in shown],
+        "total": len(matches),
+        "page": page,
+        "pages": pages,
+        "first_index": start + 1,
+        "last_index": start + len(shown),
+        "notice": notice,
+    }
+
+
+def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
+    lease = item.get("lease")
+    return {
+        "job": item,
+        "status": item["status"],
+        "enqueued_at": moment(item.get("enqueued_at")),
+        "not_before": moment(item.get("not_before")),
+        "worker": lease["worker"] if lease else None,
+        "payload": payload_text(item),
+    }
+
+
+# -- one job ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at: datetime
+    kind: str  # enqueued, claimed, heartbeat, failed, expired, requeued, dead, running, action
+    text: str
+    detail: str | None = None
+    tone: str = ""  # "", "ok", "warn", "bad"
+
+
+def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
+    found = snapshot.job(job_id)
+    if found is None:
+        return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions)}
+    item, status = found
+    events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
+                                 f"enqueued on {item['queue']}")]
+    for n, attempt in enumerate(item.get("history") or (), 1):
+        events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
+                            f"claimed by {attempt['worker']}"))
+        if attempt["heartbeat_at"] != attempt["claimed_at"]:
+            events.append(Event(moment(attempt["heartbeat_at"]), "heartbeat",  # type: ignore[arg-type]
+                                f"last heartbeat from {attempt['worker']}"))
+        end = attempt["end"]
+        text = {"failed": "attempt failed", "expired": "lease expired", "requeued": "requeued by an operator"}[end]
+        events.append(Event(moment(attempt["ended_at"]), end, text, attempt.get("error"),  # type: ignore[arg-type]
+                            "warn" if end == "requeued" else "bad"))
+        del n
+    lease = item.get("lease")
+    now = snapshot.taken_at
+    lease_view = None
+    if lease:
+        claimed, beat = moment(lease["claimed_at"]), moment(lease["heartbeat_at"])
+        events.append(Event(claimed, "claimed", f"claimed by {lease['worker']} (attempt {item['attempts']})"))  # type: ignore[arg-type]
+        if beat != claimed:
+            events.append(Event(beat, "heartbeat", f"last heartbeat from {lease['worker']}"))  # type: ignore[arg-type]
+        lease_view = lease_row(item, now)
+    if status == "dead":
+        events.append(Event(moment(item["died_at"]), "dead", "moved to the dead letters",  # type: ignore[arg-type]
+                            item.get("error"), "bad"))
+    events.extend(_action_events(actions))
+    events.sort(key=lambda e: e.at)
+    payload = orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode()
+    return {
+        "snapshot": snapshot,
+        "job_id": job_id,
+        "found": True,
+        "job": item,
+        "status": status,
+        "events": events,
+        "lease": lease_view,
+        "payload": payload[:RAW_LIMIT_BYTES],
+        "payload_truncated": len(payload) > RAW_LIMIT_BYTES,
+        "payload_bytes": len(orjson.dumps(item.get("payload"))),
+        "not_before": moment(item.get("not_before")),
+        "last_error": item.get("last_error") if status != "dead" else item.get("error"),
+    }
+
+
+def _action_events(actions: list[Any]) -> list[Event]:
+    return [
+        Event(a.created_at, "action", f"{a.action} by {a.username}" + ("" if a.outcome == "ok" else " (failed)"),
+              a.reason, "warn" if a.outcome == "ok" else "bad")
+        for a in actions
+    ]
+
+
+# -- leases and workers -----------------------------------------------------------------------
+
+
+def lease_row(item: Doc, now: datetime) -> dict[str, Any]:
+    lease = item["lease"]
+    beat = moment(lease["heartbeat_at"])
+    expires = moment(lease["expires_at"])
+    seconds = float(lease["seconds"])
+    age = _age(now, beat) or 0.0
+    interval = seconds / 3
+    # Green within the expected heartbeat interval, amber until two thirds of
+    # the lease are gone, red after that (expiry is near or past).
+    tone = "ok" if age <= interval + 1 else ("warn" if age <= seconds * 2 / 3 else "bad")
+    return {
+        "job": item,
+        "worker": lease["worker"],
+        "claimed_at": moment(lease["claimed_at"]),
+        "heartbeat_age": age,
+        "lease_seconds": seconds,
+        "left": (expires - now).total_seconds() if expires else None,  # type: ignore[operator]
+        "orphaned": age > interval + 1,
+        "tone": tone,
+        "fraction": min(age / seconds, 1.0) if seconds else 1.0,
+    }
+
+
+def workers(snapshot: Snapshot) -> dict[str, Any]:
+    now = snapshot.taken_at
+    leases = [lease_row(j, now) for j in snapshot.leases()]
+    # Orphans first (longest silent first), then the rest by time left.
+    leases.sort(key=lambda r: (not r["orphaned"], -r["heartbeat_age"] if r["orphaned"] else (r["left"] or 0)))
+    people = []
+    for w in snapshot.workers(extra=runtime.seen_workers.snapshot()):
+        people.append({"w": w, "age": _age(now, w.last_seen), "jobs": len(w.jobs)})
+    return {
+        "snapshot": snapshot,
+        "leases": leases,
+        "workers": people,
+        "orphans": sum(1 for r in leases if r["orphaned"]),
+        "heartbeat_seconds": worker_heartbeat_seconds(),
+    }
+
+
+# -- dead letters -------------------------------------------------------------------------------
+
+
+def dead(snapshot: Snapshot) -> dict[str, Any]:
+    return {"snapshot": snapshot, "groups": snapshot.dead_groups(), "total": len(snapshot.dead)}
+
+
+# -- raw document ------------------------------------------------------------------------------
+
+
+def document(snapshot: Snapshot) -> dict[str, Any]:
+    """The committed document, pretty-printed, cut to RAW_LIMIT_BYTES.
+
+    Only as many jobs as can be shown are printed, so a 100k-job document
+    costs no more than a small one. Lease tokens are the holders' secrets
+    (I4): they are shown as "…", as the API does.
+    """
+    def hide(j: Doc) -> Doc:
+        return dict(j, lease=dict(j["lease"], token="…")) if j.get("lease") else j
+
+    # A job pretty-prints to at least ~300 bytes, so this many always fill the limit.
+    most = RAW_LIMIT_BYTES // 300 + 1
+    doc = dict(snapshot.header, dead=list(snapshot.dead[:most]), jobs=[hide(j) for j in snapshot.jobs[:most]])
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+    cut = len(text) > RAW_LIMIT_BYTES or len(snapshot.jobs) > most or len(snapshot.dead) > most
+    return {
+        "snapshot": snapshot,
+        "text": text[:RAW_LIMIT_BYTES],
+        "truncated": cut,
+        "limit": RAW_LIMIT_BYTES,
+    }
+
+
+def age_text(seconds: float | None) -> str:
+    """"12 s", "4 min", "3 h", "2 d"; "—" for None."""
+    if seconds is None:
+        return "—"
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    delta = timedelta(seconds=seconds)
+    if delta < timedelta(hours=1):
+        return f"{seconds / 60:.0f} min"
+    if delta < timedelta(days=1):
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

@@ -1,0 +1,21 @@
+"""The dashboard's routes (namespace ``dashboard``)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from queueadmin.dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("jobs/", views.jobs, name="jobs"),
+    path("jobs/<str:job_id>/", views.job, name="job"),
+    path("workers/", views.workers, name="workers"),
+    path("dead/", views.dead, name="dead"),
+    path("document/", views.document, name="document"),
+    path("submit/", views.submit, name="submit"),
+    path("actions/", views.action, name="action"),
+    path("audit/", views.audit, name="audit"),
+]

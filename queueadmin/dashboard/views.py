@@ -1,0 +1,246 @@
+"""The dashboard's pages. Every page needs a login and ``view_dashboard``;
+actions need their own permission as well (see :mod:`.actions`).
+
+Pages read the latest snapshot from :data:`~.source.source`. A store that
+cannot be reached or a document that cannot be read is shown on the page,
+never as a server error: that is exactly when an operator opens it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_safe
+
+from engine.errors import EngineError
+from queueadmin import runtime
+from queueadmin.dashboard import actions, pages
+from queueadmin.dashboard.forms import ActionForm, SubmitForm
+from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.source import source
+from queueadmin.models import AuditEntry
+
+VIEW = "queueadmin.view_dashboard"
+AUDIT_PAGE_SIZE = 50
+
+
+def dashboard_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Login, then the view permission (403 without it, not a login loop)."""
+    return login_required(permission_required(VIEW, raise_exception=True)(view))
+
+
+def read_snapshot(request: HttpRequest) -> Snapshot | HttpResponse:
+    try:
+        return source.current()
+    except EngineError as exc:
+        return render(request, "queueadmin/dashboard/unreadable.html",
+                      {"error": exc, "kind": type(exc).__name__}, status=503)
+
+
+def live_page(name: str, template: str, build: Callable[..., dict[str, Any]]) -> Callable[..., HttpResponse]:
+    """A read-only page drawn from the snapshot, which its live socket keeps current."""
+
+    @require_safe
+    @dashboard_page
+    @functools.wraps(build)
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        snapshot = read_snapshot(request)
+        if isinstance(snapshot, HttpResponse):
+            return snapshot
+        context = build(snapshot, request, **kwargs)
+        context.update(live_page=name, here=request.get_full_path())
+        return render(request, template, context)
+
+    return view
+
+
+def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    return pages.overview(snapshot)
+
+
+def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    context = pages.jobs(snapshot, request.GET)
+    params = {k: v for k, v in context["filters"].items() if v}
+    context["query_base"] = urlencode(params)
+    return context
+
+
+def _job(snapshot: Snapshot, request: HttpRequest, job_id: str) -> dict[str, Any]:
+    return pages.job(snapshot, job_id, job_actions(job_id))
+
+
+def job_actions(job_id: str) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(jobs__job_id=job_id).order_by("created_at")[:200])
+
+
+def _workers(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    return pages.workers(snapshot)
+
+
+def _dead(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    return pages.dead(snapshot)
+
+
+def _document(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    return pages.document(snapshot)
+
+
+overview = live_page("overview", "queueadmin/dashboard/overview.html", _overview)
+jobs = live_page("jobs", "queueadmin/dashboard/jobs.html", _jobs)
+job = live_page("job", "queueadmin/dashboard/job.html", _job)
+workers = live_page("workers", "queueadmin/dashboard/workers.html", _workers)
+dead = live_page("dead", "queueadmin/dashboard/dead.html", _dead)
+document = live_page("document", "queueadmin/dashboard/document.html", _document)
+
+@dataclass(frozen=True, slots=True)
+class LivePage:
+    """How the live consumer redraws a page: its template, context builder,
+    and the partials (each an element with that id) that change with the queue."""
+
+    template: str
+    build: Callable[..., dict[str, Any]]
+    partials: tuple[str, ...]
+
+
+#: Pages the live consumer keeps current, by URL name.
+LIVE_PAGES: dict[str, LivePage] = {
+    "overview": LivePage(
+        "queueadmin/dashboard/overview.html", _overview, ("live-alerts", "live-queues", "live-broker")
+    ),
+    "jobs": LivePage("queueadmin/dashboard/jobs.html", _jobs, ("live-jobs",)),
+    "job": LivePage("queueadmin/dashboard/job.html", _job, ("live-job",)),
+    "workers": LivePage("queueadmin/dashboard/workers.html", _workers, ("live-workers",)),
+    "dead": LivePage("queueadmin/dashboard/dead.html", _dead, ("live-dead",)),
+    "document": LivePage("queueadmin/dashboard/document.html", _document, ("live-document",)),
+}
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@dashboard_page
+def submit(request: HttpRequest) -> HttpResponse:
+    can_submit = request.user.has_perm(actions.PERMISSIONS["submit"])
+    form = SubmitForm(request.POST or None)
+    created = None
+    if request.method == "POST":
+        if not can_submit:
+            return render(request, "queueadmin/dashboard/forbidden.html",
+                          {"need": "submit jobs (queueadmin.submit_job)"}, status=403)
+        if form.is_valid():
+            op = form.cleaned_data["op"]
+            reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
+            plan = actions.Plan(action="submit", queue=op.queue, target="new job")
+            try:
+                [created] = runtime.get_broker().execute(op)
+            except EngineError as exc:
+                form.add_error(None, f"The broker refused: {type(exc).__name__}: {exc}")
+                actions.audit(request.user, "submit", reason=reason, queue=plan.queue, target=plan.target,
+                              ids=[j.id for j in op.jobs], ok=False, detail=str(exc))
+            else:
+                actions.audit(request.user, "submit", reason=reason, queue=op.queue, target="new job",
+                              ids=[created], ok=True, detail=f"pushed 1 job to {op.queue}",
+                              seq=runtime.get_broker().seq)
+                form = SubmitForm(initial={"queue": op.queue, "payload": request.POST.get("payload", "")})
+    status = 422 if request.method == "POST" and form.errors else 200
+    template = "queueadmin/dashboard/submit.html"
+    if request.htmx:  # type: ignore[attr-defined]
+        template += "#submit-form"
+    return render(request, template, {"form": form, "created": created, "can_submit": can_submit}, status=status)
+
+
+# -- actions ------------------------------------------------------------------------------------
+
+
+def _safe_next(request: HttpRequest, target: str | None) -> str:
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                   require_https=request.is_secure()):
+        return target
+    return reverse("dashboard:overview")
+
+
+@require_http_methods(["POST"])
+@dashboard_page
+def action(request: HttpRequest) -> HttpResponse:
+    """Plan (``step=preview``) or run (``step=run``) an operator action."""
+    form = ActionForm(request.POST)
+    template = "queueadmin/dashboard/action.html"
+    if request.htmx:  # type: ignore[attr-defined]
+        template += "#action-panel"
+    if not form.is_valid():
+        return render(request, template, {"form": form}, status=422)
+    data = form.cleaned_data
+    need = actions.PERMISSIONS[data["action"]]
+    if not request.user.has_perm(need):
+        return render(request, "queueadmin/dashboard/forbidden.html", {"need": f"{data['action']} ({need})"},
+                      status=403)
+    snapshot = read_snapshot(request)
+    if isinstance(snapshot, HttpResponse):
+        return snapshot
+    plan = actions.plan(snapshot, data)
+    context = {"form": form, "plan": plan, "snapshot": snapshot, "next": _safe_next(request, data.get("next")),
+               "typed_over": actions.TYPED_CONFIRM_OVER}
+    if request.POST.get("step") != "run" or plan.problems:
+        # A dry run, or a plan the latest snapshot shows cannot work as asked:
+        # show it (again) rather than send the broker something it would refuse.
+        return render(request, template, context, status=200 if request.POST.get("step") != "run" else 409)
+    reason = (data.get("reason") or "").strip()
+    errors = []
+    if not reason:
+        errors.append("Write a reason: it goes into the audit log.")
+    phrase = plan.confirm_phrase
+    if phrase is not None and (data.get("confirm_text") or "").strip() != phrase:
+        errors.append(f"This removes {plan.count} jobs: type “{phrase}” to confirm.")
+    if errors:
+        context["errors"] = errors
+        return render(request, template, context, status=422)
+    outcome = actions.run(plan, user=request.user, reason=reason)
+    (messages.success if outcome.ok else messages.error)(request, outcome.message)
+    destination = context["next"]
+    if request.htmx:  # type: ignore[attr-defined]
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = destination
+        return response
+    return HttpResponseRedirect(destination)
+
+
+# -- audit log --------------------------------------------------------------------------------
+
+
+@require_safe
+@dashboard_page
+def audit(request: HttpRequest) -> HttpResponse:
+    entries = AuditEntry.objects.all()
+    filters = {name: (request.GET.get(name) or "").strip() for name in ("action", "outcome", "user", "queue", "job")}
+    if filters["action"]:
+        entries = entries.filter(action=filters["action"])
+    if filters["outcome"]:
+        entries = entries.filter(outcome=filters["outcome"])
+    if filters["user"]:
+        entries = entries.filter(username=filters["user"])
+    if filters["queue"]:
+        entries = entries.filter(queue=filters["queue"])
+    if filters["job"]:
+        entries = entries.filter(jobs__job_id=filters["job"])
+    page = Paginator(entries.distinct(), AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [{"entry": e, "ids": [j.job_id for j in e.jobs.all()[:20]]} for e in page.object_list]
+    return render(request, "queueadmin/dashboard/audit.html", {
+        "page": page,
+        "rows": rows,
+        "filters": filters,
+        "query_base": urlencode({k: v for k, v in filters.items() if v}),
+        "action_choices": AuditEntry.Action.values,
+        "usernames": AuditEntry.objects.order_by().values_list("username", flat=True).distinct(),
+    })

@@ -1,0 +1,86 @@
+"""The dashboard's one table: the audit log of operator actions.
+
+The queue itself lives in ``queue.json``, never in the database. What the
+database keeps is who did what to it, and why: an :class:`AuditEntry` is
+written after the broker has answered the action (acknowledged or refused),
+so the log never claims a change that did not happen, and a refused action
+is on record as failed. The jobs an action touched are rows of
+:class:`AuditJob`, so a job's page finds its actions with an indexed query.
+
+The model also carries the dashboard's permissions, so they can be granted
+in the admin like any other:
+
+* ``view_dashboard``: see the dashboard (read-only staff have only this);
+* ``submit_job``: push a job from the Submit page;
+* ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
+* ``purge_job``: purge jobs and dead letters;
+* ``pause_queue``: pause and resume queues.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+
+
+class AuditEntry(models.Model):
+    """One operator action on the queue, as answered by the broker."""
+
+    class Action(models.TextChoices):
+        SUBMIT = "submit", "submit"
+        REQUEUE = "requeue", "requeue"
+        PURGE = "purge", "purge"
+        REDRIVE = "redrive", "redrive"
+        PAUSE = "pause", "pause"
+        RESUME = "resume", "resume"
+
+    class Outcome(models.TextChoices):
+        OK = "ok", "ok"
+        FAILED = "failed", "failed"
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # Kept apart from the foreign key, so the entry still says who it was
+    # after the account is deleted.
+    username = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=Action.choices, db_index=True)
+    reason = models.TextField()
+    queue = models.CharField(max_length=100, blank=True, db_index=True)
+    # What was asked for: "ids", or "queue=emails status=dead", or a
+    # dead-letter group's signature.
+    target = models.CharField(max_length=500, blank=True)
+    #: How many jobs the action affected (or would have, if it failed).
+    count = models.PositiveIntegerField(default=0)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, db_index=True)
+    detail = models.TextField(blank=True)
+    seq = models.PositiveBigIntegerField(null=True, blank=True, help_text="queue.json seq after the action")
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+        permissions: ClassVar[list[tuple[str, str]]] = [
+            ("view_dashboard", "Can view the queue dashboard"),
+            ("submit_job", "Can submit jobs from the dashboard"),
+            ("requeue_job", "Can requeue jobs and redrive dead letters"),
+            ("purge_job", "Can purge jobs and dead letters"),
+            ("pause_queue", "Can pause and resume queues"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.outcome}"
+
+
+class AuditJob(models.Model):
+    """One job an audit entry affected: an index, so a job's page can list
+    every action taken on it and an entry can link to its jobs."""
+
+    entry = models.ForeignKey(AuditEntry, on_delete=models.CASCADE, related_name="jobs")
+    job_id = models.CharField(max_length=200, db_index=True)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["id"]
+
+    def __str__(self) -> str:
+        return self.job_id

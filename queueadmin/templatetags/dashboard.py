@@ -1,0 +1,60 @@
+"""Template filters for the dashboard: ages, payload previews, lease colours."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+from django import template
+
+from queueadmin.dashboard.pages import age_text
+
+register = template.Library()
+
+PREVIEW_CHARS = 120
+
+
+@register.filter
+def age(seconds: float | None) -> str:
+    """Seconds as a short age: "8.2 s", "4 min", "3.0 h"."""
+    return age_text(seconds)
+
+
+@register.filter
+def ago(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long before ``now`` (default: the current time) ``moment`` was."""
+    if moment is None:
+        return "—"
+    return age_text(((now or datetime.now(UTC)) - moment).total_seconds())
+
+
+@register.filter
+def until(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long after ``now`` ``moment`` is; "past" when it has passed."""
+    if moment is None:
+        return "—"
+    seconds = (moment - (now or datetime.now(UTC))).total_seconds()
+    return "now" if seconds <= 0 else age_text(seconds)
+
+
+@register.filter
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The first ``limit`` characters, with an ellipsis when cut. Autoescaping
+    still applies: this only bounds the size."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@register.filter
+def percent(fraction: float) -> int:
+    return round(max(0.0, min(fraction, 1.0)) * 100)
+
+
+@register.filter
+def ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} ms"
+
+
+@register.filter
+def as_json(value: object) -> str:
+    """Compact JSON text of a decoded value (autoescaped by the template)."""
+    return orjson.dumps(value).decode()

@@ -1,0 +1,139 @@
+// Live updates for dashboard pages, over /ws/dashboard/ (queueadmin/dashboard/consumers.py).
+//
+// The server sends redrawn fragments ({"fragments": {id: html}}); each
+// replaces the element with that id, with no page reload. A fragment marked
+// data-freeze-when-selected is held back while the operator has rows
+// selected in it, so rows never move under the cursor: the page shows
+// "N new — show" instead, and applies it on click or when the selection
+// is cleared. The socket reconnects by itself, backing off up to 10 s.
+(function () {
+  "use strict";
+  const body = document.body;
+  if (!body.dataset.livePage) return;
+  const badge = document.getElementById("live-state");
+  const held = new Map(); // fragment id -> html held back while selecting
+  let asOf = null;
+  let delay = 1000;
+  let socket = null;
+
+  function setState(state, text) {
+    if (!badge) return;
+    badge.dataset.state = state;
+    badge.textContent = text + (asOf ? " · data as of " + asOf.toLocaleTimeString() : "");
+  }
+
+  function selected(root) {
+    return root.querySelectorAll("input[data-select]:checked");
+  }
+
+  function rowIds(root) {
+    return new Set(Array.from(root.querySelectorAll("[data-job-id]"), (el) => el.dataset.jobId));
+  }
+
+  function replace(id, html) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    const tpl = document.createElement("template");
+    tpl.innerHTML = html.trim();
+    const fresh = tpl.content.firstElementChild;
+    if (!fresh) return;
+    el.replaceWith(fresh);
+    if (window.htmx) window.htmx.process(fresh);
+  }
+
+  function showHeld() {
+    const note = document.getElementById("live-pending-note");
+    if (!note) return;
+    if (held.size === 0) { note.hidden = true; return; }
+    let fresh = 0;
+    held.forEach((html, id) => {
+      const el = document.getElementById(id);
+      const tpl = document.createElement("template");
+      tpl.innerHTML = html;
+      const now = el ? rowIds(el) : new Set();
+      rowIds(tpl.content).forEach((rid) => { if (!now.has(rid)) fresh += 1; });
+    });
+    const button = note.querySelector("[data-show-pending]");
+    button.textContent = (fresh ? fresh + " new" : "Updates") + " — show";
+    note.hidden = false;
+  }
+
+  function applyHeld() {
+    held.forEach((html, id) => replace(id, html));
+    held.clear();
+    showHeld();
+    syncSelection();
+  }
+
+  function apply(fragments) {
+    for (const [id, html] of Object.entries(fragments)) {
+      const el = document.getElementById(id);
+      if (el && el.hasAttribute("data-freeze-when-selected") && selected(el).length) {
+        held.set(id, html);
+      } else {
+        held.delete(id);
+        replace(id, html);
+      }
+    }
+    showHeld();
+  }
+
+  // -- selection (jobs page) -------------------------------------------------
+  function syncSelection() {
+    const form = document.getElementById("selection");
+    if (!form) return;
+    const ids = Array.from(selected(document), (el) => el.value);
+    form.querySelector("[data-selection-ids]").value = ids.join(" ");
+    form.querySelector("[data-selection-count]").textContent = ids.length + " selected";
+    form.querySelectorAll("[data-needs-selection]").forEach((b) => { b.disabled = ids.length === 0; });
+    if (ids.length === 0 && held.size) applyHeld();
+  }
+
+  document.addEventListener("change", (event) => {
+    if (event.target.matches("input[data-select]")) syncSelection();
+  });
+  document.addEventListener("click", (event) => {
+    const target = event.target.closest("[data-show-pending], [data-close-panel]");
+    if (!target) return;
+    if (target.matches("[data-show-pending]")) {
+      document.querySelectorAll("input[data-select]:checked").forEach((el) => { el.checked = false; });
+      applyHeld();
+    } else {
+      const panel = document.getElementById("action-panel");
+      if (panel && panel.contains(target)) { event.preventDefault(); panel.innerHTML = ""; }
+    }
+  });
+
+  // -- the socket ------------------------------------------------------------
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const path = encodeURIComponent(location.pathname + location.search);
+    socket = new WebSocket(scheme + "//" + location.host + "/ws/dashboard/?path=" + path);
+    setState("connecting", "connecting…");
+    socket.onopen = () => { delay = 1000; setState("live", "live"); };
+    socket.onmessage = (event) => {
+      const msg = JSON.parse(event.data);
+      asOf = msg.as_of ? new Date(msg.as_of) : new Date();
+      if (msg.type === "update") {
+        apply(msg.fragments || {});
+        body.dataset.liveSeq = msg.seq;
+        setState("live", "live");
+      } else if (msg.type === "tick") {
+        setState("live", "live");
+      } else if (msg.type === "error") {
+        setState("error", "queue unreadable: " + msg.error);
+      }
+    };
+    socket.onclose = (event) => {
+      if (event.code === 4401 || event.code === 4403) {
+        setState("offline", event.code === 4401 ? "signed out: reload to sign in" : "not allowed");
+        return;
+      }
+      setState("reconnecting", "reconnecting…");
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 10000);
+    };
+  }
+  syncSelection();
+  connect();
+})();
