@@ -48,11 +48,19 @@ run: venv
 	$(PY) manage.py migrate --noinput
 	@# A local API token, made once and kept in var/ (export QUEUE_API_TOKEN to use your own).
 	@test -s var/api-token || $(PY) -c 'import secrets; print(secrets.token_urlsafe(24))' > var/api-token
-	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/"
+	@$(PY) manage.py demo --logins
+	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/  (Ctrl-C stops the app, the demo worker and the demo jobs)"
 	@echo "API token: $${QUEUE_API_TOKEN:-$$(cat var/api-token)}  (workers: export QUEUE_API_TOKEN=\$$(cat var/api-token))"
-	QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
-	QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}" \
-	exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application
+	@# The app (daphne, with the embedded broker), a demo worker and a trickle
+	@# of demo jobs; they all stop together when this target is interrupted.
+	export QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
+	  QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}"; \
+	trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT INT TERM; \
+	$(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application & \
+	$(PY) manage.py queueworker --queue demo --handler queueadmin.demo:work --concurrency 2 \
+	  --worker-id demo-worker --broker http://127.0.0.1:$(PORT) & \
+	$(PY) manage.py demo --every 3 --broker http://127.0.0.1:$(PORT) & \
+	wait -n
 
 test: venv
 	mkdir -p var

@@ -20,7 +20,6 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from queueadmin import runtime  # noqa: E402
@@ -36,10 +35,6 @@ if settings.QUEUE_BROKER_AUTOSTART:
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).
 websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]
 
-# daphne, unlike runserver, does not serve static files by itself; in
-# development serve them from the app so `make run` works with no extra setup.
-# With DEBUG off, put a web server or CDN in front of STATIC_ROOT instead.
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 
 # Start-up is done: move everything alive now (Django, the app, the loaded
 # queue document) into the collector's permanent generation, so that the
@@ -50,7 +45,8 @@ gc.freeze()
 
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
+        # Static files are served by WhiteNoise's middleware inside Django.
+        "http": django_asgi_app,
         # Websockets: reject cross-site origins, then attach the session user.
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

@@ -11,6 +11,7 @@ Variable                    Meaning (default)
 =========================== ====================================================
 DJANGO_SECRET_KEY           Required unless DJANGO_DEBUG is true (dev-only key)
 DJANGO_DEBUG                true/false (true, for local development)
+DJANGO_STATIC_ROOT          folder collectstatic fills (unset: files served from the app)
 ALLOWED_HOSTS               comma-separated host names (127.0.0.1,localhost)
 DATABASE_URL                dj-database-url URL (sqlite at var/db.sqlite3)
 QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., memory://
@@ -160,6 +161,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (CSS, htmx, the live script) straight from daphne, with
+    # DEBUG on or off; no separate web server is needed for them.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -214,7 +218,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# WhiteNoise serves static files from the app folders (finders), so
+# collectstatic is optional; set DJANGO_STATIC_ROOT and run it to serve
+# compressed copies from one folder instead.
+STATIC_ROOT = env_str("DJANGO_STATIC_ROOT")
+WHITENOISE_USE_FINDERS = True
 
 # The in-memory layer does not cross processes; that is fine because live
 # updates are published from the engine embedded in the daphne process itself.

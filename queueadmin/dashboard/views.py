@@ -40,9 +40,9 @@ def dashboard_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return login_required(permission_required(VIEW, raise_exception=True)(view))
 
 
-def read_snapshot(request: HttpRequest) -> Snapshot | HttpResponse:
+def read_snapshot(request: HttpRequest, *, fresh_seconds: float | None = None) -> Snapshot | HttpResponse:
     try:
-        return source.current()
+        return source.current() if fresh_seconds is None else source.current(fresh_seconds=fresh_seconds)
     except EngineError as exc:
         return render(request, "queueadmin/dashboard/unreadable.html",
                       {"error": exc, "kind": type(exc).__name__}, status=503)
@@ -186,7 +186,9 @@ def action(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm(need):
         return render(request, "queueadmin/dashboard/forbidden.html", {"need": f"{data['action']} ({need})"},
                       status=403)
-    snapshot = read_snapshot(request)
+    # Plan against the latest version, not one a few hundred ms old: the
+    # operator may be acting on what their own last action changed.
+    snapshot = read_snapshot(request, fresh_seconds=0)
     if isinstance(snapshot, HttpResponse):
         return snapshot
     plan = actions.plan(snapshot, data)

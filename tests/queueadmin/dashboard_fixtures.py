@@ -1,0 +1,123 @@
+"""Fixtures for the dashboard tests: a leading broker on a fresh memory store,
+and users with each level of access.
+
+The broker's idle heartbeat is far beyond any test's length, so the stored
+document changes only when a test changes it, and "nothing changed" can be
+checked byte for byte.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from engine import Broker, ObjectStore
+from engine.operations import claim_op, fail_op, push_op
+from queueadmin import runtime
+from queueadmin.dashboard.source import source
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
+
+KEY = "queue.json"
+PASSWORD = "correct horse battery staple"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def broker(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
+    """A started, leading broker that the dashboard reads and acts through."""
+    settings.QUEUE_STORE_URL = f"memory://dashboard-{uuid.uuid4().hex}"
+    settings.QUEUE_ADVERTISE_URL = "http://node-a.test:8000"
+    settings.QUEUE_LEASE_SECONDS = 30.0
+    settings.QUEUE_HEARTBEAT_SECONDS = 120.0
+    settings.QUEUE_TAKEOVER_SECONDS = 600.0
+    node = runtime.build_broker().start()
+    try:
+        wait_until(lambda: node.role == "leader")
+        monkeypatch.setattr(runtime, "get_broker", lambda: node)
+        source.reset()
+        runtime.seen_workers.clear()
+        yield node
+    finally:
+        node.stop()
+        source.reset()
+
+
+@pytest.fixture
+def store(broker: Broker) -> ObjectStore:
+    return broker.store
+
+
+def stored(store: ObjectStore) -> bytes:
+    blob = store.get(KEY)
+    assert blob is not None
+    return blob.data
+
+
+def document(store: ObjectStore) -> dict[str, Any]:
+    return orjson.loads(stored(store))  # type: ignore[no-any-return]
+
+
+def make_user(name: str, *perms: str, staff: bool = False, superuser: bool = False) -> User:
+    if superuser:
+        return User.objects.create_superuser(name, f"{name}@example.com", PASSWORD)
+    user = User.objects.create_user(name, f"{name}@example.com", PASSWORD, is_staff=staff)
+    for perm in perms:
+        user.user_permissions.add(Permission.objects.get(codename=perm, content_type__app_label="queueadmin"))
+    return user
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client_(db: None) -> Client:
+    """A superuser: every permission."""
+    return client_for(make_user("root", superuser=True))
+
+
+@pytest.fixture
+def viewer(db: None) -> Client:
+    """Read-only staff: ``view_dashboard`` and nothing else."""
+    return client_for(make_user("viewer", "view_dashboard", staff=True))
+
+
+@pytest.fixture
+def operator(db: None) -> Client:
+    """May view, submit, requeue, purge and pause."""
+    return client_for(make_user("operator", "view_dashboard", "submit_job", "requeue_job", "purge_job",
+                                "pause_queue"))
+
+
+def kill(broker: Broker, queue: str = "q", payload: object = "x", *, error: str = "boom") -> str:
+    """Push a job with one attempt and fail it: it is a dead letter now."""
+    [job_id] = broker.execute(_push(broker, queue, [payload], max_attempts=1))
+    [claimed] = broker.execute(claim_op("w-test", [queue], policy=broker.policy))
+    broker.execute(fail_op(claimed.id, claimed.lease, error=error, retry_in_seconds=None, policy=broker.policy))
+    return str(job_id)
+
+
+def _push(broker: Broker, queue: str, payloads: list[object], **kwargs: Any) -> Any:
+    return push_op(queue, payloads, policy=broker.policy, **kwargs)
+
+
+def push(broker: Broker, queue: str, payloads: list[object], **kwargs: Any) -> list[str]:
+    ids: list[str] = broker.execute(_push(broker, queue, payloads, **kwargs))
+    return ids

@@ -1,0 +1,319 @@
+"""Operator actions and job submission: permissions, dry runs, typed
+confirmation, the broker round trip and the audit log.
+
+Each action goes through a real broker (memory store). A refused or invalid
+request must leave the stored document byte for byte as it was and, unless
+the broker itself refused, write no audit entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from engine import Broker, ObjectStore
+from engine.operations import claim_op
+from queueadmin.dashboard.snapshot import error_signature, group_key
+from queueadmin.models import AuditEntry, AuditJob
+from tests.queueadmin.dashboard_fixtures import client_for, document, kill, make_user, push, stored
+
+
+def act(client: Client, step: str = "run", **fields: Any) -> Any:
+    return client.post("/actions/", {"step": step, "next": "/jobs/", **fields})
+
+
+def statuses(store: ObjectStore) -> dict[str, str]:
+    doc = document(store)
+    found = {j["id"]: j["status"] for j in doc["jobs"]}
+    found.update({d["id"]: "dead" for d in doc["dead"]})
+    return found
+
+
+# -- permissions -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "fields"),
+    [
+        ("requeue", {"ids": "DEAD"}),
+        ("purge", {"ids": "DEAD"}),
+        ("purge", {"queue": "q", "status": "dead"}),
+        ("pause", {"queue": "q"}),
+    ],
+)
+def test_read_only_staff_cannot_act_and_nothing_changes(broker: Broker, viewer: Client, store: ObjectStore,
+                                                        action: str, fields: dict[str, str]) -> None:
+    dead = kill(broker)
+    fields = {k: v.replace("DEAD", dead) for k, v in fields.items()}
+    before = stored(store)
+
+    response = act(viewer, action=action, reason="because", **fields)
+
+    assert response.status_code == 403
+    assert stored(store) == before
+    assert not AuditEntry.objects.exists()
+
+
+def test_each_permission_allows_only_its_own_action(broker: Broker, store: ObjectStore, db: None) -> None:
+    dead = kill(broker)
+    requeuer = client_for(make_user("requeuer", "view_dashboard", "requeue_job"))
+    assert act(requeuer, action="purge", ids=dead, reason="r").status_code == 403
+    assert act(requeuer, action="pause", queue="q", reason="r").status_code == 403
+    assert act(requeuer, action="requeue", ids=dead, reason="r").status_code == 302
+    assert statuses(store)[dead] == "pending"
+
+
+def test_anonymous_action_goes_to_login(broker: Broker, client: Client, store: ObjectStore) -> None:
+    dead = kill(broker)
+    before = stored(store)
+    response = act(client, action="requeue", ids=dead, reason="r")
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+    assert stored(store) == before
+
+
+# -- requeue ------------------------------------------------------------------------------------------
+
+
+def test_requeue_preview_shows_count_and_sample_and_changes_nothing(broker: Broker, operator: Client,
+                                                                    store: ObjectStore) -> None:
+    dead = kill(broker, payload={"order": 42})
+    before = stored(store)
+
+    response = act(operator, step="preview", action="requeue", ids=dead)
+
+    assert response.status_code == 200
+    plan = response.context["plan"]
+    assert plan.count == 1 and [j["id"] for j in plan.sample] == [dead]
+    assert b"would be moved back to pending" in response.content and b"order" in response.content
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_requeue_needs_a_reason(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    dead = kill(broker)
+    before = stored(store)
+    response = act(operator, action="requeue", ids=dead, reason="   ")
+    assert response.status_code == 422 and b"Write a reason" in response.content
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_requeue_of_a_dead_job_commits_and_is_audited(broker: Broker, operator: Client,
+                                                      store: ObjectStore) -> None:
+    dead = kill(broker)
+
+    response = act(operator, action="requeue", ids=dead, reason="upstream fixed")
+
+    assert response.status_code == 302 and response["Location"] == "/jobs/"
+    assert statuses(store)[dead] == "pending"
+    entry = AuditEntry.objects.get()
+    assert (entry.username, entry.action, entry.reason, entry.outcome, entry.count, entry.queue) == (
+        "operator", "requeue", "upstream fixed", "ok", 1, "q")
+    assert list(entry.jobs.values_list("job_id", flat=True)) == [dead]
+    assert entry.seq == document(store)["seq"]
+    timeline = operator.get(f"/jobs/{dead}/").content.decode()
+    assert "requeue by operator" in timeline and "upstream fixed" in timeline
+
+
+def test_requeue_of_a_running_job_revokes_its_lease(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    [job_id] = push(broker, "q", [1])
+    broker.execute(claim_op("w1", ["q"], policy=broker.policy))
+    assert act(operator, action="requeue", ids=job_id, reason="stuck").status_code == 302
+    job = document(store)["jobs"][0]
+    assert job["status"] == "pending" and job["history"][-1]["end"] == "requeued"
+
+
+def test_requeue_of_a_pending_or_unknown_job_is_refused_before_the_broker(broker: Broker, operator: Client,
+                                                                          store: ObjectStore) -> None:
+    [pending] = push(broker, "q", [1])
+    before = stored(store)
+    for ids in (pending, "no-such-job"):
+        response = act(operator, action="requeue", ids=ids, reason="r")
+        assert response.status_code == 409
+        assert b"already pending" in response.content or b"not in the document" in response.content
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_a_refused_broker_answer_is_audited_as_failed(broker: Broker, operator: Client, store: ObjectStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = kill(broker)
+    before = stored(store)
+    from engine import NotLeader
+
+    def not_leader(op: object) -> None:
+        raise NotLeader("http://node-b.test:8000")
+
+    monkeypatch.setattr(broker, "execute", not_leader)
+    response = act(operator, action="requeue", ids=dead, reason="try it")
+
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "failed" and "NotLeader" in entry.detail and entry.count == 1
+    assert stored(store) == before
+    assert b"Requeue failed" in operator.get("/jobs/").content  # the message shows on the next page
+
+
+# -- purge ----------------------------------------------------------------------------------------------
+
+
+def test_purge_of_more_than_100_jobs_needs_the_typed_phrase(broker: Broker, operator: Client,
+                                                            store: ObjectStore) -> None:
+    push(broker, "bulk", list(range(150)))
+    push(broker, "keep", [1])
+    before = stored(store)
+
+    preview = act(operator, step="preview", action="purge", queue="bulk", status="pending")
+    assert preview.context["plan"].count == 150
+    assert b"purge 150" in preview.content and len(preview.context["plan"].sample) == 10
+    wrong = act(operator, action="purge", queue="bulk", status="pending", reason="cleanup", confirm_text="yes")
+    assert wrong.status_code == 422 and b"type" in wrong.content
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+    done = act(operator, action="purge", queue="bulk", status="pending", reason="cleanup",
+               confirm_text="purge 150")
+
+    assert done.status_code == 302
+    assert {j["queue"] for j in document(store)["jobs"]} == {"keep"}
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.count, entry.target) == ("purge", 150, "queue=bulk status=pending")
+    assert AuditJob.objects.filter(entry=entry).count() == 150
+
+
+def test_purge_of_selected_jobs_needs_no_typing(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    [a, b, c] = push(broker, "q", [1, 2, 3])
+    assert act(operator, action="purge", ids=f"{a} {c}", reason="duplicates").status_code == 302
+    assert [j["id"] for j in document(store)["jobs"]] == [b]
+    assert AuditEntry.objects.get().count == 2
+
+
+# -- dead-letter groups -------------------------------------------------------------------------
+
+
+def test_redrive_of_a_dead_letter_group_requeues_exactly_that_group(broker: Broker, operator: Client,
+                                                                    store: ObjectStore) -> None:
+    bad = [kill(broker, error=f"ValueError: bad row {n}") for n in range(3)]
+    other = kill(broker, error="TimeoutError: slow")
+    key = group_key("q", error_signature("ValueError: bad row 1"))
+
+    preview = act(operator, step="preview", action="redrive", group=key)
+    assert preview.context["plan"].count == 3
+    assert act(operator, action="redrive", group=key, reason="parser fixed").status_code == 302
+
+    found = statuses(store)
+    assert [found[i] for i in bad] == ["pending"] * 3 and found[other] == "dead"
+    entry = AuditEntry.objects.get()
+    assert entry.action == "redrive" and sorted(entry.jobs.values_list("job_id", flat=True)) == sorted(bad)
+
+
+def test_purge_of_a_dead_letter_group(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    bad = [kill(broker, error="KeyError: 'x'") for _ in range(2)]
+    key = group_key("q", error_signature("KeyError: 'x'"))
+    assert act(operator, action="purge", group=key, reason="obsolete").status_code == 302
+    assert not set(bad) & set(statuses(store))
+
+
+def test_a_group_that_vanished_is_reported_not_run(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    before = stored(store)
+    response = act(operator, action="redrive", group="0123456789abcdef", reason="r")
+    assert response.status_code == 409 and b"group is gone" in response.content
+    assert stored(store) == before
+
+
+# -- pause and resume -------------------------------------------------------------------------------
+
+
+def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client, store: ObjectStore,
+                                                 db: None) -> None:
+    push(broker, "q", [1])
+    assert act(operator, action="pause", queue="q", reason="deploying").status_code == 302
+    assert document(store)["queues"]["q"]["paused"] is True
+    assert broker.execute(claim_op("w", ["q"], policy=broker.policy)) == []
+
+    again = act(operator, action="pause", queue="q", reason="again")
+    assert again.status_code == 409 and b"already paused" in again.content
+
+    assert act(operator, action="resume", queue="q", reason="deployed").status_code == 302
+    assert document(store)["queues"]["q"]["paused"] is False
+    assert len(broker.execute(claim_op("w", ["q"], policy=broker.policy))) == 1
+    assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pause", "resume"]
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"action": "explode", "ids": "x"},
+        {"action": "requeue"},
+        {"action": "purge", "queue": "q"},
+        {"action": "pause", "queue": "bad name!"},
+        {"action": "redrive"},
+    ],
+)
+def test_malformed_actions_get_an_error_and_change_nothing(broker: Broker, operator: Client, store: ObjectStore,
+                                                           fields: dict[str, str]) -> None:
+    kill(broker)
+    before = stored(store)
+    response = act(operator, reason="r", **fields)
+    assert response.status_code == 422
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_next_may_not_leave_the_site(broker: Broker, operator: Client) -> None:
+    dead = kill(broker)
+    response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r",
+                                           "next": "https://evil.example/"})
+    assert response["Location"] == "/"
+
+
+# -- submit ------------------------------------------------------------------------------------------
+
+
+def test_submit_pushes_a_job_and_shows_its_id(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    response = operator.post("/submit/", {"queue": "emails", "payload": '{"to": "ada@example.com"}',
+                                          "max_attempts": "5", "delay_seconds": "0"})
+    assert response.status_code == 200
+    created = response.context["created"]
+    [job] = document(store)["jobs"]
+    assert (job["id"], job["queue"], job["payload"], job["max_attempts"]) == (
+        created, "emails", {"to": "ada@example.com"}, 5)
+    assert created in response.content.decode()
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.outcome, list(entry.jobs.values_list("job_id", flat=True))) == (
+        "submit", "ok", [created])
+
+
+def test_submit_with_a_delay_sets_not_before(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    operator.post("/submit/", {"queue": "q", "payload": "1", "delay_seconds": "600"})
+    assert document(store)["jobs"][0]["not_before"] is not None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"payload": "{not json"}, b"Not valid JSON"),
+        ({"payload": "NaN"}, b"Not valid JSON"),
+        ({"queue": "no spaces allowed"}, b"letters, digits"),
+        ({"max_attempts": "0"}, b"greater than or equal to 1"),
+        ({"payload": '"' + "x" * 300_000 + '"'}, b"bytes"),
+    ],
+)
+def test_submit_with_bad_input_shows_an_inline_error_and_pushes_nothing(
+    broker: Broker, operator: Client, store: ObjectStore, fields: dict[str, str], message: bytes
+) -> None:
+    push(broker, "q", [0])
+    before = stored(store)
+    data = {"queue": "q", "payload": "{}", **fields}
+    response = operator.post("/submit/", data, headers={"HX-Request": "true"})
+    assert response.status_code == 422
+    assert message in response.content
+    assert b"<html" not in response.content  # htmx gets the form partial only
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_read_only_staff_cannot_submit(broker: Broker, viewer: Client, store: ObjectStore) -> None:
+    push(broker, "q", [0])
+    before = stored(store)
+    assert viewer.post("/submit/", {"queue": "q", "payload": "1"}).status_code == 403
+    assert stored(store) == before

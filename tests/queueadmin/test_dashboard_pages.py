@@ -1,0 +1,249 @@
+"""Dashboard pages: access control, what each page shows, and safe rendering.
+
+Every page reads a real broker's committed document (memory store). Pages
+never change the document, so most tests also check its bytes are unchanged.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from engine import Broker, ObjectStore
+from engine.operations import claim_op, heartbeat_op, pause_op
+from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push, stored
+
+PAGES = ["/", "/jobs/", "/workers/", "/dead/", "/document/", "/submit/", "/audit/"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", [*PAGES, "/jobs/abc/"])
+def test_anonymous_users_are_sent_to_login(client: Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith(f"/login/?next={path}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", PAGES)
+def test_a_user_without_view_permission_is_refused(broker: Broker, path: str) -> None:
+    nobody = client_for(make_user("nobody"))
+    assert nobody.get(path).status_code == 403
+
+
+def test_login_page_signs_in_and_returns_to_the_page(broker: Broker, db: None) -> None:
+    make_user("ada", "view_dashboard")
+    client = Client()
+    response = client.post("/login/", {"username": "ada", "password": "correct horse battery staple",
+                                       "next": "/workers/"})
+    assert response.status_code == 302 and response["Location"] == "/workers/"
+    assert client.get("/workers/").status_code == 200
+    bad = Client().post("/login/", {"username": "ada", "password": "wrong"})
+    assert bad.status_code == 200 and b"Please enter a correct username" in bad.content
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_read_only_staff_see_every_page_and_no_action_buttons(broker: Broker, viewer: Client, path: str) -> None:
+    kill(broker)
+    response = viewer.get(path)
+    assert response.status_code == 200
+    assert b'name="step"' not in response.content  # no action forms at all
+
+
+def test_overview_counts_each_queue_and_shows_broker_health(broker: Broker, viewer: Client,
+                                                            store: ObjectStore) -> None:
+    kill(broker, "emails")
+    push(broker, "emails", [1, 2, 3])
+    push(broker, "reports", ["r"], delay_seconds=3600)
+    broker.execute(claim_op("w1", ["emails"], policy=broker.policy))
+    before = stored(store)
+
+    response = viewer.get("/")
+
+    body = response.content.decode()
+    queues = response.context["rows"]
+    emails = next(r["q"] for r in queues if r["q"].name == "emails")
+    reports = next(r["q"] for r in queues if r["q"].name == "reports")
+    assert (emails.pending, emails.running, emails.dead, emails.pushed) == (2, 1, 1, 4)
+    assert (reports.pending, reports.ready) == (1, 0)
+    assert "node-a.test" in body and "leader" in body
+    assert f'data-testid="seq">{broker.seq}<' in body
+    assert stored(store) == before
+
+
+def test_overview_warns_when_jobs_wait_and_no_worker_is_seen(broker: Broker, viewer: Client,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from queueadmin.dashboard import pages
+
+    push(broker, "q", [1])
+    monkeypatch.setattr(pages, "WAITING_WARN_SECONDS", 0.0)
+    assert b"no worker has been seen" in viewer.get("/").content
+
+    from queueadmin import runtime
+
+    runtime.seen_workers.note("w-idle")
+    from queueadmin.dashboard.source import source
+
+    source.reset()
+    assert b"no worker has been seen" not in viewer.get("/").content
+
+
+def test_overview_says_when_a_queue_is_paused(broker: Broker, viewer: Client) -> None:
+    push(broker, "q", [1])
+    broker.execute(pause_op("q"))
+    body = viewer.get("/").content.decode()
+    assert "paused" in body and "Queue q is paused" in body
+
+
+def test_jobs_page_filters_by_queue_and_status_and_pages_through_many(broker: Broker, viewer: Client) -> None:
+    ids = push(broker, "big", list(range(120)))
+    push(broker, "other", ["x"])
+    broker.execute(claim_op("w1", ["big"], policy=broker.policy))
+
+    first = viewer.get("/jobs/", {"queue": "big", "status": "pending"}).context
+    assert first["total"] == 119 and first["pages"] == 3
+    assert [r["job"]["id"] for r in first["rows"]] == ids[1:51]
+    third = viewer.get("/jobs/", {"queue": "big", "status": "pending", "page": "3"}).context
+    assert [r["job"]["id"] for r in third["rows"]] == ids[101:]
+    running = viewer.get("/jobs/", {"status": "running"}).context
+    assert [r["job"]["id"] for r in running["rows"]] == [ids[0]]
+    assert viewer.get("/jobs/", {"page": "nonsense"}).status_code == 200
+
+
+def test_jobs_page_finds_an_exact_id_and_searches_payloads(broker: Broker, viewer: Client) -> None:
+    [a, b] = push(broker, "q", [{"to": "ada@example.com"}, {"to": "bob@example.com"}])
+    dead = kill(broker, "q", {"to": "cy@example.com"})
+
+    assert [r["job"]["id"] for r in viewer.get("/jobs/", {"id": b}).context["rows"]] == [b]
+    assert [r["job"]["id"] for r in viewer.get("/jobs/", {"q": "ada@"}).context["rows"]] == [a]
+    assert [r["job"]["id"] for r in viewer.get("/jobs/", {"q": "cy@"}).context["rows"]] == [dead]
+    missing = viewer.get("/jobs/", {"id": "no-such-job"})
+    assert missing.context["rows"] == [] and b"No job with id" in missing.content
+
+
+def test_payload_search_is_bounded_and_says_so(broker: Broker, viewer: Client,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from queueadmin.dashboard import pages
+
+    monkeypatch.setattr(pages, "SEARCH_LIMIT", 5)
+    push(broker, "q", [f"n{i}" for i in range(8)])
+    context = viewer.get("/jobs/", {"q": "n"}).context
+    assert context["total"] == 5
+    assert "Searched the first 5 of 8 jobs" in context["notice"]
+
+
+def test_payloads_are_escaped_and_truncated_in_lists(broker: Broker, viewer: Client) -> None:
+    push(broker, "q", [{"html": "<script>alert(1)</script>", "blob": "z" * 100_000}])
+    body = viewer.get("/jobs/").content.decode()
+    assert "<script>alert(1)</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "z" * 200 not in body  # a preview, not the whole payload
+
+
+def test_job_page_shows_the_timeline_and_the_payload_safely(broker: Broker, viewer: Client) -> None:
+    [job_id] = push(broker, "q", [{"html": "<b>hi</b>"}], max_attempts=3)
+    [claim] = broker.execute(claim_op("worker-7", ["q"], policy=broker.policy))
+    broker.execute(heartbeat_op(claim.id, claim.lease))
+    from engine.operations import fail_op
+
+    broker.execute(fail_op(claim.id, claim.lease, error="ValueError: bad row", retry_in_seconds=0,
+                           policy=broker.policy))
+    broker.execute(claim_op("worker-8", ["q"], policy=broker.policy))
+
+    response = viewer.get(f"/jobs/{job_id}/")
+
+    kinds = [e.kind for e in response.context["events"]]
+    assert kinds[0] == "enqueued" and "failed" in kinds and kinds.count("claimed") == 2
+    body = response.content.decode()
+    assert "claimed by worker-7" in body and "claimed by worker-8" in body and "ValueError: bad row" in body
+    assert "&lt;b&gt;hi&lt;/b&gt;" in body and "<b>hi</b>" not in body
+
+
+def test_job_page_of_a_large_payload_shows_a_truncation_notice(broker: Broker, viewer: Client) -> None:
+    [job_id] = push(broker, "q", [["x" * 100] * 2500])
+    body = viewer.get(f"/jobs/{job_id}/").content.decode()
+    assert "The payload is large" in body
+
+
+def test_job_page_of_a_job_no_longer_in_the_document_says_so(broker: Broker, viewer: Client) -> None:
+    response = viewer.get("/jobs/finished-long-ago/")
+    assert response.status_code == 200 and b"not in the queue document" in response.content
+
+
+def test_workers_page_lists_orphaned_leases_first(broker: Broker, viewer: Client,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    push(broker, "q", [1, 2])
+    broker.execute(claim_op("fresh", ["q"], policy=broker.policy, lease_seconds=3600))
+    broker.execute(claim_op("ghost", ["q"], policy=broker.policy, lease_seconds=3))
+    from queueadmin.dashboard.source import source
+
+    # Look at the document 2 s later: the 3 s lease is past its 1 s heartbeat interval.
+    import datetime as dt
+
+    real = source.current
+
+    def later() -> object:
+        snap = real()
+        snap.taken_at = snap.taken_at + dt.timedelta(seconds=2)
+        return snap
+
+    monkeypatch.setattr(source, "current", later)
+    response = viewer.get("/workers/")
+    leases = response.context["leases"]
+    assert [row["worker"] for row in leases] == ["ghost", "fresh"]
+    assert leases[0]["orphaned"] and not leases[1]["orphaned"]
+    assert {w["w"].name for w in response.context["workers"]} == {"fresh", "ghost"}
+
+
+def test_dead_letters_are_grouped_by_error_signature(broker: Broker, viewer: Client) -> None:
+    for row in (17, 23, 99):
+        kill(broker, "imports", error=f"Traceback...\nValueError: bad row {row}")
+    kill(broker, "imports", error="TimeoutError: upstream took 30 s")
+    kill(broker, "emails", error="ValueError: bad row 5")
+
+    groups = viewer.get("/dead/").context["groups"]
+
+    assert [(g.queue, g.signature, g.count) for g in groups] == [
+        ("imports", "ValueError: bad row N", 3),
+        ("emails", "ValueError: bad row N", 1),
+        ("imports", "TimeoutError: upstream took N s", 1),
+    ]
+
+
+def test_raw_document_hides_lease_tokens_and_truncates_large_documents(broker: Broker, viewer: Client,
+                                                                       store: ObjectStore,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    push(broker, "q", [1])
+    [claim] = broker.execute(claim_op("w", ["q"], policy=broker.policy))
+    body = viewer.get("/document/").content.decode()
+    assert claim.lease not in body and "…" in body
+    assert f"{len(stored(store))} bytes" in body
+
+    from queueadmin.dashboard import pages
+
+    monkeypatch.setattr(pages, "RAW_LIMIT_BYTES", 300)
+    assert b"The document is large" in viewer.get("/document/").content
+
+
+def test_an_unreadable_document_is_shown_as_an_error_and_left_alone(broker: Broker, viewer: Client,
+                                                                    store: ObjectStore) -> None:
+    broker.stop()  # nobody leads: the page reads the store itself
+    store.put("queue.json", b'{"format": 1, "seq": "not a number"')
+    response = viewer.get("/")
+    assert response.status_code == 503
+    assert b"cannot be read" in response.content and b"not valid JSON" in response.content
+    assert stored(store) == b'{"format": 1, "seq": "not a number"'
+
+
+def test_a_standby_node_reads_the_document_from_the_store(broker: Broker, viewer: Client,
+                                                          store: ObjectStore) -> None:
+    push(broker, "q", [1, 2])
+    broker.stop()
+    response = viewer.get("/")
+    assert response.status_code == 200
+    assert next(r["q"] for r in response.context["rows"]).pending == 2
+
+
+def test_users_are_kept_apart_in_the_fixture(db: None) -> None:
+    assert not User.objects.exists()
