@@ -1,0 +1,252 @@
+"""The live socket (WebsocketCommunicator) and the snapshot machinery behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from engine import Broker, GroupCommitter, open_store
+from engine.errors import DocumentError
+from queueadmin.dashboard import source as source_module
+from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_signature
+from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
+
+ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+
+
+def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body on a fresh event loop (the suite has no async plugin)."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+def application() -> Any:
+    from queueadmin.asgi import application as app
+
+    return app
+
+
+def cookie_for(client: Client) -> tuple[bytes, bytes]:
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}; csrftoken=tok".encode())
+
+
+async def connect(path: str, *headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool, Any]:
+    communicator = WebsocketCommunicator(application(), f"/ws/dashboard/?path={path}", headers=list(headers))
+    connected, code = await communicator.connect(timeout=5)
+    return communicator, connected, code
+
+
+async def next_update(communicator: WebsocketCommunicator, timeout: float = 5.0) -> dict[str, Any]:
+    """The next "update" message (ticks are skipped). A timeout fails the test
+    (and, as asgiref does, cancels the consumer)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        message = await communicator.receive_json_from(timeout=max(deadline - loop.time(), 0.01))
+        if message["type"] == "update":
+            return message  # type: ignore[no-any-return]
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_a_commit_reaches_an_open_overview_as_fragments(broker: Broker) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard", staff=True)))()
+    communicator, connected, _ = await connect("/", cookie_for(viewer), ORIGIN)
+    assert connected
+    try:
+        first = await next_update(communicator)
+        assert set(first["fragments"]) == {"live-alerts", "live-queues", "live-broker"}
+        assert "No queues yet" in first["fragments"]["live-queues"]
+
+        await asyncio.to_thread(push, broker, "emails", [1, 2])
+
+        update = await next_update(communicator)
+        assert update["seq"] > first["seq"]
+        assert 'data-row="emails"' in update["fragments"]["live-queues"]
+        assert "<html" not in update["fragments"]["live-queues"]  # a fragment, not a page
+    finally:
+        await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_bursts_of_commits_are_coalesced(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    from queueadmin.dashboard import consumers
+
+    monkeypatch.setattr(consumers, "MIN_INTERVAL_SECONDS", 0.5)
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    communicator, connected, _ = await connect("/jobs/", cookie_for(viewer), ORIGIN)
+    assert connected
+    try:
+        await next_update(communicator)
+
+        async def burst() -> None:
+            for n in range(40):
+                await asyncio.to_thread(push, broker, "q", [n])
+                await asyncio.sleep(0.04)  # 40 commits spread over ~1.6 s
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(burst(), 10)
+        await asyncio.sleep(1.2)
+        elapsed = loop.time() - started
+        # Drain what arrived (receive_nothing does not cancel the app on timeout).
+        updates = []
+        while not await communicator.receive_nothing(timeout=0.05):
+            message = await communicator.receive_json_from()
+            if message["type"] == "update":
+                updates.append(message)
+        # 40 commits, but at most one message per 0.5 s reaches the page, and
+        # the last one shows all 40 jobs.
+        assert 1 <= len(updates) <= elapsed / 0.5 + 1
+        assert "40 jobs" in updates[-1]["fragments"]["live-jobs"]
+    finally:
+        await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_an_unauthenticated_socket_is_refused(broker: Broker) -> None:
+    _, connected, code = await connect("/", ORIGIN)
+    assert not connected and code == 4401
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_a_user_without_view_permission_is_refused(broker: Broker) -> None:
+    nobody = await sync_to_async(lambda: client_for(make_user("nobody")))()
+    _, connected, code = await connect("/", cookie_for(nobody), ORIGIN)
+    assert not connected and code == 4403
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_a_foreign_origin_is_refused_even_when_signed_in(broker: Broker) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    _, connected, _ = await connect("/", cookie_for(viewer), (b"origin", b"http://evil.example"))
+    assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/submit/", "/admin/", "/nowhere/", "/api/v1/health"])
+@run_async
+async def test_a_socket_for_a_page_that_is_not_live_is_refused(broker: Broker, path: str) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    _, connected, code = await connect(path, cookie_for(viewer), ORIGIN)
+    assert not connected and code == 4404
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_the_job_page_socket_follows_one_job(broker: Broker) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    [job_id] = await asyncio.to_thread(push, broker, "q", [1])
+    communicator, connected, _ = await connect(f"/jobs/{job_id}/", cookie_for(viewer), ORIGIN)
+    assert connected
+    try:
+        first = await next_update(communicator)
+        assert 'data-testid="job-status">pending' in first["fragments"]["live-job"]
+        from engine.operations import claim_op
+
+        await asyncio.to_thread(broker.execute, claim_op("w9", ["q"], policy=broker.policy))
+        update = await next_update(communicator)
+        assert 'data-testid="job-status">running' in update["fragments"]["live-job"]
+        assert "claimed by w9" in update["fragments"]["live-job"]
+    finally:
+        await communicator.disconnect()
+
+
+# -- snapshots ---------------------------------------------------------------------------------------
+
+
+def test_parts_decoder_matches_a_whole_decode_and_reuses_unchanged_chunks() -> None:
+    committer = GroupCommitter(open_store("memory://")).start()
+    try:
+        committer.push("q", list(range(2000)))
+        decoder = PartsDecoder()
+        _, etag, parts = committer.committed
+        now = datetime.now(UTC)
+        first = decoder.decode(parts, etag=etag, taken_at=now)
+        whole = decode_document(b"".join(parts), etag=etag, taken_at=now)
+        assert first.jobs == whole.jobs and first.header == whole.header and first.size == whole.size
+
+        committer.push("q", ["one more"])
+        _, etag2, parts2 = committer.committed
+        second = decoder.decode(parts2, etag=etag2, taken_at=now)
+        assert len(second.jobs) == 2001 and second.jobs[-1]["payload"] == "one more"
+        # The first 512-job chunk did not change: its decoded dicts are the same objects.
+        assert second.jobs[0] is first.jobs[0] and second.jobs[511] is first.jobs[511]
+        assert second.jobs == decode_document(b"".join(parts2), etag=etag2, taken_at=now).jobs
+    finally:
+        committer.stop()
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"{broken", "not valid JSON"),
+        (b'{"format": 2, "seq": 1}', "unsupported format version"),
+        (b'{"format": 1, "seq": 1, "queues": {}, "dead": [], "jobs": [{"id": "a"}]}', "jobs[0]"),
+        (b'{"hello": "world"}', "not a queueadmin document"),
+    ],
+)
+def test_decode_refuses_what_the_engine_refuses_with_its_message(data: bytes, words: str) -> None:
+    with pytest.raises(DocumentError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        decode_document(data, etag=None, taken_at=datetime.now(UTC))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Traceback (most recent call last):\n  File x\nValueError: bad row 17", "ValueError: bad row 9"),
+        ("KeyError: 'user-123'", "KeyError: 'user-456'"),
+        ("lease expired: worker 'w1' stopped heartbeating (last at 2026-01-01T00:00:00)",
+         "lease expired: worker 'w2' stopped heartbeating (last at 2026-02-02T10:11:12)"),
+        ("job 9f86d081884c7d65 failed", "job 2c26b46b68ffc68f failed"),
+    ],
+)
+def test_error_signatures_group_errors_that_differ_only_in_values(a: str, b: str) -> None:
+    assert error_signature(a) == error_signature(b)
+
+
+def test_error_signatures_keep_different_errors_apart() -> None:
+    assert error_signature("ValueError: bad row 1") != error_signature("TypeError: bad row 1")
+
+
+def test_rates_cover_the_last_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = source_module.SnapshotSource()
+    clock = [1000.0]
+    monkeypatch.setattr(source_module.time, "monotonic", lambda: clock[0])
+
+    class Snap:
+        def __init__(self, pushed: int, completed: int) -> None:
+            q = type("Q", (), {"pushed": pushed, "completed": completed})
+            self.queues = {"q": q}
+
+    src._sample(clock[0], Snap(0, 0))  # type: ignore[arg-type]
+    assert src.rates() == {}
+    for t, pushed, completed in [(1030.0, 60, 30), (1070.0, 180, 90), (1090.0, 240, 100)]:
+        clock[0] = t
+        src._sample(t, Snap(pushed, completed))  # type: ignore[arg-type]
+    rate = src.rates()["q"]
+    # From the newest sample at least 60 s old (t=1030) to t=1090.
+    assert (rate.arrivals, rate.completions, rate.seconds) == (180.0, 70.0, 60.0)
+
+
+def test_snapshot_json_payloads_survive_as_values() -> None:
+    doc = decode_document(orjson.dumps({"format": 1, "seq": 3, "queues": {}, "dead": [], "jobs": []}),
+                          etag='"e"', taken_at=datetime.now(UTC))
+    assert doc.seq == 3 and doc.etag == '"e"' and doc.queues == {}
