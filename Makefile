@@ -13,12 +13,13 @@ PY := $(VENV)/bin/python
 DEV_STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: help venv run test bench clean
+.PHONY: help venv run test bench screenshots clean
 
 help:
 	@echo "make run    install if needed, migrate, serve at http://127.0.0.1:$(PORT)/ (PORT=...)"
 	@echo "make test   install if needed, then ruff, mypy, makemigrations --check and pytest"
 	@echo "make bench  install the bench extra and run python -m bench"
+	@echo "make screenshots  run the browser test and save its pages to docs/screenshots/"
 	@echo "make clean  remove .venv, caches and build files (keeps var/, the local queue and DB)"
 
 venv: $(DEV_STAMP)
@@ -75,6 +76,9 @@ $(BENCH_STAMP): $(DEV_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench
+
+screenshots: venv
+	QUEUEADMIN_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_dashboard_browser.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .ruff_cache .mypy_cache

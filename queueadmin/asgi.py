@@ -45,7 +45,7 @@ gc.freeze()
 
 application = ProtocolTypeRouter(
     {
-        # Static files are served by WhiteNoise's middleware inside Django.
+        # Static files are served by ServeStatic's middleware inside Django.
         "http": django_asgi_app,
         # Websockets: reject cross-site origins, then attach the session user.
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),

@@ -162,8 +162,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files (CSS, htmx, the live script) straight from daphne, with
-    # DEBUG on or off; no separate web server is needed for them.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # DEBUG on or off. ServeStatic (a WhiteNoise fork) is async-native: a
+    # sync-only middleware here would make Django run every async view,
+    # long-poll claims included, on one shared thread.
+    "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -218,11 +220,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# WhiteNoise serves static files from the app folders (finders), so
+# ServeStatic serves static files from the app folders (finders), so
 # collectstatic is optional; set DJANGO_STATIC_ROOT and run it to serve
 # compressed copies from one folder instead.
 STATIC_ROOT = env_str("DJANGO_STATIC_ROOT")
-WHITENOISE_USE_FINDERS = True
+SERVESTATIC_USE_FINDERS = True
 
 # The in-memory layer does not cross processes; that is fine because live
 # updates are published from the engine embedded in the daphne process itself.

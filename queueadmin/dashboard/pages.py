@@ -193,8 +193,13 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     if found is None:
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions)}
     item, status = found
+    # A job submitted from the dashboard: say who did it on the enqueue itself
+    # (the audit entry is written just after the commit, so it sorts later).
+    submitted = next((a for a in actions if a.action == "submit" and a.outcome == "ok"), None)
+    actions = [a for a in actions if a is not submitted]
+    who = f" by {submitted.username}" if submitted is not None else ""
     events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
-                                 f"enqueued on {item['queue']}")]
+                                 f"enqueued on {item['queue']}{who}", submitted.reason if submitted else None)]
     for n, attempt in enumerate(item.get("history") or (), 1):
         events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
                             f"claimed by {attempt['worker']}"))
@@ -216,8 +221,9 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
             events.append(Event(beat, "heartbeat", f"last heartbeat from {lease['worker']}"))  # type: ignore[arg-type]
         lease_view = lease_row(item, now)
     if status == "dead":
+        # Its error is the last attempt's, already on the timeline and in full above.
         events.append(Event(moment(item["died_at"]), "dead", "moved to the dead letters",  # type: ignore[arg-type]
-                            item.get("error"), "bad"))
+                            None if item.get("history") else item.get("error"), "bad"))
     events.extend(_action_events(actions))
     events.sort(key=lambda e: e.at)
     payload = orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode()

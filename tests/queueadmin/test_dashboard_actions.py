@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from engine import Broker, ObjectStore
+from engine import Broker, NotLeader, ObjectStore
 from engine.operations import claim_op
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
@@ -138,7 +138,6 @@ def test_a_refused_broker_answer_is_audited_as_failed(broker: Broker, operator: 
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     dead = kill(broker)
     before = stored(store)
-    from engine import NotLeader
 
     def not_leader(op: object) -> None:
         raise NotLeader("http://node-b.test:8000")

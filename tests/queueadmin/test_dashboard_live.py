@@ -16,6 +16,7 @@ from django.test import Client
 
 from engine import Broker, GroupCommitter, open_store
 from engine.errors import DocumentError
+from engine.operations import claim_op
 from queueadmin.dashboard import source as source_module
 from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_signature
 from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
@@ -159,8 +160,6 @@ async def test_the_job_page_socket_follows_one_job(broker: Broker) -> None:
     try:
         first = await next_update(communicator)
         assert 'data-testid="job-status">pending' in first["fragments"]["live-job"]
-        from engine.operations import claim_op
-
         await asyncio.to_thread(broker.execute, claim_op("w9", ["q"], policy=broker.policy))
         update = await next_update(communicator)
         assert 'data-testid="job-status">running' in update["fragments"]["live-job"]

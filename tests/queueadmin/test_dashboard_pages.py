@@ -6,12 +6,17 @@ never change the document, so most tests also check its bytes are unchanged.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.operations import claim_op, heartbeat_op, pause_op
+from engine.operations import claim_op, fail_op, heartbeat_op, pause_op
+from queueadmin import runtime
+from queueadmin.dashboard import pages
+from queueadmin.dashboard.source import source
 from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push, stored
 
 PAGES = ["/", "/jobs/", "/workers/", "/dead/", "/document/", "/submit/", "/audit/"]
@@ -74,17 +79,11 @@ def test_overview_counts_each_queue_and_shows_broker_health(broker: Broker, view
 
 def test_overview_warns_when_jobs_wait_and_no_worker_is_seen(broker: Broker, viewer: Client,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from queueadmin.dashboard import pages
-
     push(broker, "q", [1])
     monkeypatch.setattr(pages, "WAITING_WARN_SECONDS", 0.0)
     assert b"no worker has been seen" in viewer.get("/").content
 
-    from queueadmin import runtime
-
     runtime.seen_workers.note("w-idle")
-    from queueadmin.dashboard.source import source
-
     source.reset()
     assert b"no worker has been seen" not in viewer.get("/").content
 
@@ -124,8 +123,6 @@ def test_jobs_page_finds_an_exact_id_and_searches_payloads(broker: Broker, viewe
 
 def test_payload_search_is_bounded_and_says_so(broker: Broker, viewer: Client,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from queueadmin.dashboard import pages
-
     monkeypatch.setattr(pages, "SEARCH_LIMIT", 5)
     push(broker, "q", [f"n{i}" for i in range(8)])
     context = viewer.get("/jobs/", {"q": "n"}).context
@@ -145,8 +142,6 @@ def test_job_page_shows_the_timeline_and_the_payload_safely(broker: Broker, view
     [job_id] = push(broker, "q", [{"html": "<b>hi</b>"}], max_attempts=3)
     [claim] = broker.execute(claim_op("worker-7", ["q"], policy=broker.policy))
     broker.execute(heartbeat_op(claim.id, claim.lease))
-    from engine.operations import fail_op
-
     broker.execute(fail_op(claim.id, claim.lease, error="ValueError: bad row", retry_in_seconds=0,
                            policy=broker.policy))
     broker.execute(claim_op("worker-8", ["q"], policy=broker.policy))
@@ -176,16 +171,12 @@ def test_workers_page_lists_orphaned_leases_first(broker: Broker, viewer: Client
     push(broker, "q", [1, 2])
     broker.execute(claim_op("fresh", ["q"], policy=broker.policy, lease_seconds=3600))
     broker.execute(claim_op("ghost", ["q"], policy=broker.policy, lease_seconds=3))
-    from queueadmin.dashboard.source import source
-
     # Look at the document 2 s later: the 3 s lease is past its 1 s heartbeat interval.
-    import datetime as dt
-
     real = source.current
 
     def later() -> object:
         snap = real()
-        snap.taken_at = snap.taken_at + dt.timedelta(seconds=2)
+        snap.taken_at = snap.taken_at + timedelta(seconds=2)
         return snap
 
     monkeypatch.setattr(source, "current", later)
@@ -219,8 +210,6 @@ def test_raw_document_hides_lease_tokens_and_truncates_large_documents(broker: B
     body = viewer.get("/document/").content.decode()
     assert claim.lease not in body and "…" in body
     assert f"{len(stored(store))} bytes" in body
-
-    from queueadmin.dashboard import pages
 
     monkeypatch.setattr(pages, "RAW_LIMIT_BYTES", 300)
     assert b"The document is large" in viewer.get("/document/").content

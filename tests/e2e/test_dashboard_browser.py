@@ -1,0 +1,178 @@
+"""The dashboard in a real browser: headless Chromium (Debian's package,
+driven by Playwright through ``executable_path``) against a real daphne node
+and a real worker process.
+
+The operator signs in, submits a job, and watches it go from pending to
+running to done on its page while a worker process runs it, without the
+page reloading. Then a job that fails ends in the dead letters; the operator
+requeues it with a reason and finds the action in the audit log and in
+Django admin.
+
+With ``QUEUEADMIN_SCREENSHOTS=<folder>`` the test also saves the pages it
+visits there (``make screenshots`` writes docs/screenshots/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.harness import ROOT, Cluster, Node
+
+pytestmark = pytest.mark.e2e
+
+USER = "operator"
+PASSWORD = "e2e-operator-password"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# What the environment guide says headless Chromium needs on this machine:
+# no sandbox as root, and no background traffic to a closed network.
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+SHOTS = os.environ.get("QUEUEADMIN_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
+    cluster = cluster_factory()
+    migrate = cluster.manage("migrate", "--noinput")
+    assert migrate.returncode == 0, migrate.stderr.decode()
+    made = subprocess.run(
+        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", USER, "--email", "op@example.com"],
+        cwd=ROOT, env={**cluster.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, capture_output=True, timeout=60,
+    )
+    assert made.returncode == 0, made.stderr.decode()
+    return cluster, cluster.node()
+
+
+def shot(page: Page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, url: str) -> None:
+    page.goto(f"{url}/")
+    expect(page).to_have_url(f"{url}/login/?next=/")
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "live")
+
+
+def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "") -> str:
+    page.goto(f"{url}/submit/")
+    page.locator("#id_queue").fill(queue)
+    page.locator("#id_payload").fill(payload)
+    page.locator("#id_max_attempts").fill(max_attempts)
+    page.get_by_role("button", name="Submit").click()
+    created = page.get_by_test_id("created-id")
+    expect(created).to_be_visible()
+    return created.inner_text()
+
+
+def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    cluster, server = node
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        sign_in(page, server.url)
+
+        # Invalid JSON is refused inline, and nothing is pushed.
+        page.goto(f"{server.url}/submit/")
+        page.locator("#id_payload").fill("{not json")
+        page.get_by_role("button", name="Submit").click()
+        expect(page.get_by_text("Not valid JSON")).to_be_visible()
+        assert "browser" not in cluster.document()["queues"]
+
+        job_id = submit(page, server.url, "browser", '{"seconds": 1.5, "fail_rate": 0}')
+        page.get_by_test_id("created-id").click()
+        status = page.get_by_test_id("job-status")
+        expect(status).to_have_text("pending")
+        # A marker that a reload would wipe: the page must update in place.
+        page.evaluate("window.__stillTheSamePage = true")
+
+        worker = cluster.worker("--queue", "browser", "--handler", "queueadmin.demo:work", "--worker-id",
+                                "browser-worker")
+        expect(status).to_have_text("running", timeout=15_000)
+        expect(page.get_by_text("claimed by browser-worker")).to_be_visible()
+        shot(page, "job-running")
+        expect(status).to_have_text("not in the document", timeout=15_000)
+        assert page.evaluate("window.__stillTheSamePage") is True
+
+        page.goto(f"{server.url}/")
+        row = page.locator('tr[data-row="browser"]')
+        expect(row).to_contain_text("1")
+        shot(page, "overview")
+
+        # A job that always fails, with one attempt: it ends in the dead letters.
+        dead_id = submit(page, server.url, "browser", '{"fail": true, "seconds": 0}', max_attempts="1")
+        page.goto(f"{server.url}/jobs/{dead_id}/")
+        expect(page.get_by_test_id("job-status")).to_have_text("dead", timeout=15_000)
+        expect(page.get_by_text("failed on purpose").first).to_be_visible()
+        worker.terminate()
+        worker.wait(15)
+        shot(page, "job-dead")
+        page.goto(f"{server.url}/dead/")
+        expect(page.get_by_text("failed on purpose").first).to_be_attached()
+        shot(page, "dead-letters")
+
+        # Requeue it with a reason, from its page.
+        page.goto(f"{server.url}/jobs/{dead_id}/")
+        page.get_by_role("button", name="Requeue").click()
+        expect(page.get_by_test_id("plan-count")).to_contain_text("1 job")
+        page.get_by_test_id("reason").fill("fixed the upstream bug, retrying")
+        page.get_by_test_id("run-action").click()
+        expect(page.get_by_text("Requeued 1 job(s).")).to_be_visible()
+        statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
+        assert statuses[dead_id] == "pending"
+
+        page.goto(f"{server.url}/jobs/")
+        shot(page, "jobs")
+        page.goto(f"{server.url}/audit/")
+        entry = page.locator("tr[data-entry]").filter(has_text="requeue").first
+        expect(entry).to_contain_text("fixed the upstream bug, retrying")
+        expect(entry).to_contain_text(USER)
+        expect(entry.locator(f'a[href="/jobs/{dead_id}/"]')).to_be_visible()
+        shot(page, "audit-log")
+
+        page.goto(f"{server.url}/admin/queueadmin/auditentry/")
+        expect(page.get_by_text("fixed the upstream bug, retrying")).to_be_visible()
+        assert job_id != dead_id and errors == []
+    finally:
+        context.close()
+
+
+def test_the_dashboard_is_usable_on_a_phone(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    _, server = node
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = context.new_page()
+    try:
+        sign_in(page, server.url)
+        # Nothing is wider than the screen: the tables scroll inside their cards.
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390
+        shot(page, "overview-phone")
+    finally:
+        context.close()
