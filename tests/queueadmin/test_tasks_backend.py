@@ -420,3 +420,17 @@ def test_init_does_no_io(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("queueadmin.tasks.connection.open_store", no_io)
     backend = ObjectStoreBackend("x", {"OPTIONS": {"STORE_URL": "file:///nonexistent/never-created"}})
     assert backend.problems == []
+
+
+def test_get_result_reads_the_job_before_the_result_object(node: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker writes the result object before committing the outcome, so
+    reading in the other order could miss both (job already gone, object read
+    before it was written) and call a finished task unknown."""
+    result = st.add.enqueue(1, 2)
+    backend = task_backends["default"]
+    order: list[str] = []
+    execute, stored = backend.link.execute, backend._stored
+    monkeypatch.setattr(backend.link, "execute", lambda op: (order.append("job"), execute(op))[1])
+    monkeypatch.setattr(backend, "_stored", lambda job_id: (order.append("result"), stored(job_id))[1])
+    backend.get_result(result.id)
+    assert order == ["job", "result"]
