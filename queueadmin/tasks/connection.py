@@ -21,8 +21,10 @@ from engine import Broker, BrokerClient, NotLeader, ObjectStore, open_store
 from engine.operations import Operation
 from queueadmin import runtime
 
-_stores_lock = threading.Lock()
+_lock = threading.Lock()
 _stores: dict[str, ObjectStore] = {}
+# Django builds a backend per thread; they share one pooled (thread-safe) client.
+_clients: dict[tuple[tuple[str, ...], str, str], BrokerClient] = {}
 
 
 def running_broker() -> Broker | None:
@@ -42,7 +44,7 @@ def shared_store(url: str) -> ObjectStore:
     broker = running_broker()
     if broker is not None and url == settings.QUEUE_STORE_URL:
         return broker.store
-    with _stores_lock:
+    with _lock:
         store = _stores.get(url)
         if store is None:
             store = _stores[url] = open_store(url)
@@ -67,8 +69,6 @@ class BrokerLink:
         self.brokers = tuple(brokers)
         self._token = token
         self._store_url = store_url
-        self._lock = threading.Lock()
-        self._http: BrokerClient | None = None
 
     @property
     def token(self) -> str | None:
@@ -82,25 +82,31 @@ class BrokerLink:
         """The queue's store, where results live."""
         return shared_store(self.store_url)
 
+    def _key(self) -> tuple[tuple[str, ...], str, str]:
+        token = self.token
+        if not token:
+            raise ImproperlyConfigured(
+                "the tasks backend needs the broker API token to reach the broker over HTTP: set "
+                "QUEUE_API_TOKEN or OPTIONS['TOKEN'] in TASKS"
+            )
+        return self.brokers, token, self.store_url
+
     def http(self) -> BrokerClient:
-        """The HTTP client (made once). Raises ImproperlyConfigured without a token."""
-        with self._lock:
-            if self._http is None:
-                token = self.token
-                if not token:
-                    raise ImproperlyConfigured(
-                        "the tasks backend needs the broker API token to reach the broker over HTTP: set "
-                        "QUEUE_API_TOKEN or OPTIONS['TOKEN'] in TASKS"
-                    )
-                if self.brokers:
-                    self._http = BrokerClient(self.brokers, token=token, policy=runtime.queue_policy())
-                else:
-                    self._http = BrokerClient(token=token, store=self.store(), policy=runtime.queue_policy())
-            return self._http
+        """The HTTP client, one per process for the same brokers, token and
+        store. Raises ImproperlyConfigured without a token."""
+        key = self._key()
+        store = None if self.brokers else self.store()  # only read, to find the leader
+        with _lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _clients[key] = BrokerClient(self.brokers, token=key[1], store=store,
+                                                      policy=runtime.queue_policy())
+            return client
 
     def close(self) -> None:
-        with self._lock:
-            client, self._http = self._http, None
+        """Close this link's HTTP client (the next call makes a new one)."""
+        with _lock:
+            client = _clients.pop(self._key(), None) if self.token else None
         if client is not None:
             client.close()
 

@@ -22,13 +22,14 @@ from queueadmin.tasks.results import (
 from queueadmin.tasks.worker import ResultCleaner
 from tests.e2e import sample_tasks as st
 
-T0 = datetime.now(UTC).replace(microsecond=0)  # results expire relative to the real clock
+T0 = datetime.now(UTC).replace(microsecond=0)
+DAY = 24 * 3600.0  # read_result expires by the real clock: a day outlives the test run
 VIEW = TaskView(task="tests.e2e.sample_tasks.add", args=[1, 2], kwargs={}, takes_context=False, backend="default",
                 queue_name="default", run_after=None)
 BOOM = StoredError(exception_class_path="builtins.ValueError", traceback="Traceback ...\nValueError: boom\n")
 
 
-def record(store: Any, job_id: str = "j1", *, at: datetime = T0, ttl: float = 60, **kw: Any) -> Any:
+def record(store: Any, job_id: str = "j1", *, at: datetime = T0, ttl: float = DAY, **kw: Any) -> Any:
     kw.setdefault("outcome", "SUCCESSFUL")
     return record_attempt(store, job_id=job_id, task=VIEW, worker_ids=kw.pop("worker_ids", ["w1"]),
                           enqueued_at=T0, started_at=at, last_attempted_at=at, finished_at=at, ttl_seconds=ttl,
@@ -80,7 +81,7 @@ def test_a_recorded_success_reads_back() -> None:
     assert stored is not None
     assert (stored.status, stored.return_value, stored.task, stored.worker_ids) == (
         "SUCCESSFUL", {"n": [1]}, VIEW, ("w1",))
-    assert stored.expires_at == T0 + timedelta(seconds=60)
+    assert stored.expires_at == T0 + timedelta(seconds=DAY)
     assert read_result("unknown", store=store) is None
 
 
