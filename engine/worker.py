@@ -6,8 +6,11 @@ such as a GroupCommitter, in tests). Threads, all daemons:
 
 * the claimer asks for as many jobs as there are free slots, long-polling
   when the client supports it (``supports_wait``);
-* ``concurrency`` handler threads call ``handler(payload)``: a return
-  completes the job, an exception fails it with the traceback as the error;
+* ``concurrency`` handler threads call ``handler(payload)`` (or
+  ``handler(job)``, the whole :class:`~engine.model.ClaimedJob`, with
+  ``pass_job=True``): a return completes the job, an exception fails it with
+  the traceback as the error, and :class:`PermanentFailure` fails it with no
+  backoff (see there);
 * the heartbeat thread extends every running job's lease every
   ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
   JobNotFound) keeps running, since a thread cannot be killed, but its result
@@ -62,6 +65,17 @@ CLAIM_STOP_MARGIN_SECONDS = 2.0
 FATAL_ERRORS: tuple[type[EngineError], ...] = (Unauthorized, ValidationError)
 
 
+class PermanentFailure(Exception):
+    """Raised by a handler for a job that no retry can fix (it names no
+    runnable code, its payload is malformed).
+
+    The worker fails the attempt with ``retry_in_seconds=0`` instead of the
+    backoff, so the job uses up its remaining attempts at once, each refused
+    as quickly, and reaches the dead letters with this error. (The engine has
+    no operation that dead-letters a job with attempts left.)
+    """
+
+
 class _LongPollClaimer(Protocol):
     def claim(
         self,
@@ -108,6 +122,8 @@ def new_worker_id() -> str:
 class Worker:
     """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or drained, with ``burst``).
 
+    ``pass_job``: call ``handler(job)`` with the :class:`ClaimedJob` (id,
+    attempt, queue, payload) instead of ``handler(job.payload)``.
     ``lease_seconds`` defaults to the client's policy (sent with every claim,
     so the worker's heartbeat schedule matches the leases it gets);
     ``heartbeat_interval`` to a third of it. ``wait_seconds`` is the long
@@ -122,6 +138,7 @@ class Worker:
         *,
         queues: Iterable[str],
         handler: Callable[[Any], Any],
+        pass_job: bool = False,
         worker_id: str | None = None,
         concurrency: int = 1,
         lease_seconds: float | None = None,
@@ -136,6 +153,7 @@ class Worker:
     ) -> None:
         self.client = client
         self.handler = handler
+        self.pass_job = pass_job
         self.worker_id = worker_id or new_worker_id()
         self.lease_seconds = float(lease_seconds if lease_seconds is not None else client.policy.lease_seconds)
         # Validate queues, worker id and lease once, here, rather than on every claim.
@@ -365,8 +383,12 @@ class Worker:
         job = record.job
         started = self.monotonic()
         error: str | None = None
+        retry_in: float | None = None
         try:
-            self.handler(job.payload)
+            self.handler(job if self.pass_job else job.payload)
+        except PermanentFailure:
+            error = traceback.format_exc()
+            retry_in = 0.0
         except BaseException:  # SystemExit too: a handler must never end its thread
             error = traceback.format_exc()
         took = self.monotonic() - started
@@ -386,7 +408,7 @@ class Worker:
                         self._settle(record, "completed")
                     log.info("job %s (%s, attempt %d) completed in %.3fs", job.id, job.queue, job.attempt, took)
                 else:
-                    outcome = self.client.fail(job.id, job.lease, error=error)
+                    outcome = self.client.fail(job.id, job.lease, error=error, retry_in_seconds=retry_in)
                     with self._cond:
                         if self._settle(record, "failed") and outcome.status == "dead":
                             self.stats.dead += 1

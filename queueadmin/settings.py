@@ -27,6 +27,9 @@ QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
                             (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
 QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
                             imported, i.e. in daphne / runserver (true)
+QUEUE_TASK_RESULT_TTL_SECONDS
+                            how long a finished Django task's result is kept
+                            under results/ in the store, seconds (604800)
 =========================== ====================================================
 """
 
@@ -256,3 +259,17 @@ if QUEUE_TAKEOVER_SECONDS <= QUEUE_HEARTBEAT_SECONDS:
         f"QUEUE_TAKEOVER_SECONDS ({QUEUE_TAKEOVER_SECONDS:g}) must be greater than "
         f"QUEUE_HEARTBEAT_SECONDS ({QUEUE_HEARTBEAT_SECONDS:g})"
     )
+
+# --- Django Tasks ----------------------------------------------------------------
+
+# @task functions run on this queue: enqueue pushes a job to the queue named
+# like the task's queue_name, `manage.py queueworker` (no --handler) runs it,
+# and results are kept under results/ in the store (README, "Django tasks").
+QUEUE_TASK_RESULT_TTL_SECONDS = env_seconds("QUEUE_TASK_RESULT_TTL_SECONDS", 7 * 24 * 3600)
+TASKS = {
+    "default": {
+        "BACKEND": "queueadmin.tasks.ObjectStoreBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"RESULT_TTL_SECONDS": QUEUE_TASK_RESULT_TTL_SECONDS},
+    },
+}

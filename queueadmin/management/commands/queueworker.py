@@ -1,5 +1,10 @@
 """``manage.py queueworker``: run a worker against the broker until stopped.
 
+With ``--handler`` it calls that function with each job's payload; without
+one it runs Django tasks (:mod:`queueadmin.tasks.worker`), from the queues of
+the ``ObjectStoreBackend`` backends in ``TASKS`` unless ``--queue`` is given,
+and deletes expired task results now and then.
+
 SIGTERM or SIGINT stops claiming and gives running jobs ``--grace-seconds``
 to finish; a second signal exits at once (running jobs are then left to
 expire, and the broker hands them out again). One line per job outcome goes
@@ -21,10 +26,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from engine import EngineError, ValidationError
-from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker
+from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker, new_worker_id
 from queueadmin.management import broker_client
+from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores
 
-LOGGERS = ("engine.worker", "engine.http_client")
+LOGGERS = ("engine.worker", "engine.http_client", "queueadmin.tasks")
 
 
 def import_handler(path: str) -> Callable[[Any], Any]:
@@ -67,16 +73,18 @@ class _StderrHandler(logging.Handler):
 class Command(BaseCommand):
     help = (
         "Run a worker: claim jobs of the given queues from the broker, call the handler with each job's "
-        "payload, heartbeat running jobs, and complete or fail them. SIGTERM/SIGINT stop it gracefully."
+        "payload (or, with no --handler, run Django tasks), heartbeat running jobs, and complete or fail "
+        "them. SIGTERM/SIGINT stop it gracefully."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queue", action="append", required=True, dest="queues", metavar="QUEUE",
-                            help="a queue to take jobs from (repeat for several; earlier jobs first across them)")
-        parser.add_argument("--handler", required=True, metavar="MODULE:FUNCTION",
+        parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
+                            help="a queue to take jobs from (repeat for several; earlier jobs first across them); "
+                                 "required with --handler, else default: the QUEUES of the tasks backends in TASKS")
+        parser.add_argument("--handler", metavar="MODULE:FUNCTION",
                             help="the function called with each job's payload, e.g. queueadmin.demo:work; a "
-                                 "return completes the job, an exception fails it. Required for now (a later "
-                                 "release runs Django Tasks without it)")
+                                 "return completes the job, an exception fails it. Without it, the worker runs "
+                                 "Django tasks (@task functions enqueued through queueadmin.tasks)")
         parser.add_argument("--concurrency", type=int, default=1, help="jobs run at once, one thread each (1)")
         parser.add_argument("--broker", action="append", dest="brokers", metavar="URL",
                             help="a broker node's URL (repeatable); default: the leader named by the document "
@@ -93,17 +101,26 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        handler = import_handler(options["handler"])
+        tasks = options["handler"] is None  # no handler: run Django tasks
+        queues = options["queues"] or (task_queues() if tasks else None)
+        if not queues:
+            raise CommandError("--queue is required with --handler" if not tasks else
+                               "no queues: pass --queue, or give a queueadmin.tasks backend in TASKS its QUEUES")
+        handler = None if tasks else import_handler(options["handler"])
         if options["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         client = broker_client(brokers=options["brokers"], token=options["token"])
+        worker_id = options["worker_id"] or new_worker_id()
+        if handler is None:
+            handler = TaskRunner(client, worker_id=worker_id)
         try:
             lease = options["lease_seconds"]
             worker = Worker(
                 client,
-                queues=options["queues"],
+                queues=queues,
                 handler=handler,
-                worker_id=options["worker_id"],
+                pass_job=tasks,
+                worker_id=worker_id,
                 concurrency=options["concurrency"],
                 lease_seconds=lease if lease is not None else settings.QUEUE_LEASE_SECONDS,
                 wait_seconds=options["wait_seconds"],
@@ -114,10 +131,14 @@ class Command(BaseCommand):
             client.close()
             raise CommandError(str(exc)) from exc
         with client, self._logging(), self._signals(worker):
+            cleaner = ResultCleaner(task_stores()).start() if tasks else None
             try:
                 worker.run()
             except EngineError as exc:  # claims refused for good (Unauthorized, ValidationError)
                 raise CommandError(f"worker stopped: {exc}") from exc
+            finally:
+                if cleaner is not None:
+                    cleaner.stop()
 
     @contextmanager
     def _logging(self) -> Iterator[None]:

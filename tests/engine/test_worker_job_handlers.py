@@ -1,0 +1,68 @@
+"""The Worker's two hooks for job-aware handlers (the Django Tasks worker uses
+both): ``pass_job=True`` hands the handler the whole ClaimedJob, and a
+handler raising PermanentFailure fails the job with no backoff."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine import ClaimedJob, GroupCommitter, MemoryStore, Policy
+from engine.worker import PermanentFailure, Worker
+
+FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+
+
+@pytest.fixture
+def client() -> Iterator[GroupCommitter]:
+    # The default backoff (1 s, then 2 s): a burst worker leaves a retry that waits for it.
+    committer = GroupCommitter(MemoryStore(), policy=Policy(max_attempts=3)).start()
+    yield committer
+    committer.stop()
+
+
+def test_pass_job_hands_the_handler_the_claimed_job(client: GroupCommitter) -> None:
+    [job_id] = client.push("q", [{"n": 1}])
+    seen: list[Any] = []
+    Worker(client, queues=["q"], handler=seen.append, pass_job=True, burst=True, **FAST).run()
+    [job] = seen
+    assert isinstance(job, ClaimedJob)
+    assert (job.id, job.queue, job.payload, job.attempt) == (job_id, "q", {"n": 1}, 1)
+
+
+def test_without_pass_job_the_handler_gets_the_payload(client: GroupCommitter) -> None:
+    client.push("q", [{"n": 1}])
+    seen: list[Any] = []
+    Worker(client, queues=["q"], handler=seen.append, burst=True, **FAST).run()
+    assert seen == [{"n": 1}]
+
+
+def test_permanent_failure_uses_up_the_attempts_at_once_and_dead_letters(client: GroupCommitter) -> None:
+    [job_id] = client.push("q", [{"n": 1}])
+    calls: list[int] = []
+
+    def handler(job: ClaimedJob) -> None:
+        calls.append(job.attempt)
+        raise PermanentFailure("not a task: nothing to run")
+
+    stats = Worker(client, queues=["q"], handler=handler, pass_job=True, burst=True, **FAST).run()
+    # No backoff between attempts: one burst run reaches the dead letters.
+    assert calls == [1, 2, 3]
+    assert (stats.failed, stats.dead) == (3, 1)
+    [dead] = client.document()["dead"]
+    assert dead["id"] == job_id
+    assert "PermanentFailure: not a task: nothing to run" in dead["error"]
+
+
+def test_an_ordinary_failure_still_waits_for_its_backoff(client: GroupCommitter) -> None:
+    [job_id] = client.push("q", [{"n": 1}])
+
+    def handler(payload: Any) -> None:
+        raise RuntimeError("try again later")
+
+    stats = Worker(client, queues=["q"], handler=handler, burst=True, **FAST).run()
+    assert (stats.failed, stats.dead) == (1, 0)
+    job = client.get_job(job_id)
+    assert job["status"] == "pending" and job["not_before"] is not None
