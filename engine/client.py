@@ -73,9 +73,13 @@ class QueueClient(abc.ABC):
         """Finish a job. Raises LeaseLost or JobNotFound."""
         self.execute(complete_op(job_id, lease))
 
-    def fail(self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None) -> FailOutcome:
-        """Record a failed attempt; the job retries later or goes to the dead letters."""
-        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
+    def fail(
+        self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None, give_up: bool = False
+    ) -> FailOutcome:
+        """Record a failed attempt; the job retries later or goes to the dead
+        letters (at once with ``give_up``, whatever attempts it has left)."""
+        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy,
+                     give_up=give_up)
         result: FailOutcome = self.execute(op)
         return result
 
@@ -148,9 +152,10 @@ class AsyncQueueMethods(abc.ABC):
         await self.aexecute(complete_op(job_id, lease))
 
     async def afail(
-        self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None
+        self, job_id: str, lease: str, *, error: str, retry_in_seconds: float | None = None, give_up: bool = False
     ) -> FailOutcome:
-        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy)
+        op = fail_op(job_id, lease, error=error, retry_in_seconds=retry_in_seconds, policy=self.policy,
+                     give_up=give_up)
         result: FailOutcome = await self.aexecute(op)
         return result
 

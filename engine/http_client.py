@@ -269,6 +269,8 @@ class BrokerClient(QueueClient):
                 body = {"lease": op.lease, "error": op.error}
                 if op.retry_in_seconds is not None:
                     body["retry_in_seconds"] = op.retry_in_seconds
+                if op.give_up:
+                    body["give_up"] = True
                 answer = self._call("POST", self._job_path(op.job_id, "/fail"), body, job_id=op.job_id)
                 status = self._field(answer, "status", str)
                 if status not in ("pending", "dead"):

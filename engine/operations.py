@@ -69,6 +69,9 @@ class Fail:
     lease: str
     error: str
     retry_in_seconds: float | None = None
+    #: Dead-letter the job now, whatever attempts it has left (a failure no
+    #: retry can fix, such as a job naming code that does not exist).
+    give_up: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,15 +254,19 @@ def complete_op(job_id: str, lease: str) -> Complete:
     return Complete(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease))
 
 
-def fail_op(job_id: str, lease: str, *, error: str, retry_in_seconds: float | None, policy: Policy) -> Fail:
+def fail_op(
+    job_id: str, lease: str, *, error: str, retry_in_seconds: float | None, policy: Policy, give_up: bool = False
+) -> Fail:
     if not isinstance(error, str):
         raise ValidationError("error must be a string")
+    if not isinstance(give_up, bool):
+        raise ValidationError(f"give_up must be true or false, got {give_up!r}")
     if retry_in_seconds is not None:
         retry_in_seconds = float(_check_number("retry_in_seconds", retry_in_seconds, low=0, high=MAX_DELAY_SECONDS))
     # Keep the end of long errors: a traceback's last lines name the failure.
     error = error[-policy.max_error_chars :]
     return Fail(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease), error=error,
-                retry_in_seconds=retry_in_seconds)
+                retry_in_seconds=retry_in_seconds, give_up=give_up)
 
 
 def requeue_op(job_ids: Iterable[str]) -> Requeue:

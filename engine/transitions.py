@@ -166,11 +166,12 @@ def _to_dead(state: QueueState, job: Job, error: str, now: datetime) -> None:
 
 def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
     """Record a failed attempt: retry later at the back of the queue, or
-    dead-letter the job once its attempts reach ``max_attempts``."""
+    dead-letter the job once its attempts reach ``max_attempts`` (or at once
+    with ``op.give_up``)."""
     job = _leased(state, op.job_id, op.lease)
     state.counters(job.queue).failed += 1
     job = job._replace(history=_ended(job, "failed", now, op.error))
-    if job.attempts >= job.max_attempts:
+    if op.give_up or job.attempts >= job.max_attempts:
         _to_dead(state, job, op.error, now)
         return FailOutcome(status="dead")
     delay = op.retry_in_seconds if op.retry_in_seconds is not None else state.policy.backoff(job.attempts)

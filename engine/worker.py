@@ -9,8 +9,8 @@ such as a GroupCommitter, in tests). Threads, all daemons:
 * ``concurrency`` handler threads call ``handler(payload)`` (or
   ``handler(job)``, the whole :class:`~engine.model.ClaimedJob`, with
   ``pass_job=True``): a return completes the job, an exception fails it with
-  the traceback as the error, and :class:`PermanentFailure` fails it with no
-  backoff (see there);
+  the traceback as the error, and :class:`PermanentFailure` sends it to the
+  dead letters at once (see there);
 * the heartbeat thread extends every running job's lease every
   ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
   JobNotFound) keeps running, since a thread cannot be killed, but its result
@@ -69,10 +69,8 @@ class PermanentFailure(Exception):
     """Raised by a handler for a job that no retry can fix (it names no
     runnable code, its payload is malformed).
 
-    The worker fails the attempt with ``retry_in_seconds=0`` instead of the
-    backoff, so the job uses up its remaining attempts at once, each refused
-    as quickly, and reaches the dead letters with this error. (The engine has
-    no operation that dead-letters a job with attempts left.)
+    The worker fails the attempt with ``give_up``: the job goes to the dead
+    letters at once with this error, whatever attempts it has left.
     """
 
 
@@ -383,12 +381,12 @@ class Worker:
         job = record.job
         started = self.monotonic()
         error: str | None = None
-        retry_in: float | None = None
+        give_up = False
         try:
             self.handler(job if self.pass_job else job.payload)
         except PermanentFailure:
             error = traceback.format_exc()
-            retry_in = 0.0
+            give_up = True
         except BaseException:  # SystemExit too: a handler must never end its thread
             error = traceback.format_exc()
         took = self.monotonic() - started
@@ -408,7 +406,7 @@ class Worker:
                         self._settle(record, "completed")
                     log.info("job %s (%s, attempt %d) completed in %.3fs", job.id, job.queue, job.attempt, took)
                 else:
-                    outcome = self.client.fail(job.id, job.lease, error=error, retry_in_seconds=retry_in)
+                    outcome = self.client.fail(job.id, job.lease, error=error, give_up=give_up)
                     with self._cond:
                         if self._settle(record, "failed") and outcome.status == "dead":
                             self.stats.dead += 1

@@ -13,3 +13,9 @@ class QueueadminConfig(AppConfig):
     name = "queueadmin"
     verbose_name = "Queue admin"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Django registers the task backends' system checks only when
+        # django.tasks.checks is imported; do it here so `manage.py check`
+        # reports a misconfigured TASKS backend (no I/O happens until a check runs).
+        import django.tasks.checks  # noqa: F401

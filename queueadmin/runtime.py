@@ -179,6 +179,16 @@ def get_broker() -> Broker:
     return broker
 
 
+def running_broker() -> Broker | None:
+    """This process's broker if it has been started, else None. No I/O.
+
+    Unlike :func:`get_broker`, it never builds a broker, so code that may run
+    in any process (a task backend, a command) can ask whether one runs here.
+    """
+    broker = _broker
+    return broker if broker is not None and broker.role != "stopped" else None
+
+
 def start_broker() -> Broker:
     """Start this process's broker (idempotent) and return it.
 

@@ -244,11 +244,13 @@ def complete_from(job_id: str, data: object) -> Complete:
 
 
 def fail_from(job_id: str, data: object, policy: Policy) -> Fail:
-    """``POST /api/v1/jobs/<id>/fail``: ``{"lease", "error", "retry_in_seconds"?}``."""
+    """``POST /api/v1/jobs/<id>/fail``: ``{"lease", "error", "retry_in_seconds"?, "give_up"?}``."""
     body = Fields(data)
     lease = body.string("lease")
     error = body.string("error")
     retry = body.optional("retry_in_seconds")
+    give_up = body.optional("give_up")
     body.done()
-    op: Fail = _built(None, fail_op, job_id, lease, error=error, retry_in_seconds=retry, policy=policy)
+    op: Fail = _built(None, fail_op, job_id, lease, error=error, retry_in_seconds=retry, policy=policy,
+                      give_up=False if give_up is None else give_up)
     return op

@@ -27,21 +27,11 @@ _stores: dict[str, ObjectStore] = {}
 _clients: dict[tuple[tuple[str, ...], str, str], BrokerClient] = {}
 
 
-def running_broker() -> Broker | None:
-    """This process's embedded broker if it has been started, else None. No I/O.
-
-    Peeks at the runtime's singleton rather than calling ``get_broker()``,
-    which would build a broker in processes that never run one.
-    """
-    broker = runtime._broker
-    return broker if broker is not None and broker.role != "stopped" else None
-
-
 def shared_store(url: str) -> ObjectStore:
     """One store per URL for this process (opening one does no I/O except
     creating a local folder). The embedded broker's own store when it serves
     ``url``, so a ``memory://`` broker and its results share one store."""
-    broker = running_broker()
+    broker = runtime.running_broker()
     if broker is not None and url == settings.QUEUE_STORE_URL:
         return broker.store
     with _lock:
@@ -112,7 +102,7 @@ class BrokerLink:
 
     @staticmethod
     def _embedded() -> Broker | None:
-        broker = running_broker()
+        broker = runtime.running_broker()
         return broker if broker is not None and broker.role == "leader" else None
 
     def execute(self, op: Operation) -> Any:

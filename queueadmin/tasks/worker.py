@@ -7,9 +7,9 @@ when ``takes_context``), writes the attempt to the job's result object, sends
 ``task_finished``, and returns or re-raises, so that the engine's Worker then
 completes or fails the job: the result is written before that commit (see
 :mod:`queueadmin.tasks.results`). A job that is not a task, or whose path
-names no ``Task``, raises :class:`engine.worker.PermanentFailure`: it is
-refused on every attempt without backoff and so reaches the dead letters at
-once, with the reason as its error.
+names no ``Task``, raises :class:`engine.worker.PermanentFailure`: its job
+goes to the dead letters at once (``fail`` with ``give_up``), with the
+reason as its error.
 """
 
 from __future__ import annotations

@@ -240,3 +240,25 @@ def test_a_non_boolean_paused_flag_in_the_document_is_refused() -> None:
 
     with pytest.raises(DocumentError, match=r"queues\.q\.paused"):
         parse_document("queue.json", orjson.dumps(doc), policy=state.policy)
+
+
+# -- give up ----------------------------------------------------------------------------------------
+
+
+def test_fail_with_give_up_dead_letters_with_attempts_left() -> None:
+    state = new_state(max_attempts=5)
+    [a] = push(state)
+    [c] = claim(state)
+    op = fail_op(a, c.lease, error="not a task", retry_in_seconds=None, policy=state.policy, give_up=True)
+
+    outcome = transitions.fail(state, op, at(1))
+
+    assert outcome.status == "dead" and a not in state.jobs
+    dead = state.dead[a]
+    assert (dead.attempts, dead.max_attempts, dead.error) == (1, 5, "not a task")
+    assert state.queues["q"].dead == 1 and state.queues["q"].failed == 1
+
+
+def test_give_up_must_be_a_boolean() -> None:
+    with pytest.raises(ValidationError):
+        fail_op("a", "lease", error="e", retry_in_seconds=None, policy=Policy(), give_up="yes")  # type: ignore[arg-type]

@@ -113,7 +113,8 @@ class Cluster:
         if action == ["complete"]:
             c.complete(job_id, body["lease"])
             return _json(200, {"ok": True})
-        outcome = c.fail(job_id, body["lease"], error=body["error"], retry_in_seconds=body.get("retry_in_seconds"))
+        outcome = c.fail(job_id, body["lease"], error=body["error"], retry_in_seconds=body.get("retry_in_seconds"),
+                         give_up=body.get("give_up", False))
         return _json(200, {"status": outcome.status,
                            "not_before": outcome.not_before.isoformat() if outcome.not_before else None})
 
@@ -140,7 +141,7 @@ def make_client(cluster: Cluster) -> Iterator[Callable[..., BrokerClient]]:
         client.close()
 
 
-def test_life_of_a_job_over_http(make_client: Callable[..., BrokerClient]) -> None:
+def test_life_of_a_job_over_http(cluster: Cluster, make_client: Callable[..., BrokerClient]) -> None:
     client = make_client()
     a, b = client.push("q", [{"n": 1}, [1, "two"]])
     [job] = client.claim("w1", ["q"], lease_seconds=60)
@@ -156,6 +157,9 @@ def test_life_of_a_job_over_http(make_client: Callable[..., BrokerClient]) -> No
     assert [j["id"] for j in client.document()["jobs"]] == [b]
     with pytest.raises(JobNotFound):
         client.get_job(a)  # completed jobs leave the document
+    [third] = client.claim("w1", "q")
+    assert client.fail(third.id, third.lease, error="not a task", give_up=True).status == "dead"
+    assert orjson.loads(cluster.log[-1].content)["give_up"] is True
 
 
 def test_requests_carry_the_token_and_client_chosen_ids(cluster: Cluster, make_client: Callable[..., Any]) -> None:

@@ -1,6 +1,6 @@
 """The Worker's two hooks for job-aware handlers (the Django Tasks worker uses
 both): ``pass_job=True`` hands the handler the whole ClaimedJob, and a
-handler raising PermanentFailure fails the job with no backoff."""
+handler raising PermanentFailure dead-letters the job on its first attempt."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_without_pass_job_the_handler_gets_the_payload(client: GroupCommitter) -
     assert seen == [{"n": 1}]
 
 
-def test_permanent_failure_uses_up_the_attempts_at_once_and_dead_letters(client: GroupCommitter) -> None:
+def test_permanent_failure_dead_letters_on_the_first_attempt(client: GroupCommitter) -> None:
     [job_id] = client.push("q", [{"n": 1}])
     calls: list[int] = []
 
@@ -48,11 +48,11 @@ def test_permanent_failure_uses_up_the_attempts_at_once_and_dead_letters(client:
         raise PermanentFailure("not a task: nothing to run")
 
     stats = Worker(client, queues=["q"], handler=handler, pass_job=True, burst=True, **FAST).run()
-    # No backoff between attempts: one burst run reaches the dead letters.
-    assert calls == [1, 2, 3]
-    assert (stats.failed, stats.dead) == (3, 1)
+    # Two attempts were left; none is used.
+    assert calls == [1]
+    assert (stats.failed, stats.dead) == (1, 1)
     [dead] = client.document()["dead"]
-    assert dead["id"] == job_id
+    assert (dead["id"], dead["attempts"], dead["max_attempts"]) == (job_id, 1, 3)
     assert "PermanentFailure: not a task: nothing to run" in dead["error"]
 
 

@@ -205,6 +205,26 @@ def test_fail_retries_then_dead_letters_after_max_attempts(api: Client, store: O
     assert view["status"] == "dead" and view["error"] == "boom 2"
 
 
+def test_a_fail_with_give_up_dead_letters_at_once(api: Client, store: ObjectStore) -> None:
+    job_id = push_one(api, "x", max_attempts=5)
+    [job] = claim(api)
+
+    response = post(api, f"/api/v1/jobs/{job_id}/fail", {"lease": job["lease"], "error": "no such task",
+                                                         "give_up": True})
+
+    assert response.status_code == 200 and response.json() == {"status": "dead", "not_before": None}
+    assert [(d["id"], d["attempts"]) for d in document(store)["dead"]] == [(job_id, 1)]
+
+
+def test_a_fail_with_a_non_boolean_give_up_is_refused_and_changes_nothing(api: Client, store: ObjectStore) -> None:
+    job_id = push_one(api, "x")
+    [job] = claim(api)
+    before = stored(store)
+    response = post(api, f"/api/v1/jobs/{job_id}/fail", {"lease": job["lease"], "error": "e", "give_up": "yes"})
+    assert error_of(response, 400)["error"] == "validation_error"
+    assert stored(store) == before
+
+
 def test_a_fail_with_backoff_answers_not_before(api: Client) -> None:
     job_id = push_one(api, "x")
     [job] = claim(api)

@@ -331,8 +331,8 @@ def test_anything_that_is_not_a_task_is_dead_lettered_with_a_clear_error(node: B
     client = committer(node)
     [job_id] = client.push("default", [_task_payload(path)], max_attempts=3)
     stats = work(node)
-    # Refused on every attempt with no backoff: one burst reaches the dead letters.
-    assert (stats.failed, stats.dead, stats.completed) == (3, 1, 0)
+    # Refused once, for good: dead on the first attempt with two left.
+    assert (stats.failed, stats.dead, stats.completed) == (1, 1, 0)
     dead = client.get_job(job_id)
     assert dead["status"] == "dead" and why in dead["error"] and "PermanentFailure" in dead["error"]
     stored = read_result(job_id)
