@@ -17,9 +17,11 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from engine.errors import EngineError
 from queueadmin import runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import source
+from queueadmin.tasks import StoredResult, TaskView, describe, read_result
 
 PAGE_SIZE = 50
 # A payload substring search reads at most this many jobs (and dead letters),
@@ -113,6 +115,21 @@ def payload_text(item: Doc) -> str:
     return orjson.dumps(item.get("payload")).decode()
 
 
+def task_call(view: TaskView) -> str:
+    """A task job's call as text: ``send_email("ada@example.com", retries=2)``."""
+    args = [orjson.dumps(a).decode() for a in view.args]
+    args += [f"{k}={orjson.dumps(v).decode()}" for k, v in view.kwargs.items()]
+    return f"{view.name}({', '.join(args)})"
+
+
+def task_result(job_id: str) -> tuple[StoredResult | None, str | None]:
+    """The stored result of a task job, or the reason it cannot be read now."""
+    try:
+        return read_result(job_id), None
+    except EngineError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
     queue = params.get("queue") or None
     status = params.get("status") or None
@@ -166,8 +183,10 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
 
 def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
     lease = item.get("lease")
+    view = describe(item.get("payload"))
     return {
         "job": item,
+        "task": task_call(view) if view is not None else None,
         "status": item["status"],
         "enqueued_at": moment(item.get("enqueued_at")),
         "not_before": moment(item.get("not_before")),
@@ -191,7 +210,12 @@ class Event:
 def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     found = snapshot.job(job_id)
     if found is None:
-        return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions)}
+        # A task job that finished has left the document; its result says how it ended.
+        result, result_error = task_result(job_id)
+        return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
+                "result": result, "result_error": result_error,
+                "task": result.task if result is not None else None,
+                "task_call": task_call(result.task) if result is not None else None}
     item, status = found
     # A job submitted from the dashboard: say who did it on the enqueue itself
     # (the audit entry is written just after the commit, so it sorts later).
@@ -227,7 +251,13 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     events.extend(_action_events(actions))
     events.sort(key=lambda e: e.at)
     payload = orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode()
+    task = describe(item.get("payload"))
+    result, result_error = task_result(job_id) if task is not None else (None, None)
     return {
+        "task": task,
+        "task_call": task_call(task) if task is not None else None,
+        "result": result,
+        "result_error": result_error,
         "snapshot": snapshot,
         "job_id": job_id,
         "found": True,

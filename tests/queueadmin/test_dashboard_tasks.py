@@ -1,0 +1,85 @@
+"""Django task jobs on the dashboard: the task's name, its arguments, and its
+result or error, from the job's payload and its result object."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from django.test import Client
+
+from engine import Broker
+from engine.worker import Worker
+from queueadmin import runtime
+from queueadmin.dashboard.source import source
+from queueadmin.tasks.worker import TaskRunner
+from tests.e2e.sample_tasks import add, explode
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import SettingsWrapper
+
+FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        threading.Event().wait(0.01)
+
+
+@pytest.fixture
+def node(settings: SettingsWrapper) -> Iterator[Broker]:
+    """This process's broker, leading on a fresh memory store, serving TASKS and the dashboard."""
+    runtime.stop_broker()
+    settings.QUEUE_STORE_URL = f"memory://dashboard-tasks-{uuid.uuid4().hex}"
+    settings.QUEUE_ADVERTISE_URL = None
+    settings.QUEUE_API_TOKEN = None
+    settings.TASKS = {"default": {"BACKEND": "queueadmin.tasks.ObjectStoreBackend",
+                                  "OPTIONS": {"MAX_ATTEMPTS": 1}}}
+    broker = runtime.start_broker()
+    wait_for(lambda: broker.role == "leader")
+    source.reset()
+    yield broker
+    runtime.stop_broker()
+    source.reset()
+
+
+def run_tasks(node: Broker) -> None:
+    assert node.committer is not None
+    client = node.committer
+    Worker(client, queues=["default"], handler=TaskRunner(client, worker_id="w-tasks"), pass_job=True,
+           worker_id="w-tasks", burst=True, **FAST).run()
+
+
+def test_a_task_job_shows_its_call_then_its_return_value(node: Broker, viewer: Client) -> None:
+    result = add.enqueue(2, 3)
+
+    listing = viewer.get("/jobs/").content.decode()
+    assert "add(2, 3)" in listing
+    page = viewer.get(f"/jobs/{result.id}/").content.decode()
+    assert "tests.e2e.sample_tasks.add" in page and "No result yet" in page
+
+    run_tasks(node)
+
+    done = viewer.get(f"/jobs/{result.id}/")
+    assert done.context["result"].status == "SUCCESSFUL"
+    body = done.content.decode()
+    assert 'data-testid="task-status">SUCCESSFUL' in body and 'data-testid="task-return">5' in body
+    assert "ran on w-tasks" in body
+
+
+def test_a_failed_task_shows_its_error_and_traceback(node: Broker, viewer: Client) -> None:
+    result = explode.enqueue("kaboom <b>")
+    run_tasks(node)
+
+    response = viewer.get(f"/jobs/{result.id}/")
+
+    body = response.content.decode()
+    assert response.context["status"] == "dead"
+    assert 'data-testid="task-status">FAILED' in body
+    assert "Traceback" in body and "kaboom &lt;b&gt;" in body
