@@ -57,7 +57,7 @@ run: venv
 	export QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
 	  QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}"; \
 	trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT INT TERM; \
-	$(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application & \
+	$(VENV)/bin/daphne --access-log var/access.log -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application & \
 	$(PY) manage.py queueworker --queue demo --handler queueadmin.demo:work --concurrency 2 \
 	  --worker-id demo-worker --broker http://127.0.0.1:$(PORT) & \
 	$(PY) manage.py demo --every 3 --broker http://127.0.0.1:$(PORT) & \

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.harness import ROOT, Cluster, Node
+from tests.e2e.harness import ROOT, Cluster, Node, api, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -79,6 +79,11 @@ def sign_in(page: Page, url: str) -> None:
     expect(page.locator("#live-state")).to_have_attribute("data-state", "live")
 
 
+def push(server: Node, queue: str, payloads: list[object], **fields: object) -> None:
+    jobs = [{"payload": p, **fields} for p in payloads]
+    assert api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": jobs}).status_code == 201
+
+
 def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "") -> str:
     page.goto(f"{url}/submit/")
     page.locator("#id_queue").fill(queue)
@@ -106,7 +111,7 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         expect(page.get_by_text("Not valid JSON")).to_be_visible()
         assert "browser" not in cluster.document()["queues"]
 
-        job_id = submit(page, server.url, "browser", '{"seconds": 1.5, "fail_rate": 0}')
+        job_id = submit(page, server.url, "browser", '{"seconds": 3, "fail_rate": 0}')
         page.get_by_test_id("created-id").click()
         status = page.get_by_test_id("job-status")
         expect(status).to_have_text("pending")
@@ -118,9 +123,18 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         expect(status).to_have_text("running", timeout=15_000)
         expect(page.get_by_text("claimed by browser-worker")).to_be_visible()
         shot(page, "job-running")
+        if SHOTS:  # the lease as the Workers page shows it, from a second tab
+            other = context.new_page()
+            other.goto(f"{server.url}/workers/")
+            expect(other.get_by_text("browser-worker").first).to_be_visible()
+            shot(other, "workers")
+            other.close()
         expect(status).to_have_text("not in the document", timeout=15_000)
         assert page.evaluate("window.__stillTheSamePage") is True
 
+        # Some traffic on other queues, for a fuller overview.
+        push(server, "emails", [{"n": n} for n in range(40)])
+        push(server, "reports", [{"n": n} for n in range(12)], delay_seconds=600)
         page.goto(f"{server.url}/")
         row = page.locator('tr[data-row="browser"]')
         expect(row).to_contain_text("1")
@@ -174,5 +188,55 @@ def test_the_dashboard_is_usable_on_a_phone(browser: Browser, node: tuple[Cluste
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390
         shot(page, "overview-phone")
+    finally:
+        context.close()
+
+
+def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Browser,
+                                                                   node: tuple[Cluster, Node]) -> None:
+    _, server = node
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    try:
+        sign_in(page, server.url)
+        push(server, "sel", [1, 2, 3])
+        page.goto(f"{server.url}/jobs/?queue=sel")
+        rows = page.locator("#live-jobs tbody tr[data-job-id]")
+        expect(rows).to_have_count(3)
+        page.locator("input[data-select]").first.check()
+        expect(page.get_by_text("1 selected")).to_be_visible()
+
+        push(server, "sel", [4, 5])
+
+        note = page.locator("#live-pending-note")
+        expect(note).to_be_visible(timeout=10_000)
+        expect(note).to_contain_text("2 new — show")
+        expect(rows).to_have_count(3)  # the operator's rows did not move
+        assert page.locator("input[data-select]").first.is_checked()
+        shot(page, "jobs-selection")
+        note.get_by_role("button").click()
+        expect(rows).to_have_count(5)
+        expect(note).to_be_hidden()
+    finally:
+        context.close()
+
+
+def test_the_live_connection_reconnects_after_the_server_restarts(browser: Browser,
+                                                                  node: tuple[Cluster, Node]) -> None:
+    cluster, server = node
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    try:
+        sign_in(page, server.url)
+        state = page.locator("#live-state")
+        expect(state).to_contain_text("data as of")
+        server.kill()
+        expect(state).to_have_attribute("data-state", "reconnecting", timeout=10_000)
+        cluster.node(port=server.port)  # the same address; the session lives in the shared database
+        expect(state).to_have_attribute("data-state", "live", timeout=30_000)
+        # Updates flow again on the new connection (once the new node has taken over).
+        wait_until(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
+                   30, "the restarted node to lead")
+        expect(page.locator('tr[data-row="after"]')).to_be_visible(timeout=30_000)
     finally:
         context.close()
