@@ -1,0 +1,143 @@
+"""The app on PostgreSQL through ``DATABASE_URL``: a throwaway server on a
+loopback port, started for this module from Debian's PostgreSQL binaries
+(``.ci/run`` installs them), with the migrations, the login and an audited
+dashboard action all going through it.
+
+initdb refuses to run as root, so as root the server runs as the ``postgres``
+user the Debian package creates.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import ROOT, free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if found:
+        return found[-1]
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"PostgreSQL's {name} is not installed (apt-get install postgresql; .ci/run does)")
+    return path
+
+
+def _as_server_user(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@pytest.fixture(scope="module")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base = tmp_path_factory.mktemp("postgres")
+    data, sockets = base / "data", base / "sockets"
+    sockets.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        shutil.chown(sockets, "postgres")
+        base.chmod(0o755)
+        # The server user must be able to reach the folder through its parents.
+        for parent in base.parents:
+            if parent == Path("/"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+    port = free_port()
+    subprocess.run(_as_server_user([_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                                    "--encoding=UTF8", "--no-sync"]), check=True, capture_output=True, timeout=120)
+    log = base / "server.log"
+    subprocess.run(_as_server_user([
+        _pg_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o",
+        f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off",
+        "start",
+    ]), check=True, capture_output=True, timeout=120)
+    try:
+        import psycopg
+
+        wait_until(lambda: _ready(port), 30, "postgres to accept connections")
+        with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True) as conn:
+            conn.execute("CREATE DATABASE queueadmin")
+        yield f"postgres://postgres@127.0.0.1:{port}/queueadmin"
+    finally:
+        subprocess.run(_as_server_user([_pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=60)
+
+
+def _ready(port: int) -> bool:
+    import psycopg
+
+    try:
+        psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", connect_timeout=2).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+SCRIPT = textwrap.dedent('''
+    import time
+    from django.db import connection
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from engine.operations import claim_op, fail_op, push_op
+    from queueadmin import runtime
+    from queueadmin.models import AuditEntry
+
+    assert connection.vendor == "postgresql", connection.vendor
+    broker = runtime.start_broker()
+    while broker.role != "leader":
+        time.sleep(0.01)
+    [job_id] = broker.execute(push_op("pg", ["x"], policy=broker.policy, max_attempts=1))
+    [claimed] = broker.execute(claim_op("w", ["pg"], policy=broker.policy))
+    broker.execute(fail_op(claimed.id, claimed.lease, error="boom", retry_in_seconds=None, policy=broker.policy))
+
+    User.objects.create_superuser("pg-admin", "pg@example.com", "pw-for-postgres-test")
+    client = Client()
+    assert client.login(username="pg-admin", password="pw-for-postgres-test")
+    response = client.post("/actions/", {"step": "run", "action": "requeue", "ids": job_id,
+                                         "reason": "stored in postgres", "next": "/"})
+    assert response.status_code == 302, response.status_code
+    entry = AuditEntry.objects.get(jobs__job_id=job_id)
+    assert (entry.outcome, entry.reason, entry.username) == ("ok", "stored in postgres", "pg-admin")
+    page = client.get(f"/jobs/{job_id}/").content.decode()
+    assert "requeue by pg-admin" in page and "stored in postgres" in page
+    audit = client.get("/audit/", {"job": job_id}).content.decode()
+    assert "stored in postgres" in audit
+    runtime.stop_broker()
+    print("postgres ok")
+''')
+
+
+def test_migrations_login_and_an_audited_action_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        DATABASE_URL=postgres_url,
+        ALLOWED_HOSTS="testserver",  # Django's test client, in the script
+        QUEUE_STORE_URL=f"file://{tmp_path / 'store'}",
+        QUEUE_BROKER_AUTOSTART="false",
+        QUEUE_HEARTBEAT_SECONDS="60",
+        QUEUE_TAKEOVER_SECONDS="120",
+    )
+    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                             capture_output=True, timeout=120)
+    assert migrate.returncode == 0, migrate.stderr.decode()
+    check = subprocess.run([sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"], cwd=ROOT,
+                           env=env, capture_output=True, timeout=120)
+    assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+
+    run = subprocess.run([sys.executable, "manage.py", "shell", "-c", SCRIPT], cwd=ROOT, env=env,
+                         capture_output=True, timeout=120)
+
+    assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-3000:]
+    assert "postgres ok" in run.stdout.decode()
