@@ -316,3 +316,21 @@ def test_read_only_staff_cannot_submit(broker: Broker, viewer: Client, store: Ob
     before = stored(store)
     assert viewer.post("/submit/", {"queue": "q", "payload": "1"}).status_code == 403
     assert stored(store) == before
+
+
+# -- Django admin --------------------------------------------------------------------------------------
+
+
+def test_admin_shows_audit_entries_read_only(broker: Broker, operator: Client, admin_client_: Client) -> None:
+    dead = kill(broker)
+    act(operator, action="requeue", ids=dead, reason="visible in admin")
+    entry = AuditEntry.objects.get()
+
+    listing = admin_client_.get("/admin/queueadmin/auditentry/", {"action__exact": "requeue"})
+    assert listing.status_code == 200 and b"visible in admin" in listing.content
+    detail = admin_client_.get(f"/admin/queueadmin/auditentry/{entry.pk}/change/")
+    assert detail.status_code == 200 and f'href="/jobs/{dead}/"'.encode() in detail.content
+    assert b'type="submit"' not in detail.content.split(b'id="content-main"')[1]  # nothing to save
+    assert admin_client_.get("/admin/queueadmin/auditentry/add/").status_code == 403
+    assert admin_client_.post(f"/admin/queueadmin/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert AuditEntry.objects.filter(pk=entry.pk).exists()
