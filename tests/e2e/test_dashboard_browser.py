@@ -19,7 +19,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -63,6 +65,18 @@ def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
     return cluster, cluster.node()
 
 
+@contextmanager
+def signed_in(browser: Browser, server: Node, **context_options: Any) -> Iterator[Page]:
+    """A new browser context (1280 px wide unless told), signed in on ``server``'s overview."""
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 860}, **context_options})
+    try:
+        page = context.new_page()
+        sign_in(page, server.url)
+        yield page
+    finally:
+        context.close()
+
+
 def shot(page: Page, name: str) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
@@ -97,12 +111,9 @@ def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "
 
 def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser, node: tuple[Cluster, Node]) -> None:
     cluster, server = node
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
-        sign_in(page, server.url)
+    with signed_in(browser, server) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
 
         # Invalid JSON is refused inline, and nothing is pushed.
         page.goto(f"{server.url}/submit/")
@@ -124,7 +135,7 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         expect(page.get_by_text("claimed by browser-worker")).to_be_visible()
         shot(page, "job-running")
         if SHOTS:  # the lease as the Workers page shows it, from a second tab
-            other = context.new_page()
+            other = page.context.new_page()
             other.goto(f"{server.url}/workers/")
             expect(other.get_by_text("browser-worker").first).to_be_visible()
             shot(other, "workers")
@@ -174,31 +185,21 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         page.goto(f"{server.url}/admin/queueadmin/auditentry/")
         expect(page.get_by_text("fixed the upstream bug, retrying")).to_be_visible()
         assert job_id != dead_id and errors == []
-    finally:
-        context.close()
 
 
 def test_the_dashboard_is_usable_on_a_phone(browser: Browser, node: tuple[Cluster, Node]) -> None:
     _, server = node
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-    page = context.new_page()
-    try:
-        sign_in(page, server.url)
+    with signed_in(browser, server, viewport={"width": 390, "height": 844}, is_mobile=True) as page:
         # Nothing is wider than the screen: the tables scroll inside their cards.
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390
         shot(page, "overview-phone")
-    finally:
-        context.close()
 
 
 def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Browser,
                                                                    node: tuple[Cluster, Node]) -> None:
     _, server = node
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    page = context.new_page()
-    try:
-        sign_in(page, server.url)
+    with signed_in(browser, server) as page:
         push(server, "sel", [1, 2, 3])
         page.goto(f"{server.url}/jobs/?queue=sel")
         rows = page.locator("#live-jobs tbody tr[data-job-id]")
@@ -217,17 +218,12 @@ def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Brows
         note.get_by_role("button").click()
         expect(rows).to_have_count(5)
         expect(note).to_be_hidden()
-    finally:
-        context.close()
 
 
 def test_the_live_connection_reconnects_after_the_server_restarts(browser: Browser,
                                                                   node: tuple[Cluster, Node]) -> None:
     cluster, server = node
-    context = browser.new_context(viewport={"width": 1280, "height": 860})
-    page = context.new_page()
-    try:
-        sign_in(page, server.url)
+    with signed_in(browser, server) as page:
         state = page.locator("#live-state")
         expect(state).to_contain_text("data as of")
         server.kill()
@@ -238,5 +234,3 @@ def test_the_live_connection_reconnects_after_the_server_restarts(browser: Brows
         wait_until(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
                    30, "the restarted node to lead")
         expect(page.locator('tr[data-row="after"]')).to_be_visible(timeout=30_000)
-    finally:
-        context.close()
