@@ -31,7 +31,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth.context_processors import PermWrapper
-from django.http import QueryDict
+from django.http import HttpRequest, QueryDict
+from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve
 
@@ -84,7 +85,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.params = _Params(target.query)
         self.here = target.path + (f"?{target.query}" if target.query else "")
         self.user = user
-        self.csrf_token = self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, "")
+        self.csrf_token = _masked_csrf_token(self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, ""))
         await self.accept()
         self.pump = asyncio.create_task(self._pump())
 
@@ -129,6 +130,18 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         context = self.page.build(snapshot, self.params, **self.kwargs)
         context.update(user=self.user, perms=PermWrapper(self.user), csrf_token=self.csrf_token, here=self.here)
         return {name: render_to_string(f"{self.page.template}#{name}", context) for name in self.page.partials}
+
+
+def _masked_csrf_token(secret: str) -> str:
+    """A form token for the session's CSRF cookie, masked afresh as Django
+    masks every page's token (so the secret itself never appears in HTML).
+    Empty when the page has no cookie; its forms then post through htmx,
+    which sends the page's own token in a header."""
+    if not secret:
+        return ""
+    request = HttpRequest()
+    request.META["CSRF_COOKIE"] = secret
+    return get_token(request)
 
 
 def _now() -> str:

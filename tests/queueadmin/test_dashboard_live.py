@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,7 @@ import orjson
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.middleware.csrf import _unmask_cipher_token
 from django.test import Client
 
 from engine import Broker, GroupCommitter, open_store
@@ -40,8 +42,11 @@ def application() -> Any:
     return app
 
 
+CSRF_SECRET = "s" * 32
+
+
 def cookie_for(client: Client) -> tuple[bytes, bytes]:
-    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}; csrftoken=tok".encode())
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}; csrftoken={CSRF_SECRET}".encode())
 
 
 async def connect(path: str, *headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool, Any]:
@@ -80,6 +85,22 @@ async def test_a_commit_reaches_an_open_overview_as_fragments(broker: Broker) ->
         assert "<html" not in update["fragments"]["live-queues"]  # a fragment, not a page
     finally:
         await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_live_forms_carry_a_masked_csrf_token_never_the_secret(broker: Broker) -> None:
+    operator = await sync_to_async(lambda: client_for(make_user("op", "view_dashboard", "pause_queue")))()
+    await asyncio.to_thread(push, broker, "q", [1])
+    communicator, connected, _ = await connect("/", cookie_for(operator), ORIGIN)
+    assert connected
+    try:
+        fragment = (await next_update(communicator))["fragments"]["live-queues"]
+    finally:
+        await communicator.disconnect()
+    tokens = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', fragment)
+    assert tokens and all(len(t) == 64 and CSRF_SECRET not in t for t in tokens)
+    assert _unmask_cipher_token(tokens[0]) == CSRF_SECRET
 
 
 @pytest.mark.django_db(transaction=True)
