@@ -6,6 +6,7 @@ this process's leading broker, and times, as medians over ``--repeat`` runs:
 
 * decoding the committed document whole, and again after one more commit
   (the live path: unchanged 512-job chunks are reused);
+* computing a new version's summaries (what the first overview of it pays);
 * each page, through its Django view as a superuser: overview, the jobs list
   (first page, a page deep in the list, a filtered page, an exact id, a
   bounded payload search), a job, the workers page, the dead letters and the
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
 
     from engine.operations import claim_op, fail_op
     from queueadmin import runtime
-    from queueadmin.dashboard import views
+    from queueadmin.dashboard import pages, views
     from queueadmin.dashboard.snapshot import PartsDecoder, decode_document
     from queueadmin.dashboard.source import source
 
@@ -98,6 +99,15 @@ def main(argv: list[str]) -> int:
 
     rows.append(("decode after one more commit (chunks reused; includes the commit)",
                  _median_ms(after_one_commit, args.repeat)))
+
+    def first_overview() -> None:
+        # A new version: its per-queue, worker and count summaries are computed
+        # once, then shared by every page and socket that shows that version.
+        _, etag3, parts3 = committer.committed
+        pages.overview(decoder.decode(parts3, etag=etag3, taken_at=datetime.now(UTC)))
+
+    rows.append(("summaries of a new version (the first overview that shows it)",
+                 _median_ms(first_overview, args.repeat)))
 
     user = User(username="bench", is_superuser=True, is_staff=True, is_active=True)
     factory = RequestFactory()

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -35,6 +35,18 @@ Doc = dict[str, Any]
 
 # How long after its last activity a worker counts as "seen recently".
 WORKER_SEEN_SECONDS = 15 * 60.0
+
+
+def sortable(value: str) -> str:
+    """A document time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC, so that
+    strings sort as the instants do. The engine writes this form (without
+    the fraction when it is zero); anything else is parsed and rewritten."""
+    if value[-1:] == "Z":
+        if len(value) == 27:
+            return value
+        if len(value) == 20:
+            return value[:-1] + ".000000Z"
+    return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def moment(value: str | None) -> datetime | None:
@@ -112,6 +124,9 @@ class Snapshot:
         self._queues: dict[str, QueueSummary] | None = None
         self._by_id: dict[str, Doc] | None = None
         self._dead_by_id: dict[str, Doc] | None = None
+        self._workers: dict[str, WorkerSummary] | None = None
+        self._dead_groups: list[DeadGroup] | None = None
+        self._status_counts: Counter[str] | None = None
 
     @classmethod
     def empty(cls, *, taken_at: datetime) -> Snapshot:
@@ -160,19 +175,25 @@ class Snapshot:
                 purged=counters.get("purged", 0),
                 paused=bool(counters.get("paused", False)),
             )
-        now = self.taken_at
+        # Compare times as canonical strings: parsing 100k timestamps per
+        # version would cost more than everything else here together.
+        now = sortable(self.taken_at.isoformat())
+        oldest: dict[str, str] = {}
         for job in self.jobs:
-            row = rows.get(job["queue"]) or rows.setdefault(job["queue"], QueueSummary(name=job["queue"]))
+            queue = job["queue"]
+            row = rows.get(queue) or rows.setdefault(queue, QueueSummary(name=queue))
             if job["status"] == "running":
                 row.running += 1
                 continue
             row.pending += 1
             not_before = job.get("not_before")
-            if not_before is None or moment(not_before) <= now:  # type: ignore[operator]
+            if not_before is None or sortable(not_before) <= now:
                 row.ready += 1
-            enqueued = moment(job["enqueued_at"])
-            if row.oldest_pending_at is None or (enqueued is not None and enqueued < row.oldest_pending_at):
-                row.oldest_pending_at = enqueued
+            enqueued = sortable(job["enqueued_at"])
+            if queue not in oldest or enqueued < oldest[queue]:
+                oldest[queue] = enqueued
+        for queue, first in oldest.items():
+            rows[queue].oldest_pending_at = moment(first)
         for letter in self.dead:
             row = rows.get(letter["queue"]) or rows.setdefault(letter["queue"], QueueSummary(name=letter["queue"]))
             row.dead += 1
@@ -186,7 +207,20 @@ class Snapshot:
         """Workers seen within :data:`WORKER_SEEN_SECONDS`: those holding leases,
         those whose attempts ended recently (from job histories), and ``extra``
         (worker name to the time it last asked for work, known to the leader).
-        Ordered by name."""
+        Ordered by name. The document's part is computed once per snapshot."""
+        if self._workers is None:
+            self._workers = self._document_workers()
+        workers = {name: WorkerSummary(name=name, jobs=w.jobs, last_seen=w.last_seen)
+                   for name, w in self._workers.items()}
+        horizon = self.taken_at.timestamp() - WORKER_SEEN_SECONDS
+        for name, when in (extra or {}).items():
+            if when.timestamp() >= horizon:
+                entry = workers.setdefault(name, WorkerSummary(name=name))
+                if entry.last_seen is None or when > entry.last_seen:
+                    entry.last_seen = when
+        return sorted(workers.values(), key=lambda w: w.name)
+
+    def _document_workers(self) -> dict[str, WorkerSummary]:
         workers: dict[str, WorkerSummary] = {}
 
         def seen(name: str, when: datetime | None) -> WorkerSummary:
@@ -205,13 +239,15 @@ class Snapshot:
                 ended = moment(attempt["ended_at"])
                 if ended is not None and ended.timestamp() >= horizon:
                     seen(attempt["worker"], ended)
-        for name, when in (extra or {}).items():
-            if when.timestamp() >= horizon:
-                seen(name, when)
-        return sorted(workers.values(), key=lambda w: w.name)
+        return workers
 
     def dead_groups(self) -> list[DeadGroup]:
-        """Dead letters grouped by queue and error signature, largest group first."""
+        """Dead letters grouped by queue and error signature, largest group first (computed once)."""
+        if self._dead_groups is None:
+            self._dead_groups = self._group_dead()
+        return self._dead_groups
+
+    def _group_dead(self) -> list[DeadGroup]:
         grouped: dict[tuple[str, str], list[Doc]] = {}
         for letter in self.dead:
             grouped.setdefault((letter["queue"], error_signature(letter.get("error") or "")), []).append(letter)
@@ -232,9 +268,12 @@ class Snapshot:
         return next((g for g in self.dead_groups() if g.key == key), None)
 
     def status_counts(self) -> Counter[str]:
-        counts: Counter[str] = Counter(j["status"] for j in self.jobs)
-        counts["dead"] = len(self.dead)
-        return counts
+        """How many jobs are pending, running and dead (computed once)."""
+        if self._status_counts is None:
+            counts: Counter[str] = Counter(j["status"] for j in self.jobs)
+            counts["dead"] = len(self.dead)
+            self._status_counts = counts
+        return Counter(self._status_counts)
 
 
 # -- error signatures ------------------------------------------------------------------

@@ -20,7 +20,7 @@ from engine import Broker, GroupCommitter, open_store
 from engine.errors import DocumentError
 from engine.operations import claim_op
 from queueadmin.dashboard import source as source_module
-from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_signature
+from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_signature, sortable
 from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
@@ -270,3 +270,17 @@ def test_snapshot_json_payloads_survive_as_values() -> None:
     doc = decode_document(orjson.dumps({"format": 1, "seq": 3, "queues": {}, "dead": [], "jobs": []}),
                           etag='"e"', taken_at=datetime.now(UTC))
     assert doc.seq == 3 and doc.etag == '"e"' and doc.queues == {}
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [
+        ("2026-11-29T12:00:00Z", "2026-11-29T12:00:00.000001Z"),
+        ("2026-11-29T11:59:59.999999Z", "2026-11-29T12:00:00Z"),
+        ("2026-11-29T13:30:00+02:00", "2026-11-29T12:00:00.5Z"),
+        ("2026-11-29T12:00:00.250000Z", "2026-11-29T12:00:00.250001+00:00"),
+    ],
+)
+def test_sortable_times_sort_as_the_instants_do(earlier: str, later: str) -> None:
+    assert sortable(earlier) < sortable(later)
+    assert datetime.fromisoformat(sortable(earlier)) == datetime.fromisoformat(earlier)
