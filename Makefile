@@ -46,10 +46,10 @@ $(DEV_STAMP): pyproject.toml
 
 run: venv
 	mkdir -p var
-	$(PY) manage.py migrate --noinput
 	@# A local API token, made once and kept in var/ (export QUEUE_API_TOKEN to use your own).
 	@test -s var/api-token || $(PY) -c 'import secrets; print(secrets.token_urlsafe(24))' > var/api-token
-	@$(PY) manage.py demo --logins
+	QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" $(PY) manage.py migrate --noinput
+	@QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" $(PY) manage.py demo --logins
 	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/  (Ctrl-C stops the app, the demo worker and the demo jobs)"
 	@echo "API token: $${QUEUE_API_TOKEN:-$$(cat var/api-token)}  (workers: export QUEUE_API_TOKEN=\$$(cat var/api-token))"
 	@# The app (daphne, with the embedded broker), a demo worker and a trickle
