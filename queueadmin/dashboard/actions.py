@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from engine.errors import EngineError
-from engine.operations import Operation, pause_op, purge_op, requeue_op
+from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
 from queueadmin import runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.models import AuditEntry, AuditJob
@@ -152,6 +152,21 @@ def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outc
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
                   detail=detail, seq=seq)
     return Outcome(entry, True, detail[0].upper() + detail[1:] + ".")
+
+
+def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> tuple[str | None, str | None]:
+    """Push one job through this node's broker and audit the answer.
+    Returns the new job's id, or None and the broker's refusal."""
+    ids = [job.id for job in op.jobs]
+    try:
+        [created] = runtime.get_broker().execute(op)
+    except EngineError as exc:
+        refusal = f"The broker refused: {type(exc).__name__}: {exc}"
+        audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=ids, ok=False, detail=refusal)
+        return None, refusal
+    audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=[created], ok=True,
+          detail=f"pushed 1 job to {op.queue}", seq=runtime.get_broker().seq)
+    return str(created), None
 
 
 def audit(user: AbstractBaseUser | AnonymousUser, action: str, *, reason: str, queue: str, target: str,

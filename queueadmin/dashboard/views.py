@@ -24,7 +24,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine.errors import EngineError
-from queueadmin import runtime
 from queueadmin.dashboard import actions, pages
 from queueadmin.dashboard.forms import ActionForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
@@ -142,17 +141,10 @@ def submit(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             op = form.cleaned_data["op"]
             reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
-            plan = actions.Plan(action="submit", queue=op.queue, target="new job")
-            try:
-                [created] = runtime.get_broker().execute(op)
-            except EngineError as exc:
-                form.add_error(None, f"The broker refused: {type(exc).__name__}: {exc}")
-                actions.audit(request.user, "submit", reason=reason, queue=plan.queue, target=plan.target,
-                              ids=[j.id for j in op.jobs], ok=False, detail=str(exc))
+            created, refusal = actions.submit(op, user=request.user, reason=reason)
+            if refusal is not None:
+                form.add_error(None, refusal)
             else:
-                actions.audit(request.user, "submit", reason=reason, queue=op.queue, target="new job",
-                              ids=[created], ok=True, detail=f"pushed 1 job to {op.queue}",
-                              seq=runtime.get_broker().seq)
                 form = SubmitForm(initial={"queue": op.queue, "payload": request.POST.get("payload", "")})
     status = 422 if request.method == "POST" and form.errors else 200
     template = "queueadmin/dashboard/submit.html"

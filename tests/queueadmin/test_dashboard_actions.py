@@ -334,3 +334,20 @@ def test_admin_shows_audit_entries_read_only(broker: Broker, operator: Client, a
     assert admin_client_.get("/admin/queueadmin/auditentry/add/").status_code == 403
     assert admin_client_.post(f"/admin/queueadmin/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
+
+
+def test_a_submit_the_broker_refuses_is_shown_inline_and_audited_as_failed(
+    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = stored(store)
+
+    def not_leader(op: object) -> None:
+        raise NotLeader("http://node-b.test:8000")
+
+    monkeypatch.setattr(broker, "execute", not_leader)
+    response = operator.post("/submit/", {"queue": "q", "payload": "1"})
+
+    assert response.status_code == 422 and b"The broker refused: NotLeader" in response.content
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.outcome, entry.count) == ("submit", "failed", 1)
+    assert stored(store) == before
