@@ -11,7 +11,9 @@ resolves the path to one of :data:`~.views.LIVE_PAGES`, and from then on:
 * redraws the page's live partials from the latest snapshot when the
   document changed, and sends them as one JSON message;
 * waits :data:`MIN_INTERVAL_SECONDS` between messages, so however fast the
-  broker commits, a page gets at most a few updates a second.
+  broker commits, a page gets at most a few updates a second;
+* re-reads the session user every :data:`RECHECK_SECONDS` and closes the
+  socket (4401) once the user signed out or lost ``view_dashboard``.
 
 Messages: ``{"type": "update", "seq", "as_of", "fragments": {id: html}}``,
 ``{"type": "tick", "as_of"}`` when nothing changed, and ``{"type": "error",
@@ -24,12 +26,14 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth.context_processors import PermWrapper
 from django.http import HttpRequest, QueryDict
 from django.middleware.csrf import get_token
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 
 MIN_INTERVAL_SECONDS = 0.4
 POLL_SECONDS = 1.0
+# How often an open socket re-reads its session user and permission.
+RECHECK_SECONDS = 30.0
 # Close codes (4000-4999 are the application's): the page shows why.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -102,10 +108,18 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _pump(self) -> None:
         last: tuple[int, str | None] | None = None
         loop = asyncio.get_running_loop()
+        checked = loop.time()
         with runtime.commits.listen() as committed:
             while True:
                 committed.clear()
                 started = loop.time()
+                if started - checked >= RECHECK_SECONDS:
+                    # A socket outlives the page's request: sign-out, a
+                    # revoked permission or a deactivated account ends it.
+                    checked = started
+                    if not await self._still_allowed():
+                        await self.close(code=CLOSE_UNAUTHENTICATED)
+                        return
                 try:
                     snapshot = await asyncio.to_thread(source.current)
                 except EngineError as exc:
@@ -124,6 +138,22 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 await asyncio.sleep(max(MIN_INTERVAL_SECONDS - (loop.time() - started), 0))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(committed.wait(), timeout=POLL_SECONDS)
+
+    @database_sync_to_async
+    def _still_allowed(self) -> bool:
+        """Whether the socket's session still signs in a user with ``view_dashboard``.
+
+        The session is read afresh from its store (the scope's copy was
+        loaded at connect), and Django's own ``get_user`` checks it, so a
+        sign-out, a password change or a deactivated account all count.
+        """
+        session = self.scope.get("session")
+        if session is None or session.session_key is None:
+            return False
+        request = HttpRequest()
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
+        user = auth.get_user(request)
+        return bool(user.is_authenticated) and user.has_perm(VIEW)
 
     @database_sync_to_async
     def _render(self, snapshot: Snapshot) -> dict[str, str]:

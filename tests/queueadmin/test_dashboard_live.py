@@ -141,6 +141,27 @@ async def test_bursts_of_commits_are_coalesced(broker: Broker, monkeypatch: pyte
 
 @pytest.mark.django_db(transaction=True)
 @run_async
+async def test_an_open_socket_closes_after_the_user_signs_out(broker: Broker,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from queueadmin.dashboard import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.2)
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    communicator, connected, _ = await connect("/", cookie_for(viewer), ORIGIN)
+    assert connected
+    await next_update(communicator)
+    await sync_to_async(viewer.logout)()  # deletes the session the socket was opened with
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    closed = await communicator.receive_output(timeout=5)
+    while closed["type"] != "websocket.close" and loop.time() < deadline:  # ticks and updates until then
+        closed = await communicator.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4401}
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
 async def test_an_unauthenticated_socket_is_refused(broker: Broker) -> None:
     _, connected, code = await connect("/", ORIGIN)
     assert not connected and code == 4401
