@@ -1,19 +1,27 @@
-"""Django admin: the audit log, read-only.
+"""Django admin: the audit log, read-only, and the broker API tokens.
 
-Entries are evidence, so nobody edits or deletes them here, superusers
+Audit entries are evidence, so nobody edits or deletes them here, superusers
 included; they are filterable by action, outcome, queue and time.
+
+API tokens are made here by name; the token is shown once, in the message
+after saving, and only its digest is kept. Revoking keeps the row (who had
+which token stays known); nodes stop accepting it within a few seconds.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from queueadmin.models import AuditEntry
+from queueadmin.api.auth import digests
+from queueadmin.models import ApiToken, AuditEntry
 
 SHOWN_JOB_IDS = 100
 
@@ -47,3 +55,31 @@ class AuditEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "hint", "created_at", "created_by", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("name", "hint")
+    readonly_fields = ("hint", "created_at", "created_by", "revoked_at")
+    actions = ("revoke",)
+
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        return ["name"] if obj is None else ["name", "hint", "created_at", "created_by", "revoked_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token = obj.issue()
+        obj.created_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
+        digests.forget()
+        messages.warning(request, f"The token for {obj.name!r} is {token} . Copy it now: it is not shown again.")
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        digests.forget()
+        messages.success(request, f"Revoked {count} token(s); every node refuses them within a few seconds.")

@@ -7,7 +7,10 @@ so the log never claims a change that did not happen, and a refused action
 is on record as failed. The jobs an action touched are rows of
 :class:`AuditJob`, so a job's page finds its actions with an indexed query.
 
-The model also carries the dashboard's permissions, so they can be granted
+:class:`ApiToken` rows are broker API tokens managed in Django admin, used
+beside the ``QUEUE_API_TOKEN`` setting.
+
+The audit model also carries the dashboard's permissions, so they can be granted
 in the admin like any other:
 
 * ``view_dashboard``: see the dashboard (read-only staff have only this);
@@ -19,6 +22,8 @@ in the admin like any other:
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import ClassVar
 
 from django.conf import settings
@@ -84,3 +89,42 @@ class AuditJob(models.Model):
 
     def __str__(self) -> str:
         return self.job_id
+
+
+class ApiToken(models.Model):
+    """A broker API token kept in the database, beside ``QUEUE_API_TOKEN``.
+
+    Give each producer or worker fleet its own, and revoke it alone. Only a
+    SHA-256 digest is stored: the token itself is shown once, when it is made
+    (in Django admin), and cannot be read back. Nodes pick up a new or revoked
+    token within :data:`queueadmin.api.auth.TOKEN_CACHE_SECONDS`.
+    """
+
+    PREFIX = "qa_"
+
+    name = models.CharField(max_length=100, unique=True, help_text="who uses it, e.g. 'billing workers'")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    # The first characters, so a token in a config file can be matched to its row.
+    hint = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering: ClassVar[list[str]] = ["name"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def issue(self) -> str:
+        """Give this (unsaved) row a fresh token; return the token, which is not stored."""
+        token = self.PREFIX + secrets.token_urlsafe(32)
+        self.digest = self.digest_of(token)
+        self.hint = token[:10]
+        return token

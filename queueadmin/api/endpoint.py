@@ -46,7 +46,7 @@ def endpoint(*methods: str, token: bool = True) -> Callable[[View], View]:
                         headers={"Allow": allowed},
                     )
                 if token:
-                    check_token(request)
+                    await check_token(request)
                 return await view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()

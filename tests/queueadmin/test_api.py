@@ -367,7 +367,7 @@ def test_with_no_token_configured_every_call_is_refused(
 
     response = post(api, "/api/v1/jobs", {"queue": "q", "payload": 1})
 
-    assert "QUEUE_API_TOKEN is not set" in error_of(response, 401)["message"]
+    assert "has no API token" in error_of(response, 401)["message"]
     assert stored(store) == before
     assert Client().get("/api/v1/health").status_code == 200
 
