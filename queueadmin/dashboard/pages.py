@@ -20,7 +20,7 @@ from django.conf import settings
 from engine.errors import EngineError
 from queueadmin import runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
-from queueadmin.dashboard.source import source
+from queueadmin.dashboard.source import Rates, source
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
 
 PAGE_SIZE = 50
@@ -60,7 +60,8 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
     rows = []
     for name, q in snapshot.queues.items():
         rate = rates.get(name)
-        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at)})
+        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at),
+                     "drain": drain_seconds(q.pending, rate)})
     node = source.node()
     commit_age = _age(now, snapshot.written_at)
     heartbeat = float(settings.QUEUE_HEARTBEAT_SECONDS)
@@ -75,6 +76,17 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
         "alerts": alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat),
         "totals": snapshot.status_counts(),
     }
+
+
+def drain_seconds(pending: int, rate: Rates | None) -> float | None:
+    """How long the pending jobs take to drain at the last minute's rates:
+    0 when none are pending, None when unknown or when they are not draining
+    (arrivals keep up with completions)."""
+    if pending == 0:
+        return 0.0
+    if rate is None or rate.completions <= rate.arrivals:
+        return None
+    return pending / (rate.completions - rate.arrivals) * 60
 
 
 def last_worker_activity(snapshot: Snapshot) -> datetime | None:

@@ -5,7 +5,8 @@
 // data-freeze-when-selected is held back while the operator has rows
 // selected in it, so rows never move under the cursor: the page shows
 // "N new — show" instead, and applies it on click or when the selection
-// is cleared. The socket reconnects by itself, backing off up to 10 s.
+// is cleared. The socket reconnects by itself, backing off up to 10 s, and
+// closes while the tab is hidden (it reconnects, and catches up, on return).
 (function () {
   "use strict";
   const body = document.body;
@@ -15,6 +16,8 @@
   let asOf = null;
   let delay = 1000;
   let socket = null;
+  let timer = null; // a pending reconnect
+  let stopped = false; // signed out or not allowed: reconnecting would not help
 
   function setState(state, text) {
     if (!badge) return;
@@ -125,15 +128,26 @@
       }
     };
     socket.onclose = (event) => {
+      socket = null;
+      if (document.hidden) { setState("paused", "paused while hidden"); return; }
       if (event.code === 4401 || event.code === 4403) {
+        stopped = true;
         setState("offline", event.code === 4401 ? "signed out: reload to sign in" : "not allowed");
         return;
       }
       setState("reconnecting", "reconnecting…");
-      setTimeout(connect, delay);
+      timer = setTimeout(() => { timer = null; connect(); }, delay);
       delay = Math.min(delay * 2, 10000);
     };
   }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      if (socket) socket.close(1000);
+    } else if (!socket && !timer && !stopped) {
+      delay = 1000;
+      connect();
+    }
+  });
   syncSelection();
   connect();
 })();

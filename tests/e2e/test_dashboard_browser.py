@@ -40,6 +40,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync",
 ]
 SHOTS = os.environ.get("QUEUEADMIN_SCREENSHOTS")
+# Headless pages are always "visible"; these make the page believe otherwise.
+HIDE = ("Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+        "document.dispatchEvent(new Event('visibilitychange'))")
+SHOW = ("Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+        "document.dispatchEvent(new Event('visibilitychange'))")
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +235,11 @@ def test_the_live_connection_reconnects_after_the_server_restarts(browser: Brows
     with signed_in(browser, server) as page:
         state = page.locator("#live-state")
         expect(state).to_contain_text("data as of")
+        # A hidden tab lets go of its socket, and takes it back when shown.
+        page.evaluate(HIDE)
+        expect(state).to_have_attribute("data-state", "paused")
+        page.evaluate(SHOW)
+        expect(state).to_have_attribute("data-state", "live")
         server.kill()
         expect(state).to_have_attribute("data-state", "reconnecting", timeout=10_000)
         cluster.node(port=server.port)  # the same address; the session lives in the shared database

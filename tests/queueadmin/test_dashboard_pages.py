@@ -16,7 +16,7 @@ from engine import Broker, ObjectStore
 from engine.operations import claim_op, fail_op, heartbeat_op, pause_op
 from queueadmin import runtime
 from queueadmin.dashboard import pages
-from queueadmin.dashboard.source import source
+from queueadmin.dashboard.source import Rates, source
 from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push, stored
 
 PAGES = ["/", "/jobs/", "/workers/", "/dead/", "/document/", "/submit/", "/audit/"]
@@ -236,3 +236,14 @@ def test_a_standby_node_reads_the_document_from_the_store(broker: Broker, viewer
 
 def test_users_are_kept_apart_in_the_fixture(db: None) -> None:
     assert not User.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("pending", "arrivals", "completions", "expected"),
+    [(0, 5.0, 0.0, 0.0), (120, 10.0, 70.0, 120.0), (50, 30.0, 30.0, None), (50, 40.0, 10.0, None)],
+)
+def test_drain_time_follows_the_last_minute_rates(pending: int, arrivals: float, completions: float,
+                                                 expected: float | None) -> None:
+    rate = Rates(arrivals=arrivals, completions=completions, seconds=60.0)
+    assert pages.drain_seconds(pending, rate) == expected
+    assert pages.drain_seconds(5, None) is None
