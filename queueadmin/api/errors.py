@@ -23,6 +23,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "invalid": 400,
     "invalid_payload": 400,
     "unauthorized": 401,
+    "forbidden": 403,
     "job_not_found": 404,
     "not_found": 404,
     "method_not_allowed": 405,

@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/jobs/<str:job_id>/fail", views.fail, name="fail"),
     path("v1/document", views.document, name="document"),
     path("v1/health", views.health, name="health"),
+    path("v1/operator", views.operator, name="operator"),
     # Last: any other path under /api/ answers JSON, never an HTML page.
     re_path(r"^.*$", views.not_found, name="not-found"),
 ]

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from django.conf import settings
+from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -20,6 +21,7 @@ from queueadmin import runtime
 from queueadmin.api import parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
+from queueadmin.dashboard import forward
 
 # Shown instead of lease tokens: the token is the holder's secret (I4).
 HIDDEN = "…"
@@ -134,3 +136,21 @@ async def health(request: HttpRequest) -> HttpResponse:
 async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     """404 JSON for every unknown URL under ``/api/``, whatever the method."""
     return ApiError("not_found", f"no such API endpoint: {request.path}; see docs/api.md").response()
+
+
+@endpoint("POST", token=False)
+async def operator(request: HttpRequest) -> HttpResponse:
+    """An operator action a standby node forwards to the leader (see
+    :mod:`queueadmin.dashboard.forward`): authenticated by its signature, made
+    with the nodes' shared secret key, not by an API token. 200
+    ``{"result": ..., "seq": n}``; 403 forbidden for a bad or stale signature."""
+    broker = runtime.get_broker()
+    body = parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES)
+    try:
+        op = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
+    except signing.BadSignature as exc:  # SignatureExpired included
+        raise ApiError("forbidden", f"not a valid operator request from a node of this cluster: {exc}") from None
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ApiError("invalid", f"malformed operator request: {exc}") from None
+    result = await broker.aexecute(op)
+    return json_response({"result": result, "seq": broker.seq})

@@ -16,9 +16,10 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from engine.errors import EngineError
+from engine.errors import EngineError, NotLeader
 from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
 from queueadmin import runtime
+from queueadmin.dashboard import forward
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.models import AuditEntry, AuditJob
 
@@ -129,11 +130,27 @@ class Outcome:
     message: str
 
 
+def execute(op: Operation) -> tuple[Any, int | None, str]:
+    """Run ``op`` on this node's broker, or, when this node is a standby, on
+    the leader it names (:mod:`.forward`). Returns the outcome, the seq after
+    it, and where it ran ("" here, else " on the leader <url>"). Raises the
+    broker's EngineError."""
+    broker = runtime.get_broker()
+    try:
+        return broker.execute(op), broker.seq, ""
+    except NotLeader as exc:
+        leader = exc.leader_url
+        if not leader or leader == broker.url:
+            raise
+        result, seq = forward.forward(op, leader)
+        return result, seq, f" on the leader {leader}"
+
+
 def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outcome:
-    """Send the plan's operation to this node's broker and audit the answer."""
+    """Send the plan's operation to the broker and audit the answer."""
     ids = p.ids
     try:
-        result = runtime.get_broker().execute(p.operation())
+        result, seq, where = execute(p.operation())
     except EngineError as exc:  # NotLeader, a QueueError, a store outage
         message = f"{type(exc).__name__}: {exc}"
         entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids,
@@ -141,14 +158,13 @@ def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outc
         return Outcome(entry, False, f"{p.action.title()} failed: {message}")
     if isinstance(result, list):
         ids = [str(i) for i in result]
-    seq = runtime.get_broker().seq
     detail = {
         "requeue": f"requeued {len(ids)} job(s)",
         "redrive": f"redrove {len(ids)} dead letter(s) back to pending",
         "purge": f"purged {len(ids)} job(s)",
         "pause": f"paused {p.queue}",
         "resume": f"resumed {p.queue}",
-    }[p.action]
+    }[p.action] + where
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
                   detail=detail, seq=seq)
     return Outcome(entry, True, detail[0].upper() + detail[1:] + ".")
@@ -159,13 +175,13 @@ def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> 
     Returns the new job's id, or None and the broker's refusal."""
     ids = [job.id for job in op.jobs]
     try:
-        [created] = runtime.get_broker().execute(op)
+        [created], seq, where = execute(op)
     except EngineError as exc:
         refusal = f"The broker refused: {type(exc).__name__}: {exc}"
         audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=ids, ok=False, detail=refusal)
         return None, refusal
     audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=[created], ok=True,
-          detail=f"pushed 1 job to {op.queue}", seq=runtime.get_broker().seq)
+          detail=f"pushed 1 job to {op.queue}{where}", seq=seq)
     return str(created), None
 
 

@@ -248,3 +248,27 @@ def test_the_live_connection_reconnects_after_the_server_restarts(browser: Brows
         wait_until(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
                    30, "the restarted node to lead")
         expect(page.locator('tr[data-row="after"]')).to_be_visible(timeout=30_000)
+
+
+def test_an_action_on_a_standby_node_runs_on_the_leader(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    cluster, first = node
+    second = cluster.node()
+    standby = second if cluster.leader([first, second]) is first else first
+    assert standby.role() == "standby"
+    leader = cluster.leader([first, second])
+    # A job that failed its only attempt.
+    push(leader, "fwd", [{"n": 1}], max_attempts=1)
+    [job] = api(leader, "POST", "/api/v1/claim", {"worker": "w", "queues": ["fwd"]}).json()["jobs"]
+    assert api(leader, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"}).json()[
+        "status"] == "dead"
+
+    with signed_in(browser, standby) as page:
+        page.goto(f"{standby.url}/jobs/{job['id']}/")
+        expect(page.get_by_test_id("job-status")).to_have_text("dead")
+        page.get_by_role("button", name="Requeue").click()
+        page.get_by_test_id("reason").fill("requeued through the standby")
+        page.get_by_test_id("run-action").click()
+        expect(page.get_by_text(f"Requeued 1 job(s) on the leader {leader.url}.")).to_be_visible()
+
+    statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
+    assert statuses[job["id"]] == "pending"

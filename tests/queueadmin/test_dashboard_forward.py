@@ -1,0 +1,143 @@
+"""Operator actions on a standby node run on the leader: signed with the
+nodes' shared secret key, posted to the leader's /api/v1/operator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from django.core import signing
+from django.test import Client
+
+from engine import Broker, NotLeader, ObjectStore, Policy
+from engine.operations import pause_op, purge_op, push_op, requeue_op
+from queueadmin.dashboard import actions, forward
+from queueadmin.models import AuditEntry
+from tests.queueadmin.dashboard_fixtures import document, kill, stored
+
+POLICY = Policy()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        requeue_op(["a", "b"]),
+        purge_op(["a"]),
+        purge_op(queue="emails", status="dead"),
+        pause_op("emails"),
+        pause_op("emails", paused=False),
+        push_op("emails", [{"to": "ada@example.com"}], policy=POLICY, max_attempts=4, delay_seconds=30),
+    ],
+)
+def test_a_signed_operation_comes_back_the_same(op: Any) -> None:
+    assert forward.unsign(forward.sign(op), policy=POLICY) == op
+
+
+def test_an_altered_or_stale_signature_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = forward.sign(requeue_op(["a"]))
+    with pytest.raises(signing.BadSignature):
+        forward.unsign(text[:-2] + ("AA" if not text.endswith("AA") else "BB"), policy=POLICY)
+    with pytest.raises(signing.BadSignature):
+        forward.unsign(signing.dumps({"kind": "requeue", "job_ids": ["a"]}, salt="another salt"), policy=POLICY)
+    monkeypatch.setattr(forward, "MAX_AGE_SECONDS", -1)
+    with pytest.raises(signing.SignatureExpired):
+        forward.unsign(text, policy=POLICY)
+
+
+def post_operator(body: str) -> Any:
+    return Client().post("/api/v1/operator", body, content_type="text/plain")
+
+
+def test_the_leader_runs_a_signed_operation(broker: Broker, store: ObjectStore) -> None:
+    dead = kill(broker)
+    response = post_operator(forward.sign(requeue_op([dead])))
+    assert response.status_code == 200
+    assert response.json() == {"result": [dead], "seq": document(store)["seq"]}
+    assert document(store)["jobs"][0]["id"] == dead
+
+
+@pytest.mark.parametrize("body", ["", "not signed at all", signing.dumps({"kind": "requeue"}, salt="x")])
+def test_an_unsigned_operator_request_is_forbidden_and_changes_nothing(broker: Broker, store: ObjectStore,
+                                                                       body: str) -> None:
+    kill(broker)
+    before = stored(store)
+    response = post_operator(body)
+    assert response.status_code == 403 and response.json()["error"] == "forbidden"
+    assert stored(store) == before
+
+
+def test_a_signed_but_malformed_operation_is_invalid(broker: Broker, store: ObjectStore) -> None:
+    before = stored(store)
+    text = signing.dumps({"kind": "requeue", "job_ids": []}, salt=forward.SALT,
+                         serializer=forward._JSONSerializer)
+    response = post_operator(text)
+    assert response.status_code == 400
+    assert stored(store) == before
+
+
+def test_an_api_token_does_not_make_an_operator_request(broker: Broker, store: ObjectStore,
+                                                         settings: Any) -> None:
+    settings.QUEUE_API_TOKEN = "worker-token"
+    kill(broker)
+    before = stored(store)
+    response = Client().post("/api/v1/operator", '{"kind": "purge", "queue": "q", "status": "dead"}',
+                             content_type="application/json", headers={"Authorization": "Bearer worker-token"})
+    assert response.status_code == 403
+    assert stored(store) == before
+
+
+def test_an_action_on_a_standby_runs_on_the_leader_and_is_audited_here(
+    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = kill(broker)
+    real_execute = broker.execute
+
+    def standby(op: object) -> None:
+        raise NotLeader("http://leader.test:8000")
+
+    def leader(url: str, *, content: bytes, **kwargs: Any) -> httpx.Response:
+        # The leader's endpoint, reached through Django's test client.
+        assert url == "http://leader.test:8000/api/v1/operator"
+        monkeypatch.setattr(broker, "execute", real_execute)
+        answer = post_operator(content.decode())
+        monkeypatch.setattr(broker, "execute", standby)
+        return httpx.Response(answer.status_code, content=answer.content,
+                              request=httpx.Request("POST", url))
+
+    monkeypatch.setattr(broker, "execute", standby)
+    monkeypatch.setattr(forward.httpx, "post", leader)
+
+    response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "from b",
+                                           "next": "/"})
+
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "ok" and "on the leader http://leader.test:8000" in entry.detail
+    assert entry.seq == document(store)["seq"]
+    assert document(store)["jobs"][0]["id"] == dead
+
+
+def test_an_unreachable_leader_is_audited_as_failed(broker: Broker, operator: Client, store: ObjectStore,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = kill(broker)
+    before = stored(store)
+
+    def standby(op: object) -> None:
+        raise NotLeader("http://leader.test:8000")
+
+    def down(url: str, **kwargs: Any) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    monkeypatch.setattr(broker, "execute", standby)
+    monkeypatch.setattr(forward.httpx, "post", down)
+    operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r", "next": "/"})
+
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "failed" and "could not be reached" in entry.detail
+    assert stored(store) == before
+
+
+def test_execute_runs_locally_on_the_leader(broker: Broker) -> None:
+    result, seq, where = actions.execute(pause_op("q"))
+    assert (result, where) == (False, "") and seq == broker.seq
