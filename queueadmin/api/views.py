@@ -23,6 +23,7 @@ from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
 from queueadmin.dashboard import forward
 
+LOOPBACK = ("127.0.0.1", "::1")
 # Shown instead of lease tokens: the token is the holder's secret (I4).
 HIDDEN = "…"
 
@@ -144,6 +145,10 @@ async def operator(request: HttpRequest) -> HttpResponse:
     :mod:`queueadmin.dashboard.forward`): authenticated by its signature, made
     with the nodes' shared secret key, not by an API token. 200
     ``{"result": ..., "seq": n}``; 403 forbidden for a bad or stale signature."""
+    if settings.SECRET_KEY.startswith("django-insecure-") and request.META.get("REMOTE_ADDR") not in LOOPBACK:
+        # The development key is public: anyone could sign with it.
+        raise ApiError("forbidden", "this node runs with the development secret key, which is public; set "
+                                    "DJANGO_SECRET_KEY on every node to forward operator actions between them")
     broker = runtime.get_broker()
     body = parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES)
     try:

@@ -141,3 +141,15 @@ def test_an_unreachable_leader_is_audited_as_failed(broker: Broker, operator: Cl
 def test_execute_runs_locally_on_the_leader(broker: Broker) -> None:
     result, seq, where = actions.execute(pause_op("q"))
     assert (result, where) == (False, "") and seq == broker.seq
+
+
+def test_with_the_public_development_key_only_loopback_may_forward(broker: Broker, store: ObjectStore,
+                                                                   settings: Any) -> None:
+    settings.SECRET_KEY = "django-insecure-queueadmin-local-development-only"
+    dead = kill(broker)
+    before = stored(store)
+    remote = Client(REMOTE_ADDR="10.0.0.9").post("/api/v1/operator", forward.sign(requeue_op([dead])),
+                                                 content_type="text/plain")
+    assert remote.status_code == 403 and "development secret key" in remote.json()["message"]
+    assert stored(store) == before
+    assert post_operator(forward.sign(requeue_op([dead]))).status_code == 200  # the test client is 127.0.0.1
