@@ -28,8 +28,7 @@ import logging
 import random
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,7 +40,7 @@ from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
 from engine.model import new_writer_id, utc_now
-from engine.operations import Operation
+from engine.operations import Operation, push_op
 from engine.parsing import empty_state, parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
@@ -126,10 +125,14 @@ class _Write:
         self.error: EngineError | None = None
 
 
-def _settle_futures(items: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    for future, result in items:
+def _settle_futures(batch: list[_Pending]) -> None:
+    """Runs on the callers' event loop: resolve each operation's future."""
+    for pending in batch:
+        future = pending.future
+        assert future is not None
         if future.done():  # the caller gave up (cancelled)
             continue
+        result = pending.result
         if isinstance(result, BaseException):
             future.set_exception(result)
         else:
@@ -177,7 +180,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.idle_gap_seconds = idle_gap_seconds
         self.stats = CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
-        self._cond = threading.Condition(threading.Lock())  # a plain Lock: cheaper than the default RLock
+        self._lock = threading.Lock()  # a plain Lock: cheaper than the default RLock
+        self._cond = threading.Condition(self._lock)
         self._queue: list[_Pending] = []
         self._running = False
         self._thread: threading.Thread | None = None
@@ -237,11 +241,15 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     # -- submitting ------------------------------------------------------------
 
     def _submit(self, pending: _Pending) -> None:
-        with self._cond:
+        queue = self._queue
+        with self._lock:  # the condition's lock, entered without Condition's Python-level wrapper
             if not self._running:
                 raise CommitterStopped("the committer is not running; call start()")
-            self._queue.append(pending)
-            self._cond.notify()
+            queue.append(pending)
+            # Only the writer waits on the condition, and it takes the whole
+            # queue each time it wakes: only the first arrival must wake it.
+            if len(queue) == 1:
+                self._cond.notify()
 
     def execute(self, op: Operation) -> Any:
         """Commit ``op`` and wait for its outcome (blocking this thread)."""
@@ -258,10 +266,28 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
         Cancelling the await does not withdraw the operation: it may still commit.
         """
+        return await self._submit_async(op)
+
+    async def apush(
+        self,
+        queue: str,
+        payloads: Sequence[Any],
+        *,
+        max_attempts: int | None = None,
+        delay_seconds: float = 0,
+    ) -> list[str]:
+        # As AsyncQueueMethods.apush, awaiting the future directly rather than
+        # through aexecute's coroutine: one coroutine fewer per push.
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        result: list[str] = await self._submit_async(op)
+        return result
+
+    def _submit_async(self, op: Operation) -> asyncio.Future[Any]:
+        """Submit ``op``; the future (of the running loop) gets its outcome."""
         pending = _Pending(op, asyncio.get_running_loop())
         self._submit(pending)
         assert pending.future is not None
-        return await pending.future
+        return pending.future
 
     def document(self) -> dict[str, Any]:
         """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
@@ -456,14 +482,18 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     def _answer(self, batch: list[_Pending]) -> None:
         self.stats.operations += len(batch)
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = defaultdict(list)
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
         for pending in batch:
-            if pending.loop is None:
+            loop = pending.loop
+            if loop is None:
                 assert pending.lock is not None
                 pending.lock.release()
             else:
-                assert pending.future is not None
-                by_loop[pending.loop].append((pending.future, pending.result))
+                same = by_loop.get(loop)
+                if same is None:
+                    by_loop[loop] = [pending]
+                else:
+                    same.append(pending)
         # One wake-up per event loop per batch, not one per operation.
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
