@@ -57,10 +57,14 @@ DEFAULT_RETRY_BACKOFF_CAP_SECONDS = 1.0
 # callers keep sending new operations, so that they join it instead of waiting
 # a whole extra write. It stops waiting as soon as arrivals pause.
 DEFAULT_MAX_LINGER_SECONDS = 0.05
-# ...and at most this share of the last write's duration, so that when callers
-# take long to come back (thousands of them, CPU-bound) the store is not left
-# idle: those that miss the linger go in the write after.
-LINGER_SHARE = 0.25
+# ...and at most this share of the last write's duration. With 2,048 asyncio
+# callers on one loop, answering and re-submitting all of them takes ~20 ms of
+# CPU: waiting up to one whole write for them lets every caller ride every
+# write (one cohort), instead of half of them missing the linger and waiting
+# two writes each time (measured: 20.5k -> 22.7k pushes/s, p99 157 -> 143 ms).
+# The linger still ends as soon as every answered caller is back, or when
+# arrivals pause for idle_gap_seconds.
+LINGER_SHARE = 1.0
 DEFAULT_IDLE_GAP_SECONDS = 0.005
 
 
