@@ -134,11 +134,23 @@ Operation = (
 )
 
 
+# Queue names already checked (a few per broker): a dict lookup instead of a
+# regular expression on every push. Bounded, so random names cannot grow it.
+_CHECKED_QUEUES: dict[str, None] = {}
+_CHECKED_QUEUES_MAX = 1024
+
+
 def check_queue(name: object) -> str:
+    if type(name) is str and name in _CHECKED_QUEUES:
+        return name
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise ValidationError(
             f"invalid queue name {name!r}: use 1-100 letters, digits, '_', '.', ':' or '-', starting alphanumeric"
         )
+    if type(name) is str:
+        if len(_CHECKED_QUEUES) >= _CHECKED_QUEUES_MAX:
+            _CHECKED_QUEUES.clear()
+        _CHECKED_QUEUES[name] = None
     return name
 
 

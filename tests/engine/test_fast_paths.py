@@ -235,3 +235,21 @@ def test_many_submitters_from_threads_and_loops_are_all_answered() -> None:
         stored = {j["id"] for j in committer.document()["jobs"]}
     assert len(from_loop) == 300 and len(from_threads) == 200
     assert stored == set(from_loop) | set(from_threads)
+
+
+def test_queue_names_checked_once_are_remembered_and_bad_ones_never() -> None:
+    from engine import operations
+
+    operations._CHECKED_QUEUES.clear()
+    assert operations.check_queue("good.q") == "good.q"
+    assert "good.q" in operations._CHECKED_QUEUES
+    assert operations.check_queue("good.q") == "good.q"
+    for bad in ("", "bad queue", "-x", "x" * 101, None, 7, ["q"], "q\n"):
+        with pytest.raises(ValidationError):
+            operations.check_queue(bad)
+        with pytest.raises(ValidationError):
+            operations.check_queue(bad)  # still refused the second time
+    assert set(operations._CHECKED_QUEUES) == {"good.q"}
+    for i in range(3 * operations._CHECKED_QUEUES_MAX):
+        operations.check_queue(f"q{i}")
+    assert len(operations._CHECKED_QUEUES) <= operations._CHECKED_QUEUES_MAX
