@@ -344,7 +344,11 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                 now = time.monotonic()
                 if new and self._guarded(new, self._apply, new) is not _FAILED:
                     staged.extend(new)
-                    last_arrival = now
+                    # The idle gap counts from when the writer is ready for
+                    # more, so that its own pauses (applying a large batch, a
+                    # garbage collection, which also stops the callers) do not
+                    # look like callers that stopped coming back.
+                    last_arrival = time.monotonic()
                 landed: list[_Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
