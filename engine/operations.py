@@ -36,6 +36,11 @@ class NewJob(NamedTuple):
     delay_seconds: float
 
 
+def _new_job(fields: tuple[str, bytes, int, float]) -> NewJob:
+    """``NewJob(*fields)`` without the Python-level ``__new__`` call."""
+    return tuple.__new__(NewJob, fields)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Push:
     queue: str
@@ -132,11 +137,23 @@ Operation = (
 )
 
 
+# Queue names already checked (a few per broker): a dict lookup instead of a
+# regular expression on every push. Bounded, so random names cannot grow it.
+_CHECKED_QUEUES: dict[str, None] = {}
+_CHECKED_QUEUES_MAX = 1024
+
+
 def check_queue(name: object) -> str:
+    if type(name) is str and name in _CHECKED_QUEUES:
+        return name
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise ValidationError(
             f"invalid queue name {name!r}: use 1-100 letters, digits, '_', '.', ':' or '-', starting alphanumeric"
         )
+    if type(name) is str:
+        if len(_CHECKED_QUEUES) >= _CHECKED_QUEUES_MAX:
+            _CHECKED_QUEUES.clear()
+        _CHECKED_QUEUES[name] = None
     return name
 
 
@@ -200,15 +217,23 @@ def push_op(
         raise ValidationError("payloads must be a list of JSON values")
     if not payloads:
         raise ValidationError("push needs at least one payload")
-    attempts = int(
-        _check_number("max_attempts", policy.max_attempts if max_attempts is None else max_attempts,
-                      low=1, high=1000, integer=True)
-    )
-    delay = float(_check_number("delay_seconds", delay_seconds, low=0, high=MAX_DELAY_SECONDS))
+    attempts = policy.max_attempts if max_attempts is None else max_attempts
+    if type(attempts) is not int or not 1 <= attempts <= 1000:  # else valid as it is
+        attempts = int(_check_number("max_attempts", attempts, low=1, high=1000, integer=True))
+    if delay_seconds == 0 and type(delay_seconds) is int:  # the default, valid
+        delay = 0.0
+    else:
+        delay = float(_check_number("delay_seconds", delay_seconds, low=0, high=MAX_DELAY_SECONDS))
     if ids is not None and len(ids) != len(payloads):
         raise ValidationError("ids and payloads differ in length")
     limit = policy.max_payload_bytes
-    if ids is None:
+    if ids is None and len(payloads) == 1:
+        # The common case, one payload, without a generator (a push per call
+        # is the hot path of a busy broker).
+        jobs: tuple[NewJob, ...] = (
+            _new_job((new_job_id(), encode_payload(payloads[0], limit=limit), attempts, delay)),
+        )
+    elif ids is None:
         jobs = tuple(NewJob(new_job_id(), encode_payload(p, limit=limit), attempts, delay) for p in payloads)
     else:
         jobs = tuple(

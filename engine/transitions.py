@@ -52,22 +52,16 @@ from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:
     """Append the jobs at the back of ``op.queue``. A job whose id is already
     in the document is left as it is (pushes are idempotent by id)."""
+    jobs, dead, queue = state.jobs, state.dead, op.queue
     for new in op.jobs:
-        if new.id in state.jobs or new.id in state.dead:
+        if new.id in jobs or new.id in dead:
             continue
-        counters = state.counters(op.queue)
-        state.add_job(
-            Job(
-                id=new.id,
-                queue=op.queue,
-                payload=new.payload,
-                status="pending",
-                attempts=0,
-                max_attempts=new.max_attempts,
-                enqueued_at=now,
-                not_before=now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None,
-            )
-        )
+        counters = state.counters(queue)
+        not_before = now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None
+        # Job(id=..., queue=..., ...) in field order, without the keyword-argument
+        # __new__ (every push builds one).
+        fields = (new.id, queue, new.payload, "pending", 0, new.max_attempts, now, not_before, None, None, ())
+        state.add_job(tuple.__new__(Job, fields))
         counters.pushed += 1
     return [new.id for new in op.jobs]
 
