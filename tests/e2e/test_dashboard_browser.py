@@ -154,6 +154,7 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         page.goto(f"{server.url}/")
         row = page.locator('tr[data-row="browser"]')
         expect(row).to_contain_text("1")
+        expect(page.locator('tr[data-row="reports"]')).to_contain_text("12 (0 ready)")
         shot(page, "overview")
 
         # A job that always fails, with one attempt: it ends in the dead letters.
