@@ -236,7 +236,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     who = f" by {submitted.username}" if submitted is not None else ""
     events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
                                  f"enqueued on {item['queue']}{who}", submitted.reason if submitted else None)]
-    for n, attempt in enumerate(item.get("history") or (), 1):
+    for attempt in item.get("history") or ():
         events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
                             f"claimed by {attempt['worker']}"))
         if attempt["heartbeat_at"] != attempt["claimed_at"]:
@@ -246,7 +246,6 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
         text = {"failed": "attempt failed", "expired": "lease expired", "requeued": "requeued by an operator"}[end]
         events.append(Event(moment(attempt["ended_at"]), end, text, attempt.get("error"),  # type: ignore[arg-type]
                             "warn" if end == "requeued" else "bad"))
-        del n
     lease = item.get("lease")
     now = snapshot.taken_at
     lease_view = None
