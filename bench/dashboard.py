@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     for job in claimed[:20]:
         committer.execute(fail_op(job.id, job.lease, error=f"ValueError: bad row {job.id[:4]}",
                                   retry_in_seconds=None, policy=broker.policy, give_up=True))
-    _, etag, parts = committer.committed
+    etag, parts = committer.committed
     size = sum(len(p) for p in parts)
     some_id = claimed[-1].id
 
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
 
     def after_one_commit() -> None:
         committer.push("emails", [{"to": "one-more@example.com"}])
-        _, etag2, parts2 = committer.committed
+        etag2, parts2 = committer.committed
         decoder.decode(parts2, etag=etag2, taken_at=datetime.now(UTC))
 
     rows.append(("decode after one more commit (chunks reused; includes the commit)",
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
     def first_overview() -> None:
         # A new version: its per-queue, worker and count summaries are computed
         # once, then shared by every page and socket that shows that version.
-        _, etag3, parts3 = committer.committed
+        etag3, parts3 = committer.committed
         pages.overview(decoder.decode(parts3, etag=etag3, taken_at=datetime.now(UTC)))
 
     rows.append(("summaries of a new version (the first overview that shows it)",

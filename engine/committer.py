@@ -191,8 +191,10 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._thread: threading.Thread | None = None
         self._state: QueueState | None = None
         # The latest version we read or wrote, as parts (joined only on demand).
-        self._committed: list[bytes] | None = None
-        self._committed_etag: str | None = None
+        # The latest landed version as one (etag, parts) tuple, replaced
+        # whole, so a reader on another thread never pairs one version's
+        # parts with another's ETag.
+        self._committed: tuple[str | None, list[bytes]] | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
         self._io: ThreadPoolExecutor | None = None
         self._abandon: EngineError | None = None  # set by stop(drain=False)
@@ -295,22 +297,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         return pending.future
 
     @property
-    def committed(self) -> tuple[int, str | None, list[bytes]]:
-        """The latest landed version: its seq, ETag and encoded parts (no I/O).
+    def committed(self) -> tuple[str | None, list[bytes]]:
+        """The latest landed version: its ETag and encoded parts (no I/O).
 
         The parts are immutable and shared with the writer: unchanged chunks
         are the same ``bytes`` objects from one commit to the next, so a
         reader may cache what it derives from each part by identity. Empty
         before the first write lands.
         """
-        # One read of each attribute: the writer thread replaces them as a
-        # pair, and a torn pair only makes a reader's cache miss once.
-        parts, etag = self._committed, self._committed_etag
-        return self.committed_seq, etag, list(parts) if parts else []
+        version = self._committed
+        return (None, []) if version is None else (version[0], list(version[1]))
 
     def document(self) -> dict[str, Any]:
         """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
-        parts = self._committed
+        _, parts = self.committed
         result: dict[str, Any] = orjson.loads(b"".join(parts)) if parts else {}
         return result
 
@@ -453,8 +453,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._state.etag = done.etag
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
-            self._committed = done.parts
-            self._committed_etag = done.etag
+            self._committed = (done.etag, done.parts)
             self.stats.commits += 1
             self.stats.last_commit_seconds = time.monotonic() - done.started
             if self.on_commit is not None:
@@ -533,14 +532,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.stats.reads += 1
         if blob is None:
             self._committed = None
-            self._committed_etag = None
             self.committed_seq = 0
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
-        self._committed = [blob.data]
-        self._committed_etag = blob.etag
+        self._committed = (blob.etag, [blob.data])
         self.committed_seq = state.seq
         return state
 

@@ -95,7 +95,7 @@ class SnapshotSource:
         taken_at = datetime.now(UTC)
         committer = broker.committer
         if committer is not None:
-            _seq, etag, parts = committer.committed
+            etag, parts = committer.committed
             stats = committer.stats
             if stats.commits and committer.committed_seq != self._latency_seq:
                 self._latency_seq = committer.committed_seq

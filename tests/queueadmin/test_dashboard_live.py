@@ -218,14 +218,14 @@ def test_parts_decoder_matches_a_whole_decode_and_reuses_unchanged_chunks() -> N
     try:
         committer.push("q", list(range(2000)))
         decoder = PartsDecoder()
-        _, etag, parts = committer.committed
+        etag, parts = committer.committed
         now = datetime.now(UTC)
         first = decoder.decode(parts, etag=etag, taken_at=now)
         whole = decode_document(b"".join(parts), etag=etag, taken_at=now)
         assert first.jobs == whole.jobs and first.header == whole.header and first.size == whole.size
 
         committer.push("q", ["one more"])
-        _, etag2, parts2 = committer.committed
+        etag2, parts2 = committer.committed
         second = decoder.decode(parts2, etag=etag2, taken_at=now)
         assert len(second.jobs) == 2001 and second.jobs[-1]["payload"] == "one more"
         # The first 512-job chunk did not change: its decoded dicts are the same objects.
