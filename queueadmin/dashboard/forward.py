@@ -77,13 +77,13 @@ def decode(data: Any, *, policy: Policy) -> Operation:
 
 
 def sign(op: Operation) -> str:
-    return signing.dumps(encode(op), salt=SALT, compress=True, serializer=_JSONSerializer)
+    return signing.dumps(encode(op), salt=SALT, compress=True)
 
 
 def unsign(text: str, *, policy: Policy) -> Operation:
     """The signed operation. Raises signing.BadSignature (or SignatureExpired)
     for a forged, altered or stale one, ValueError/ValidationError for a bad one."""
-    data = signing.loads(text, salt=SALT, max_age=MAX_AGE_SECONDS, serializer=_JSONSerializer)
+    data = signing.loads(text, salt=SALT, max_age=MAX_AGE_SECONDS)
     return decode(data, policy=policy)
 
 
@@ -108,12 +108,3 @@ def forward(op: Operation, leader_url: str) -> tuple[Any, int | None]:
     raise ForwardRefused(f"the leader at {leader_url} answered {response.status_code} {code or ''}: "
                          f"{message or response.reason_phrase}")
 
-
-class _JSONSerializer:
-    """orjson for django.core.signing (which wants ``dumps``/``loads`` on bytes)."""
-
-    def dumps(self, obj: Any) -> bytes:
-        return orjson.dumps(obj)
-
-    def loads(self, data: bytes) -> Any:
-        return orjson.loads(data)

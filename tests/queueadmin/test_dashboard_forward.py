@@ -69,8 +69,7 @@ def test_an_unsigned_operator_request_is_forbidden_and_changes_nothing(broker: B
 
 def test_a_signed_but_malformed_operation_is_invalid(broker: Broker, store: ObjectStore) -> None:
     before = stored(store)
-    text = signing.dumps({"kind": "requeue", "job_ids": []}, salt=forward.SALT,
-                         serializer=forward._JSONSerializer)
+    text = signing.dumps({"kind": "requeue", "job_ids": []}, salt=forward.SALT)
     response = post_operator(text)
     assert response.status_code == 400
     assert stored(store) == before
