@@ -8,7 +8,6 @@ never as a server error: that is exactly when an operator opens it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,25 +46,15 @@ def read_snapshot(request: HttpRequest, *, fresh_seconds: float | None = None) -
                       {"error": exc, "kind": type(exc).__name__}, status=503)
 
 
-def live_page(name: str, template: str, build: Callable[..., dict[str, Any]]) -> Callable[..., HttpResponse]:
-    """A read-only page drawn from the snapshot, which its live socket keeps current."""
+@dataclass(frozen=True, slots=True)
+class LivePage:
+    """A read-only page drawn from the snapshot: its template, its context
+    builder ``build(snapshot, request, **url_kwargs)``, and the partials
+    (each an element with that id) its live socket redraws."""
 
-    @require_safe
-    @dashboard_page
-    @functools.wraps(build)
-    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-        snapshot = read_snapshot(request)
-        if isinstance(snapshot, HttpResponse):
-            return snapshot
-        context = build(snapshot, request, **kwargs)
-        context.update(live_page=name, here=request.get_full_path())
-        return render(request, template, context)
-
-    return view
-
-
-def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    return pages.overview(snapshot)
+    template: str
+    build: Callable[..., dict[str, Any]]
+    partials: tuple[str, ...]
 
 
 def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
@@ -83,46 +72,47 @@ def job_actions(job_id: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(jobs__job_id=job_id).order_by("created_at")[:200])
 
 
-def _workers(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    return pages.workers(snapshot)
+def _snapshot_only(build: Callable[[Snapshot], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """A builder that needs nothing from the request."""
+    return lambda snapshot, request: build(snapshot)
 
 
-def _dead(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    return pages.dead(snapshot)
-
-
-def _document(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    return pages.document(snapshot)
-
-
-overview = live_page("overview", "queueadmin/dashboard/overview.html", _overview)
-jobs = live_page("jobs", "queueadmin/dashboard/jobs.html", _jobs)
-job = live_page("job", "queueadmin/dashboard/job.html", _job)
-workers = live_page("workers", "queueadmin/dashboard/workers.html", _workers)
-dead = live_page("dead", "queueadmin/dashboard/dead.html", _dead)
-document = live_page("document", "queueadmin/dashboard/document.html", _document)
-
-@dataclass(frozen=True, slots=True)
-class LivePage:
-    """How the live consumer redraws a page: its template, context builder,
-    and the partials (each an element with that id) that change with the queue."""
-
-    template: str
-    build: Callable[..., dict[str, Any]]
-    partials: tuple[str, ...]
-
-
-#: Pages the live consumer keeps current, by URL name.
+#: The live pages, by URL name: the views below and the live consumer both use this.
 LIVE_PAGES: dict[str, LivePage] = {
-    "overview": LivePage(
-        "queueadmin/dashboard/overview.html", _overview, ("live-alerts", "live-queues", "live-broker")
-    ),
+    "overview": LivePage("queueadmin/dashboard/overview.html", _snapshot_only(pages.overview),
+                         ("live-alerts", "live-queues", "live-broker")),
     "jobs": LivePage("queueadmin/dashboard/jobs.html", _jobs, ("live-jobs",)),
     "job": LivePage("queueadmin/dashboard/job.html", _job, ("live-job",)),
-    "workers": LivePage("queueadmin/dashboard/workers.html", _workers, ("live-workers",)),
-    "dead": LivePage("queueadmin/dashboard/dead.html", _dead, ("live-dead",)),
-    "document": LivePage("queueadmin/dashboard/document.html", _document, ("live-document",)),
+    "workers": LivePage("queueadmin/dashboard/workers.html", _snapshot_only(pages.workers), ("live-workers",)),
+    "dead": LivePage("queueadmin/dashboard/dead.html", _snapshot_only(pages.dead), ("live-dead",)),
+    "document": LivePage("queueadmin/dashboard/document.html", _snapshot_only(pages.document), ("live-document",)),
 }
+
+
+def live_view(name: str) -> Callable[..., HttpResponse]:
+    """The view of live page ``name``; its socket keeps it current."""
+    page = LIVE_PAGES[name]
+
+    @require_safe
+    @dashboard_page
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        snapshot = read_snapshot(request)
+        if isinstance(snapshot, HttpResponse):
+            return snapshot
+        context = page.build(snapshot, request, **kwargs)
+        context.update(live_page=name, here=request.get_full_path())
+        return render(request, page.template, context)
+
+    view.__name__ = view.__qualname__ = name
+    return view
+
+
+overview = live_view("overview")
+jobs = live_view("jobs")
+job = live_view("job")
+workers = live_view("workers")
+dead = live_view("dead")
+document = live_view("document")
 
 
 # -- submit -----------------------------------------------------------------------------------
