@@ -51,6 +51,9 @@ from engine.operations import claim_op
 log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_SECONDS = 10.0
+# A worker heartbeats every lease_seconds * this, unless told otherwise: two
+# missed beats still leave a third of the lease.
+HEARTBEAT_SHARE = 1 / 3
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_BACKOFF_SECONDS = 0.5
@@ -160,7 +163,9 @@ class Worker:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
-        self.heartbeat_interval = heartbeat_interval if heartbeat_interval is not None else self.lease_seconds / 3
+        self.heartbeat_interval = (
+            heartbeat_interval if heartbeat_interval is not None else self.lease_seconds * HEARTBEAT_SHARE
+        )
         if not 0 < self.heartbeat_interval < self.lease_seconds:
             raise ValueError("need 0 < heartbeat_interval < lease_seconds")
         if not 0 <= wait_seconds <= MAX_WAIT_SECONDS or poll_seconds <= 0 or grace_seconds < 0:
