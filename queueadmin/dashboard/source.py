@@ -63,6 +63,9 @@ class SnapshotSource:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._forget()
+
+    def _forget(self) -> None:
         self._decoder = PartsDecoder()
         self._snapshot: Snapshot | None = None
         self._checked = 0.0
@@ -74,7 +77,7 @@ class SnapshotSource:
     def reset(self) -> None:
         """Forget everything (tests; a settings change)."""
         with self._lock:
-            self.__init__()  # type: ignore[misc]
+            self._forget()
 
     def current(self, *, fresh_seconds: float = FRESH_SECONDS) -> Snapshot:
         """The latest committed document. Raises DocumentError for a document
