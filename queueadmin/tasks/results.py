@@ -26,6 +26,7 @@ added. Each object expires ``RESULT_TTL_SECONDS`` after its last attempt;
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -41,6 +42,9 @@ from queueadmin.tasks.payload import TaskView, describe
 log = logging.getLogger(__name__)
 
 PREFIX = "results/"
+#: A result object that cannot be read is copied here, byte for byte, before a
+#: new attempt's result replaces it: nothing unreadable is destroyed.
+UNREADABLE_PREFIX = "results-unreadable/"
 #: A result keeps at most this many errors (the newest), like the job's history.
 MAX_ERRORS = 20
 #: Each error's traceback keeps at most its last this many characters.
@@ -197,7 +201,8 @@ def record_attempt(
             try:
                 old = parse_result(blob.data)
             except ValueError as exc:
-                log.warning("overwriting malformed task result %s: %s", key, exc)
+                aside = _keep_unreadable(store, key, blob.data, now=finished_at)
+                log.warning("task result %s is malformed (%s); kept as %s and replaced", key, exc, aside)
         status, value = outcome, return_value
         if old is not None and old.status == "SUCCESSFUL" and outcome == "FAILED":
             status, value = "SUCCESSFUL", old.return_value  # a late failure never undoes a success
@@ -224,6 +229,17 @@ def record_attempt(
             continue  # another attempt of this job wrote meanwhile: merge again
         return result
     raise PreconditionFailed(f"{key}: lost {MAX_WRITE_TRIES} races in a row writing a task result")
+
+
+def _keep_unreadable(store: ObjectStore, key: str, data: bytes, *, now: datetime) -> str:
+    """Copy an unreadable result object under :data:`UNREADABLE_PREFIX` (never
+    over an earlier copy); return the copy's key."""
+    name = key.removeprefix(PREFIX)
+    aside = f"{UNREADABLE_PREFIX}{name}.{now.strftime('%Y%m%dT%H%M%S%f')}"
+    # Already there: another attempt kept the same bytes at this instant.
+    with contextlib.suppress(PreconditionFailed):
+        store.put(aside, data, if_none_match=True)
+    return aside
 
 
 def delete_expired(store: ObjectStore, *, now: datetime) -> int:

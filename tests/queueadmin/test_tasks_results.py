@@ -134,3 +134,16 @@ def test_the_cleaner_deletes_expired_results_on_start() -> None:
 def test_parse_result_refuses_malformed_objects() -> None:
     with pytest.raises(ValueError, match="malformed"):
         parse_result(b'{"id": "x"}')
+
+
+def test_a_malformed_result_is_kept_aside_byte_for_byte_before_it_is_replaced() -> None:
+    store = MemoryStore()
+    store.put("results/j1.json", b"{not a result")
+
+    written = record(store, "j1")
+
+    assert written.status == "SUCCESSFUL"
+    [aside] = store.list("results-unreadable/")
+    assert aside.startswith("results-unreadable/j1.json.")
+    assert store.get(aside).data == b"{not a result"  # type: ignore[union-attr]
+    assert read_result("j1", store=store) is not None
