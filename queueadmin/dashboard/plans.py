@@ -46,7 +46,9 @@ STORED = ("action", "queue", "target", "status", "group", "seq", "ids", "expect"
 
 class PlanRefused(Exception):
     """The confirmation names no plan this user may run. Nothing was changed:
-    the operator starts the action again from its page."""
+    the operator starts the action again from its page. ``status`` is 422
+    without a token, 403 for an altered, forged or foreign one, 409 for an
+    expired or used one (statuses the page's htmx shows in place)."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -72,7 +74,7 @@ def load(token: str, user: AbstractBaseUser | AnonymousUser) -> Plan:
     database, changes nothing."""
     if not token:
         raise PlanRefused("This confirmation has no dry run: start the action again from its page. "
-                          "Nothing was changed.", 400)
+                          "Nothing was changed.", 422)
     try:
         data: Any = signing.loads(token, salt=SALT, max_age=PLAN_TTL_SECONDS)
     except signing.SignatureExpired:
@@ -80,10 +82,10 @@ def load(token: str, user: AbstractBaseUser | AnonymousUser) -> Plan:
                           "Nothing was changed.", 409) from None
     except signing.BadSignature:
         raise PlanRefused("This confirmation was not made by the dashboard (its signature does not match): "
-                          "start the action again from its page. Nothing was changed.", 400) from None
+                          "start the action again from its page. Nothing was changed.", 403) from None
     if not isinstance(data, dict) or data.get("u") != user.pk or not isinstance(data.get("k"), str):
         raise PlanRefused("This dry run belongs to another user: start the action again from its page. "
-                          "Nothing was changed.", 400)
+                          "Nothing was changed.", 403)
     row = ActionPlan.objects.filter(key=data["k"], user_id=user.pk).only("key", "body").first()
     if row is None:
         raise PlanRefused("This dry run has already been run (or has expired): run it again to act on the "

@@ -293,7 +293,7 @@ def test_a_run_without_a_dry_run_is_refused(broker: Broker, operator: Client, st
     dead = kill(broker)
     before = stored(store)
     response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r"})
-    assert response.status_code == 400 and b"no dry run" in response.content
+    assert response.status_code == 422 and b"no dry run" in response.content
     assert stored(store) == before and not AuditEntry.objects.exists()
 
 

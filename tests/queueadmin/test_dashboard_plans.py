@@ -219,9 +219,9 @@ def _tampered(token: str) -> str:
 @pytest.mark.parametrize(
     ("token", "status", "text"),
     [
-        (_tampered, 400, b"not made by the dashboard"),
-        (lambda t: t.split(":")[0], 400, b"not made by the dashboard"),
-        (lambda t: "", 400, b"no dry run"),
+        (_tampered, 403, b"not made by the dashboard"),
+        (lambda t: t.split(":")[0], 403, b"not made by the dashboard"),
+        (lambda t: "", 422, b"no dry run"),
     ],
     ids=["altered", "cut", "missing"],
 )
@@ -248,7 +248,7 @@ def test_a_forged_token_is_refused(broker: Broker, operator: Client, store: Obje
 
     response = confirm(operator, forged)
 
-    assert response.status_code == 400 and stored(store) == before and not AuditEntry.objects.exists()
+    assert response.status_code == 403 and stored(store) == before and not AuditEntry.objects.exists()
 
 
 def test_another_users_token_is_refused(broker: Broker, operator: Client, store: ObjectStore) -> None:
@@ -259,7 +259,7 @@ def test_another_users_token_is_refused(broker: Broker, operator: Client, store:
 
     response = confirm(other, plan.token)
 
-    assert response.status_code == 400 and b"another user" in response.content
+    assert response.status_code == 403 and b"another user" in response.content
     assert stored(store) == before and not AuditEntry.objects.exists()
 
 
