@@ -302,9 +302,10 @@ def fail_op(
                 retry_in_seconds=retry_in_seconds, give_up=give_up)
 
 
-def _expected(job_ids: Iterable[str], expect: Iterable[str], allowed: tuple[str, ...]) -> tuple[
-        tuple[str, ...], tuple[Any, ...]]:
-    """Ids and their expected statuses, checked and without repeats."""
+def _expected(
+    job_ids: Iterable[str], expect: Iterable[str], allowed: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """Ids and their expected statuses (one per id), checked and without repeats."""
     pairs: dict[str, str] = {}
     ids, statuses = list(job_ids), list(expect)
     if len(ids) != len(statuses):

@@ -199,7 +199,7 @@ def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outc
         message = f"{type(exc).__name__}: {exc}"
         entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids,
                       ok=False, detail=message)
-        return Outcome(entry, False, f"{p.action.title()} failed: {message} Nothing was changed.")
+        return Outcome(entry, False, f"{p.action.title()} failed: {message}")
     if p.toggles:
         detail, changed = _toggled(p, was_paused=bool(result))
         ids: list[str] = []
