@@ -21,9 +21,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import runtime  # noqa: E402
+from queueadmin import edge, runtime  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
+
+# daphne (its CLI and runserver) imports the application before it serves:
+# from here on its server refuses an oversized, unauthenticated or stalled
+# request body before reading it (queueadmin.edge).
+edge.install()
 
 # Only the process that serves requests imports this module (daphne, or
 # runserver's serving child; never migrate, check or the autoreloader's

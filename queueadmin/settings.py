@@ -25,6 +25,9 @@ QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
 QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
                             (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
+QUEUE_HTTP_IDLE_SECONDS     longest pause while a client sends a request body
+                            before it gets 408, seconds (30); an idle
+                            connection is closed after twice this
 QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
                             imported, i.e. in daphne / runserver (true)
 QUEUE_TASK_RESULT_TTL_SECONDS
@@ -250,6 +253,9 @@ QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", 262144)
 QUEUE_MAX_REQUEST_BYTES = env_int(
     "QUEUE_MAX_REQUEST_BYTES", max(4 * 1024 * 1024, 2 * QUEUE_MAX_PAYLOAD_BYTES), minimum=QUEUE_MAX_PAYLOAD_BYTES
 )
+# daphne answers a body that stops arriving for this long with 408, and closes
+# a connection idle for twice this (queueadmin.edge).
+QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", 30)
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
