@@ -23,11 +23,12 @@ LIMIT = 100_000
 
 
 @pytest.fixture(autouse=True)
-def limits(settings: SettingsWrapper) -> None:
+def limits(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.QUEUE_API_TOKEN = TOKEN
     settings.QUEUE_MAX_REQUEST_BYTES = LIMIT
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * LIMIT
-    auth.digests.forget()
+    # A token cache of the test's own: the process-wide one must not keep what this test read.
+    monkeypatch.setattr(auth, "digests", auth.TokenDigests())
 
 
 def code(error: ApiError | None) -> str | None:
