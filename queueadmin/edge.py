@@ -122,12 +122,18 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
             super().gotLength(length)
             return
         channel = self.channel
+        # The request line is parsed, but Request.method/path are only set once
+        # the body is in; HTTPChannel keeps them meanwhile.
         target = bytes(getattr(channel, "_path", b"") or b"").decode("latin-1")
         path = unquote(urlsplit(target).path)
         method = bytes(getattr(channel, "_command", b"") or b"").decode("latin-1")
         authorization = self.requestHeaders.getRawHeaders(b"Authorization", [None])[0]
-        error = refusal(method, path, authorization.decode("latin-1") if authorization is not None else None,
-                        length)
+        try:
+            error = refusal(method, path, authorization.decode("latin-1") if authorization is not None else None,
+                            length)
+        except Exception:  # a bug here must not drop the connection: the views check everything again
+            log.exception("the edge check failed for %s %s; reading the body as usual", method, path)
+            error = None
         if error is not None:
             super().gotLength(0)  # an empty body, never filled
             # Answer instead of "100 Continue": the client need not send the body.

@@ -95,6 +95,15 @@ def test_a_signed_but_malformed_operation_is_invalid(broker: Broker, store: Obje
     assert stored(store) == before
 
 
+def test_a_signed_operation_with_a_lone_surrogate_is_invalid(broker: Broker, store: ObjectStore) -> None:
+    before = stored(store)
+    text = signing.dumps({"kind": "pause", "queue": "q\ud800", "paused": True, "nonce": "n" * 32},
+                         salt=forward.SALT)
+    response = post_operator(text)
+    assert response.status_code == 400 and "surrogate" in response.json()["message"]
+    assert stored(store) == before
+
+
 def test_an_api_token_does_not_make_an_operator_request(broker: Broker, store: ObjectStore,
                                                          settings: Any) -> None:
     settings.QUEUE_API_TOKEN = "worker-token"
