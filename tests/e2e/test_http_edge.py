@@ -141,3 +141,6 @@ def test_ordinary_requests_are_untouched(node: Node) -> None:
     assert api(node, "GET", "/api/v1/health", token=None).status_code == 200
     # A body for a path that does not exist is Django's 404 as before, not a 401.
     assert api(node, "POST", "/api/v1/nope", {"a": 1}, token=None).status_code == 404
+    # A Host not in ALLOWED_HOSTS is a JSON 400 too, not Django's HTML page.
+    foreign = httpx.get(f"{node.url}/api/v1/health", headers={"Host": "evil.example"}, timeout=30)
+    assert foreign.status_code == 400 and foreign.json()["error"] == "disallowed_host"
