@@ -13,6 +13,10 @@ DJANGO_SECRET_KEY           Required unless DJANGO_DEBUG is true (dev-only key)
 DJANGO_DEBUG                true/false (true, for local development)
 DJANGO_STATIC_ROOT          folder collectstatic fills (unset: files served from the app)
 ALLOWED_HOSTS               comma-separated host names (127.0.0.1,localhost)
+CSRF_TRUSTED_ORIGINS        comma-separated origins (https://queue.example.com)
+                            that forms and the live socket accept besides the
+                            request's own, e.g. behind a TLS-terminating proxy
+                            (none)
 DATABASE_URL                dj-database-url URL (sqlite at var/db.sqlite3)
 QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., memory://
                             (a folder at var/queue)
@@ -116,6 +120,19 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_origins(name: str) -> list[str]:
+    """Read a comma-separated list of origins, each ``scheme://host[:port]``
+    with scheme http or https and nothing after (``*.`` may start the host).
+    Raises ImproperlyConfigured for anything else."""
+    origins = env_list(name, "")
+    for origin in origins:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or \
+                parts.fragment:
+            raise ImproperlyConfigured(f"{name} must list origins like https://queue.example.com, got {origin!r}")
+    return origins
+
+
 def env_str(name: str) -> str | None:
     """Read an optional string; unset or blank gives None."""
     raw = os.environ.get(name, "").strip()
@@ -149,6 +166,9 @@ if _secret_key is None:
 SECRET_KEY = _secret_key
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
+# Origins other than the request's own that forms (Django's CSRF check) and
+# the live socket (queueadmin.dashboard.origin) accept.
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     # daphne first: it replaces runserver with an ASGI server that also
