@@ -18,12 +18,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import runtime  # noqa: E402
+from queueadmin import edge, runtime  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
+from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
+
+# daphne (its CLI and runserver) imports the application before it serves:
+# from here on its server refuses an oversized, unauthenticated or stalled
+# request body before reading it (queueadmin.edge).
+edge.install()
 
 # Only the process that serves requests imports this module (daphne, or
 # runserver's serving child; never migrate, check or the autoreloader's
@@ -47,7 +52,8 @@ application = ProtocolTypeRouter(
     {
         # Static files are served by ServeStatic's middleware inside Django.
         "http": django_asgi_app,
-        # Websockets: reject cross-site origins, then attach the session user.
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Websockets: only this site's own pages (scheme, host and port), then
+        # attach the session user.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -8,7 +8,8 @@ is on record as failed. The jobs an action touched are rows of
 :class:`AuditJob`, so a job's page finds its actions with an indexed query.
 
 :class:`ApiToken` rows are broker API tokens managed in Django admin, used
-beside the ``QUEUE_API_TOKEN`` setting.
+beside the ``QUEUE_API_TOKEN`` setting. :class:`ForwardNonce` rows make each
+operator action a standby forwards to the leader usable once, on every node.
 
 The audit model also carries the dashboard's permissions, so they can be granted
 in the admin like any other:
@@ -148,3 +149,17 @@ class ActionPlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan {self.key[:8]}… of {self.user_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ForwardNonce(models.Model):
+    """The nonce of a signed operator request a leader has accepted
+    (:mod:`queueadmin.dashboard.forward`), kept until its signature has
+    expired, so that the same request is never run twice, by any node: all
+    nodes share this table. Rows past ``expires_at`` are deleted as new ones
+    are added."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.nonce

@@ -13,6 +13,10 @@ DJANGO_SECRET_KEY           Required unless DJANGO_DEBUG is true (dev-only key)
 DJANGO_DEBUG                true/false (true, for local development)
 DJANGO_STATIC_ROOT          folder collectstatic fills (unset: files served from the app)
 ALLOWED_HOSTS               comma-separated host names (127.0.0.1,localhost)
+CSRF_TRUSTED_ORIGINS        comma-separated origins (https://queue.example.com)
+                            that forms and the live socket accept besides the
+                            request's own, e.g. behind a TLS-terminating proxy
+                            (none)
 DATABASE_URL                dj-database-url URL (sqlite at var/db.sqlite3)
 QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., memory://
                             (a folder at var/queue)
@@ -25,6 +29,9 @@ QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
 QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
                             (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
+QUEUE_HTTP_IDLE_SECONDS     longest pause while a client sends a request body
+                            before it gets 408, seconds (30); an idle
+                            connection is closed after twice this
 QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
                             imported, i.e. in daphne / runserver (true)
 QUEUE_TASK_RESULT_TTL_SECONDS
@@ -113,6 +120,19 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_origins(name: str) -> list[str]:
+    """Read a comma-separated list of origins, each ``scheme://host[:port]``
+    with scheme http or https and nothing after (``*.`` may start the host).
+    Raises ImproperlyConfigured for anything else."""
+    origins = env_list(name, "")
+    for origin in origins:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or \
+                parts.fragment:
+            raise ImproperlyConfigured(f"{name} must list origins like https://queue.example.com, got {origin!r}")
+    return origins
+
+
 def env_str(name: str) -> str | None:
     """Read an optional string; unset or blank gives None."""
     raw = os.environ.get(name, "").strip()
@@ -146,6 +166,9 @@ if _secret_key is None:
 SECRET_KEY = _secret_key
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
+# Origins other than the request's own that forms (Django's CSRF check) and
+# the live socket (queueadmin.dashboard.origin) accept.
+CSRF_TRUSTED_ORIGINS = env_origins("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     # daphne first: it replaces runserver with an ASGI server that also
@@ -163,6 +186,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every answer under /api/ is JSON, even a refusal by Django itself
+    # (a Host not in ALLOWED_HOSTS) or by a middleware below.
+    "queueadmin.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (CSS, htmx, the live script) straight from daphne, with
     # DEBUG on or off. ServeStatic (a WhiteNoise fork) is async-native: a
@@ -247,6 +273,9 @@ QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", 262144)
 QUEUE_MAX_REQUEST_BYTES = env_int(
     "QUEUE_MAX_REQUEST_BYTES", max(4 * 1024 * 1024, 2 * QUEUE_MAX_PAYLOAD_BYTES), minimum=QUEUE_MAX_PAYLOAD_BYTES
 )
+# daphne answers a body that stops arriving for this long with 408, and closes
+# a connection idle for twice this (queueadmin.edge).
+QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", 30)
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)

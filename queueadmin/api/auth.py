@@ -11,6 +11,12 @@ the usual path costs nothing. Database tokens are checked against a
 per-process set of digests, re-read at most every :data:`TOKEN_CACHE_SECONDS`,
 so a busy API does not query the database per request, and a new or revoked
 token takes effect within that time on every node.
+
+:func:`refusal_without_io` makes the same decision before a request's body
+is read (:mod:`queueadmin.edge`), whenever it can be made without waiting
+for the database: a missing or malformed header, or a token that is neither
+the settings token nor among database tokens read less than
+:data:`TOKEN_CACHE_SECONDS` ago.
 """
 
 from __future__ import annotations
@@ -39,6 +45,13 @@ class TokenDigests:
     def __init__(self) -> None:
         self._digests: frozenset[str] = frozenset()
         self._read_at = float("-inf")
+
+    def fresh(self) -> frozenset[str] | None:
+        """The digests if they were read less than :data:`TOKEN_CACHE_SECONDS`
+        ago, else None (only the database can tell then). No I/O."""
+        if time.monotonic() - self._read_at < TOKEN_CACHE_SECONDS:
+            return self._digests
+        return None
 
     def forget(self) -> None:
         """Re-read on the next check (tests; after an admin change in this process)."""
@@ -71,28 +84,62 @@ def _read_digests() -> frozenset[str]:
 digests = TokenDigests()
 
 
-async def check_token(request: HttpRequest) -> None:
-    """Return if ``request`` carries a good token; else raise ApiError 401."""
-    header = request.headers.get("Authorization", "")
+def _bearer(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, or None."""
     scheme, _, token = header.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise ApiError("unauthorized", "send the header 'Authorization: Bearer <token>'", headers=_CHALLENGE)
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _missing() -> ApiError:
+    return ApiError("unauthorized", "send the header 'Authorization: Bearer <token>'", headers=_CHALLENGE)
+
+
+def _settings_token_matches(token: str) -> bool:
     expected: str | None = settings.QUEUE_API_TOKEN
     # Constant time, so the answer's timing does not reveal how much of a
     # guessed token was right.
-    if expected and hmac.compare_digest(token.encode(), expected.encode()):
+    return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
+
+
+def _refused(known: frozenset[str]) -> ApiError:
+    if not settings.QUEUE_API_TOKEN and not known:
+        return ApiError(
+            "unauthorized",
+            "this node has no API token: set QUEUE_API_TOKEN in the environment of every node, producer and "
+            "worker, or make tokens in Django admin (API tokens)",
+            headers=_CHALLENGE,
+        )
+    return ApiError("unauthorized", "wrong token", headers=_CHALLENGE)
+
+
+def refusal_without_io(header: str | None) -> ApiError | None:
+    """The 401 :func:`check_token` would raise for this ``Authorization``
+    header value, when that can be known now without I/O; None when the token
+    is good or only a fresh read of the database tokens can tell."""
+    token = _bearer(header or "")
+    if token is None:
+        return _missing()
+    if _settings_token_matches(token):
+        return None
+    from queueadmin.models import ApiToken
+
+    known = digests.fresh()
+    if known is None or ApiToken.digest_of(token) in known:
+        return None
+    return _refused(known)
+
+
+async def check_token(request: HttpRequest) -> None:
+    """Return if ``request`` carries a good token; else raise ApiError 401."""
+    token = _bearer(request.headers.get("Authorization", ""))
+    if token is None:
+        raise _missing()
+    if _settings_token_matches(token):
         return
     from queueadmin.models import ApiToken
 
     known = await digests.current()
     if ApiToken.digest_of(token) in known:
         return
-    if not expected and not known:
-        raise ApiError(
-            "unauthorized",
-            "this node has no API token: set QUEUE_API_TOKEN in the environment of every node, producer and "
-            "worker, or make tokens in Django admin (API tokens)",
-            headers=_CHALLENGE,
-        )
-    raise ApiError("unauthorized", "wrong token", headers=_CHALLENGE)
+    raise _refused(known)

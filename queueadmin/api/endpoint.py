@@ -31,7 +31,9 @@ def endpoint(*methods: str, token: bool = True) -> Callable[[View], View]:
 
     With ``token`` (the default) the request must carry the bearer token
     (checked after the method, before the view runs). CSRF checks are off:
-    the API authenticates with a header, never with cookies.
+    the API authenticates with a header, never with cookies. The view gets
+    the attributes ``api_methods`` and ``api_token``, so that the server can
+    refuse a request for it before reading the body (:mod:`queueadmin.edge`).
     """
     allowed = ", ".join(methods)
 
@@ -59,6 +61,9 @@ def endpoint(*methods: str, token: bool = True) -> Callable[[View], View]:
                 log.exception("%s %s failed", request.method, request.path)
                 return ApiError("internal_error", "the broker failed unexpectedly; see its log").response()
 
+        # What queueadmin.edge reads to refuse a request before its body is read.
+        wrapper.api_methods = methods  # type: ignore[attr-defined]
+        wrapper.api_token = token  # type: ignore[attr-defined]
         return csrf_exempt(wrapper)
 
     return decorate

@@ -45,6 +45,9 @@ MAX_WAIT_SECONDS = 30.0
 # a payload. A run of 19+ digits can be such an integer, so those bodies are
 # read by the exact (slower) standard parser instead.
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# A lone surrogate: a code point of the UTF-16 surrogate range in a str (a
+# well-formed pair has already been joined into one character by the parser).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
                float: "a number", type(None): "null"}
@@ -77,7 +80,9 @@ def loads(body: bytes) -> Any:
 
     Numbers JSON allows but a float cannot hold (``1e400``) parse to infinity
     and are refused later as an invalid payload; ``NaN``/``Infinity`` literals
-    are not JSON and are malformed.
+    are not JSON and are malformed, and so is a string or key holding a lone
+    UTF-16 surrogate escape (``"\\ud800"``): it is not Unicode text, and no
+    later step could encode it.
     """
     if not _LONG_DIGITS.search(body):
         try:
@@ -85,9 +90,39 @@ def loads(body: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass  # maybe valid JSON that orjson cannot represent; let the exact parser decide
     try:
-        return json.loads(body, parse_constant=_refuse_constant)
+        data = json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ApiError("malformed_json", f"the body is not valid JSON: {exc}") from None
+    # orjson refuses lone surrogates; the standard parser lets "\ud800" through
+    # as a str that no UTF-8 encoder can write, so it would fail only later,
+    # inside a commit (I8). Refuse it here, where the client can be told.
+    where = lone_surrogate_at(data)
+    if where is not None:
+        raise ApiError("malformed_json", f"the body is not valid JSON text: {where} holds a lone UTF-16 "
+                                         "surrogate escape (\\ud800-\\udfff without its pair), which is not Unicode")
+    return data
+
+
+def lone_surrogate_at(data: Any, where: str = "body") -> str | None:
+    """Where in ``data`` (a parsed JSON value) a string, key or value, holds a
+    lone UTF-16 surrogate, as ``body.jobs[0].payload``; None if nowhere.
+
+    Iterative, so any nesting the parser accepted is walked without recursion.
+    """
+    stack: list[tuple[Any, str]] = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return at
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    return f"a key of {at}"
+                stack.append((item, f"{at}.{key}"))
+        elif isinstance(value, list):
+            stack.extend((item, f"{at}[{index}]") for index, item in enumerate(value))
+    return None
 
 
 def _refuse_constant(name: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
@@ -23,7 +24,6 @@ from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
 from queueadmin.dashboard import forward
 
-LOOPBACK = ("127.0.0.1", "::1")
 # Shown instead of lease tokens: the token is the holder's secret (I4).
 HIDDEN = "…"
 
@@ -144,18 +144,25 @@ async def operator(request: HttpRequest) -> HttpResponse:
     """An operator action a standby node forwards to the leader (see
     :mod:`queueadmin.dashboard.forward`): authenticated by its signature, made
     with the nodes' shared secret key, not by an API token. 200
-    ``{"result": ..., "seq": n}``; 403 forbidden for a bad or stale signature."""
-    if settings.SECRET_KEY.startswith("django-insecure-") and request.META.get("REMOTE_ADDR") not in LOOPBACK:
-        # The development key is public: anyone could sign with it.
-        raise ApiError("forbidden", "this node runs with the development secret key, which is public; set "
-                                    "DJANGO_SECRET_KEY on every node to forward operator actions between them")
+    ``{"result": ..., "seq": n}``; 403 forbidden for a bad, stale or replayed
+    signature, and for any request while this node has the public development key."""
+    if forward.insecure_key():
+        # The development key is public: anyone could sign with it, from anywhere
+        # (behind a local reverse proxy every client comes from loopback).
+        raise ApiError("forbidden", "this node runs with the public development secret key, so it accepts no "
+                                    "forwarded operator actions; set DJANGO_SECRET_KEY on every node")
     broker = runtime.get_broker()
     body = parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES)
     try:
-        op = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
+        signed = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
     except signing.BadSignature as exc:  # SignatureExpired included
         raise ApiError("forbidden", f"not a valid operator request from a node of this cluster: {exc}") from None
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ApiError("invalid", f"malformed operator request: {exc}") from None
-    result = await broker.aexecute(op)
+    # Recorded before it runs, in the database every node shares: a replay of
+    # this request, here or on a later leader, is refused (even if this run fails).
+    if not await sync_to_async(forward.use_nonce)(signed.nonce):
+        raise ApiError("forbidden", "this signed operator request was already used; a replayed request is never "
+                                    "run twice (the standby signs a new one for each action)")
+    result = await broker.aexecute(signed.op)
     return json_response({"result": result, "seq": broker.seq})

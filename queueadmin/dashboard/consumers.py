@@ -2,7 +2,8 @@
 
 A page connects to ``/ws/dashboard/?path=<its own path and query>``. The
 consumer checks the session user (login and ``view_dashboard``; the origin
-was already checked by ``AllowedHostsOriginValidator`` in ``asgi.py``),
+was already checked, scheme, host and port, by
+:class:`~queueadmin.dashboard.origin.SameOriginValidator` in ``asgi.py``),
 resolves the path to one of :data:`~.views.LIVE_PAGES`, and from then on:
 
 * wakes on every commit of the embedded broker (and at least every

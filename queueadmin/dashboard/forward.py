@@ -9,17 +9,32 @@ other, and answers with the outcome; the standby then writes the audit entry
 in the shared database. Workers' API tokens cannot make such a request: only
 a node holding the secret key can.
 
+Each signed request is usable once: it carries a random nonce, and the
+leader records the nonce in the shared database
+(:class:`~queueadmin.models.ForwardNonce`) before it runs the operation, so
+a captured request replayed within its age limit, to this leader or to a
+later one, is refused. With the public development secret key
+(``django-insecure-…``, used when ``DJANGO_SECRET_KEY`` is unset) anyone can
+sign, so no node forwards or accepts forwarded operations at all, whatever
+address the request comes from: set ``DJANGO_SECRET_KEY`` on every node.
+
 Only operator operations travel this way: requeue, purge, pause and resume,
 and a push from the Submit page.
 """
 
 from __future__ import annotations
 
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import orjson
+from django.conf import settings
 from django.core import signing
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from engine.errors import EngineError, NotLeader
 from engine.model import decode_payload
@@ -27,9 +42,11 @@ from engine.operations import Operation, Purge, Push, Requeue, SetPaused, pause_
 from engine.policy import Policy
 
 SALT = "queueadmin.dashboard.forward"
-# A signed operation is good for this long: enough for a slow network, too
-# short to be worth replaying.
+# A signed operation is good for this long: enough for a slow network.
 MAX_AGE_SECONDS = 60
+# How long a used nonce is kept: its signature's age limit twice over, so
+# that a node whose clock runs behind the one that recorded it still finds it.
+NONCE_KEEP_SECONDS = 2 * MAX_AGE_SECONDS
 TIMEOUT_SECONDS = 30.0
 
 
@@ -79,20 +96,67 @@ def decode(data: Any, *, policy: Policy) -> Operation:
     raise ValueError(f"unknown operator operation {kind!r}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignedOperation:
+    """An operation from a verified signature, and the nonce that makes it usable once."""
+
+    op: Operation
+    nonce: str
+
+
+def insecure_key() -> bool:
+    """Whether this node signs with a public key (Django's development keys)."""
+    return str(settings.SECRET_KEY).startswith("django-insecure-")
+
+
 def sign(op: Operation) -> str:
-    return signing.dumps(encode(op), salt=SALT, compress=True)
+    """``op`` signed with the secret key, with a fresh random nonce."""
+    return signing.dumps({**encode(op), "nonce": secrets.token_urlsafe(24)}, salt=SALT, compress=True)
 
 
-def unsign(text: str, *, policy: Policy) -> Operation:
-    """The signed operation. Raises signing.BadSignature (or SignatureExpired)
-    for a forged, altered or stale one, ValueError/ValidationError for a bad one."""
+def unsign(text: str, *, policy: Policy) -> SignedOperation:
+    """The signed operation and its nonce. Raises signing.BadSignature (or
+    SignatureExpired) for a forged, altered or stale one, ValueError/
+    ValidationError for a bad one. Whether the nonce was used already is
+    :func:`use_nonce`'s to say."""
+    from queueadmin.api.parsing import lone_surrogate_at  # the api imports this module
+
     data = signing.loads(text, salt=SALT, max_age=MAX_AGE_SECONDS)
-    return decode(data, policy=policy)
+    where = lone_surrogate_at(data)
+    if where is not None:
+        raise ValueError(f"{where} holds a lone UTF-16 surrogate")
+    op = decode(data, policy=policy)
+    nonce = data.get("nonce")
+    if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
+        raise signing.BadSignature("the request carries no nonce (was it signed by an older version?)")
+    return SignedOperation(op=op, nonce=nonce)
+
+
+def use_nonce(nonce: str) -> bool:
+    """Record ``nonce`` as used; False if it was used already (a replay).
+
+    Database I/O (the shared ``ForwardNonce`` table): call it from a thread,
+    never on an event loop. The unique index decides between two nodes that
+    race to record the same nonce. Expired nonces are deleted on the way.
+    """
+    from queueadmin.models import ForwardNonce  # models load after the app registry
+
+    now = timezone.now()
+    ForwardNonce.objects.filter(expires_at__lt=now).delete()
+    try:
+        with transaction.atomic():
+            ForwardNonce.objects.create(nonce=nonce, expires_at=now + timedelta(seconds=NONCE_KEEP_SECONDS))
+    except IntegrityError:
+        return False
+    return True
 
 
 def forward(op: Operation, leader_url: str) -> tuple[Any, int | None]:
     """Run ``op`` on the leader at ``leader_url``; return its outcome and the
     seq after it. Raises ForwardRefused (or NotLeader, if the leader moved)."""
+    if insecure_key():
+        raise ForwardRefused("this node runs with the public development secret key, so it cannot forward operator "
+                             f"actions to the leader at {leader_url}: set DJANGO_SECRET_KEY on every node")
     try:
         response = httpx.post(f"{leader_url}/api/v1/operator", content=sign(op).encode(),
                               headers={"Content-Type": "text/plain"}, timeout=TIMEOUT_SECONDS)

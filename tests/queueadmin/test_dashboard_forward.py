@@ -1,22 +1,37 @@
 """Operator actions on a standby node run on the leader: signed with the
-nodes' shared secret key, posted to the leader's /api/v1/operator."""
+nodes' shared secret key, posted to the leader's /api/v1/operator, each
+usable once.
+
+Every test here runs with a real (non-development) secret key, as a cluster
+must; the public development key is tested on its own.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from django.core import signing
 from django.test import Client
+from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
 from engine.operations import pause_op, purge_op, push_op, requeue_op
 from queueadmin.dashboard import actions, forward
-from queueadmin.models import AuditEntry
-from tests.queueadmin.dashboard_fixtures import act, document, kill, stored
+from queueadmin.models import AuditEntry, ForwardNonce
+from tests.queueadmin.dashboard_fixtures import act, client_for, document, kill, make_user, stored
 
 POLICY = Policy()
+DEVELOPMENT_KEY = "django-insecure-queueadmin-local-development-only"
+
+
+@pytest.fixture(autouse=True)
+def cluster_key(settings: Any, db: None) -> None:
+    """A private secret key shared by the nodes, and the shared database
+    (where the leader records the nonces it has used)."""
+    settings.SECRET_KEY = "test-cluster-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
 @pytest.mark.parametrize(
@@ -31,7 +46,12 @@ POLICY = Policy()
     ],
 )
 def test_a_signed_operation_comes_back_the_same(op: Any) -> None:
-    assert forward.unsign(forward.sign(op), policy=POLICY) == op
+    assert forward.unsign(forward.sign(op), policy=POLICY).op == op
+
+
+def test_each_signature_carries_its_own_nonce() -> None:
+    first, second = (forward.unsign(forward.sign(pause_op("q")), policy=POLICY) for _ in range(2))
+    assert first.op == second.op and first.nonce != second.nonce
 
 
 def test_an_altered_or_stale_signature_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +92,15 @@ def test_a_signed_but_malformed_operation_is_invalid(broker: Broker, store: Obje
     text = signing.dumps({"kind": "requeue", "job_ids": []}, salt=forward.SALT)
     response = post_operator(text)
     assert response.status_code == 400
+    assert stored(store) == before
+
+
+def test_a_signed_operation_with_a_lone_surrogate_is_invalid(broker: Broker, store: ObjectStore) -> None:
+    before = stored(store)
+    text = signing.dumps({"kind": "pause", "queue": "q\ud800", "paused": True, "nonce": "n" * 32},
+                         salt=forward.SALT)
+    response = post_operator(text)
+    assert response.status_code == 400 and "surrogate" in response.json()["message"]
     assert stored(store) == before
 
 
@@ -141,13 +170,79 @@ def test_execute_runs_locally_on_the_leader(broker: Broker) -> None:
     assert (result, where) == (False, "") and seq == broker.seq
 
 
-def test_with_the_public_development_key_only_loopback_may_forward(broker: Broker, store: ObjectStore,
-                                                                   settings: Any) -> None:
-    settings.SECRET_KEY = "django-insecure-queueadmin-local-development-only"
+def test_a_replayed_operator_request_is_refused_and_changes_nothing(broker: Broker, store: ObjectStore) -> None:
+    first_dead, second_dead = kill(broker), kill(broker)
+    text = forward.sign(requeue_op([first_dead]))
+    assert post_operator(text).status_code == 200
+    # The job is taken again and dies again: a replay would requeue it a second time.
+    kill(broker)
+    before = stored(store)
+
+    replay = post_operator(text)
+
+    assert replay.status_code == 403
+    assert replay.json()["error"] == "forbidden" and "already used" in replay.json()["message"]
+    assert stored(store) == before
+    # A fresh signature for the same kind of action still works.
+    assert post_operator(forward.sign(requeue_op([second_dead]))).status_code == 200
+
+
+def test_a_replay_is_refused_by_another_node_sharing_the_database(broker: Broker, store: ObjectStore) -> None:
+    # The nonce lives in the shared table, not in the leader's memory: a node
+    # that leads later refuses a request the previous leader already ran.
+    dead = kill(broker)
+    text = forward.sign(requeue_op([dead]))
+    assert post_operator(text).status_code == 200
+    assert ForwardNonce.objects.count() == 1
+    assert not forward.use_nonce(forward.unsign(text, policy=POLICY).nonce)
+
+
+def test_used_nonces_are_pruned_once_their_signatures_have_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert forward.use_nonce("a" * 32)
+    ForwardNonce.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert forward.use_nonce("b" * 32)
+    assert list(ForwardNonce.objects.values_list("nonce", flat=True)) == ["b" * 32]
+
+
+def test_a_signed_request_without_a_nonce_is_forbidden(broker: Broker, store: ObjectStore) -> None:
     dead = kill(broker)
     before = stored(store)
-    remote = Client(REMOTE_ADDR="10.0.0.9").post("/api/v1/operator", forward.sign(requeue_op([dead])),
-                                                 content_type="text/plain")
-    assert remote.status_code == 403 and "development secret key" in remote.json()["message"]
+    text = signing.dumps({"kind": "requeue", "job_ids": [dead]}, salt=forward.SALT)  # an older node's request
+    response = post_operator(text)
+    assert response.status_code == 403 and "nonce" in response.json()["message"]
     assert stored(store) == before
-    assert post_operator(forward.sign(requeue_op([dead]))).status_code == 200  # the test client is 127.0.0.1
+
+
+@pytest.mark.parametrize("remote_addr", ["127.0.0.1", "::1", "10.0.0.9"])
+def test_with_the_public_development_key_nothing_is_forwarded_even_from_loopback(
+    broker: Broker, store: ObjectStore, settings: Any, remote_addr: str
+) -> None:
+    settings.SECRET_KEY = DEVELOPMENT_KEY
+    dead = kill(broker)
+    before = stored(store)
+    response = Client(REMOTE_ADDR=remote_addr).post("/api/v1/operator", forward.sign(requeue_op([dead])),
+                                                    content_type="text/plain")
+    assert response.status_code == 403 and "development secret key" in response.json()["message"]
+    assert stored(store) == before
+
+
+def test_a_standby_with_the_public_development_key_does_not_forward(
+    broker: Broker, store: ObjectStore, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.SECRET_KEY = DEVELOPMENT_KEY
+    operator = client_for(make_user("operator", "view_dashboard", "requeue_job"))  # signed in with this key
+    dead = kill(broker)
+    before = stored(store)
+    sent: list[str] = []
+
+    def standby(op: object) -> None:
+        raise NotLeader("http://leader.test:8000")
+
+    monkeypatch.setattr(broker, "execute", standby)
+    monkeypatch.setattr(forward.httpx, "post", lambda url, **kwargs: sent.append(url))
+    act(operator, action="requeue", ids=dead, reason="r", next="/")
+
+    assert sent == []
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "failed" and "DJANGO_SECRET_KEY" in entry.detail
+    assert stored(store) == before

@@ -24,6 +24,7 @@ from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_s
 from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
+HOST = (b"host", b"127.0.0.1:8000")  # the page's own origin: what a browser sends
 
 
 def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -50,6 +51,9 @@ def cookie_for(client: Client) -> tuple[bytes, bytes]:
 
 
 async def connect(path: str, *headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool, Any]:
+    """Open the socket; the Host is 127.0.0.1:8000 unless ``headers`` name one."""
+    if not any(name == b"host" for name, _ in headers):
+        headers = (*headers, HOST)
     communicator = WebsocketCommunicator(application(), f"/ws/dashboard/?path={path}", headers=list(headers))
     connected, code = await communicator.connect(timeout=5)
     return communicator, connected, code
@@ -305,3 +309,56 @@ def test_snapshot_json_payloads_survive_as_values() -> None:
 def test_sortable_times_sort_as_the_instants_do(earlier: str, later: str) -> None:
     assert sortable(earlier) < sortable(later)
     assert datetime.fromisoformat(sortable(earlier)) == datetime.fromisoformat(earlier)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://localhost:1", b"localhost:8000"),  # an allowed host on another port (issue 9, 10a)
+        (b"http://127.0.0.1:1", b"127.0.0.1:8000"),
+        (b"http://127.0.0.1", b"127.0.0.1:8000"),
+        (b"https://127.0.0.1:8000", b"127.0.0.1:8000"),  # another scheme
+        (b"http://localhost:8000", b"127.0.0.1:8000"),  # another (allowed) host
+        (b"http://evil.example:8000", b"evil.example:8000"),  # the same, but a host not in ALLOWED_HOSTS
+        (b"null", b"127.0.0.1:8000"),
+    ],
+)
+@run_async
+async def test_only_the_pages_own_origin_may_open_the_socket(broker: Broker, origin: bytes, host: bytes) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    _, connected, _ = await connect("/", cookie_for(viewer), (b"origin", origin), (b"host", host))
+    assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_the_same_origin_on_its_own_port_and_a_trusted_origin_may_connect(
+    broker: Broker, settings: Any
+) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    for origin, host in [(b"http://localhost:8123", b"localhost:8123"), (b"HTTP://127.0.0.1:8000", b"127.0.0.1:8000")]:
+        communicator, connected, _ = await connect("/", cookie_for(viewer), (b"origin", origin), (b"host", host))
+        assert connected, origin
+        await communicator.disconnect()
+    # Behind a TLS-terminating proxy the page is https, the socket reaches daphne as ws.
+    settings.CSRF_TRUSTED_ORIGINS = ["https://queue.example.com"]
+    settings.ALLOWED_HOSTS = ["queue.example.com"]
+    communicator, connected, _ = await connect("/", cookie_for(viewer), (b"origin", b"https://queue.example.com"),
+                                               (b"host", b"queue.example.com"))
+    assert connected
+    await communicator.disconnect()
+    _, connected, _ = await connect("/", cookie_for(viewer), (b"origin", b"https://queue.example.com:444"),
+                                    (b"host", b"queue.example.com"))
+    assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_a_handshake_without_a_host_is_refused(broker: Broker) -> None:
+    from channels.testing import WebsocketCommunicator
+
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    communicator = WebsocketCommunicator(application(), "/ws/dashboard/?path=/", headers=[cookie_for(viewer), ORIGIN])
+    connected, _ = await communicator.connect(timeout=5)
+    assert not connected

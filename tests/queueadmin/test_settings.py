@@ -68,6 +68,9 @@ def test_values_from_the_environment() -> None:
         ({"QUEUE_MAX_PAYLOAD_BYTES": "0"}, "QUEUE_MAX_PAYLOAD_BYTES must be at least 1"),
         ({"QUEUE_TAKEOVER_SECONDS": "2"}, "QUEUE_TAKEOVER_SECONDS (2) must be greater than"),
         ({"QUEUE_ADVERTISE_URL": "10.0.0.1:8000"}, "QUEUE_ADVERTISE_URL must be an absolute http"),
+        ({"QUEUE_HTTP_IDLE_SECONDS": "0"}, "QUEUE_HTTP_IDLE_SECONDS must be a positive number"),
+        ({"CSRF_TRUSTED_ORIGINS": "queue.example.com"}, "CSRF_TRUSTED_ORIGINS must list origins"),
+        ({"CSRF_TRUSTED_ORIGINS": "https://queue.example.com/dashboard"}, "CSRF_TRUSTED_ORIGINS must list origins"),
     ],
 )
 def test_bad_values_stop_start_up_with_a_clear_error(env: dict[str, str], message: str) -> None:
@@ -76,3 +79,15 @@ def test_bad_values_stop_start_up_with_a_clear_error(env: dict[str, str], messag
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+def test_trusted_origins_and_the_http_idle_limit_from_the_environment() -> None:
+    show = "import queueadmin.settings as s; print(s.CSRF_TRUSTED_ORIGINS, s.QUEUE_HTTP_IDLE_SECONDS)"
+    result = subprocess.run(
+        [sys.executable, "-c", show],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "CSRF_TRUSTED_ORIGINS": "https://queue.example.com, https://*.example.org:8443",
+             "QUEUE_HTTP_IDLE_SECONDS": "2.5"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['https://queue.example.com', 'https://*.example.org:8443'] 2.5"

@@ -1,0 +1,228 @@
+"""The HTTP edge: what daphne decides before it reads a request's body.
+
+Daphne (on Twisted) reads a whole request body, spooling a large one to
+disk, before it calls the ASGI application. Left alone, an unauthenticated
+300 MiB POST is read in full before its 401, and a ``Content-Length`` larger
+than the body sent holds the connection open forever. :func:`install`, run
+when :mod:`queueadmin.asgi` is imported (daphne's CLI and ``runserver``
+import the application before they serve), makes daphne's server use
+:class:`EdgeHTTPFactory`, whose requests (:class:`EdgeRequest`) decide as
+soon as the headers are in:
+
+* a declared ``Content-Length`` over the limit gets ``413 payload_too_large``
+  at once; the limit is ``QUEUE_MAX_REQUEST_BYTES`` under ``/api/``, and
+  elsewhere (the dashboard's forms) the larger of that and Django's
+  ``DATA_UPLOAD_MAX_MEMORY_SIZE``;
+* a chunked body is counted as it arrives and gets the same 413 once it
+  passes the limit;
+* a request with a body for an API endpoint that needs a token gets
+  ``401 unauthorized`` at once when :func:`queueadmin.api.auth.refusal_without_io`
+  can tell without the database (no or a malformed ``Authorization``
+  header, or a token that is neither ``QUEUE_API_TOKEN`` nor a database
+  token read in the last few seconds); otherwise the body is read, up to the
+  limit, and the view decides as before;
+* a body that stalls for ``QUEUE_HTTP_IDLE_SECONDS`` gets
+  ``408 request_timeout``. The connection's own idle limit (slow headers, an
+  idle keep-alive connection) is twice that, so the 408 always comes first.
+
+Each early answer is JSON like every API error, carries ``Connection:
+close``, and is sent without reading the body. The server then drops what
+the client still sends, without buffering it, until the client closes or
+:data:`LINGER_SECONDS` pass: closing at once while body bytes are still in
+flight would make the kernel answer them with a reset, which can destroy
+the answer before the client reads it. A client that sends ``Expect:
+100-continue`` gets the answer instead of the ``100 Continue``, and never
+sends the body at all.
+
+Only HTTP/1.1 connections are guarded this way; everything else about
+daphne, and ``daphne queueadmin.asgi:application`` itself, is unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from daphne.http_protocol import HTTPFactory, WebRequest
+from django.conf import settings
+from django.urls import Resolver404, resolve
+from twisted.web import http
+
+from queueadmin.api.auth import refusal_without_io
+from queueadmin.api.errors import ApiError, encode_json
+
+log = logging.getLogger(__name__)
+
+#: How long a refused connection keeps draining what the client still sends.
+LINGER_SECONDS = 2.0
+
+API_PREFIX = "/api/"
+
+
+def body_limit(path: str) -> int:
+    """The most bytes a request body for ``path`` may have."""
+    limit = int(settings.QUEUE_MAX_REQUEST_BYTES)
+    if path.startswith(API_PREFIX):
+        return limit
+    forms = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None: Django sets no limit of its own
+    return max(limit, int(forms)) if forms is not None else limit
+
+
+def refusal(method: str, path: str, authorization: str | None, length: int | None) -> ApiError | None:
+    """The answer for a request whose headers are in, before its body is read:
+    ``length`` is the declared Content-Length (None: chunked). None lets it
+    through. No I/O, so it can run on the server's event loop."""
+    limit = body_limit(path)
+    if length is not None and length > limit:
+        return ApiError("payload_too_large", f"the request body is {length} bytes; the limit is {limit}",
+                        size=length, limit=limit)
+    if length == 0 or not path.startswith(API_PREFIX):
+        return None
+    try:
+        view = resolve(path).func
+    except Resolver404:
+        return None
+    # Only where the view itself would answer 401: its method, and a token needed.
+    if method in getattr(view, "api_methods", ()) and getattr(view, "api_token", False):
+        return refusal_without_io(authorization)
+    return None
+
+
+def raw_response(error: ApiError) -> bytes:
+    """``error`` as a whole HTTP/1.1 response that closes the connection."""
+    body = encode_json({"error": error.code, "message": error.message, **error.extra})
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Cache-Control": "no-store",
+               "Connection": "close", **(error.headers or {})}
+    head = f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items())
+    return head.encode("latin-1") + b"\r\n" + body
+
+
+def _discard(data: bytes) -> None:
+    """What a refused connection does with the bytes the client still sends."""
+
+
+class EdgeRequest(WebRequest):  # type: ignore[misc]
+    """Daphne's request, refusing early what :func:`refusal` refuses, capping
+    a chunked body, and timing out a stalled one (see the module docstring)."""
+
+    _refused = False
+    _received = 0
+    _limit: int | None = None
+    _stall: Any = None
+    _linger: Any = None
+
+    def _guarded(self) -> bool:
+        return isinstance(self.channel, http.HTTPChannel)  # HTTP/2 streams are left to daphne
+
+    def gotLength(self, length: int | None) -> None:
+        if not self._guarded():
+            super().gotLength(length)
+            return
+        channel = self.channel
+        # The request line is parsed, but Request.method/path are only set once
+        # the body is in; HTTPChannel keeps them meanwhile.
+        target = bytes(getattr(channel, "_path", b"") or b"").decode("latin-1")
+        path = unquote(urlsplit(target).path)
+        method = bytes(getattr(channel, "_command", b"") or b"").decode("latin-1")
+        authorization = self.requestHeaders.getRawHeaders(b"Authorization", [None])[0]
+        try:
+            error = refusal(method, path, authorization.decode("latin-1") if authorization is not None else None,
+                            length)
+        except Exception:  # a bug here must not drop the connection: the views check everything again
+            log.exception("the edge check failed for %s %s; reading the body as usual", method, path)
+            error = None
+        if error is not None:
+            super().gotLength(0)  # an empty body, never filled
+            # Answer instead of "100 Continue": the client need not send the body.
+            self.requestHeaders.removeHeader(b"Expect")
+            self._refuse(error)
+            return
+        super().gotLength(length)
+        self._limit = body_limit(path)
+        if length != 0:
+            self._arm_stall()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._limit is not None and self._received > self._limit:
+            self._refuse(ApiError("payload_too_large", f"the request body is over the limit of {self._limit} bytes",
+                                  size=self._received, limit=self._limit))
+            return
+        if self._stall is not None:
+            self._stall.reset(settings.QUEUE_HTTP_IDLE_SECONDS)
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        self._disarm_stall()
+        if self._refused:
+            return  # answered already; the application never sees it
+        super().requestReceived(command, path, version)
+
+    def connectionLost(self, reason: Any) -> None:
+        self._disarm_stall()
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        super().connectionLost(reason)
+
+    def _arm_stall(self) -> None:
+        self._stall = self.channel.callLater(settings.QUEUE_HTTP_IDLE_SECONDS, self._stalled)
+
+    def _disarm_stall(self) -> None:
+        if self._stall is not None and self._stall.active():
+            self._stall.cancel()
+        self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        self._refuse(ApiError("request_timeout", f"the request body stopped arriving for "
+                                                 f"{settings.QUEUE_HTTP_IDLE_SECONDS:g} s before it was complete"))
+
+    def _refuse(self, error: ApiError) -> None:
+        """Answer ``error`` now, then drop the rest of the connection (module docstring)."""
+        self._refused = True
+        self._disarm_stall()
+        channel = self.channel
+        transport = channel.transport
+        log.info("refused before reading the body: %s %s", error.status, error.message)
+        channel.setTimeout(None)
+        # As Twisted's own websocket upgrade does: this connection's bytes go elsewhere now.
+        channel.dataReceived = _discard
+        transport.write(raw_response(error))
+        half_close = getattr(transport, "loseWriteConnection", None)
+        if half_close is None:
+            transport.loseConnection()
+            return
+        half_close()
+        self._linger = channel.callLater(LINGER_SECONDS, getattr(transport, "abortConnection",
+                                                                 transport.loseConnection))
+
+
+class EdgeHTTPFactory(HTTPFactory):  # type: ignore[misc]
+    """Daphne's HTTP factory, building :class:`EdgeRequest` requests, with
+    an idle limit on the connection itself."""
+
+    def __init__(self, server: Any) -> None:
+        super().__init__(server)
+        self.timeOut = 2 * settings.QUEUE_HTTP_IDLE_SECONDS
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = EdgeRequest
+        return protocol
+
+
+def install() -> None:
+    """Make daphne's server build :class:`EdgeHTTPFactory` (idempotent).
+
+    ``daphne.server.Server.run`` looks ``HTTPFactory`` up in its module when
+    it starts serving, so this must run before that: importing
+    :mod:`queueadmin.asgi` does it.
+    """
+    import daphne.server
+
+    daphne.server.HTTPFactory = EdgeHTTPFactory

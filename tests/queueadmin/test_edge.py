@@ -1,0 +1,103 @@
+"""The decisions daphne makes before reading a body (queueadmin.edge), without
+a server: which requests are refused early, with what, and which are left to
+the views. tests/e2e/test_http_edge.py drives the same through real daphne."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+
+from queueadmin import edge
+from queueadmin.api import auth
+from queueadmin.api.errors import ApiError
+from queueadmin.models import ApiToken
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
+
+TOKEN = "edge-token-0123456789"
+LIMIT = 100_000
+
+
+@pytest.fixture(autouse=True)
+def limits(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.QUEUE_API_TOKEN = TOKEN
+    settings.QUEUE_MAX_REQUEST_BYTES = LIMIT
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * LIMIT
+    # A token cache of the test's own: the process-wide one must not keep what this test read.
+    monkeypatch.setattr(auth, "digests", auth.TokenDigests())
+
+
+def code(error: ApiError | None) -> str | None:
+    return None if error is None else error.code
+
+
+def test_importing_the_asgi_application_installs_the_edge() -> None:
+    import daphne.server
+
+    import queueadmin.asgi  # noqa: F401
+
+    assert daphne.server.HTTPFactory is edge.EdgeHTTPFactory
+
+
+@pytest.mark.parametrize(("path", "length", "expected"), [
+    ("/api/v1/jobs", LIMIT + 1, "payload_too_large"),
+    ("/api/v1/jobs", LIMIT, None),
+    ("/api/v1/health", LIMIT + 1, "payload_too_large"),  # every path has a limit
+    ("/login/", LIMIT + 1, None),  # forms: Django's own, larger limit
+    ("/login/", 2 * LIMIT + 1, "payload_too_large"),
+    ("/api/v1/jobs", None, None),  # chunked: counted as it arrives
+])
+def test_a_declared_length_over_the_limit_is_413(path: str, length: int | None, expected: str | None) -> None:
+    error = edge.refusal("POST", path, f"Bearer {TOKEN}", length)
+    assert code(error) == expected
+    if error is not None:
+        assert (error.extra["size"], error.extra["limit"]) == (length, edge.body_limit(path))
+
+
+@pytest.mark.parametrize(("method", "path", "header", "length", "expected"), [
+    ("POST", "/api/v1/jobs", None, 10, "unauthorized"),
+    ("POST", "/api/v1/claim", "Basic dGVzdA==", None, "unauthorized"),
+    ("POST", "/api/v1/jobs/abc/complete", "Bearer ", 10, "unauthorized"),
+    ("POST", "/api/v1/jobs", f"Bearer {TOKEN}", 10, None),
+    ("POST", "/api/v1/jobs", None, 0, None),  # no body to protect: the view answers
+    ("POST", "/api/v1/operator", None, 10, None),  # signed, not token-authenticated
+    ("POST", "/api/v1/health", None, 10, None),  # no token needed (the view answers 405)
+    ("GET", "/api/v1/claim", None, 10, None),  # the view answers 405 before it asks for a token
+    ("POST", "/api/v1/nope", None, 10, None),  # the view answers 404
+    ("POST", "/login/", None, 10, None),
+])
+def test_a_request_with_no_token_is_401_where_the_view_would_say_so(
+    db: None, method: str, path: str, header: str | None, length: int, expected: str | None
+) -> None:
+    assert code(edge.refusal(method, path, header, length)) == expected
+
+
+@pytest.mark.django_db(transaction=True)  # the token cache reads the table from another thread
+def test_a_wrong_token_is_refused_early_only_when_the_database_tokens_are_fresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(auth, "TOKEN_CACHE_SECONDS", 3600.0)  # stays fresh however slow the test runs
+    row = ApiToken(name="fleet")
+    good = row.issue()
+    row.save()
+    # Never read in this process: only the database can tell.
+    assert edge.refusal("POST", "/api/v1/jobs", "Bearer wrong", 10) is None
+    assert edge.refusal("POST", "/api/v1/jobs", f"Bearer {good}", 10) is None
+    asyncio.run(auth.digests.current())  # what the first request that asks does
+    assert code(edge.refusal("POST", "/api/v1/jobs", "Bearer wrong", 10)) == "unauthorized"
+    assert edge.refusal("POST", "/api/v1/jobs", f"Bearer {good}", 10) is None
+    assert edge.refusal("POST", "/api/v1/jobs", f"Bearer {TOKEN}", 10) is None
+
+
+def test_an_early_answer_is_a_whole_json_response_that_closes() -> None:
+    error = ApiError("unauthorized", "send the header", headers={"WWW-Authenticate": "Bearer"})
+    head, _, body = edge.raw_response(error).partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 401 Unauthorized"
+    assert {"Content-Type: application/json", "Connection: close", "WWW-Authenticate: Bearer",
+            f"Content-Length: {len(body)}"} <= set(lines)
+    assert orjson.loads(body) == {"error": "unauthorized", "message": "send the header"}
