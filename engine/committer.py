@@ -17,7 +17,15 @@ A failed write is settled by re-reading the document:
   duplicated). A lost race is counted and reported to ``on_lost_race``.
 
 A document that cannot be parsed is never overwritten (I6): the batch fails
-with DocumentError and the committer keeps refusing until it can read it.
+with DocumentError and the committer keeps refusing until it can read it. A
+document that this node read (or whose creation marker exists) and that is
+gone now is never re-created (I10): the batch fails with DocumentMissing, and
+so does every later one until an operator restores the document.
+
+Every operation is answered exactly once, whatever escapes (I8). An operation
+whose transition or encoding raises something unexpected is refused alone
+with OperationFailed: the state it may have half changed is thrown away, the
+document is read again and the rest of its batch is re-applied and written.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ import orjson
 
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
-from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
+from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
+from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
 from engine.parsing import empty_state, parse_document
@@ -74,6 +83,16 @@ class CommitterStopped(EngineError):
     code = "committer_stopped"
 
 
+class CommitTimeout(EngineError):
+    """No answer came within the caller's deadline (``execute(op, timeout=...)``).
+
+    The outcome is unknown: the operation is still queued or being written and
+    may yet commit. Treat it like an ambiguous write.
+    """
+
+    code = "commit_timeout"
+
+
 @dataclass(slots=True)
 class CommitStats:
     """Counters for tests, benchmarks and the dashboard."""
@@ -95,12 +114,13 @@ class _Pending:
     """One submitted operation, its outcome once applied, and how to answer it:
     a held lock for a thread, a future for a coroutine."""
 
-    __slots__ = ("future", "lock", "loop", "op", "result")
+    __slots__ = ("answered", "future", "lock", "loop", "op", "result")
 
     def __init__(self, op: Operation, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.op = op
         self.loop = loop
         self.result: Any = None
+        self.answered = False  # set once, by whoever answers it (I8: exactly one answer)
         if loop is None:
             # A pre-acquired lock is the cheapest one-shot signal between threads.
             self.lock: threading.Lock | None = threading.Lock()
@@ -117,12 +137,14 @@ _FAILED = object()
 class _Write:
     """One conditional PUT, run on the I/O thread."""
 
-    __slots__ = ("batch", "done", "error", "etag", "parts", "seq", "started")
+    __slots__ = ("batch", "created", "done", "error", "etag", "parts", "seq", "started", "state")
 
-    def __init__(self, batch: list[_Pending], seq: int, parts: list[bytes]) -> None:
+    def __init__(self, batch: list[_Pending], seq: int, parts: list[bytes], state: QueueState) -> None:
         self.batch = batch
         self.seq = seq
         self.parts = parts
+        self.state = state  # the state these parts encode (its ETag is set when the write lands)
+        self.created = False  # the write created the document (if_none_match)
         self.started = time.monotonic()
         self.done = False
         self.etag: str | None = None
@@ -168,6 +190,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_commit: Callable[[QueueState], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
+        presence: Presence | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -182,6 +205,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_commit = on_commit
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
+        # Whether the document existed (I10); a broker shares one across its committers.
+        self.presence = presence or Presence(store, key, writer=self.writer_id)
         self.stats = CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._lock = threading.Lock()  # a plain Lock: cheaper than the default RLock
@@ -224,13 +249,24 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         committed first. Without it, operations whose write has not started
         fail with ``error`` (CommitterStopped by default); a write already in
         flight finishes and its callers are answered as usual. Idempotent; may
-        be called from the writer thread itself (it then does not wait)."""
+        be called from the writer thread itself (it then does not wait).
+
+        Without ``drain``, operations the writer has not taken yet are failed
+        here, by the caller, so that they are answered even if the writer
+        thread is stuck (in a store call that hangs, say); ``timeout`` bounds
+        the wait for the writer."""
+        orphans: list[_Pending] = []
         with self._cond:
             self._running = False
             if not drain and self._abandon is None:
                 self._abandon = error or CommitterStopped("the committer was stopped")
+            if self._abandon is not None:
+                orphans, self._queue[:] = list(self._queue), []
             self._cond.notify_all()
             thread = self._thread
+            abandon = self._abandon
+        if orphans and abandon is not None:
+            self._fail(orphans, abandon)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -258,12 +294,16 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if len(queue) == 1:
                 self._cond.notify()
 
-    def execute(self, op: Operation) -> Any:
-        """Commit ``op`` and wait for its outcome (blocking this thread)."""
+    def execute(self, op: Operation, *, timeout: float | None = None) -> Any:
+        """Commit ``op`` and wait for its outcome (blocking this thread).
+
+        With ``timeout``, wait at most that many seconds, then raise
+        CommitTimeout: the operation may still commit later."""
         pending = _Pending(op)
         self._submit(pending)
         assert pending.lock is not None
-        pending.lock.acquire()
+        if not pending.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise CommitTimeout(f"{type(op).__name__}: no answer within {timeout} s; it may still commit")
         if isinstance(pending.result, BaseException):
             raise pending.result
         return pending.result
@@ -357,13 +397,18 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             unanswered: list[_Pending] = []  # a finished write's callers, until answered
             try:
                 now = time.monotonic()
-                if new and self._guarded(new, self._apply, new) is not _FAILED:
-                    staged.extend(new)
-                    # The idle gap counts from when the writer is ready for
-                    # more, so that its own pauses (applying a large batch, a
-                    # garbage collection, which also stops the callers) do not
-                    # look like callers that stopped coming back.
-                    last_arrival = time.monotonic()
+                if new:
+                    outcome = self._guarded(staged + new, self._apply, staged, new)
+                    new = []
+                    if outcome is _FAILED:
+                        staged = []
+                    else:
+                        staged = outcome
+                        # The idle gap counts from when the writer is ready for
+                        # more, so that its own pauses (applying a large batch, a
+                        # garbage collection, which also stops the callers) do not
+                        # look like callers that stopped coming back.
+                        last_arrival = time.monotonic()
                 landed: list[_Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
@@ -386,44 +431,117 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     and self._running
                 )
                 if inflight is None and staged and not lingering:
-                    if self._state is not None and self._state.dirty:
-                        inflight = self._start_write(staged)
-                    else:
-                        self._answer(staged)
-                    staged = []
+                    batch, staged = staged, []
                     linger_target = 0
-            except Exception as exc:  # a bug: never leave callers waiting forever
+                    outcome = self._guarded(batch, self._start_write, batch)
+                    inflight = None if outcome is _FAILED else outcome
+            except Exception as exc:  # a bug: never leave callers waiting forever (I8)
                 log.exception("group commit failed unexpectedly")
                 self._state = None
                 self._unsettled.clear()
-                self._fail(unanswered + staged, EngineError(f"group commit failed: {exc!r}"))
-                staged = []
+                self._fail(unanswered + staged + new, EngineError(_printable(f"group commit failed: {exc!r}")))
+                staged, new = [], []
 
     def _guarded(self, victims: list[_Pending], step: Callable[..., Any], *args: Any) -> Any:
-        """Run ``step``; if it raises EngineError, fail ``victims`` with it,
-        forget the state (it will be read again) and return ``_FAILED``."""
+        """Run ``step``; if it raises, fail ``victims`` with the error (an
+        unexpected exception is wrapped in EngineError), forget the state (it
+        will be read again) and return ``_FAILED``."""
         try:
             return step(*args)
-        except EngineError as exc:
+        except Exception as exc:
+            if not isinstance(exc, EngineError):
+                log.exception("group commit step %s failed unexpectedly", getattr(step, "__name__", step))
+                exc = EngineError(_printable(f"group commit failed: {exc!r}"))
             self._state = None
             self._unsettled.clear()
             self._fail(victims, exc)
             return _FAILED
 
-    def _apply(self, batch: list[_Pending]) -> None:
-        """Apply ``batch`` to the state (reading it first if we have none)."""
+    def _apply(self, staged: list[_Pending], new: list[_Pending]) -> list[_Pending]:
+        """Apply ``new`` on top of the state, which already holds ``staged``
+        (reading it first if there is none). Returns the operations to write
+        next: ``staged + new``, less any refused alone (see :meth:`_isolate`)."""
         if self._state is None:
             self._state = self._load_retrying()
-        results = apply_batch(self._state, [p.op for p in batch], self.clock())
-        for pending, result in zip(batch, results, strict=True):
+        try:
+            results = apply_batch(self._state, [p.op for p in new], self.clock())
+        except Exception as exc:
+            return self._isolate(staged + new, exc)
+        for pending, result in zip(new, results, strict=True):
             pending.result = result
+        return staged + new
 
-    def _start_write(self, batch: list[_Pending]) -> _Write:
+    def _isolate(self, batch: list[_Pending], exc: BaseException) -> list[_Pending]:
+        """Something unexpected escaped while applying or encoding ``batch``
+        (I8), so the state may be half changed. Throw it away, read the
+        document again and re-apply the operations one by one; each one whose
+        transition raises, or after which the document no longer encodes, is
+        refused alone with OperationFailed. Returns the others, applied to the
+        new state (to be written). Raises what reading raises (the caller then
+        fails the whole batch: it cannot be written anyway).
+
+        Costs one read per culprit; it only runs after an unexpected error.
+        """
+        log.error("group commit: a batch of %d operation(s) failed to apply or encode (%s); "
+                  "isolating the culprit", len(batch), _printable(repr(exc)), exc_info=exc)
+        remaining = list(batch)
+        probe = False  # encode after every operation (once a whole pass applied but did not encode)
+        while True:
+            self._state = None
+            state = self._state = self._load_retrying()
+            now = self.clock()
+            if probe:
+                state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)  # the base itself must encode
+            culprit: tuple[int, BaseException] | None = None
+            for i, pending in enumerate(remaining):
+                try:
+                    [pending.result] = apply_batch(state, [pending.op], now)
+                    if probe:
+                        state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
+                except Exception as raised:
+                    culprit = (i, raised)
+                    break
+            if culprit is None:
+                if probe or not state.dirty:
+                    return remaining
+                try:
+                    state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
+                    return remaining
+                except Exception:
+                    probe = True
+                    continue
+            index, error = culprit
+            bad = remaining.pop(index)
+            problem = _printable(f"{type(error).__name__}: {error}")
+            log.error("group commit: refusing one %s operation alone: %s", type(bad.op).__name__, problem)
+            self._fail([bad], OperationFailed(
+                f"the {type(bad.op).__name__} operation could not be applied or encoded ({problem}); "
+                "it was refused and nothing of it was written"
+            ))
+
+    def _start_write(self, batch: list[_Pending]) -> _Write | None:
+        """Encode the state and start writing it for ``batch``. If nothing
+        changed, answer ``batch`` now (every write before it has landed) and
+        return None. An encoding error isolates the culprit (see :meth:`_isolate`)."""
         state = self._state
-        assert state is not None
+        if state is None or not state.dirty:
+            self._answer(batch)
+            return None
         seq = state.seq + 1
-        write = _Write(batch, seq, state.encode(seq=seq, writer=self.writer_id, now=self.clock()))
+        try:
+            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())
+        except Exception as exc:
+            batch = self._isolate(batch, exc)
+            state = self._state
+            assert state is not None
+            if not state.dirty:
+                self._answer(batch)
+                return None
+            seq = state.seq + 1
+            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
+        write = _Write(batch, seq, parts, state)
         if_match = state.etag
+        write.created = if_match is None
         state.encoded(seq=seq, writer=self.writer_id)
         assert self._io is not None
         self._io.submit(self._put, write, if_match)
@@ -441,6 +559,11 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         except Exception as exc:  # a bug in a store: report it as a failed write
             log.exception("store put failed unexpectedly")
             write.error = StoreUnavailable(f"put failed: {exc!r}")
+        if write.error is None and write.created:
+            try:
+                self.presence.found(seq=write.seq)  # writes the creation marker (I10)
+            except Exception:  # the marker is written again on the next read
+                log.exception("writing the creation marker failed")
         with self._cond:
             write.done = True
             self._cond.notify()
@@ -449,8 +572,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         """Settle a finished write. Returns the operations still to be written
         and those now durable (to be answered)."""
         if done.error is None:
-            assert self._state is not None and done.etag is not None
-            self._state.etag = done.etag
+            assert done.etag is not None
+            if self._state is done.state:
+                self._state.etag = done.etag
+            # Otherwise the state was read again meanwhile (after an error):
+            # it keeps the ETag it was read with, so a write built on it
+            # cannot land over this one; it loses the race and re-applies.
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = (done.etag, done.parts)
@@ -458,7 +585,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self.stats.last_commit_seconds = time.monotonic() - done.started
             if self.on_commit is not None:
                 try:
-                    self.on_commit(self._state)
+                    self.on_commit(done.state)
                 except Exception:  # a listener's bug must not break commits
                     log.exception("on_commit listener failed")
             return staged, done.batch
@@ -498,15 +625,17 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                 if self.on_lost_race is not None:
                     self.on_lost_race(fresh)  # may raise to fail the batch (a fenced broker)
         if redo:
-            results = apply_batch(fresh, [p.op for p in redo], self.clock())
-            for pending, result in zip(redo, results, strict=True):
-                pending.result = result
+            redo = self._apply([], redo)
         return redo, durable
 
     def _answer(self, batch: list[_Pending]) -> None:
-        self.stats.operations += len(batch)
         by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
+        answered = 0
         for pending in batch:
+            if pending.answered:  # never twice (I8); whoever answered first wins
+                continue
+            pending.answered = True
+            answered += 1
             loop = pending.loop
             if loop is None:
                 assert pending.lock is not None
@@ -517,24 +646,30 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     by_loop[loop] = [pending]
                 else:
                     same.append(pending)
+        self.stats.operations += answered
         # One wake-up per event loop per batch, not one per operation.
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle_futures, items)
 
     def _fail(self, batch: list[_Pending], exc: EngineError) -> None:
-        for pending in batch:
+        todo = [pending for pending in batch if not pending.answered]
+        for pending in todo:
             pending.result = exc
-        self._answer(batch)
+        self._answer(todo)
 
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
         self.stats.reads += 1
         if blob is None:
+            missing = self.presence.gone(seq=self.committed_seq)
+            if missing is not None:
+                raise missing  # I10: never re-create a document that existed
             self._committed = None
             self.committed_seq = 0
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = (blob.etag, [blob.data])
@@ -552,3 +687,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _backoff(self, attempt: int) -> None:
         cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
         time.sleep(random.uniform(0, cap))
+
+
+def _printable(text: str) -> str:
+    """``text`` with anything UTF-8 cannot carry (lone surrogates) escaped, so
+    that an error message about bad input can itself be encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
