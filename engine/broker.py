@@ -100,6 +100,7 @@ class Broker:
         self.role: Role = "stopped"
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
+        self._unreadable: DocumentError | None = None  # I6: the document did not parse, last we read it
         self.takeovers = 0
         self._seen_seq = 0
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
@@ -149,6 +150,13 @@ class Broker:
     @property
     def leader_url(self) -> str | None:
         return self.url if self.role == "leader" else self.leader.url
+
+    @property
+    def document_problem(self) -> DocumentError | None:
+        """Why the document cannot be used right now, for health pages: it is
+        lost (DocumentMissing, I10) or it did not parse when last read (I6).
+        None while it is fine. No I/O."""
+        return self.presence.missing or self._unreadable
 
     @property
     def document_missing(self) -> DocumentMissing | None:
@@ -225,6 +233,7 @@ class Broker:
                 self.leader = state.broker
                 self._seen_seq = state.seq
                 self.last_error = None
+                self._unreadable = None
                 if self._should_take_over_now(state):
                     self._take_over(state)
             elif self.presence.missing is None and self.monotonic() - changed_at >= self.takeover_seconds:
@@ -237,6 +246,7 @@ class Broker:
             self.last_error = str(exc)  # logged once by Presence; I10: wait for an operator
         except DocumentError as exc:
             self.last_error = str(exc)
+            self._unreadable = exc
             log.error("%s", exc)  # I6: wait for an operator; never overwrite
         except StoreError as exc:
             self.last_error = str(exc)
@@ -329,6 +339,7 @@ class Broker:
             # Never wait forever (I8): by takeover_seconds without a landed
             # write a standby may have taken over, so stop acknowledging.
             committer.execute(Tick(), timeout=self.takeover_seconds)
+            self._unreadable = None
         except (NotLeader, CommitterStopped):
             self._step_down("a heartbeat commit was refused")
         except CommitTimeout:
@@ -338,4 +349,6 @@ class Broker:
             self.last_error = str(exc)
         except EngineError as exc:  # store trouble: keep leading, retry next beat
             self.last_error = str(exc)
+            if isinstance(exc, DocumentError):
+                self._unreadable = exc
             log.warning("broker %s: heartbeat commit failed: %s", self.id, exc)

@@ -58,3 +58,13 @@ def ms(value: float | None) -> str:
 def as_json(value: object) -> str:
     """Compact JSON text of a decoded value (autoescaped by the template)."""
     return orjson.dumps(value).decode()
+
+
+@register.simple_tag
+def document_missing() -> str:
+    """This node's DocumentMissing message while queue.json is known to be
+    lost (I10), else "": base.html shows it as a banner on every page. No I/O."""
+    from queueadmin import runtime  # here, not at import: template libraries load before apps are ready
+
+    missing = runtime.get_broker().document_missing
+    return "" if missing is None else str(missing)
