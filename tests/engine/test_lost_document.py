@@ -209,3 +209,18 @@ def test_a_node_started_on_a_store_with_a_lost_document_waits_for_an_operator(
     assert store.get(KEY) is None and a.role == "standby"
     initialise(store, KEY, policy=POLICY, writer="operator", force=True)
     wait_until(lambda: a.role == "leader")
+
+
+def test_the_direct_client_does_not_re_create_a_lost_document_either() -> None:
+    from engine import DirectClient
+
+    store = MemoryStore()
+    client = DirectClient(store)
+    client.push("q", ["a"])
+    assert read_marker(store, KEY) is not None
+    store.delete(KEY)
+    with pytest.raises(DocumentMissing):
+        client.push("q", ["b"])
+    with pytest.raises(DocumentMissing):
+        DirectClient(store).push("q", ["c"])  # a new client learns it from the marker
+    assert store.get(KEY) is None
