@@ -221,6 +221,11 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         # parts with another's ETag.
         self._committed: tuple[str | None, list[bytes]] | None = None
         self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
+        # The highest seq this committer has written under its writer id. Each
+        # write takes a higher one, even one built on a version re-read while
+        # an earlier write was in flight (after an error), so that "the
+        # document records (writer, seq)" can only mean that very write landed.
+        self._last_seq = 0
         self._io: ThreadPoolExecutor | None = None
         self._abandon: EngineError | None = None  # set by stop(drain=False)
 
@@ -527,7 +532,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         if state is None or not state.dirty:
             self._answer(batch)
             return None
-        seq = state.seq + 1
+        seq = max(state.seq, self._last_seq) + 1
         try:
             parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())
         except Exception as exc:
@@ -537,8 +542,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if not state.dirty:
                 self._answer(batch)
                 return None
-            seq = state.seq + 1
+            seq = max(state.seq, self._last_seq) + 1
             parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
+        self._last_seq = seq
         write = _Write(batch, seq, parts, state)
         if_match = state.etag
         write.created = if_match is None

@@ -215,3 +215,49 @@ def test_a_bad_operation_does_not_stop_the_brokers_heartbeat() -> None:
         assert job.payload == "a"
     finally:
         broker.stop(timeout=10)
+
+
+class GatedStore(HangingStore):
+    """Holds each write of the document until the test releases the gate."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.gate = threading.Semaphore(0)
+        self.entered = threading.Semaphore(0)
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        if key == KEY:
+            self.entered.release()
+            assert self.gate.acquire(timeout=30), "the test never opened the gate"
+        return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+
+def test_isolating_while_a_write_is_in_flight_never_acknowledges_what_did_not_land() -> None:
+    memory = MemoryStore()
+    with GroupCommitter(memory) as creator:
+        creator.push("q", ["a"])
+    store = GatedStore(memory)
+    committer = GroupCommitter(store).start()
+    try:
+        first = threading.Thread(target=committer.push, args=("q", ["x"]))
+        first.start()
+        assert store.entered.acquire(timeout=10)  # the write of "x" is in flight
+        # A bad operation now makes the committer re-read the document, which
+        # does not have "x" yet; "y" is then applied on that older version.
+        bad = smuggled(claim_op("w", ["q"], policy=POLICY), worker=SURROGATE)
+        with pytest.raises(OperationFailed):
+            committer.execute(bad)
+        late = push_op("q", ["y"], policy=POLICY)
+        answers: list[Any] = []
+        second = threading.Thread(target=lambda: answers.append(committer.execute(late)))
+        second.start()
+        wait_until(lambda: committer.state is not None and late.jobs[0].id in committer.state.jobs)
+        store.gate.release(10)
+        first.join(10)
+        second.join(10)
+        assert answers == [[late.jobs[0].id]]
+        # Acknowledged means written (I1): "y" must be in the document.
+        assert [j["payload"] for j in document(memory)["jobs"]] == ["a", "x", "y"]
+    finally:
+        store.gate.release(10)
+        committer.stop(timeout=10)
