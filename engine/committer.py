@@ -31,14 +31,12 @@ document is read again and the rest of its batch is re-applied and written.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,11 +49,25 @@ from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
 from engine.parsing import empty_state, parse_document
+from engine.pending import (
+    FAILED,
+    CommitStats,
+    CommitterStopped,
+    CommitTimeout,
+    Pending,
+    Write,
+    answer,
+    fail,
+    printable,
+)
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
+
+# Defined in engine.pending, and part of this module's interface.
+__all__ = ["CommitStats", "CommitTimeout", "CommitterStopped", "GroupCommitter"]
 
 DEFAULT_MAX_BATCH = 20_000
 DEFAULT_MAX_RETRIES = 50
@@ -75,94 +87,6 @@ DEFAULT_MAX_LINGER_SECONDS = 0.05
 # arrivals pause for idle_gap_seconds.
 LINGER_SHARE = 1.0
 DEFAULT_IDLE_GAP_SECONDS = 0.005
-
-
-class CommitterStopped(EngineError):
-    """The committer is not running; the operation was not applied."""
-
-    code = "committer_stopped"
-
-
-class CommitTimeout(EngineError):
-    """No answer came within the caller's deadline (``execute(op, timeout=...)``).
-
-    The outcome is unknown: the operation is still queued or being written and
-    may yet commit. Treat it like an ambiguous write.
-    """
-
-    code = "commit_timeout"
-
-
-@dataclass(slots=True)
-class CommitStats:
-    """Counters for tests, benchmarks and the dashboard."""
-
-    commits: int = 0
-    operations: int = 0
-    lost_races: int = 0
-    ambiguous: int = 0
-    reads: int = 0
-    last_commit_seconds: float = 0.0
-
-    @property
-    def mean_batch(self) -> float:
-        """Operations answered per landed write."""
-        return self.operations / self.commits if self.commits else 0.0
-
-
-class _Pending:
-    """One submitted operation, its outcome once applied, and how to answer it:
-    a held lock for a thread, a future for a coroutine."""
-
-    __slots__ = ("answered", "future", "lock", "loop", "op", "result")
-
-    def __init__(self, op: Operation, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.op = op
-        self.loop = loop
-        self.result: Any = None
-        self.answered = False  # set once, by whoever answers it (I8: exactly one answer)
-        if loop is None:
-            # A pre-acquired lock is the cheapest one-shot signal between threads.
-            self.lock: threading.Lock | None = threading.Lock()
-            self.lock.acquire()
-            self.future: asyncio.Future[Any] | None = None
-        else:
-            self.lock = None
-            self.future = loop.create_future()
-
-
-_FAILED = object()
-
-
-class _Write:
-    """One conditional PUT, run on the I/O thread."""
-
-    __slots__ = ("batch", "created", "done", "error", "etag", "parts", "seq", "started", "state")
-
-    def __init__(self, batch: list[_Pending], seq: int, parts: list[bytes], state: QueueState) -> None:
-        self.batch = batch
-        self.seq = seq
-        self.parts = parts
-        self.state = state  # the state these parts encode (its ETag is set when the write lands)
-        self.created = False  # the write created the document (if_none_match)
-        self.started = time.monotonic()
-        self.done = False
-        self.etag: str | None = None
-        self.error: EngineError | None = None
-
-
-def _settle_futures(batch: list[_Pending]) -> None:
-    """Runs on the callers' event loop: resolve each operation's future."""
-    for pending in batch:
-        future = pending.future
-        assert future is not None
-        if future.done():  # the caller gave up (cancelled)
-            continue
-        result = pending.result
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
 
 
 class GroupCommitter(QueueClient, AsyncQueueMethods):
@@ -211,7 +135,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._lock = threading.Lock()  # a plain Lock: cheaper than the default RLock
         self._cond = threading.Condition(self._lock)
-        self._queue: list[_Pending] = []
+        self._queue: list[Pending] = []
         self._running = False
         self._thread: threading.Thread | None = None
         self._state: QueueState | None = None
@@ -220,7 +144,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         # whole, so a reader on another thread never pairs one version's
         # parts with another's ETag.
         self._committed: tuple[str | None, list[bytes]] | None = None
-        self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
+        self._unsettled: list[Write] = []  # failed writes whose outcome we have not learned
         # The highest seq this committer has written under its writer id. Each
         # write takes a higher one, even one built on a version re-read while
         # an earlier write was in flight (after an error), so that "the
@@ -260,7 +184,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         here, by the caller, so that they are answered even if the writer
         thread is stuck (in a store call that hangs, say); ``timeout`` bounds
         the wait for the writer."""
-        orphans: list[_Pending] = []
+        orphans: list[Pending] = []
         with self._cond:
             self._running = False
             if not drain and self._abandon is None:
@@ -271,7 +195,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             thread = self._thread
             abandon = self._abandon
         if orphans and abandon is not None:
-            self._fail(orphans, abandon)
+            fail(orphans, abandon, self.stats)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -288,7 +212,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     # -- submitting ------------------------------------------------------------
 
-    def _submit(self, pending: _Pending) -> None:
+    def _submit(self, pending: Pending) -> None:
         queue = self._queue
         with self._lock:  # the condition's lock, entered without Condition's Python-level wrapper
             if not self._running:
@@ -304,7 +228,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
         With ``timeout``, wait at most that many seconds, then raise
         CommitTimeout: the operation may still commit later."""
-        pending = _Pending(op)
+        pending = Pending(op)
         self._submit(pending)
         assert pending.lock is not None
         if not pending.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
@@ -336,7 +260,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     def _submit_async(self, op: Operation) -> asyncio.Future[Any]:
         """Submit ``op``; the future (of the running loop) gets its outcome."""
-        pending = _Pending(op, asyncio.get_running_loop())
+        pending = Pending(op, asyncio.get_running_loop())
         self._submit(pending)
         assert pending.future is not None
         return pending.future
@@ -368,8 +292,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     # read, so the state never runs ahead of the store.
 
     def _run(self) -> None:
-        inflight: _Write | None = None
-        staged: list[_Pending] = []
+        inflight: Write | None = None
+        staged: list[Pending] = []
         # Linger: after answering a landed batch, hold the next write until
         # the answered callers have had a chance to come back (see above).
         linger_until = 0.0
@@ -393,19 +317,19 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if abandon is not None:
                 # Stopping without draining: nothing more is written. (The
                 # state keeps the abandoned changes; start() reads afresh.)
-                self._fail(staged + new, abandon)
+                fail(staged + new, abandon, self.stats)
                 staged, new = [], []
             if inflight is None and not staged and not new and not self._running:
                 assert self._io is not None
                 self._io.shutdown(wait=False)
                 return  # stopped and drained
-            unanswered: list[_Pending] = []  # a finished write's callers, until answered
+            unanswered: list[Pending] = []  # a finished write's callers, until answered
             try:
                 now = time.monotonic()
                 if new:
                     outcome = self._guarded(staged + new, self._apply, staged, new)
                     new = []
-                    if outcome is _FAILED:
+                    if outcome is FAILED:
                         staged = []
                     else:
                         staged = outcome
@@ -414,21 +338,21 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                         # garbage collection, which also stops the callers) do not
                         # look like callers that stopped coming back.
                         last_arrival = time.monotonic()
-                landed: list[_Pending] = []
+                landed: list[Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
                     unanswered = done.batch
                     outcome = self._guarded(done.batch + staged, self._finish, done, staged)
-                    staged, landed = ([], []) if outcome is _FAILED else outcome
+                    staged, landed = ([], []) if outcome is FAILED else outcome
                     if done.error is None:
                         linger_until = now + min(self.max_linger_seconds, LINGER_SHARE * (now - done.started))
                         linger_target = len(done.batch) + len(staged)
                         last_arrival = now
                 if staged and self._abandon is not None:
-                    self._fail(staged, self._abandon)
+                    fail(staged, self._abandon, self.stats)
                     staged = []
                 unanswered = []
-                self._answer(landed)
+                answer(landed, self.stats)
                 lingering = (
                     len(staged) < linger_target
                     and now < linger_until
@@ -439,30 +363,30 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     batch, staged = staged, []
                     linger_target = 0
                     outcome = self._guarded(batch, self._start_write, batch)
-                    inflight = None if outcome is _FAILED else outcome
+                    inflight = None if outcome is FAILED else outcome
             except Exception as exc:  # a bug: never leave callers waiting forever (I8)
                 log.exception("group commit failed unexpectedly")
                 self._state = None
                 self._unsettled.clear()
-                self._fail(unanswered + staged + new, EngineError(_printable(f"group commit failed: {exc!r}")))
+                fail(unanswered + staged + new, EngineError(printable(f"group commit failed: {exc!r}")), self.stats)
                 staged, new = [], []
 
-    def _guarded(self, victims: list[_Pending], step: Callable[..., Any], *args: Any) -> Any:
+    def _guarded(self, victims: list[Pending], step: Callable[..., Any], *args: Any) -> Any:
         """Run ``step``; if it raises, fail ``victims`` with the error (an
         unexpected exception is wrapped in EngineError), forget the state (it
-        will be read again) and return ``_FAILED``."""
+        will be read again) and return ``FAILED``."""
         try:
             return step(*args)
         except Exception as exc:
             if not isinstance(exc, EngineError):
                 log.exception("group commit step %s failed unexpectedly", getattr(step, "__name__", step))
-                exc = EngineError(_printable(f"group commit failed: {exc!r}"))
+                exc = EngineError(printable(f"group commit failed: {exc!r}"))
             self._state = None
             self._unsettled.clear()
-            self._fail(victims, exc)
-            return _FAILED
+            fail(victims, exc, self.stats)
+            return FAILED
 
-    def _apply(self, staged: list[_Pending], new: list[_Pending]) -> list[_Pending]:
+    def _apply(self, staged: list[Pending], new: list[Pending]) -> list[Pending]:
         """Apply ``new`` on top of the state, which already holds ``staged``
         (reading it first if there is none). Returns the operations to write
         next: ``staged + new``, less any refused alone (see :meth:`_isolate`)."""
@@ -476,7 +400,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             pending.result = result
         return staged + new
 
-    def _isolate(self, batch: list[_Pending], exc: BaseException) -> list[_Pending]:
+    def _isolate(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
         """Something unexpected escaped while applying or encoding ``batch``
         (I8), so the state may be half changed. Throw it away, read the
         document again and re-apply the operations one by one; each one whose
@@ -488,7 +412,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         Costs one read per culprit; it only runs after an unexpected error.
         """
         log.error("group commit: a batch of %d operation(s) failed to apply or encode (%s); "
-                  "isolating the culprit", len(batch), _printable(repr(exc)), exc_info=exc)
+                  "isolating the culprit", len(batch), printable(repr(exc)), exc_info=exc)
         remaining = list(batch)
         probe = False  # encode after every operation (once a whole pass applied but did not encode)
         while True:
@@ -517,20 +441,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     continue
             index, error = culprit
             bad = remaining.pop(index)
-            problem = _printable(f"{type(error).__name__}: {error}")
+            problem = printable(f"{type(error).__name__}: {error}")
             log.error("group commit: refusing one %s operation alone: %s", type(bad.op).__name__, problem)
-            self._fail([bad], OperationFailed(
+            fail([bad], OperationFailed(
                 f"the {type(bad.op).__name__} operation could not be applied or encoded ({problem}); "
                 "it was refused and nothing of it was written"
-            ))
+            ), self.stats)
 
-    def _start_write(self, batch: list[_Pending]) -> _Write | None:
+    def _start_write(self, batch: list[Pending]) -> Write | None:
         """Encode the state and start writing it for ``batch``. If nothing
         changed, answer ``batch`` now (every write before it has landed) and
         return None. An encoding error isolates the culprit (see :meth:`_isolate`)."""
         state = self._state
         if state is None or not state.dirty:
-            self._answer(batch)
+            answer(batch, self.stats)
             return None
         seq = max(state.seq, self._last_seq) + 1
         try:
@@ -540,12 +464,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             state = self._state
             assert state is not None
             if not state.dirty:
-                self._answer(batch)
+                answer(batch, self.stats)
                 return None
             seq = max(state.seq, self._last_seq) + 1
             parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
         self._last_seq = seq
-        write = _Write(batch, seq, parts, state)
+        write = Write(batch, seq, parts, state)
         if_match = state.etag
         write.created = if_match is None
         state.encoded(seq=seq, writer=self.writer_id)
@@ -553,7 +477,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._io.submit(self._put, write, if_match)
         return write
 
-    def _put(self, write: _Write, if_match: str | None) -> None:
+    def _put(self, write: Write, if_match: str | None) -> None:
         """Runs on the I/O thread."""
         try:
             if if_match is None:
@@ -574,7 +498,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             write.done = True
             self._cond.notify()
 
-    def _finish(self, done: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    def _finish(self, done: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """Settle a finished write. Returns the operations still to be written
         and those now durable (to be answered)."""
         if done.error is None:
@@ -599,7 +523,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             raise done.error
         return self._recover(done, staged)
 
-    def _recover(self, failed: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    def _recover(self, failed: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """A write failed: re-read, find out whether it landed after all, and
         re-apply whatever did not land on top of what is really there."""
         self._state = None
@@ -614,7 +538,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         fresh = self._load_retrying()
         landed = next((w for w in self._unsettled if fresh.has_commit(self.writer_id, w.seq)), None)
         redo = failed.batch + staged
-        durable: list[_Pending] = []
+        durable: list[Pending] = []
         if landed is not None:
             # A reply was lost but the write happened (at most one of the
             # unsettled writes can have landed: each was conditioned on a
@@ -633,36 +557,6 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         if redo:
             redo = self._apply([], redo)
         return redo, durable
-
-    def _answer(self, batch: list[_Pending]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
-        answered = 0
-        for pending in batch:
-            if pending.answered:  # never twice (I8); whoever answered first wins
-                continue
-            pending.answered = True
-            answered += 1
-            loop = pending.loop
-            if loop is None:
-                assert pending.lock is not None
-                pending.lock.release()
-            else:
-                same = by_loop.get(loop)
-                if same is None:
-                    by_loop[loop] = [pending]
-                else:
-                    same.append(pending)
-        self.stats.operations += answered
-        # One wake-up per event loop per batch, not one per operation.
-        for loop, items in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle_futures, items)
-
-    def _fail(self, batch: list[_Pending], exc: EngineError) -> None:
-        todo = [pending for pending in batch if not pending.answered]
-        for pending in todo:
-            pending.result = exc
-        self._answer(todo)
 
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
@@ -694,8 +588,3 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
         time.sleep(random.uniform(0, cap))
 
-
-def _printable(text: str) -> str:
-    """``text`` with anything UTF-8 cannot carry (lone surrogates) escaped, so
-    that an error message about bad input can itself be encoded."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
