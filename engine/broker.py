@@ -123,6 +123,9 @@ class Broker:
         return self
 
     def stop(self, timeout: float | None = None) -> None:
+        """Stop the control thread and, on the leader, the committer (which
+        first commits what was submitted). ``timeout`` bounds each wait, for
+        a node whose store hangs."""
         with self._lock:
             self._stopping = True
             thread, self._thread = self._thread, None
@@ -131,7 +134,7 @@ class Broker:
             thread.join(timeout)
         committer, self._committer = self._committer, None
         if committer is not None:
-            committer.stop()
+            committer.stop(timeout=timeout)
         self.role = "stopped"
 
     @property

@@ -100,3 +100,9 @@ def test_force_re_creates_above_the_lost_seq_and_records_who_and_why(store: File
     with GroupCommitter(store) as committer:
         committer.push("q", ["again"])
     assert stored(store)["seq"] > lost + 1
+
+
+def test_queuestatus_reports_a_lost_document(store: FileStore) -> None:
+    lose_a_document(store)
+    with pytest.raises(CommandError, match="missing, but it existed"):
+        call_command("queuestatus", stdout=io.StringIO())
