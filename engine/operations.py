@@ -86,16 +86,24 @@ class Expire:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Requeue:
+    """Move running or dead jobs back to pending. With ``expect`` (one status
+    per id), only the jobs still in their expected status move; see
+    :func:`requeue_op`."""
+
     job_ids: tuple[str, ...]
+    expect: tuple[PurgeStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Purge:
-    """Remove jobs: the listed ids, or every job of ``queue`` with ``status``."""
+    """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
+    With ``expect`` (one status per id), only the listed jobs still in their
+    expected status go; see :func:`purge_op`."""
 
     job_ids: tuple[str, ...] = ()
     queue: str | None = None
     status: PurgeStatus | None = None
+    expect: tuple[PurgeStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,13 +302,38 @@ def fail_op(
                 retry_in_seconds=retry_in_seconds, give_up=give_up)
 
 
-def requeue_op(job_ids: Iterable[str]) -> Requeue:
+def _expected(
+    job_ids: Iterable[str], expect: Iterable[str], allowed: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """Ids and their expected statuses (one per id), checked and without repeats."""
+    pairs: dict[str, str] = {}
+    ids, statuses = list(job_ids), list(expect)
+    if len(ids) != len(statuses):
+        raise ValidationError(f"expect needs one status per job id ({len(ids)} ids, {len(statuses)} statuses)")
+    for job_id, status in zip(ids, statuses, strict=True):
+        if status not in allowed:
+            raise ValidationError(f"expected status must be one of {', '.join(allowed)}, got {status!r}")
+        if pairs.setdefault(_check_id("job id", job_id), status) != status:
+            raise ValidationError(f"job {job_id!r} is expected in two statuses")
+    return tuple(pairs), tuple(pairs.values())
+
+
+def requeue_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> Requeue:
+    """Requeue ``job_ids``: all or nothing, an unknown or pending id refuses
+    the whole operation. With ``expect``, one status ("running" or "dead")
+    per id, it is conditional instead: each job moves only if it is still in
+    its expected status when the operation commits, the others are skipped
+    (not refused), and the outcome lists the ids that moved. An operator's
+    dry run uses this, so its run never acts on a job that changed since."""
     if isinstance(job_ids, str):
         job_ids = [job_ids]
-    ids = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids))
+    if expect is not None:
+        ids, statuses = _expected(job_ids, expect, ("running", "dead"))
+    else:
+        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
     if not ids:
         raise ValidationError("requeue needs at least one job id")
-    return Requeue(job_ids=ids)
+    return Requeue(job_ids=ids, expect=statuses)
 
 
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
@@ -311,17 +344,28 @@ def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
 
 
 def purge_op(
-    job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
+    job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None,
+    expect: Iterable[str] | None = None,
 ) -> Purge:
+    """Purge ``job_ids`` (all or nothing: an unknown id refuses the whole
+    operation), or every job of ``queue`` with ``status``. With ``expect``,
+    one status per id, a purge by ids is conditional: each job goes only if
+    it is still in its expected status when the operation commits, the others
+    are skipped (not refused), and the outcome lists the removed ids."""
     if job_ids is not None:
         if queue is not None or status is not None:
             raise ValidationError("purge takes job ids, or a queue and a status, not both")
         if isinstance(job_ids, str):
             job_ids = [job_ids]
-        ids = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids))
+        if expect is not None:
+            ids, statuses = _expected(job_ids, expect, ("pending", "running", "dead"))
+        else:
+            ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
         if not ids:
             raise ValidationError("purge needs at least one job id")
-        return Purge(job_ids=ids)
+        return Purge(job_ids=ids, expect=statuses)
+    if expect is not None:
+        raise ValidationError("expect goes with job ids")
     if queue is None or status not in ("pending", "running", "dead"):
         raise ValidationError("purge needs job ids, or a queue and a status of pending, running or dead")
     return Purge(queue=check_queue(queue), status=status)  # type: ignore[arg-type]

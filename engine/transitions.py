@@ -199,15 +199,23 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
 
     A running job keeps its attempt count (its lease is revoked; the old holder
     gets LeaseLost). A dead job starts over with zero attempts. All or nothing:
-    an unknown or pending id refuses the whole operation.
+    an unknown or pending id refuses the whole operation. A conditional
+    requeue (``op.expect``) instead skips every job not in its expected
+    status. Returns the requeued ids.
     """
-    for job_id in op.job_ids:
-        job = state.jobs.get(job_id)
-        if job is None and job_id not in state.dead:
-            raise JobNotFound(job_id)
-        if job is not None and job.status == "pending":
-            raise ValidationError(f"job {job_id!r} is already pending")
-    for job_id in op.job_ids:
+    if op.expect:
+        # Never a pending job: requeueing it would only move it to the back.
+        job_ids = [i for i in still_expected(state, op.job_ids, op.expect) if i not in state.jobs
+                   or state.jobs[i].status != "pending"]
+    else:
+        job_ids = list(op.job_ids)
+        for job_id in job_ids:
+            job = state.jobs.get(job_id)
+            if job is None and job_id not in state.dead:
+                raise JobNotFound(job_id)
+            if job is not None and job.status == "pending":
+                raise ValidationError(f"job {job_id!r} is already pending")
+    for job_id in job_ids:
         running = state.jobs.get(job_id)
         if running is not None:
             history = _ended(running, "requeued", now)
@@ -227,13 +235,16 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
                     history=dead.history,
                 )
             )
-    return list(op.job_ids)
+    return job_ids
 
 
 def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
     """Remove jobs by id (pending, running or dead; all or nothing), or every
-    job of one queue and status. Returns the removed ids."""
-    if op.job_ids:
+    job of one queue and status. A conditional purge (``op.expect``) skips
+    every listed job not in its expected status. Returns the removed ids."""
+    if op.expect:
+        ids = still_expected(state, op.job_ids, op.expect)
+    elif op.job_ids:
         for job_id in op.job_ids:
             if job_id not in state.jobs and job_id not in state.dead:
                 raise JobNotFound(job_id)
@@ -246,6 +257,16 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
         state.counters(removed.queue).purged += 1
     return ids
+
+
+def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:
+    """The ids whose job is in the document in its expected status (each
+    id's status is ``expect`` at the same position)."""
+    def status(job_id: str) -> str | None:
+        job = state.jobs.get(job_id)
+        return job.status if job is not None else ("dead" if job_id in state.dead else None)
+
+    return [job_id for job_id, want in zip(job_ids, expect, strict=True) if status(job_id) == want]
 
 
 def set_paused(state: QueueState, op: SetPaused, now: datetime) -> bool:

@@ -130,3 +130,23 @@ class ApiToken(models.Model):
         self.digest = self.digest_of(token)
         self.hint = token[:10]
         return token
+
+
+class ActionPlan(models.Model):
+    """The dry run of an operator action, kept until it is run or expires.
+
+    It holds what the dry run showed: the action, its scope, the document seq
+    it was planned against, and the job ids with the status each one was in.
+    The confirmation form carries only a signed reference to it, so the run
+    acts on these jobs and no others (I9), a form cannot be altered to widen
+    them, and a selection of 100,000 jobs costs the page nothing. ``body`` is
+    zlib-compressed JSON; see :mod:`queueadmin.dashboard.plans`.
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    body = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"plan {self.key[:8]}… of {self.user_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"

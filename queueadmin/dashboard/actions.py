@@ -1,11 +1,16 @@
 """Operator actions: plan (dry run), then run through the broker, then audit.
 
-An action is planned from the latest snapshot: which jobs it would touch, how
-many, a sample. The operator sees the plan, writes a reason, types a
-confirmation when it would remove more than :data:`TYPED_CONFIRM_OVER` jobs,
-and submits. The action then goes to the broker as an ordinary operation
-(never an edit of the file), and only the broker's answer, acknowledged or
-refused, is written to the audit log.
+A dry run resolves the action, against the latest snapshot, to the exact jobs
+it would touch and the status each one is in; the operator sees their count
+and a sample. The plan is kept server side (:mod:`.plans`) and the
+confirmation form carries only a signed reference to it. The operator writes
+a reason, types a confirmation when it would remove more than
+:data:`TYPED_CONFIRM_OVER` jobs, and submits. The run then sends the broker a
+*conditional* operation on those ids only (never an edit of the file, and
+never "whatever matches now"): a job that has since left the document or
+changed status is left alone, and the result says how many (I9). Only the
+broker's answer, acknowledged or refused, is written to the audit log, with
+exactly the ids it acted on.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
+from django.utils.translation import ngettext
 
 from engine.errors import EngineError, NotLeader
 from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
 from queueadmin import runtime
 from queueadmin.dashboard import forward
 from queueadmin.dashboard.snapshot import Doc, Snapshot
+from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry, AuditJob
 
 TYPED_CONFIRM_OVER = 100
@@ -38,17 +45,31 @@ PERMISSIONS = {
 
 @dataclass(slots=True, kw_only=True)
 class Plan:
-    """What an action would do, as of one snapshot."""
+    """What an action would do, as of the snapshot at ``seq``.
+
+    ``ids`` are the jobs it acts on, ``expect`` the status each one was in
+    (same order). ``problems`` mean there is nothing to run; ``notes`` name
+    requested jobs that the plan leaves out. ``key`` and ``token`` identify
+    the stored plan (:mod:`.plans`) once it is saved.
+    """
 
     action: str
     queue: str = ""
     target: str = ""
-    ids: list[str] = field(default_factory=list)
-    sample: list[Doc] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    removes: bool = False
     status: str = ""
     group: str = ""
+    seq: int = 0
+    ids: list[str] = field(default_factory=list)
+    expect: list[str] = field(default_factory=list)
+    sample: list[Doc] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    key: str = ""
+    token: str = ""
+
+    @property
+    def removes(self) -> bool:
+        return self.action == "purge"
 
     @property
     def count(self) -> int:
@@ -60,67 +81,87 @@ class Plan:
         return max(self.count - len(self.sample), 0)
 
     @property
+    def toggles(self) -> bool:
+        """Pause or resume: an action on a queue, not on jobs."""
+        return self.action in ("pause", "resume")
+
+    @property
+    def runnable(self) -> bool:
+        return not self.problems and (self.toggles or bool(self.ids))
+
+    @property
     def confirm_phrase(self) -> str | None:
         """The text the operator must type, or None when no typing is needed."""
         if self.removes and self.count > TYPED_CONFIRM_OVER:
             return f"purge {self.count}"
         return None
 
+    @property
+    def expected_status(self) -> str:
+        """The one status every job was in, or a description when they differ."""
+        statuses = set(self.expect)
+        return statuses.pop() if len(statuses) == 1 else "in the status the dry run showed"
+
     def operation(self) -> Operation:
+        """The broker operation: conditional on each job's dry-run status."""
         if self.action in ("requeue", "redrive"):
-            return requeue_op(self.ids)
+            return requeue_op(self.ids, expect=self.expect)
         if self.action == "purge":
-            if self.status and not self.group and self.queue:
-                # By queue and status: the broker removes whatever matches when
-                # it commits, which may differ from the dry run; the audit entry
-                # records what it actually removed.
-                return purge_op(queue=self.queue, status=self.status)
-            return purge_op(self.ids)
+            return purge_op(self.ids, expect=self.expect)
         return pause_op(self.queue, paused=self.action == "pause")
 
 
 def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
-    """Plan ``data`` (an ActionForm's cleaned data) against ``snapshot``."""
+    """Plan ``data`` (an ActionForm's cleaned data, one scope) against ``snapshot``."""
     action = data["action"]
-    queue = data.get("queue") or ""
-    ids: list[str] = data.get("ids") or []
-    p = Plan(action=action, queue=queue, removes=action == "purge", status=data.get("status") or "",
-             group=data.get("group") or "")
-    if action in ("pause", "resume"):
-        p.target = f"queue={queue}"
-        q = snapshot.queues.get(queue)
+    p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
+             group=data.get("group") or "", seq=snapshot.seq)
+    if p.toggles:
+        p.target = f"queue={p.queue}"
+        q = snapshot.queues.get(p.queue)
         if action == "pause" and q is not None and q.paused:
-            p.problems.append(f"Queue {queue} is already paused.")
+            p.problems.append(f"Queue {p.queue} is already paused.")
         if action == "resume" and (q is None or not q.paused):
-            p.problems.append(f"Queue {queue} is not paused.")
+            p.problems.append(f"Queue {p.queue} is not paused.")
         return p
     if p.group:
         group = snapshot.dead_group(p.group)
         if group is None:
             p.problems.append("That dead-letter group is gone: its jobs were requeued, purged or dropped.")
             return p
-        p.queue, p.ids, p.target = group.queue, list(group.ids), f"group: {group.signature}"
-    elif ids:
+        p.queue, p.target = group.queue, f"group: {group.signature}"
+        p.ids, p.expect = list(group.ids), ["dead"] * group.count
+    elif data.get("ids"):
         p.target = "selected jobs"
-        for job_id in ids:
+        queues = set()
+        for job_id in data["ids"]:
             found = snapshot.job(job_id)
             if found is None:
-                p.problems.append(f"Job {job_id} is not in the document any more.")
+                p.notes.append(f"Job {job_id} is not in the document any more: it is left out.")
             elif action == "requeue" and found[1] == "pending":
-                p.problems.append(f"Job {job_id} is already pending.")
-        p.ids = ids
-        queues = {found[0]["queue"] for i in ids if (found := snapshot.job(i)) is not None}
+                p.notes.append(f"Job {job_id} is already pending: it is left out.")
+            else:
+                p.ids.append(job_id)
+                p.expect.append(found[1])
+                queues.add(found[0]["queue"])
         p.queue = queues.pop() if len(queues) == 1 else ""
     else:
-        p.target = f"queue={queue} status={p.status}"
-        p.ids = [j["id"] for j in snapshot.select(queue=queue, status=p.status)]
+        p.target = f"queue={p.queue} status={p.status}"
+        p.ids = [j["id"] for j in snapshot.select(queue=p.queue, status=p.status)]
+        p.expect = [p.status] * len(p.ids)
+    fill_sample(p, snapshot)
+    if not p.ids:
+        p.problems.append("Nothing matches: no job would change.")
+    return p
+
+
+def fill_sample(p: Plan, snapshot: Snapshot) -> None:
+    """Show the plan's first jobs as ``snapshot`` has them."""
+    p.sample = []
     for job_id in p.ids[:SAMPLE_SIZE]:
         found = snapshot.job(job_id)
         if found is not None:
             p.sample.append(dict(found[0], status=found[1]))
-    if not p.ids:
-        p.problems.append("Nothing matches: no job would change.")
-    return p
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +169,8 @@ class Outcome:
     entry: AuditEntry
     ok: bool
     message: str
+    #: Something differed from the dry run (jobs left alone, newcomers, a queue already toggled).
+    changed: bool = False
 
 
 def execute(op: Operation) -> tuple[Any, int | None, str]:
@@ -147,27 +190,85 @@ def execute(op: Operation) -> tuple[Any, int | None, str]:
 
 
 def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outcome:
-    """Send the plan's operation to the broker and audit the answer."""
-    ids = p.ids
+    """Send the plan's conditional operation to the broker and audit the
+    answer: the ids it acted on (never more than the plan's), and what was
+    left alone because the document changed since the dry run."""
     try:
         result, seq, where = execute(p.operation())
     except EngineError as exc:  # NotLeader, a QueueError, a store outage
         message = f"{type(exc).__name__}: {exc}"
-        entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids,
+        entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids,
                       ok=False, detail=message)
         return Outcome(entry, False, f"{p.action.title()} failed: {message}")
-    if isinstance(result, list):
+    if p.toggles:
+        detail, changed = _toggled(p, was_paused=bool(result))
+        ids: list[str] = []
+    else:
         ids = [str(i) for i in result]
-    detail = {
-        "requeue": f"requeued {len(ids)} job(s)",
-        "redrive": f"redrove {len(ids)} dead letter(s) back to pending",
-        "purge": f"purged {len(ids)} job(s)",
-        "pause": f"paused {p.queue}",
-        "resume": f"resumed {p.queue}",
-    }[p.action] + where
+        detail, changed = _acted(p, ids)
+    detail += where
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
-                  detail=detail, seq=seq)
-    return Outcome(entry, True, detail[0].upper() + detail[1:] + ".")
+                  detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
+    return Outcome(entry, True, detail[0].upper() + detail[1:] + ".", changed)
+
+
+def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
+    if p.action == "pause":
+        if was_paused:
+            return f"{p.queue} was already paused (since the dry run): nothing changed", True
+        return f"paused {p.queue}", False
+    if not was_paused:
+        return f"{p.queue} was not paused any more (resumed since the dry run): nothing changed", True
+    return f"resumed {p.queue}", False
+
+
+def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
+    n = len(ids)
+    parts = [{
+        "requeue": ngettext("requeued %(n)d job", "requeued %(n)d jobs", n),
+        "redrive": ngettext("redrove %(n)d dead letter back to pending",
+                            "redrove %(n)d dead letters back to pending", n),
+        "purge": ngettext("purged %(n)d job", "purged %(n)d jobs", n),
+    }[p.action] % {"n": n}]
+    left = p.count - n
+    if left:
+        values = {"left": left, "total": p.count, "status": p.expected_status}
+        if p.count == 1:
+            parts.append(f"the job was no longer {p.expected_status} and was left alone")
+        else:
+            parts.append(ngettext("%(left)d of %(total)d jobs was no longer %(status)s and was left alone",
+                                  "%(left)d of %(total)d jobs were no longer %(status)s and were left alone",
+                                  left) % values)
+    arrived = arrivals(p)
+    if arrived and p.group:
+        parts.append(ngettext("%(n)d more dead letter of this group arrived after the dry run and was not touched",
+                              "%(n)d more dead letters of this group arrived after the dry run and were not "
+                              "touched", arrived) % {"n": arrived})
+    elif arrived:
+        values = {"n": arrived, "status": p.status, "queue": p.queue}
+        parts.append(ngettext("%(n)d more %(status)s job of %(queue)s arrived after the dry run and was not touched",
+                              "%(n)d more %(status)s jobs of %(queue)s arrived after the dry run and were not "
+                              "touched", arrived) % values)
+    return "; ".join(parts), bool(left or arrived)
+
+
+def arrivals(p: Plan) -> int:
+    """How many jobs are in the plan's scope (a queue and status, or a
+    dead-letter group) now that were not in its dry run: they were left
+    alone, and the operator should know. 0 when unknown."""
+    if not (p.group or p.status):
+        return 0
+    try:
+        snapshot = source.current(fresh_seconds=0)
+    except EngineError:
+        return 0
+    if p.group:
+        group = snapshot.dead_group(p.group)
+        now = group.ids if group is not None else ()
+    else:
+        now = tuple(j["id"] for j in snapshot.select(queue=p.queue, status=p.status))
+    planned = set(p.ids)
+    return sum(1 for job_id in now if job_id not in planned)
 
 
 def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> tuple[str | None, str | None]:

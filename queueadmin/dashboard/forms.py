@@ -62,11 +62,13 @@ ACTIONS = ("requeue", "purge", "redrive", "pause", "resume")
 
 
 class ActionForm(forms.Form):
-    """One operator action and what it applies to.
+    """The dry run of one operator action: the action and what it applies to.
 
-    The scope is one of: ``ids`` (selected jobs), ``queue`` + ``status`` (every
-    job of one queue in one status; purge only), ``group`` (a dead-letter
-    group; redrive or purge), or ``queue`` alone (pause and resume).
+    The scope is exactly one of: ``ids`` (selected jobs), ``queue`` +
+    ``status`` (every job of one queue in one status; purge only), ``group``
+    (a dead-letter group; redrive or purge), or ``queue`` alone (pause and
+    resume). A request that mixes scopes is refused, not guessed at: a stray
+    ``status`` beside ``ids`` once widened a one-job purge to the whole queue.
     """
 
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
@@ -74,8 +76,6 @@ class ActionForm(forms.Form):
     queue = forms.CharField(required=False, max_length=100)
     status = forms.ChoiceField(required=False, choices=[("", "")] + [(s, s) for s in ("pending", "running", "dead")])
     group = forms.CharField(required=False, max_length=64)
-    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
-    confirm_text = forms.CharField(required=False, max_length=100)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -86,15 +86,35 @@ class ActionForm(forms.Form):
         data = super().clean() or {}
         action = data.get("action")
         ids, queue, status, group = data.get("ids"), data.get("queue"), data.get("status"), data.get("group")
-        if action == "requeue" and not ids:
-            raise forms.ValidationError("Select at least one running or dead job to requeue.")
-        if action == "redrive" and not group:
-            raise forms.ValidationError("Redrive needs a dead-letter group.")
-        if action == "purge" and not (ids or group or (queue and status)):
-            raise forms.ValidationError("Purge needs selected jobs, a dead-letter group, or a queue and a status.")
-        if action in ("pause", "resume") and not queue:
-            raise forms.ValidationError(f"{action.title()} needs a queue.")
+        given = [name for name, value in (("ids", ids), ("queue", queue), ("status", status), ("group", group))
+                 if value]
+        scopes = {
+            "requeue": [["ids"]],
+            "redrive": [["group"]],
+            "purge": [["ids"], ["group"], ["queue", "status"]],
+            "pause": [["queue"]],
+            "resume": [["queue"]],
+        }
+        if action in scopes and given not in scopes[action]:
+            raise forms.ValidationError({
+                "requeue": "Requeue takes selected running or dead jobs, and nothing else.",
+                "redrive": "Redrive takes one dead-letter group, and nothing else.",
+                "purge": "Purge takes selected jobs, or one dead-letter group, or a queue and a status: "
+                         "exactly one of them.",
+                "pause": "Pause takes one queue, and nothing else.",
+                "resume": "Resume takes one queue, and nothing else.",
+            }[action])
         if queue and not QUEUE_NAME.fullmatch(queue):
             self.add_error("queue", "Not a valid queue name.")
         return data
 
+
+class RunForm(forms.Form):
+    """The confirmation of a dry run: the signed token of the stored plan
+    (:mod:`.plans`), the reason and the typed confirmation. What the run acts
+    on comes from the stored plan only."""
+
+    plan = forms.CharField(required=False, max_length=1000)
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    confirm_text = forms.CharField(required=False, max_length=100)
+    next = forms.CharField(required=False, max_length=2000)

@@ -43,9 +43,10 @@ def encode(op: Operation) -> dict[str, Any]:
     """The operation as plain JSON values (what gets signed)."""
     match op:
         case Requeue():
-            return {"kind": "requeue", "job_ids": list(op.job_ids)}
+            return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
         case Purge():
-            return {"kind": "purge", "job_ids": list(op.job_ids), "queue": op.queue, "status": op.status}
+            return {"kind": "purge", "job_ids": list(op.job_ids), "queue": op.queue, "status": op.status,
+                    "expect": list(op.expect)}
         case SetPaused():
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
         case Push():
@@ -59,11 +60,13 @@ def decode(data: Any, *, policy: Policy) -> Operation:
     """The operation back from :func:`encode`'s values, through the engine's
     own builders (so it is validated like any other). Raises ValidationError."""
     kind = data.get("kind") if isinstance(data, dict) else None
+    # "expect" (a dry run's statuses, one per id) makes requeue and purge
+    # conditional; without it they are all or nothing.
     if kind == "requeue":
-        return requeue_op(data["job_ids"])
+        return requeue_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "purge":
         if data.get("job_ids"):
-            return purge_op(data["job_ids"])
+            return purge_op(data["job_ids"], expect=data.get("expect") or None)
         return purge_op(queue=data.get("queue"), status=data.get("status"))
     if kind == "pause":
         return pause_op(data["queue"], paused=data["paused"])

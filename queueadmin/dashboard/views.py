@@ -8,6 +8,7 @@ never as a server error: that is exactly when an operator opens it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine.errors import EngineError
-from queueadmin.dashboard import actions, pages
-from queueadmin.dashboard.forms import ActionForm, SubmitForm
+from queueadmin.dashboard import actions, pages, plans
+from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
@@ -156,30 +157,56 @@ def _safe_next(request: HttpRequest, target: str | None) -> str:
 @require_http_methods(["POST"])
 @dashboard_page
 def action(request: HttpRequest) -> HttpResponse:
-    """Plan (``step=preview``) or run (``step=run``) an operator action."""
-    form = ActionForm(request.POST)
+    """Plan (``step=preview``, the dry run) or run (``step=run``) an operator action.
+
+    The dry run stores its plan and hands the page a signed token for it; the
+    run takes the token, the reason and the typed confirmation, and nothing
+    else: it acts on the stored plan's jobs only (I9, :mod:`.plans`)."""
     template = "queueadmin/dashboard/action.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#action-panel"
+    if request.POST.get("step") == "run":
+        return _run(request, template)
+    return _preview(request, template)
+
+
+def _forbidden(request: HttpRequest, act: str) -> HttpResponse | None:
+    need = actions.PERMISSIONS[act]
+    if request.user.has_perm(need):
+        return None
+    return render(request, "queueadmin/dashboard/forbidden.html", {"need": f"{act} ({need})"}, status=403)
+
+
+def _preview(request: HttpRequest, template: str) -> HttpResponse:
+    form = ActionForm(request.POST)
     if not form.is_valid():
         return render(request, template, {"form": form}, status=422)
     data = form.cleaned_data
-    need = actions.PERMISSIONS[data["action"]]
-    if not request.user.has_perm(need):
-        return render(request, "queueadmin/dashboard/forbidden.html", {"need": f"{data['action']} ({need})"},
-                      status=403)
+    if (refusal := _forbidden(request, data["action"])) is not None:
+        return refusal
     # Plan against the latest version, not one a few hundred ms old: the
     # operator may be acting on what their own last action changed.
     snapshot = read_snapshot(request, fresh_seconds=0)
     if isinstance(snapshot, HttpResponse):
         return snapshot
     plan = actions.plan(snapshot, data)
-    context = {"form": form, "plan": plan, "snapshot": snapshot, "next": _safe_next(request, data.get("next")),
-               "typed_over": actions.TYPED_CONFIRM_OVER}
-    if request.POST.get("step") != "run" or plan.problems:
-        # A dry run, or a plan the latest snapshot shows cannot work as asked:
-        # show it (again) rather than send the broker something it would refuse.
-        return render(request, template, context, status=200 if request.POST.get("step") != "run" else 409)
+    if plan.runnable:
+        plans.save(plan, request.user)
+    return render(request, template, {"plan": plan, "next": _safe_next(request, data.get("next")),
+                                      "typed_over": actions.TYPED_CONFIRM_OVER})
+
+
+def _run(request: HttpRequest, template: str) -> HttpResponse:
+    form = RunForm(request.POST)
+    form.is_valid()  # every field is optional and bounded; a field over its bound is dropped
+    data = form.cleaned_data
+    destination = _safe_next(request, data.get("next"))
+    try:
+        plan = plans.load(data.get("plan") or "", request.user)
+    except plans.PlanRefused as exc:
+        return render(request, template, {"refused": exc.message, "next": destination}, status=exc.status)
+    if (refusal := _forbidden(request, plan.action)) is not None:
+        return refusal
     reason = (data.get("reason") or "").strip()
     errors = []
     if not reason:
@@ -188,11 +215,18 @@ def action(request: HttpRequest) -> HttpResponse:
     if phrase is not None and (data.get("confirm_text") or "").strip() != phrase:
         errors.append(f"This removes {plan.count} jobs: type “{phrase}” to confirm.")
     if errors:
-        context["errors"] = errors
-        return render(request, template, context, status=422)
+        with contextlib.suppress(EngineError):  # unreadable now: the panel shows the count without a sample
+            actions.fill_sample(plan, source.current())
+        return render(request, template, {"plan": plan, "next": destination, "errors": errors, "reason": reason,
+                                          "typed_over": actions.TYPED_CONFIRM_OVER}, status=422)
+    if not plans.consume(plan):
+        return render(request, template, {"refused": "This dry run has already been run: nothing more was "
+                                                     "changed.", "next": destination}, status=409)
     outcome = actions.run(plan, user=request.user, reason=reason)
-    (messages.success if outcome.ok else messages.error)(request, outcome.message)
-    destination = context["next"]
+    if not outcome.ok:
+        messages.error(request, outcome.message)
+    else:
+        (messages.warning if outcome.changed else messages.success)(request, outcome.message)
     if request.htmx:  # type: ignore[attr-defined]
         response = HttpResponse(status=204)
         response["HX-Redirect"] = destination

@@ -1,8 +1,10 @@
-"""Template filters for the dashboard: ages, payload previews, lease colours."""
+"""Template tags and filters for the dashboard: action buttons, ages,
+payload previews, lease colours."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 from django import template
@@ -58,6 +60,20 @@ def ms(value: float | None) -> str:
 def as_json(value: object) -> str:
     """Compact JSON text of a decoded value (autoescaped by the template)."""
     return orjson.dumps(value).decode()
+
+
+@register.inclusion_tag("queueadmin/dashboard/_action_button.html", takes_context=True)
+def action_button(context: template.Context, act: str, *, label: str, ids: str = "", queue: str = "",
+                  status: str = "", group: str = "", cls: str = "small") -> dict[str, Any]:
+    """One action button, posting a dry run: ``{% action_button "purge" ids=job.id label="Purge" %}``.
+
+    The button's form gets exactly the scope given here and nothing from the
+    page: an ``{% include %}`` sees every variable of its page, and a job
+    page's ``status`` once turned "purge this job" into "purge every job of
+    the queue with this status". From the page it takes only ``here`` (where
+    to come back to); the CSRF token is passed on by Django."""
+    return {"act": act, "label": label, "ids": ids, "queue": queue, "status": status, "group": group, "cls": cls,
+            "here": context.get("here", "")}
 
 
 @register.simple_tag

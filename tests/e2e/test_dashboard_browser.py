@@ -6,7 +6,7 @@ The operator signs in, submits a job, and watches it go from pending to
 running to done on its page while a worker process runs it, without the
 page reloading. Then a job that fails ends in the dead letters; the operator
 requeues it with a reason and finds the action in the audit log and in
-Django admin.
+Django admin. Purge on one dead job's page removes that job only.
 
 With ``QUEUEADMIN_SCREENSHOTS=<folder>`` the test also saves the pages it
 visits there (``make screenshots`` writes docs/screenshots/).
@@ -175,7 +175,7 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         expect(page.get_by_test_id("plan-count")).to_contain_text("1 job")
         page.get_by_test_id("reason").fill("fixed the upstream bug, retrying")
         page.get_by_test_id("run-action").click()
-        expect(page.get_by_text("Requeued 1 job(s).")).to_be_visible()
+        expect(page.get_by_text("Requeued 1 job.")).to_be_visible()
         statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
         assert statuses[dead_id] == "pending"
 
@@ -269,7 +269,48 @@ def test_an_action_on_a_standby_node_runs_on_the_leader(browser: Browser, node: 
         page.get_by_role("button", name="Requeue").click()
         page.get_by_test_id("reason").fill("requeued through the standby")
         page.get_by_test_id("run-action").click()
-        expect(page.get_by_text(f"Requeued 1 job(s) on the leader {leader.url}.")).to_be_visible()
+        expect(page.get_by_text(f"Requeued 1 job on the leader {leader.url}.")).to_be_visible()
 
     statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
     assert statuses[job["id"]] == "pending"
+
+
+def test_purge_on_a_job_page_removes_that_job_only(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """Defect 1: the Purge button of a job's page once sent the page's
+    ``status`` with it, and the run purged every dead job of the queue."""
+    cluster, server = node
+    push(server, "three", [{"n": n} for n in range(3)], max_attempts=1)
+    dead = []
+    for _ in range(3):
+        [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": ["three"]}).json()["jobs"]
+        answer = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"})
+        assert answer.json()["status"] == "dead"
+        dead.append(job["id"])
+    target = dead[1]
+
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/{target}/")
+        expect(page.get_by_test_id("job-status")).to_have_text("dead")
+        page.get_by_role("button", name="Purge", exact=True).click()
+        expect(page.get_by_test_id("plan-count")).to_have_text("1 job would be removed for good.")
+        page.get_by_test_id("reason").fill("this one job is bad")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator(".msg")).to_have_text("Purged 1 job.")
+
+        assert {d["id"] for d in cluster.document()["dead"]} == set(dead) - {target}
+        page.goto(f"{server.url}/audit/")
+        entry = page.locator("tr[data-entry]").filter(has_text="this one job is bad")
+        expect(entry).to_have_count(1)
+        expect(entry.locator("a.id")).to_have_count(1)
+        expect(entry.locator(f'a[href="/jobs/{target}/"]')).to_be_visible()
+        page.goto(f"{server.url}/jobs/?queue=three&status=dead")
+        expect(page.locator("#live-jobs tbody tr[data-job-id]")).to_have_count(2)
+
+        # An edited confirmation is refused in place, and changes nothing.
+        page.goto(f"{server.url}/jobs/{dead[0]}/")
+        page.get_by_role("button", name="Purge", exact=True).click()
+        page.locator('input[name="plan"]').evaluate("input => { input.value = input.value.slice(0, -3) + 'xyz' }")
+        page.get_by_test_id("reason").fill("edited in the browser")
+        page.get_by_test_id("run-action").click()
+        expect(page.get_by_test_id("refused")).to_contain_text("not made by the dashboard")
+        assert {d["id"] for d in cluster.document()["dead"]} == set(dead) - {target}

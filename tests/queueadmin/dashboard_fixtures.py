@@ -121,3 +121,23 @@ def _push(broker: Broker, queue: str, payloads: list[object], **kwargs: Any) -> 
 def push(broker: Broker, queue: str, payloads: list[object], **kwargs: Any) -> list[str]:
     ids: list[str] = broker.execute(_push(broker, queue, payloads, **kwargs))
     return ids
+
+
+def preview(client: Client, **fields: Any) -> Any:
+    """Post an action's dry run (``step=preview``)."""
+    return client.post("/actions/", {"step": "preview", "next": "/jobs/", **fields})
+
+
+def confirm(client: Client, token: str, *, reason: str = "r", **fields: Any) -> Any:
+    """Run the dry run whose token is ``token`` (``step=run``)."""
+    return client.post("/actions/", {"step": "run", "plan": token, "reason": reason, "next": "/jobs/", **fields})
+
+
+def act(client: Client, *, reason: str = "r", confirm_text: str = "", next: str = "/jobs/", **fields: Any) -> Any:
+    """An action as an operator takes it: the dry run, then its confirmation.
+    Returns the dry run's response when it offers nothing to confirm."""
+    dry = preview(client, next=next, **fields)
+    plan = dry.context.get("plan") if dry.context is not None else None
+    if plan is None or not plan.token:
+        return dry
+    return confirm(client, plan.token, reason=reason, confirm_text=confirm_text, next=next)

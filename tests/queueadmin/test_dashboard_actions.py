@@ -1,14 +1,14 @@
 """Operator actions and job submission: permissions, dry runs, typed
 confirmation, the broker round trip and the audit log.
 
-Each action goes through a real broker (memory store). A refused or invalid
+Each action goes through a real broker (memory store), as an operator takes
+it: the dry run, then its confirmation (``act``). A refused or invalid
 request must leave the stored document byte for byte as it was and, unless
-the broker itself refused, write no audit entry.
+the broker itself refused, write no audit entry. What a run does compared
+with its dry run (I9) is tested in test_dashboard_plans.py.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -17,11 +17,17 @@ from engine import Broker, NotLeader, ObjectStore
 from engine.operations import claim_op
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
-from tests.queueadmin.dashboard_fixtures import client_for, document, kill, make_user, push, stored
-
-
-def act(client: Client, step: str = "run", **fields: Any) -> Any:
-    return client.post("/actions/", {"step": step, "next": "/jobs/", **fields})
+from tests.queueadmin.dashboard_fixtures import (
+    act,
+    client_for,
+    confirm,
+    document,
+    kill,
+    make_user,
+    preview,
+    push,
+    stored,
+)
 
 
 def statuses(store: ObjectStore) -> dict[str, str]:
@@ -62,6 +68,7 @@ def test_each_permission_allows_only_its_own_action(broker: Broker, store: Objec
     assert act(requeuer, action="purge", ids=dead, reason="r").status_code == 403
     assert act(requeuer, action="pause", queue="q", reason="r").status_code == 403
     assert act(requeuer, action="requeue", ids=dead, reason="r").status_code == 302
+    assert act(requeuer, action="redrive", group="0" * 16, reason="r").status_code == 200  # may plan it
     assert statuses(store)[dead] == "pending"
 
 
@@ -81,7 +88,7 @@ def test_requeue_preview_shows_count_and_sample_and_changes_nothing(broker: Brok
     dead = kill(broker, payload={"order": 42})
     before = stored(store)
 
-    response = act(operator, step="preview", action="requeue", ids=dead)
+    response = preview(operator, action="requeue", ids=dead)
 
     assert response.status_code == 200
     plan = response.context["plan"]
@@ -123,15 +130,30 @@ def test_requeue_of_a_running_job_revokes_its_lease(broker: Broker, operator: Cl
     assert job["status"] == "pending" and job["history"][-1]["end"] == "requeued"
 
 
-def test_requeue_of_a_pending_or_unknown_job_is_refused_before_the_broker(broker: Broker, operator: Client,
-                                                                          store: ObjectStore) -> None:
+def test_requeue_of_a_pending_or_unknown_job_is_refused_at_the_dry_run(broker: Broker, operator: Client,
+                                                                       store: ObjectStore) -> None:
     [pending] = push(broker, "q", [1])
     before = stored(store)
     for ids in (pending, "no-such-job"):
-        response = act(operator, action="requeue", ids=ids, reason="r")
-        assert response.status_code == 409
+        response = preview(operator, action="requeue", ids=ids)
+        assert response.status_code == 200 and not response.context["plan"].token  # nothing to confirm
         assert b"already pending" in response.content or b"not in the document" in response.content
+        assert b"Nothing matches" in response.content and b'name="plan"' not in response.content
     assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_a_selection_leaves_out_what_cannot_be_requeued_and_says_so(broker: Broker, operator: Client,
+                                                                    store: ObjectStore) -> None:
+    dead = kill(broker)
+    [pending] = push(broker, "q", [1])
+
+    dry = preview(operator, action="requeue", ids=f"{dead} {pending} gone")
+    plan = dry.context["plan"]
+    assert (plan.ids, plan.expect) == ([dead], ["dead"])
+    assert b"already pending: it is left out" in dry.content and b"not in the document any more" in dry.content
+
+    assert confirm(operator, plan.token).status_code == 302
+    assert list(AuditEntry.objects.get().jobs.values_list("job_id", flat=True)) == [dead]
 
 
 def test_a_refused_broker_answer_is_audited_as_failed(broker: Broker, operator: Client, store: ObjectStore,
@@ -161,15 +183,16 @@ def test_purge_of_more_than_100_jobs_needs_the_typed_phrase(broker: Broker, oper
     push(broker, "keep", [1])
     before = stored(store)
 
-    preview = act(operator, step="preview", action="purge", queue="bulk", status="pending")
-    assert preview.context["plan"].count == 150
-    assert b"purge 150" in preview.content and len(preview.context["plan"].sample) == 10
-    wrong = act(operator, action="purge", queue="bulk", status="pending", reason="cleanup", confirm_text="yes")
+    dry = preview(operator, action="purge", queue="bulk", status="pending")
+    assert dry.context["plan"].count == 150
+    assert b"purge 150" in dry.content and len(dry.context["plan"].sample) == 10
+    token = dry.context["plan"].token
+    wrong = confirm(operator, token, reason="cleanup", confirm_text="yes")
     assert wrong.status_code == 422 and b"type" in wrong.content
+    assert len(wrong.context["plan"].sample) == 10  # the panel is shown again, sample and all
     assert stored(store) == before and not AuditEntry.objects.exists()
 
-    done = act(operator, action="purge", queue="bulk", status="pending", reason="cleanup",
-               confirm_text="purge 150")
+    done = confirm(operator, token, reason="cleanup", confirm_text="purge 150")  # the same dry run
 
     assert done.status_code == 302
     assert {j["queue"] for j in document(store)["jobs"]} == {"keep"}
@@ -194,8 +217,8 @@ def test_redrive_of_a_dead_letter_group_requeues_exactly_that_group(broker: Brok
     other = kill(broker, error="TimeoutError: slow")
     key = group_key("q", error_signature("ValueError: bad row 1"))
 
-    preview = act(operator, step="preview", action="redrive", group=key)
-    assert preview.context["plan"].count == 3
+    dry = preview(operator, action="redrive", group=key)
+    assert dry.context["plan"].count == 3
     assert act(operator, action="redrive", group=key, reason="parser fixed").status_code == 302
 
     found = statuses(store)
@@ -214,8 +237,9 @@ def test_purge_of_a_dead_letter_group(broker: Broker, operator: Client, store: O
 def test_a_group_that_vanished_is_reported_not_run(broker: Broker, operator: Client, store: ObjectStore) -> None:
     before = stored(store)
     response = act(operator, action="redrive", group="0123456789abcdef", reason="r")
-    assert response.status_code == 409 and b"group is gone" in response.content
-    assert stored(store) == before
+    assert response.status_code == 200 and b"group is gone" in response.content
+    assert not response.context["plan"].token and b'name="plan"' not in response.content
+    assert stored(store) == before and not AuditEntry.objects.exists()
 
 
 # -- pause and resume -------------------------------------------------------------------------------
@@ -229,7 +253,7 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
     assert broker.execute(claim_op("w", ["q"], policy=broker.policy)) == []
 
     again = act(operator, action="pause", queue="q", reason="again")
-    assert again.status_code == 409 and b"already paused" in again.content
+    assert b"already paused" in again.content and not again.context["plan"].token
 
     assert act(operator, action="resume", queue="q", reason="deployed").status_code == 302
     assert document(store)["queues"]["q"]["paused"] is False
@@ -248,21 +272,34 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
         {"action": "purge", "queue": "q"},
         {"action": "pause", "queue": "bad name!"},
         {"action": "redrive"},
+        # One scope only: a stray status beside ids once purged the whole queue.
+        {"action": "purge", "ids": "x", "status": "dead"},
+        {"action": "purge", "ids": "x", "queue": "q"},
+        {"action": "purge", "group": "0123456789abcdef", "queue": "q", "status": "dead"},
+        {"action": "requeue", "ids": "x", "status": "dead"},
+        {"action": "pause", "queue": "q", "status": "dead"},
     ],
 )
 def test_malformed_actions_get_an_error_and_change_nothing(broker: Broker, operator: Client, store: ObjectStore,
                                                            fields: dict[str, str]) -> None:
     kill(broker)
     before = stored(store)
-    response = act(operator, reason="r", **fields)
+    response = preview(operator, **fields)
     assert response.status_code == 422
+    assert stored(store) == before and not AuditEntry.objects.exists()
+
+
+def test_a_run_without_a_dry_run_is_refused(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    dead = kill(broker)
+    before = stored(store)
+    response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r"})
+    assert response.status_code == 422 and b"no dry run" in response.content
     assert stored(store) == before and not AuditEntry.objects.exists()
 
 
 def test_next_may_not_leave_the_site(broker: Broker, operator: Client) -> None:
     dead = kill(broker)
-    response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r",
-                                           "next": "https://evil.example/"})
+    response = act(operator, action="requeue", ids=dead, next="https://evil.example/")
     assert response["Location"] == "/"
 
 

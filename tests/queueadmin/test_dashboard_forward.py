@@ -14,7 +14,7 @@ from engine import Broker, NotLeader, ObjectStore, Policy
 from engine.operations import pause_op, purge_op, push_op, requeue_op
 from queueadmin.dashboard import actions, forward
 from queueadmin.models import AuditEntry
-from tests.queueadmin.dashboard_fixtures import document, kill, stored
+from tests.queueadmin.dashboard_fixtures import act, document, kill, stored
 
 POLICY = Policy()
 
@@ -107,8 +107,7 @@ def test_an_action_on_a_standby_runs_on_the_leader_and_is_audited_here(
     monkeypatch.setattr(broker, "execute", standby)
     monkeypatch.setattr(forward.httpx, "post", leader)
 
-    response = operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "from b",
-                                           "next": "/"})
+    response = act(operator, action="requeue", ids=dead, reason="from b", next="/")
 
     assert response.status_code == 302
     entry = AuditEntry.objects.get()
@@ -130,7 +129,7 @@ def test_an_unreachable_leader_is_audited_as_failed(broker: Broker, operator: Cl
 
     monkeypatch.setattr(broker, "execute", standby)
     monkeypatch.setattr(forward.httpx, "post", down)
-    operator.post("/actions/", {"step": "run", "action": "requeue", "ids": dead, "reason": "r", "next": "/"})
+    act(operator, action="requeue", ids=dead, reason="r", next="/")
 
     entry = AuditEntry.objects.get()
     assert entry.outcome == "failed" and "could not be reached" in entry.detail

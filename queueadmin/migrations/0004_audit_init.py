@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queueadmin', '0002_api_token'),
+        ('queueadmin', '0003_action_plan'),
     ]
 
     operations = [
