@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from engine.document import QueueState
-from engine.errors import DocumentMissing, EngineError, PreconditionFailed, StoreError
+from engine.errors import DocumentMissing, EngineError, PreconditionFailed, StoreError, StoreUnavailable
 from engine.model import BrokerInfo, utc_now
 from engine.policy import Policy
 from engine.stores.base import ObjectStore
@@ -212,7 +212,9 @@ class Presence:
         The first time it is found lost, the loss is logged and the marker's
         floors are raised to what this node knew. Reads the marker unless this
         node saw the document; raises StoreError if that read fails (a store
-        we cannot read is no proof that the document never existed).
+        we cannot read is no proof that the document never existed). Before
+        it declares a loss it checks once more that the document is absent,
+        and raises StoreUnavailable if it is there after all (retry).
         """
         with self._lock:
             if self._missing is not None:
@@ -227,6 +229,12 @@ class Presence:
             marker = found[0]
             when = f" at {marker.created_at.isoformat()}" if marker.created_at else ""
             why = f"its marker {marker_key(self.key)} records that it was created{when}"
+        # A loss stops every node until an operator acts, so a single "absent"
+        # answer is not proof enough: look once more. A store that reported
+        # an existing object absent for a moment gets the benefit of the
+        # doubt (the callers retry StoreUnavailable).
+        if self.store.etag(self.key) is not None:
+            raise StoreUnavailable(f"{self.key} read as absent, then as present; retrying")
         missing = DocumentMissing(self.key, why)
         log.error("%s; this node stops writing it until an operator acts", missing)
         if known_seq or known_epoch:

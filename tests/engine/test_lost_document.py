@@ -224,3 +224,28 @@ def test_the_direct_client_does_not_re_create_a_lost_document_either() -> None:
     with pytest.raises(DocumentMissing):
         DirectClient(store).push("q", ["c"])  # a new client learns it from the marker
     assert store.get(KEY) is None
+
+
+class BlinkingStore(MemoryStore):
+    """Reports the document absent to the next ``blinks`` reads, though it exists."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blinks = 0
+
+    def get(self, key: str):  # type: ignore[no-untyped-def]
+        if key == KEY and self.blinks > 0:
+            self.blinks -= 1
+            return None
+        return super().get(key)
+
+
+def test_a_document_that_reads_as_absent_once_is_not_declared_lost() -> None:
+    store = BlinkingStore()
+    with GroupCommitter(store) as committer:
+        committer.push("q", ["a"])
+        store.put(KEY, store.get(KEY).data)  # type: ignore[union-attr]  # another writer: our next write must re-read
+        store.blinks = 1
+        committer.push("q", ["b"])  # the re-read blinks, the check after it does not: retried, not lost
+        assert committer.presence.missing is None
+    assert [j["payload"] for j in orjson.loads(store.get(KEY).data)["jobs"]] == ["a", "b"]  # type: ignore[union-attr]
