@@ -13,6 +13,17 @@ Fencing (I3): the leader's committer checks every version it reads. When a
 conditional write fails and the re-read document names another broker, the
 committer fails everything in flight with :class:`NotLeader` (nothing from
 the stale state is acknowledged) and the node becomes a standby.
+
+A lost document (I10): a node that read the document, or finds its creation
+marker, never re-creates it. The leader steps down, every node answers
+:class:`DocumentMissing` and watches the store until an operator restores the
+document or re-initialises the store; then the nodes elect a leader as usual.
+
+Idle costs (I11): the control loop sleeps a heartbeat (leader) or a poll
+interval (standby) between steps, however often the node stepped down or took
+over, and its heartbeat commit waits at most ``takeover_seconds``: a commit
+that does not answer by then means a standby may have taken over, so the node
+steps down rather than wait forever.
 """
 
 from __future__ import annotations
@@ -27,9 +38,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
-from engine.committer import CommitterStopped, GroupCommitter
+from engine.committer import CommitterStopped, CommitTimeout, GroupCommitter
 from engine.document import QueueState
-from engine.errors import DocumentError, EngineError, NotLeader, PreconditionFailed, StoreError
+from engine.errors import DocumentError, DocumentMissing, EngineError, NotLeader, PreconditionFailed, StoreError
+from engine.lineage import Presence
 from engine.model import BrokerInfo, utc_now
 from engine.operations import Operation, TakeOver, Tick
 from engine.parsing import empty_state, parse_document
@@ -88,8 +100,10 @@ class Broker:
         self.role: Role = "stopped"
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
+        self._unreadable: DocumentError | None = None  # I6: the document did not parse, last we read it
         self.takeovers = 0
         self._seen_seq = 0
+        self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
         self._committer: GroupCommitter | None = None
         self._wake = threading.Event()
         self._stopping = False
@@ -109,6 +123,9 @@ class Broker:
         return self
 
     def stop(self, timeout: float | None = None) -> None:
+        """Stop the control thread and, on the leader, the committer (which
+        first commits what was submitted). ``timeout`` bounds each wait, for
+        a node whose store hangs."""
         with self._lock:
             self._stopping = True
             thread, self._thread = self._thread, None
@@ -117,7 +134,7 @@ class Broker:
             thread.join(timeout)
         committer, self._committer = self._committer, None
         if committer is not None:
-            committer.stop()
+            committer.stop(timeout=timeout)
         self.role = "stopped"
 
     @property
@@ -137,9 +154,25 @@ class Broker:
     def leader_url(self) -> str | None:
         return self.url if self.role == "leader" else self.leader.url
 
+    @property
+    def document_problem(self) -> DocumentError | None:
+        """Why the document cannot be used right now, for health pages: it is
+        lost (DocumentMissing, I10) or it did not parse when last read (I6).
+        None while it is fine. No I/O."""
+        return self.presence.missing or self._unreadable
+
+    @property
+    def document_missing(self) -> DocumentMissing | None:
+        """Set while the document is known to be lost (I10): every operation
+        is refused with it until an operator restores the document. No I/O."""
+        return self.presence.missing
+
     # -- serving ---------------------------------------------------------------
 
     def _leading(self) -> GroupCommitter:
+        missing = self.presence.missing
+        if missing is not None:
+            raise missing  # no node leads a lost document: say why, not "ask someone else"
         committer = self._committer
         if self.role != "leader" or committer is None:
             raise NotLeader(self.leader.url)
@@ -164,41 +197,76 @@ class Broker:
     def _run(self) -> None:
         last_etag: object = object()  # matches no ETag, so the first read counts as a change
         changed_at = self.monotonic()
-        while not self._stopping:
-            if self.role == "leader":
-                self._heartbeat()
-                self._wake.wait(self.heartbeat_seconds)
-                continue
+        while True:
+            # Cleared before each step (and before checking for a stop), never
+            # after the wait: a step-down or stop that sets it meanwhile cuts
+            # the next wait short once, and a set event is never left to turn
+            # every later wait into a busy loop (I11).
+            self._wake.clear()
+            if self._stopping:
+                break
             try:
-                # A metadata-only request while nothing changes; the document
-                # itself is read only when its ETag moved.
-                etag = self.store.etag(self.key)
-                if etag != last_etag:
-                    blob = self.store.get(self.key)
-                    last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
-                    state = self._parse(blob)
-                    self.leader = state.broker
-                    self._seen_seq = state.seq
-                    self.last_error = None
-                    if self._should_take_over_now(state):
-                        self._take_over(state)
-                elif self.monotonic() - changed_at >= self.takeover_seconds:
-                    # Nobody wrote for a whole takeover interval: the leader
-                    # is gone (or paused). Our own clock decides; never theirs.
-                    self._take_over(self._parse(self.store.get(self.key)))
-                    changed_at = self.monotonic()
-            except DocumentError as exc:
-                self.last_error = str(exc)
-                log.error("%s", exc)  # I6: wait for an operator; never overwrite
-            except StoreError as exc:
-                self.last_error = str(exc)
-                log.warning("broker %s: store error while watching %s: %s", self.id, self.key, exc)
-            self._wake.wait(min(self.heartbeat_seconds, self.takeover_seconds / 4))
+                if self.role == "leader":
+                    self._heartbeat()
+                    self._wake.wait(self.heartbeat_seconds)
+                    continue
+                last_etag, changed_at = self._watch(last_etag, changed_at)
+            except Exception:  # a bug: log it and keep the node alive (I8)
+                log.exception("broker %s: control step failed unexpectedly", self.id)
+                self.last_error = "the control loop failed unexpectedly; see the log"
+            self._wake.wait(self.poll_seconds)
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often a standby checks the document's ETag."""
+        return min(self.heartbeat_seconds, self.takeover_seconds / 4)
+
+    def _watch(self, last_etag: object, changed_at: float) -> tuple[object, float]:
+        """One standby step: check the ETag; read, parse and maybe take over
+        when it changed, or when nobody wrote for ``takeover_seconds``.
+        Returns the new ``(last_etag, changed_at)``."""
+        try:
+            # A metadata-only request while nothing changes; the document
+            # itself is read only when its ETag moved.
+            etag = self.store.etag(self.key)
+            if etag != last_etag:
+                blob = self.store.get(self.key)
+                last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
+                state = self._parse(blob)
+                self.leader = state.broker
+                self._seen_seq = state.seq
+                self.last_error = None
+                self._unreadable = None
+                if self._should_take_over_now(state):
+                    self._take_over(state)
+            elif self.presence.missing is None and self.monotonic() - changed_at >= self.takeover_seconds:
+                # Nobody wrote for a whole takeover interval: the leader
+                # is gone (or paused). Our own clock decides; never theirs.
+                # (While the document is lost there is nothing to take over.)
+                self._take_over(self._parse(self.store.get(self.key)))
+                changed_at = self.monotonic()
+        except DocumentMissing as exc:
+            self.last_error = str(exc)  # logged once by Presence; I10: wait for an operator
+        except DocumentError as exc:
+            self.last_error = str(exc)
+            self._unreadable = exc
+            log.error("%s", exc)  # I6: wait for an operator; never overwrite
+        except StoreError as exc:
+            self.last_error = str(exc)
+            log.warning("broker %s: store error while watching %s: %s", self.id, self.key, exc)
+        return last_etag, changed_at
 
     def _parse(self, blob: Any) -> QueueState:
+        """The state of ``blob``. A missing document is an empty state only on
+        a fresh store; one that existed raises DocumentMissing (I10)."""
         if blob is None:
+            missing = self.presence.gone(seq=self._seen_seq, epoch=self.leader.epoch)
+            if missing is not None:
+                raise missing
             return empty_state(policy=self.policy)
-        return parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
+        return state
 
     def _should_take_over_now(self, state: QueueState) -> bool:
         """Take over at once if nobody leads, or if the named leader is this
@@ -221,6 +289,8 @@ class Broker:
             except PreconditionFailed:
                 return  # someone wrote first: watch again
             # StoreUnavailable propagates: the next poll reads whether it landed.
+            if state.etag is None:
+                self.presence.found(seq=seq)  # we created it: write the creation marker (I10)
             self.takeovers += 1
             log.info("broker %s took over %s (epoch %d)", self.id, self.key, state.broker.epoch)
         committer = GroupCommitter(
@@ -231,6 +301,7 @@ class Broker:
             writer_id=self.id,
             on_load=self._check_named,
             on_commit=self.on_commit,
+            presence=self.presence,
         )
         try:
             committer.start()
@@ -247,7 +318,9 @@ class Broker:
             self._step_down(f"replaced by broker {state.broker.id} (epoch {state.broker.epoch})")
             raise NotLeader(state.broker.url)
 
-    def _step_down(self, why: str) -> None:
+    def _step_down(self, why: str, error: EngineError | None = None) -> None:
+        """Stop leading: fail what the committer has not written with ``error``
+        (NotLeader by default) and watch the document as a standby."""
         if self.role != "leader":
             return
         log.warning("broker %s steps down: %s", self.id, why)
@@ -255,7 +328,9 @@ class Broker:
         self.last_error = why
         committer, self._committer = self._committer, None
         if committer is not None:
-            committer.stop(drain=False, error=NotLeader(self.leader.url))
+            # Bounded: a writer stuck in a store call must not hold the
+            # control loop (the committer fails its queue itself).
+            committer.stop(drain=False, error=error or NotLeader(self.leader.url), timeout=self.heartbeat_seconds)
         self._wake.set()
 
     def _heartbeat(self) -> None:
@@ -264,9 +339,19 @@ class Broker:
             self.role = "standby"
             return
         try:
-            committer.execute(Tick())
+            # Never wait forever (I8): by takeover_seconds without a landed
+            # write a standby may have taken over, so stop acknowledging.
+            committer.execute(Tick(), timeout=self.takeover_seconds)
+            self._unreadable = None
         except (NotLeader, CommitterStopped):
             self._step_down("a heartbeat commit was refused")
+        except CommitTimeout:
+            self._step_down(f"a heartbeat commit did not answer within {self.takeover_seconds} s")
+        except DocumentMissing as exc:  # I10: nothing to lead; wait for an operator
+            self._step_down(str(exc), error=exc)
+            self.last_error = str(exc)
         except EngineError as exc:  # store trouble: keep leading, retry next beat
             self.last_error = str(exc)
+            if isinstance(exc, DocumentError):
+                self._unreadable = exc
             log.warning("broker %s: heartbeat commit failed: %s", self.id, exc)

@@ -17,20 +17,26 @@ A failed write is settled by re-reading the document:
   duplicated). A lost race is counted and reported to ``on_lost_race``.
 
 A document that cannot be parsed is never overwritten (I6): the batch fails
-with DocumentError and the committer keeps refusing until it can read it.
+with DocumentError and the committer keeps refusing until it can read it. A
+document that this node read (or whose creation marker exists) and that is
+gone now is never re-created (I10): the batch fails with DocumentMissing, and
+so does every later one until an operator restores the document.
+
+Every operation is answered exactly once, whatever escapes (I8). An operation
+whose transition or encoding raises something unexpected is refused alone
+with OperationFailed: the state it may have half changed is thrown away, the
+document is read again and the rest of its batch is re-applied and written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,15 +44,30 @@ import orjson
 
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
-from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
+from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
+from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
 from engine.parsing import empty_state, parse_document
+from engine.pending import (
+    FAILED,
+    CommitStats,
+    CommitterStopped,
+    CommitTimeout,
+    Pending,
+    Write,
+    answer,
+    fail,
+    printable,
+)
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
+
+# Defined in engine.pending, and part of this module's interface.
+__all__ = ["CommitStats", "CommitTimeout", "CommitterStopped", "GroupCommitter"]
 
 DEFAULT_MAX_BATCH = 20_000
 DEFAULT_MAX_RETRIES = 50
@@ -66,81 +87,6 @@ DEFAULT_MAX_LINGER_SECONDS = 0.05
 # arrivals pause for idle_gap_seconds.
 LINGER_SHARE = 1.0
 DEFAULT_IDLE_GAP_SECONDS = 0.005
-
-
-class CommitterStopped(EngineError):
-    """The committer is not running; the operation was not applied."""
-
-    code = "committer_stopped"
-
-
-@dataclass(slots=True)
-class CommitStats:
-    """Counters for tests, benchmarks and the dashboard."""
-
-    commits: int = 0
-    operations: int = 0
-    lost_races: int = 0
-    ambiguous: int = 0
-    reads: int = 0
-    last_commit_seconds: float = 0.0
-
-    @property
-    def mean_batch(self) -> float:
-        """Operations answered per landed write."""
-        return self.operations / self.commits if self.commits else 0.0
-
-
-class _Pending:
-    """One submitted operation, its outcome once applied, and how to answer it:
-    a held lock for a thread, a future for a coroutine."""
-
-    __slots__ = ("future", "lock", "loop", "op", "result")
-
-    def __init__(self, op: Operation, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.op = op
-        self.loop = loop
-        self.result: Any = None
-        if loop is None:
-            # A pre-acquired lock is the cheapest one-shot signal between threads.
-            self.lock: threading.Lock | None = threading.Lock()
-            self.lock.acquire()
-            self.future: asyncio.Future[Any] | None = None
-        else:
-            self.lock = None
-            self.future = loop.create_future()
-
-
-_FAILED = object()
-
-
-class _Write:
-    """One conditional PUT, run on the I/O thread."""
-
-    __slots__ = ("batch", "done", "error", "etag", "parts", "seq", "started")
-
-    def __init__(self, batch: list[_Pending], seq: int, parts: list[bytes]) -> None:
-        self.batch = batch
-        self.seq = seq
-        self.parts = parts
-        self.started = time.monotonic()
-        self.done = False
-        self.etag: str | None = None
-        self.error: EngineError | None = None
-
-
-def _settle_futures(batch: list[_Pending]) -> None:
-    """Runs on the callers' event loop: resolve each operation's future."""
-    for pending in batch:
-        future = pending.future
-        assert future is not None
-        if future.done():  # the caller gave up (cancelled)
-            continue
-        result = pending.result
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
 
 
 class GroupCommitter(QueueClient, AsyncQueueMethods):
@@ -168,6 +114,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_commit: Callable[[QueueState], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
+        presence: Presence | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -182,11 +129,13 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_commit = on_commit
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
+        # Whether the document existed (I10); a broker shares one across its committers.
+        self.presence = presence or Presence(store, key, writer=self.writer_id)
         self.stats = CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._lock = threading.Lock()  # a plain Lock: cheaper than the default RLock
         self._cond = threading.Condition(self._lock)
-        self._queue: list[_Pending] = []
+        self._queue: list[Pending] = []
         self._running = False
         self._thread: threading.Thread | None = None
         self._state: QueueState | None = None
@@ -195,7 +144,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         # whole, so a reader on another thread never pairs one version's
         # parts with another's ETag.
         self._committed: tuple[str | None, list[bytes]] | None = None
-        self._unsettled: list[_Write] = []  # failed writes whose outcome we have not learned
+        self._unsettled: list[Write] = []  # failed writes whose outcome we have not learned
+        # The highest seq this committer has written under its writer id. Each
+        # write takes a higher one, even one built on a version re-read while
+        # an earlier write was in flight (after an error), so that "the
+        # document records (writer, seq)" can only mean that very write landed.
+        self._last_seq = 0
         self._io: ThreadPoolExecutor | None = None
         self._abandon: EngineError | None = None  # set by stop(drain=False)
 
@@ -224,13 +178,24 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         committed first. Without it, operations whose write has not started
         fail with ``error`` (CommitterStopped by default); a write already in
         flight finishes and its callers are answered as usual. Idempotent; may
-        be called from the writer thread itself (it then does not wait)."""
+        be called from the writer thread itself (it then does not wait).
+
+        Without ``drain``, operations the writer has not taken yet are failed
+        here, by the caller, so that they are answered even if the writer
+        thread is stuck (in a store call that hangs, say); ``timeout`` bounds
+        the wait for the writer."""
+        orphans: list[Pending] = []
         with self._cond:
             self._running = False
             if not drain and self._abandon is None:
                 self._abandon = error or CommitterStopped("the committer was stopped")
+            if self._abandon is not None:
+                orphans, self._queue[:] = list(self._queue), []
             self._cond.notify_all()
             thread = self._thread
+            abandon = self._abandon
+        if orphans and abandon is not None:
+            fail(orphans, abandon, self.stats)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -247,7 +212,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     # -- submitting ------------------------------------------------------------
 
-    def _submit(self, pending: _Pending) -> None:
+    def _submit(self, pending: Pending) -> None:
         queue = self._queue
         with self._lock:  # the condition's lock, entered without Condition's Python-level wrapper
             if not self._running:
@@ -258,12 +223,16 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if len(queue) == 1:
                 self._cond.notify()
 
-    def execute(self, op: Operation) -> Any:
-        """Commit ``op`` and wait for its outcome (blocking this thread)."""
-        pending = _Pending(op)
+    def execute(self, op: Operation, *, timeout: float | None = None) -> Any:
+        """Commit ``op`` and wait for its outcome (blocking this thread).
+
+        With ``timeout``, wait at most that many seconds, then raise
+        CommitTimeout: the operation may still commit later."""
+        pending = Pending(op)
         self._submit(pending)
         assert pending.lock is not None
-        pending.lock.acquire()
+        if not pending.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise CommitTimeout(f"{type(op).__name__}: no answer within {timeout} s; it may still commit")
         if isinstance(pending.result, BaseException):
             raise pending.result
         return pending.result
@@ -291,7 +260,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     def _submit_async(self, op: Operation) -> asyncio.Future[Any]:
         """Submit ``op``; the future (of the running loop) gets its outcome."""
-        pending = _Pending(op, asyncio.get_running_loop())
+        pending = Pending(op, asyncio.get_running_loop())
         self._submit(pending)
         assert pending.future is not None
         return pending.future
@@ -323,8 +292,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     # read, so the state never runs ahead of the store.
 
     def _run(self) -> None:
-        inflight: _Write | None = None
-        staged: list[_Pending] = []
+        inflight: Write | None = None
+        staged: list[Pending] = []
         # Linger: after answering a landed batch, hold the next write until
         # the answered callers have had a chance to come back (see above).
         linger_until = 0.0
@@ -348,37 +317,42 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if abandon is not None:
                 # Stopping without draining: nothing more is written. (The
                 # state keeps the abandoned changes; start() reads afresh.)
-                self._fail(staged + new, abandon)
+                fail(staged + new, abandon, self.stats)
                 staged, new = [], []
             if inflight is None and not staged and not new and not self._running:
                 assert self._io is not None
                 self._io.shutdown(wait=False)
                 return  # stopped and drained
-            unanswered: list[_Pending] = []  # a finished write's callers, until answered
+            unanswered: list[Pending] = []  # a finished write's callers, until answered
             try:
                 now = time.monotonic()
-                if new and self._guarded(new, self._apply, new) is not _FAILED:
-                    staged.extend(new)
-                    # The idle gap counts from when the writer is ready for
-                    # more, so that its own pauses (applying a large batch, a
-                    # garbage collection, which also stops the callers) do not
-                    # look like callers that stopped coming back.
-                    last_arrival = time.monotonic()
-                landed: list[_Pending] = []
+                if new:
+                    outcome = self._guarded(staged + new, self._apply, staged, new)
+                    new = []
+                    if outcome is FAILED:
+                        staged = []
+                    else:
+                        staged = outcome
+                        # The idle gap counts from when the writer is ready for
+                        # more, so that its own pauses (applying a large batch, a
+                        # garbage collection, which also stops the callers) do not
+                        # look like callers that stopped coming back.
+                        last_arrival = time.monotonic()
+                landed: list[Pending] = []
                 if inflight is not None and inflight.done:
                     done, inflight = inflight, None
                     unanswered = done.batch
                     outcome = self._guarded(done.batch + staged, self._finish, done, staged)
-                    staged, landed = ([], []) if outcome is _FAILED else outcome
+                    staged, landed = ([], []) if outcome is FAILED else outcome
                     if done.error is None:
                         linger_until = now + min(self.max_linger_seconds, LINGER_SHARE * (now - done.started))
                         linger_target = len(done.batch) + len(staged)
                         last_arrival = now
                 if staged and self._abandon is not None:
-                    self._fail(staged, self._abandon)
+                    fail(staged, self._abandon, self.stats)
                     staged = []
                 unanswered = []
-                self._answer(landed)
+                answer(landed, self.stats)
                 lingering = (
                     len(staged) < linger_target
                     and now < linger_until
@@ -386,50 +360,124 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     and self._running
                 )
                 if inflight is None and staged and not lingering:
-                    if self._state is not None and self._state.dirty:
-                        inflight = self._start_write(staged)
-                    else:
-                        self._answer(staged)
-                    staged = []
+                    batch, staged = staged, []
                     linger_target = 0
-            except Exception as exc:  # a bug: never leave callers waiting forever
+                    outcome = self._guarded(batch, self._start_write, batch)
+                    inflight = None if outcome is FAILED else outcome
+            except Exception as exc:  # a bug: never leave callers waiting forever (I8)
                 log.exception("group commit failed unexpectedly")
                 self._state = None
                 self._unsettled.clear()
-                self._fail(unanswered + staged, EngineError(f"group commit failed: {exc!r}"))
-                staged = []
+                fail(unanswered + staged + new, EngineError(printable(f"group commit failed: {exc!r}")), self.stats)
+                staged, new = [], []
 
-    def _guarded(self, victims: list[_Pending], step: Callable[..., Any], *args: Any) -> Any:
-        """Run ``step``; if it raises EngineError, fail ``victims`` with it,
-        forget the state (it will be read again) and return ``_FAILED``."""
+    def _guarded(self, victims: list[Pending], step: Callable[..., Any], *args: Any) -> Any:
+        """Run ``step``; if it raises, fail ``victims`` with the error (an
+        unexpected exception is wrapped in EngineError), forget the state (it
+        will be read again) and return ``FAILED``."""
         try:
             return step(*args)
-        except EngineError as exc:
+        except Exception as exc:
+            if not isinstance(exc, EngineError):
+                log.exception("group commit step %s failed unexpectedly", getattr(step, "__name__", step))
+                exc = EngineError(printable(f"group commit failed: {exc!r}"))
             self._state = None
             self._unsettled.clear()
-            self._fail(victims, exc)
-            return _FAILED
+            fail(victims, exc, self.stats)
+            return FAILED
 
-    def _apply(self, batch: list[_Pending]) -> None:
-        """Apply ``batch`` to the state (reading it first if we have none)."""
+    def _apply(self, staged: list[Pending], new: list[Pending]) -> list[Pending]:
+        """Apply ``new`` on top of the state, which already holds ``staged``
+        (reading it first if there is none). Returns the operations to write
+        next: ``staged + new``, less any refused alone (see :meth:`_isolate`)."""
         if self._state is None:
             self._state = self._load_retrying()
-        results = apply_batch(self._state, [p.op for p in batch], self.clock())
-        for pending, result in zip(batch, results, strict=True):
+        try:
+            results = apply_batch(self._state, [p.op for p in new], self.clock())
+        except Exception as exc:
+            return self._isolate(staged + new, exc)
+        for pending, result in zip(new, results, strict=True):
             pending.result = result
+        return staged + new
 
-    def _start_write(self, batch: list[_Pending]) -> _Write:
+    def _isolate(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
+        """Something unexpected escaped while applying or encoding ``batch``
+        (I8), so the state may be half changed. Throw it away, read the
+        document again and re-apply the operations one by one; each one whose
+        transition raises, or after which the document no longer encodes, is
+        refused alone with OperationFailed. Returns the others, applied to the
+        new state (to be written). Raises what reading raises (the caller then
+        fails the whole batch: it cannot be written anyway).
+
+        Costs one read per culprit; it only runs after an unexpected error.
+        """
+        log.error("group commit: a batch of %d operation(s) failed to apply or encode (%s); "
+                  "isolating the culprit", len(batch), printable(repr(exc)), exc_info=exc)
+        remaining = list(batch)
+        probe = False  # encode after every operation (once a whole pass applied but did not encode)
+        while True:
+            self._state = None
+            state = self._state = self._load_retrying()
+            now = self.clock()
+            if probe:
+                state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)  # the base itself must encode
+            culprit: tuple[int, BaseException] | None = None
+            for i, pending in enumerate(remaining):
+                try:
+                    [pending.result] = apply_batch(state, [pending.op], now)
+                    if probe:
+                        state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
+                except Exception as raised:
+                    culprit = (i, raised)
+                    break
+            if culprit is None:
+                if probe or not state.dirty:
+                    return remaining
+                try:
+                    state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
+                    return remaining
+                except Exception:
+                    probe = True
+                    continue
+            index, error = culprit
+            bad = remaining.pop(index)
+            problem = printable(f"{type(error).__name__}: {error}")
+            log.error("group commit: refusing one %s operation alone: %s", type(bad.op).__name__, problem)
+            fail([bad], OperationFailed(
+                f"the {type(bad.op).__name__} operation could not be applied or encoded ({problem}); "
+                "it was refused and nothing of it was written"
+            ), self.stats)
+
+    def _start_write(self, batch: list[Pending]) -> Write | None:
+        """Encode the state and start writing it for ``batch``. If nothing
+        changed, answer ``batch`` now (every write before it has landed) and
+        return None. An encoding error isolates the culprit (see :meth:`_isolate`)."""
         state = self._state
-        assert state is not None
-        seq = state.seq + 1
-        write = _Write(batch, seq, state.encode(seq=seq, writer=self.writer_id, now=self.clock()))
+        if state is None or not state.dirty:
+            answer(batch, self.stats)
+            return None
+        seq = max(state.seq, self._last_seq) + 1
+        try:
+            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())
+        except Exception as exc:
+            batch = self._isolate(batch, exc)
+            state = self._state
+            assert state is not None
+            if not state.dirty:
+                answer(batch, self.stats)
+                return None
+            seq = max(state.seq, self._last_seq) + 1
+            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
+        self._last_seq = seq
+        write = Write(batch, seq, parts, state)
         if_match = state.etag
+        write.created = if_match is None
         state.encoded(seq=seq, writer=self.writer_id)
         assert self._io is not None
         self._io.submit(self._put, write, if_match)
         return write
 
-    def _put(self, write: _Write, if_match: str | None) -> None:
+    def _put(self, write: Write, if_match: str | None) -> None:
         """Runs on the I/O thread."""
         try:
             if if_match is None:
@@ -441,16 +489,25 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         except Exception as exc:  # a bug in a store: report it as a failed write
             log.exception("store put failed unexpectedly")
             write.error = StoreUnavailable(f"put failed: {exc!r}")
+        if write.error is None and write.created:
+            try:
+                self.presence.found(seq=write.seq)  # writes the creation marker (I10)
+            except Exception:  # the marker is written again on the next read
+                log.exception("writing the creation marker failed")
         with self._cond:
             write.done = True
             self._cond.notify()
 
-    def _finish(self, done: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    def _finish(self, done: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """Settle a finished write. Returns the operations still to be written
         and those now durable (to be answered)."""
         if done.error is None:
-            assert self._state is not None and done.etag is not None
-            self._state.etag = done.etag
+            assert done.etag is not None
+            if self._state is done.state:
+                self._state.etag = done.etag
+            # Otherwise the state was read again meanwhile (after an error):
+            # it keeps the ETag it was read with, so a write built on it
+            # cannot land over this one; it loses the race and re-applies.
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = (done.etag, done.parts)
@@ -458,7 +515,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self.stats.last_commit_seconds = time.monotonic() - done.started
             if self.on_commit is not None:
                 try:
-                    self.on_commit(self._state)
+                    self.on_commit(done.state)
                 except Exception:  # a listener's bug must not break commits
                     log.exception("on_commit listener failed")
             return staged, done.batch
@@ -466,7 +523,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             raise done.error
         return self._recover(done, staged)
 
-    def _recover(self, failed: _Write, staged: list[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
+    def _recover(self, failed: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """A write failed: re-read, find out whether it landed after all, and
         re-apply whatever did not land on top of what is really there."""
         self._state = None
@@ -481,7 +538,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         fresh = self._load_retrying()
         landed = next((w for w in self._unsettled if fresh.has_commit(self.writer_id, w.seq)), None)
         redo = failed.batch + staged
-        durable: list[_Pending] = []
+        durable: list[Pending] = []
         if landed is not None:
             # A reply was lost but the write happened (at most one of the
             # unsettled writes can have landed: each was conditioned on a
@@ -498,43 +555,21 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                 if self.on_lost_race is not None:
                     self.on_lost_race(fresh)  # may raise to fail the batch (a fenced broker)
         if redo:
-            results = apply_batch(fresh, [p.op for p in redo], self.clock())
-            for pending, result in zip(redo, results, strict=True):
-                pending.result = result
+            redo = self._apply([], redo)
         return redo, durable
-
-    def _answer(self, batch: list[_Pending]) -> None:
-        self.stats.operations += len(batch)
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
-        for pending in batch:
-            loop = pending.loop
-            if loop is None:
-                assert pending.lock is not None
-                pending.lock.release()
-            else:
-                same = by_loop.get(loop)
-                if same is None:
-                    by_loop[loop] = [pending]
-                else:
-                    same.append(pending)
-        # One wake-up per event loop per batch, not one per operation.
-        for loop, items in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_settle_futures, items)
-
-    def _fail(self, batch: list[_Pending], exc: EngineError) -> None:
-        for pending in batch:
-            pending.result = exc
-        self._answer(batch)
 
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
         self.stats.reads += 1
         if blob is None:
+            missing = self.presence.gone(seq=self.committed_seq)
+            if missing is not None:
+                raise missing  # I10: never re-create a document that existed
             self._committed = None
             self.committed_seq = 0
             return empty_state(policy=self.policy)
         state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = (blob.etag, [blob.data])
@@ -552,3 +587,4 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _backoff(self, attempt: int) -> None:
         cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
         time.sleep(random.uniform(0, cap))
+

@@ -19,6 +19,7 @@ import orjson
 from engine.client import QueueClient, unwrap
 from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
+from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation
 from engine.parsing import empty_state, parse_document
@@ -60,13 +61,19 @@ class DirectClient(QueueClient):
         self.backoff_seconds = backoff_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
         self.lost_races = 0
+        self.presence = Presence(store, key, writer=self.writer_id)  # I10: never re-create a lost document
         self._calls = itertools.count(1)
 
     def _read(self) -> QueueState:
         blob = self.store.get(self.key)
         if blob is None:
+            missing = self.presence.gone()
+            if missing is not None:
+                raise missing
             return empty_state(policy=self.policy)
-        return parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
+        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
+        return state
 
     def execute(self, op: Operation) -> Any:
         # Each call writes under its own writer id: threads sharing this client
@@ -99,6 +106,8 @@ class DirectClient(QueueClient):
                 self.lost_races += isinstance(exc, PreconditionFailed)
                 self._sleep(attempt)
                 continue
+            if state.etag is None:
+                self.presence.found(seq=seq)  # we created it: write its creation marker
             return unwrap(result)
         kind = type(last_error) if isinstance(last_error, StoreUnavailable) else PreconditionFailed
         raise kind(f"{self.key}: gave up after {self.max_retries} retries: {last_error}")

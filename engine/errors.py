@@ -8,10 +8,12 @@ Every error the engine raises derives from :class:`EngineError`::
     │   ├── StoreUnavailable       transient: timeout, 5xx, throttling; the write may have landed
     │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
+    │   └── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
+        ├── OperationFailed        one operation could not be applied or encoded; it alone was refused
         └── ValidationError        bad input: queue name, payload, numbers
             ├── InvalidPayload     not JSON-serialisable
             └── PayloadTooLarge    encoded payload above the configured limit
@@ -76,6 +78,29 @@ class DocumentError(EngineError):
         self.problem = problem
 
 
+class DocumentMissing(DocumentError):
+    """The queue document existed and is gone now, so it is not re-created (I10).
+
+    Re-creating it empty would reset its sequence number and counters and lose
+    every job silently. The node stops writing and refuses operations until an
+    operator restores the object, or re-initialises the store explicitly with
+    ``manage.py queueinit --force --reason ...`` (audited); the nodes then
+    resume by themselves. ``why`` says how this node knows the document existed.
+    """
+
+    code = "document_missing"
+
+    def __init__(self, key: str, why: str) -> None:
+        Exception.__init__(
+            self,
+            f"{key} is missing, but it existed ({why}); refusing to re-create it. Restore it, or re-initialise "
+            "the store explicitly (manage.py queueinit --force --reason ...)",
+        )
+        self.key = key
+        self.problem = f"missing; it existed ({why})"
+        self.why = why
+
+
 class NotLeader(EngineError):
     """This broker is not the leader, or stopped being it: nothing was applied.
 
@@ -118,6 +143,17 @@ class LeaseLost(QueueError):
     def __init__(self, job_id: str, reason: str = "lease is not current") -> None:
         super().__init__(f"job {job_id!r}: {reason}")
         self.job_id = job_id
+
+
+class OperationFailed(QueueError):
+    """This one operation could not be applied or stored (an unexpected error,
+    for example a string the document cannot encode that got past validation).
+
+    It was refused alone: nothing of it was written, and the other operations
+    of its batch were committed as usual. Retrying it unchanged fails again.
+    """
+
+    code = "operation_failed"
 
 
 class ValidationError(QueueError):

@@ -40,11 +40,13 @@ import orjson
 from engine.client import QueueClient
 from engine.errors import (
     DocumentError,
+    DocumentMissing,
     EngineError,
     InvalidPayload,
     JobNotFound,
     LeaseLost,
     NotLeader,
+    OperationFailed,
     PayloadTooLarge,
     StoreUnavailable,
     ValidationError,
@@ -425,6 +427,10 @@ class BrokerClient(QueueClient):
             raise Unauthorized(f"{message} (check the API token)")
         if code == "document_error":
             raise _with_message(DocumentError(self.key, message), message)
+        if code == "document_missing":  # I10: an operator must act; retrying does not help
+            raise _with_message(DocumentMissing(self.key, message), message)
+        if code == "operation_failed":  # I8: this request alone was refused
+            raise OperationFailed(message)
         raise EngineError(f"{where}: the broker answered {status}{f' {code}' if code else ''}: {message}")
 
     # -- finding the leader ----------------------------------------------------

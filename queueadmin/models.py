@@ -41,6 +41,8 @@ class AuditEntry(models.Model):
         REDRIVE = "redrive", "redrive"
         PAUSE = "pause", "pause"
         RESUME = "resume", "resume"
+        #: ``manage.py queueinit``: a fresh queue.json, or (with --force) one replacing a lost document (I10).
+        INIT = "init", "init"
 
     class Outcome(models.TextChoices):
         OK = "ok", "ok"

@@ -37,6 +37,10 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "not_leader": 503,
     "store_unavailable": 503,
     "document_error": 503,
+    "document_missing": 503,
+    # An operation that got past validation but could not be applied or
+    # encoded (I8): refused alone, nothing changed; retrying it unchanged fails again.
+    "operation_failed": 400,
 }
 
 # Engine codes that are not API codes themselves, and the API code they become.

@@ -120,15 +120,25 @@ def _redacted_document(committer: GroupCommitter) -> bytes:
 
 @endpoint("GET", token=False)
 async def health(request: HttpRequest) -> HttpResponse:
-    """200 this node's role, the leader as it knows it, itself, and the last seq it saw. No I/O."""
+    """200 this node's role, the leader as it knows it, itself, the last seq it
+    saw, and the state of the document: ``ok``, ``missing`` (it existed and is
+    gone: nothing is written until an operator runs ``queueinit``, I10) or
+    ``unreadable`` (it does not parse, I6), with the engine's message. No I/O."""
     broker = runtime.get_broker()
     leader = broker.leader
+    problem = broker.document_problem
+    if problem is None:
+        document: dict[str, Any] = {"state": "ok"}
+    else:
+        state = "missing" if problem.code == "document_missing" else "unreadable"
+        document = {"state": state, "error": problem.code, "message": str(problem)}
     return json_response(
         {
             "role": broker.role,
             "broker": {"id": leader.id, "url": leader.url, "epoch": leader.epoch},
             "node": {"id": broker.id, "url": broker.url},
             "seq": broker.seq,
+            "document": document,
         }
     )
 

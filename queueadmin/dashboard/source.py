@@ -81,7 +81,8 @@ class SnapshotSource:
 
     def current(self, *, fresh_seconds: float = FRESH_SECONDS) -> Snapshot:
         """The latest committed document. Raises DocumentError for a document
-        that cannot be read and StoreError when the store cannot be reached."""
+        that cannot be read (DocumentMissing for one this node knew that is
+        gone, I10) and StoreError when the store cannot be reached."""
         with self._lock:
             now = time.monotonic()
             cached = self._snapshot
@@ -95,6 +96,11 @@ class SnapshotSource:
 
     def _read(self, cached: Snapshot | None) -> Snapshot:
         broker = runtime.get_broker()
+        missing = broker.document_missing
+        if missing is not None:
+            # I10: the document this node knew is gone. Say so; never show
+            # the empty queue a fresh store would have.
+            raise missing
         taken_at = datetime.now(UTC)
         committer = broker.committer
         if committer is not None:

@@ -74,3 +74,13 @@ def action_button(context: template.Context, act: str, *, label: str, ids: str =
     to come back to); the CSRF token is passed on by Django."""
     return {"act": act, "label": label, "ids": ids, "queue": queue, "status": status, "group": group, "cls": cls,
             "here": context.get("here", "")}
+
+
+@register.simple_tag
+def document_missing() -> str:
+    """This node's DocumentMissing message while queue.json is known to be
+    lost (I10), else "": base.html shows it as a banner on every page. No I/O."""
+    from queueadmin import runtime  # here, not at import: template libraries load before apps are ready
+
+    missing = runtime.get_broker().document_missing
+    return "" if missing is None else str(missing)

@@ -63,5 +63,6 @@ def test_kill_9_during_writes_never_tears_the_document(tmp_path: Path) -> None:
         missing = acknowledged - set(state.jobs)
         assert not missing, f"{len(missing)} acknowledged pushes lost after kill -9"
     assert len(acknowledged) > 100
-    # Only the object and the store's own folders: no stray half-written objects.
-    assert store.list() == ["queue.json"]
+    # Only the object, its creation marker (I10) and the store's own folders:
+    # no stray half-written objects.
+    assert store.list() == ["queue.json", "queue.json.created"]

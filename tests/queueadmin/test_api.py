@@ -272,6 +272,7 @@ def test_health_needs_no_token_and_names_the_leader(broker: Broker, store: Objec
         "broker": {"id": broker.id, "url": NODE_A, "epoch": 1},
         "node": {"id": broker.id, "url": NODE_A},
         "seq": document(store)["seq"],
+        "document": {"state": "ok"},
     }
 
 

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, open_store, parse_document, utc_now
 from engine.document import counters_dict
+from engine.lineage import marker_key, read_marker
 
 COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")
 # Short labels for the text table, where "dead" already counts the dead letters present.
@@ -135,6 +136,10 @@ class Command(BaseCommand):
         where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"
         try:
             blob = store.get(DOCUMENT_KEY)
+            if blob is None and read_marker(store, DOCUMENT_KEY) is not None:
+                # I10: it existed (its creation marker says so) and is gone.
+                raise CommandError(f"{where}: missing, but it existed (see {marker_key(DOCUMENT_KEY)}); the "
+                                   "nodes refuse to re-create it: restore it, or run queueinit --force --reason ...")
             if blob is None:
                 if options["json"]:
                     self.stdout.write(orjson.dumps({"document": where, "exists": False}).decode())

@@ -1,0 +1,141 @@
+"""I11: idle costs stay flat, before and after any number of failovers.
+
+The broker's control loop is driven on simulated time: its wake event is
+replaced by one whose waits return at once but advance a simulated monotonic
+clock by the timeout, unless the event is set (then they return at once and
+advance nothing, as a real set event does). So the test counts store requests
+per simulated heartbeat, and waits that did not wait, without sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from engine import Broker, MemoryStore
+from engine.direct import DirectClient
+from engine.operations import TakeOver
+from engine.parsing import parse_document
+from engine.policy import Policy
+
+KEY = "queue.json"
+BEAT = 1.0
+TAKEOVER = 4.0
+
+
+class SimulatedWake:
+    """Stands in for ``Broker._wake``. After ``budget`` waits it parks the
+    control loop until :meth:`finish`, so the test can read the counters."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.now = 0.0
+        self.waits = 0
+        self.immediate = 0  # waits entered with the event already set
+        self.hooks: dict[int, Callable[[], None]] = {}  # wait number -> run before that wait
+        self.parked = threading.Event()
+        self._release = threading.Event()
+        self._flag = threading.Event()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def set(self) -> None:
+        self._flag.set()
+
+    def clear(self) -> None:
+        self._flag.clear()
+
+    def is_set(self) -> bool:
+        return self._flag.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        hook = self.hooks.pop(self.waits, None)
+        if hook is not None:
+            hook()
+        if self.waits >= self.budget and not self._release.is_set():
+            self.parked.set()
+            self._release.wait(30)
+            return True
+        if self._flag.is_set():
+            self.immediate += 1
+            return True
+        assert timeout is not None
+        self.now += timeout
+        return False
+
+    def finish(self) -> None:
+        self._release.set()
+        self._flag.set()
+
+
+def intrude(store: MemoryStore) -> None:
+    """Another broker takes over (and then vanishes without heartbeating)."""
+    blob = store.get(KEY)
+    assert blob is not None
+    epoch = parse_document(KEY, blob.data, policy=Policy()).broker.epoch
+    DirectClient(store).execute(TakeOver(broker_id="intruder", url="http://intruder", epoch=epoch))
+
+
+def requests(store: MemoryStore) -> int:
+    return store.stats.reads + store.stats.writes + store.stats.conflicts
+
+
+def test_a_node_that_stepped_down_and_took_over_again_stays_at_one_step_per_interval() -> None:
+    store = MemoryStore()
+    wake = SimulatedWake(budget=300)
+    # Four foreign takeovers: each makes the node step down, stand by for a
+    # takeover interval (nobody heartbeats), and lead again.
+    step_downs = [20, 60, 100, 140]
+    for n in step_downs:
+        wake.hooks[n] = lambda: intrude(store)
+    broker = Broker(store, url="http://a", heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER,
+                    monotonic=wake.monotonic)
+    broker._wake = wake  # type: ignore[assignment]
+    broker.start()
+    try:
+        assert wake.parked.wait(60), "the control loop never reached its budget of waits"
+        waits, immediate, simulated, used = wake.waits, wake.immediate, wake.now, requests(store)
+        takeovers, role = broker.takeovers, broker.role
+    finally:
+        wake.finish()
+        broker.stop(timeout=10)
+    assert takeovers == 1 + len(step_downs) and role == "leader"
+    # A step-down may cut one wait short; nothing else may (a set event left
+    # set turns every wait into a busy loop).
+    assert immediate <= len(step_downs), f"{immediate} of {waits} waits did not wait"
+    # Every other wait was a whole heartbeat or poll interval.
+    assert simulated >= (waits - 1 - len(step_downs)) * min(BEAT, TAKEOVER / 4)
+    # Bounded store requests per interval: one commit per heartbeat while
+    # leading, one ETag check per poll while standing by, plus a few reads
+    # around each change of role.
+    intervals = simulated / min(BEAT, TAKEOVER / 4)
+    assert used <= 2 * intervals + 10 * len(step_downs), f"{used} store requests in {intervals:g} intervals"
+
+
+def test_an_idle_standby_after_a_step_down_polls_once_per_interval() -> None:
+    store = MemoryStore()
+    wake = SimulatedWake(budget=200)
+    counted: dict[str, int] = {}
+
+    def snapshot() -> None:
+        counted["at"] = requests(store)
+        counted["wait"] = wake.waits
+
+    wake.hooks[10] = lambda: intrude(store)  # step down once...
+    wake.hooks[15] = snapshot  # ...then count an idle standby's requests
+    broker = Broker(store, url="http://a", heartbeat_seconds=BEAT, takeover_seconds=10_000.0,
+                    monotonic=wake.monotonic)
+    broker._wake = wake  # type: ignore[assignment]
+    broker.start()
+    try:
+        assert wake.parked.wait(60), "the control loop never reached its budget of waits"
+        waits, immediate, used, role = wake.waits, wake.immediate, requests(store), broker.role
+    finally:
+        wake.finish()
+        broker.stop(timeout=10)
+    assert role == "standby"
+    assert immediate <= 1
+    # One metadata request (ETag check) per poll, nothing else.
+    assert used - counted["at"] <= waits - counted["wait"] + 1
