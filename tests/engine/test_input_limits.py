@@ -89,10 +89,10 @@ def test_what_json_cannot_round_trip_is_refused_at_push(payload: Any) -> None:
         push_op("q", [payload], policy=POLICY)
 
 
-_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=8)  # surrogates included
-_SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.floats() | _TEXT
-)
+_CHARS = st.characters(codec=None, exclude_categories=()) | st.sampled_from(["\ud800", "\udfff", "[", "{", "\x00"])
+_TEXT = st.text(_CHARS, max_size=8)  # lone surrogates included, often
+_EDGE_INTS = st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
+_SCALARS = st.none() | st.booleans() | st.integers() | _EDGE_INTS | st.floats() | _TEXT
 _JSON = st.recursive(
     _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3), max_leaves=12
 )
