@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 from engine.sequence import EncodedSequence
@@ -51,6 +52,8 @@ class QueueState:
         self.recent: deque[tuple[str, int]] = deque(maxlen=RECENT_COMMITS)
         self.jobs: dict[str, Job] = {}
         self.dead: dict[str, DeadLetter] = {}
+        # Ids of jobs that left the document recently: the dedup window.
+        self.finished = FinishedIds()
         self.dirty = False
         # Encoded jobs and dead letters, in document order. A job's slot in
         # _encoded_jobs is also its FIFO position.
@@ -106,6 +109,7 @@ class QueueState:
         while len(self.dead) > self.policy.dead_letter_limit:
             oldest = next(iter(self.dead))
             self.counters(self.remove_dead(oldest).queue).dead_dropped += 1
+            self.add_finished(oldest, dead.died_at)
         self.dirty = True
 
     def remove_dead(self, job_id: str) -> DeadLetter:
@@ -113,6 +117,15 @@ class QueueState:
         self._encoded_dead.remove(job_id)
         self.dirty = True
         return dead
+
+    def add_finished(self, job_id: str, at: datetime) -> None:
+        """Remember that ``job_id`` left the document at ``at`` (the dedup
+        window), keeping the window within its count at once; its age is
+        pruned at the start of each batch."""
+        finished = self.finished
+        finished.add(job_id, at)
+        if len(finished) > self.policy.dedup_window_ids:
+            finished.prune(at, max_ids=self.policy.dedup_window_ids, max_seconds=self.policy.dedup_window_seconds)
 
     def _index(self, job: Job, pos: int) -> None:
         if job.status == "pending":
@@ -202,7 +215,12 @@ class QueueState:
             "broker": {"id": self.broker.id, "url": self.broker.url, "epoch": self.broker.epoch},
             "queues": {name: counters_dict(c) for name, c in sorted(self.queues.items())},
         }
-        parts = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"dead":[']
+        # The dedup window goes into the first part, with the header: readers
+        # that decode the parts one by one (the dashboard) expect the first
+        # part to be the header and the next one to open the dead letters.
+        # Its groups are encoded once and cached; only the join is per commit.
+        head = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"finished":[', *self.finished.parts(), b"]"]
+        parts = [b"".join(head), b',"dead":[']
         parts.extend(self._encoded_dead.parts())
         parts.append(b'],"jobs":[')
         parts.extend(self._encoded_jobs.parts())

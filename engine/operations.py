@@ -22,8 +22,20 @@ from engine.model import exact, new_job_id
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
-ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+# Ids travel as URL path segments (/api/v1/jobs/<id>/...) and must arrive as
+# they were sent: 1-200 of letters, digits, '_', '.', ':' and '-', and not
+# made only of dots ("." and ".." are dot segments, which clients collapse).
+# Everything else ('/', '?', '#', '%', spaces, control characters, non-ASCII)
+# would be rewritten or cut by some client or proxy on the way.
+ID_PATTERN = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.:-]{1,200}")
+ID_RULE = "1-200 of letters, digits, '_', '.', ':' or '-', not only dots"
 MAX_WORKER_CHARS = 200
+# Payloads nested deeper than this are refused at push. orjson encodes at most
+# 254 levels, and every read wraps a payload in a few more (the document, an
+# API answer): this leaves room for any wrapping, so whatever push accepts,
+# every later read can encode.
+MAX_PAYLOAD_DEPTH = 128
+_JSON_DEPTH_LIMIT = 254
 PurgeStatus = Literal["pending", "running", "dead"]
 
 
@@ -176,9 +188,22 @@ def _check_number(name: str, value: object, *, low: float, high: float, integer:
 
 
 def _check_id(name: str, value: object) -> str:
-    # Ids travel in URLs (/api/v1/jobs/<id>/...): letters, digits and _.:- only.
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise ValidationError(f"{name} must be 1-200 of letters, digits, '_', '.', ':' or '-', got {value!r}")
+        raise ValidationError(f"{name} must be {ID_RULE}, got {value!r}")
+    return value
+
+
+def check_text(name: str, value: object) -> str:
+    """Return ``value`` if it is a string that UTF-8 can encode; raise
+    ValidationError otherwise. A lone surrogate ("\\ud800") is a valid Python
+    string that no JSON document can hold: refused here, before it reaches a
+    commit."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{name} is not valid text: {exc.reason} at position {exc.start}") from None
     return value
 
 
@@ -187,9 +212,15 @@ def encode_payload(payload: Any, *, limit: int) -> bytes:
     try:
         # OPT_PASSTHROUGH_DATACLASS/DATETIME make dataclasses and datetimes an
         # error instead of silently turning them into dicts and strings.
-        raw = orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+        raw = orjson.dumps(payload, option=_PAYLOAD_OPTS)
     except (TypeError, orjson.JSONEncodeError) as exc:
+        if "Recursion limit" in str(exc):
+            raise _too_deep() from exc
         raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
+    if raw.count(b"[") + raw.count(b"{") > MAX_PAYLOAD_DEPTH:
+        # Only then can it be too deep (brackets inside strings count too,
+        # which costs at most this one extra encoding).
+        _reject_too_deep(payload)
     if b"null" in raw:
         # orjson writes NaN and Infinity as null; refuse rather than change the
         # data. Only payloads with a null in them need the (slower) walk.
@@ -197,6 +228,26 @@ def encode_payload(payload: Any, *, limit: int) -> bytes:
     if len(raw) > limit:
         raise PayloadTooLarge(len(raw), limit)
     return exact(raw)
+
+
+_PAYLOAD_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def _reject_too_deep(payload: Any) -> None:
+    # orjson refuses to encode more than _JSON_DEPTH_LIMIT levels: inside
+    # enough empty lists, a payload encodes only if it is at most
+    # MAX_PAYLOAD_DEPTH deep. Exact, and no slower than one encoding.
+    wrapped = payload
+    for _ in range(_JSON_DEPTH_LIMIT - MAX_PAYLOAD_DEPTH):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped, option=_PAYLOAD_OPTS)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise _too_deep() from exc
+
+
+def _too_deep() -> InvalidPayload:
+    return InvalidPayload(f"payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep (lists and objects)")
 
 
 def _reject_non_finite(value: Any) -> None:
@@ -262,6 +313,7 @@ def claim_op(
     """Build a claim of up to ``max_jobs`` jobs from ``queues`` for ``worker``."""
     if not isinstance(worker, str) or not worker or len(worker) > MAX_WORKER_CHARS:
         raise ValidationError(f"worker must be a non-empty string of at most {MAX_WORKER_CHARS} characters")
+    check_text("worker", worker)
     if isinstance(queues, str):
         queues = [queues]
     names = tuple(dict.fromkeys(check_queue(q) for q in queues))
@@ -290,8 +342,7 @@ def complete_op(job_id: str, lease: str) -> Complete:
 def fail_op(
     job_id: str, lease: str, *, error: str, retry_in_seconds: float | None, policy: Policy, give_up: bool = False
 ) -> Fail:
-    if not isinstance(error, str):
-        raise ValidationError("error must be a string")
+    check_text("error", error)
     if not isinstance(give_up, bool):
         raise ValidationError(f"give_up must be true or false, got {give_up!r}")
     if retry_in_seconds is not None:

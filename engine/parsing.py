@@ -141,6 +141,8 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             paused=r.flag(counters, "paused", where),
         )
 
+    _finished(r, raw.get("finished", []), state)
+
     dead = r.field(raw, "dead", "")
     if not isinstance(dead, list):
         r.fail("dead", "expected a list")
@@ -162,6 +164,20 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         state.add_job(job)
     state.dirty = False
     return state
+
+
+def _finished(r: _Reader, groups: Any, state: QueueState) -> None:
+    """The dedup window: ``[["<time>", "<id> <id> ..."], ...]``; absent (a
+    document written before the window existed) is read as empty."""
+    if not isinstance(groups, list):
+        r.fail("finished", "expected a list")
+    for i, group in enumerate(groups):
+        where = f"finished[{i}]"
+        if not isinstance(group, list) or len(group) != 2 or not isinstance(group[1], str):
+            r.fail(where, 'expected ["<time>", "<ids separated by spaces>"]')
+        at = r.moment({"at": group[0]}, "at", where)
+        for job_id in group[1].split():
+            state.finished.add(job_id, at)
 
 
 def _job(r: _Reader, obj: Mapping[str, Any], where: str) -> Job:

@@ -22,6 +22,12 @@ DEFAULT_MAX_ERROR_CHARS = 8192
 # last_error): enough for a timeline without letting a flapping job grow.
 HISTORY_ATTEMPTS = 10
 HISTORY_ERROR_CHARS = 500
+# The dedup window: a job's id is remembered after the job leaves the document
+# (completed, purged, or a dead letter dropped), so that a push retried after
+# its answer was lost does not run the job again. At most this many ids, each
+# for at most this long; the window costs the document ~35 bytes per id.
+DEDUP_WINDOW_IDS = 10_000
+DEDUP_WINDOW_SECONDS = 15 * 60.0
 MAX_CLAIM_JOBS = 1000
 MAX_DELAY_SECONDS = 366 * 24 * 3600.0
 MAX_LEASE_SECONDS = 24 * 3600.0
@@ -38,7 +44,11 @@ class Policy:
       (oldest dropped first, counted per queue as ``dead_dropped``);
     * ``backoff_base_seconds`` / ``backoff_cap_seconds`` — retry delay after
       attempt *n* is ``min(base * 2**(n-1), cap)``;
-    * ``max_error_chars`` — a failure's error text is cut to its last N characters.
+    * ``max_error_chars`` — a failure's error text is cut to its last N characters;
+    * ``dedup_window_ids`` / ``dedup_window_seconds`` — how many ids of jobs
+      that left the document are remembered, and for how long: a push with
+      such an id is answered with that id and enqueues nothing (0 turns the
+      window off).
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -48,6 +58,8 @@ class Policy:
     backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
     backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
     max_error_chars: int = DEFAULT_MAX_ERROR_CHARS
+    dedup_window_ids: int = DEDUP_WINDOW_IDS
+    dedup_window_seconds: float = DEDUP_WINDOW_SECONDS
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -58,6 +70,8 @@ class Policy:
             raise ValueError("limits must be positive")
         if self.backoff_base_seconds < 0 or self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("backoff needs 0 <= base <= cap")
+        if self.dedup_window_ids < 0 or not 0 <= self.dedup_window_seconds < float("inf"):
+            raise ValueError("the dedup window needs a count >= 0 and a finite number of seconds >= 0")
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before the retry that follows failed attempt number ``attempts``."""

@@ -51,10 +51,11 @@ from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:
     """Append the jobs at the back of ``op.queue``. A job whose id is already
-    in the document is left as it is (pushes are idempotent by id)."""
-    jobs, dead, queue = state.jobs, state.dead, op.queue
+    in the document, or left it within the dedup window, is left as it is and
+    its id answered all the same (pushes are idempotent by id)."""
+    jobs, dead, finished, queue = state.jobs, state.dead, state.finished, op.queue
     for new in op.jobs:
-        if new.id in jobs or new.id in dead:
+        if new.id in jobs or new.id in dead or new.id in finished:
             continue
         counters = state.counters(queue)
         not_before = now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None
@@ -123,6 +124,7 @@ def complete(state: QueueState, op: Complete, now: datetime) -> None:
     """Finish the job: it leaves the document; ``completed`` is counted."""
     job = _leased(state, op.job_id, op.lease)
     state.remove_job(job.id)
+    state.add_finished(job.id, now)
     state.counters(job.queue).completed += 1
 
 
@@ -255,6 +257,7 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         ids = [j.id for j in state.jobs.values() if j.queue == op.queue and j.status == op.status]
     for job_id in ids:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
+        state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
     return ids
 
@@ -340,10 +343,14 @@ def apply(state: QueueState, op: Operation, now: datetime) -> Any:
 
 
 def apply_batch(state: QueueState, ops: list[Operation], now: datetime) -> list[Any]:
-    """Expire due leases, then apply ``ops`` in order. Each entry of the result
-    is the operation's outcome, or the QueueError it raised; one operation's
-    error never affects the others."""
+    """Expire due leases and prune the dedup window, then apply ``ops`` in
+    order. Each entry of the result is the operation's outcome, or the
+    QueueError it raised; one operation's error never affects the others."""
     expire(state, None, now)
+    # Pruning alone does not make the state dirty: an idle node must not
+    # write for it (I11); the next commit carries it.
+    policy = state.policy
+    state.finished.prune(now, max_ids=policy.dedup_window_ids, max_seconds=policy.dedup_window_seconds)
     results: list[Any] = []
     for op in ops:
         try:

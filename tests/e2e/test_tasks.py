@@ -17,6 +17,7 @@ from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
+from engine import open_store
 from queueadmin import runtime
 from tests.e2e import sample_tasks as st
 from tests.e2e.harness import TOKEN, Cluster, Node, wait_until
@@ -58,7 +59,7 @@ def test_a_task_reaches_successful_with_its_return_value(node: tuple[Cluster, No
     assert done.attempts == 1 and len(done.worker_ids) == 1 and done.errors == []
     cluster, _ = node
     assert cluster.document()["jobs"] == []  # the result lives outside queue.json
-    assert (Path(cluster.store_url.removeprefix("file://")) / "results" / f"{result.id}.json").exists()
+    assert open_store(cluster.store_url).get(f"results/{result.id}.json") is not None
 
 
 def test_a_failing_task_reaches_failed_with_its_traceback_after_max_attempts(node: tuple[Cluster, Node]) -> None:

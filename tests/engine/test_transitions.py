@@ -1152,15 +1152,17 @@ def test_purged_pending_job_is_not_claimed_from_a_stale_index_entry() -> None:
     assert claim_ids(state) == [b]
 
 
-def test_purged_job_id_can_be_pushed_again() -> None:
-    state = new_state()
+def test_purged_job_id_can_be_pushed_again_once_out_of_the_dedup_window() -> None:
+    state = new_state(dedup_window_seconds=60)
     push(state, "q", [1, 2], ids=["a", "b"])
     purge(state, ["a"])
+    assert push(state, "q", [3], ids=["a"], now=at(1)) == ["a"]  # a retried push: not brought back
+    assert list(state.jobs) == ["b"]
 
-    push(state, "q", [3], ids=["a"], now=at(1))
+    transitions.apply_batch(state, [push_op("q", [3], policy=state.policy, ids=["a"])], at(60))
 
     assert list(state.jobs) == ["b", "a"]
-    assert claim_ids(state, now=at(2)) == ["b", "a"]
+    assert claim_ids(state, now=at(61)) == ["b", "a"]
 
 
 # -- dead letter bound -----------------------------------------------------------------------------------

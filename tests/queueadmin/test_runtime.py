@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine import FileStore
 from queueadmin import runtime
 
 if TYPE_CHECKING:
@@ -77,9 +78,9 @@ def test_importing_the_asgi_app_starts_the_broker_only_when_autostart_is_on(memo
     assert runtime.get_broker().role in ("standby", "leader")
 
 
-def _run_with_autostart(tmp_path: Path, args: list[str]) -> Path:
-    """Run ``python *args`` in the project with autostart on; return where
-    queue.json would be (a started broker takes over at once, writing it)."""
+def _run_with_autostart(tmp_path: Path, args: list[str]) -> bool:
+    """Run ``python *args`` in the project with autostart on; return whether
+    queue.json exists afterwards (a started broker takes over at once, writing it)."""
     queue_dir = tmp_path / "queue"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
     env.update(QUEUE_STORE_URL=queue_dir.as_uri(), QUEUE_BROKER_AUTOSTART="true",
@@ -87,22 +88,23 @@ def _run_with_autostart(tmp_path: Path, args: list[str]) -> Path:
     result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    return queue_dir / "queue.json"
+    return queue_dir.exists() and FileStore(queue_dir).etag("queue.json") is not None
 
 
 @pytest.mark.parametrize("command", [["check"], ["makemigrations", "--check", "--dry-run"]])
 def test_management_commands_never_start_a_broker(tmp_path: Path, command: list[str]) -> None:
-    assert not _run_with_autostart(tmp_path, ["manage.py", *command]).exists()
+    assert not _run_with_autostart(tmp_path, ["manage.py", *command])
 
 
 # Imports the serving entry point, then waits (bounded) for the broker's first write.
 SERVE = """
-import pathlib, time
+import time
 import queueadmin.asgi
 from django.conf import settings
-document = pathlib.Path(settings.QUEUE_STORE_URL.removeprefix("file://")) / "queue.json"
+from engine import open_store
+store = open_store(settings.QUEUE_STORE_URL)
 deadline = time.monotonic() + 10
-while not document.exists() and time.monotonic() < deadline:
+while store.etag("queue.json") is None and time.monotonic() < deadline:
     time.sleep(0.02)
 """
 
@@ -110,7 +112,7 @@ while not document.exists() and time.monotonic() < deadline:
 def test_importing_the_asgi_app_in_a_fresh_process_starts_the_broker(tmp_path: Path) -> None:
     # The control for the test above: the same set-up does write queue.json
     # when the serving entry point is imported.
-    assert _run_with_autostart(tmp_path, ["-c", SERVE]).exists()
+    assert _run_with_autostart(tmp_path, ["-c", SERVE])
 
 
 def test_notify_wakes_waiters_on_every_loop_and_they_unregister() -> None:
