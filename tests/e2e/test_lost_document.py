@@ -39,7 +39,7 @@ def test_a_deleted_document_stops_the_nodes_until_queueinit_force(
     assert pushed.status_code == 201
     lost_seq = cluster.document()["seq"]
 
-    (tmp_path / "store" / "queue.json").unlink()  # an operator's mistake, a lifecycle rule...
+    open_store(cluster.store_url).delete("queue.json")  # an operator's mistake, a lifecycle rule...
 
     wait_until(lambda: missing(a) and missing(b), 30, "both nodes to report the document missing")
     health = a.health()
