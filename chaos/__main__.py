@@ -30,9 +30,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="the store to run on; repeat for both (default file)")
     parser.add_argument("--nodes", type=int, default=3, help="daphne nodes (default 3)")
     parser.add_argument("--producers", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--pace", type=float, default=0.05, help="mean seconds between one producer's pushes")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--pace", type=float, default=0.08, help="mean seconds between one producer's pushes")
     parser.add_argument("--faults", type=int, default=None, help="stop after this many faults")
+    parser.add_argument("--each", action="store_true", help="every fault kind in turn instead of drawn by weight")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
     parser.add_argument("--odd-strings", type=float, default=0.0,
                         help="chance that a claim carries a lone surrogate in its worker name (x10 for fail errors)")
@@ -57,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = None if args.workdir is None else args.workdir / store
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
-                          faults=args.faults, odd_strings=args.odd_strings, drop_answer=args.drop_answer,
-                          workdir=workdir)
+                          faults=args.faults, each=args.each, odd_strings=args.odd_strings,
+                          drop_answer=args.drop_answer, workdir=workdir)
         outcome = run(options)
         print(text(outcome), flush=True)
         outcomes.append(outcome)

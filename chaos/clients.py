@@ -27,6 +27,7 @@ QUEUE = "chaos"
 REQUEST_TIMEOUT = 3.0
 CLAIM_WAIT_SECONDS = 1.0
 RETRY_BUDGET_SECONDS = 60.0
+DROPPED_PUSH_RETRY_SECONDS = (2.0, 12.0)
 # Answers that mean "not served, the outcome is unknown or nothing happened: retry".
 _RETRY_CODES = frozenset({"not_leader", "store_unavailable", "document_error", "committer_stopped"})
 
@@ -128,27 +129,36 @@ class Producer(Client):
 
     def loop(self) -> None:
         n = 0
+        later: list[tuple[float, str, Any]] = []  # pushes whose answer we dropped: sent again later
         while not self.stop_event.is_set():
-            job_id = f"{self.index:04x}{n:028x}"
-            payload = {"producer": self.index, "n": n, "text": "x" * self.rng.randrange(0, 200)}
-            self.push(job_id, payload)
-            n += 1
+            if later and later[0][0] <= time.monotonic():
+                _, job_id, payload = later.pop(0)
+            else:
+                job_id = f"{self.index:04x}{n:028x}"
+                payload = {"producer": self.index, "n": n, "text": "x" * self.rng.randrange(0, 200)}
+                n += 1
+            if self.push(job_id, payload) == "dropped":
+                # Like a client whose connection broke after sending: it retries
+                # the same id later, when the job may well have run already.
+                later.append((time.monotonic() + self.rng.uniform(*DROPPED_PUSH_RETRY_SECONDS), job_id, payload))
+                later.sort()
             self.stop_event.wait(self.rng.uniform(0, 2 * self.pace))
 
-    def push(self, job_id: str, payload: Any) -> None:
+    def push(self, job_id: str, payload: Any) -> str:
+        """Push until acknowledged ("acked"), refused ("refused"), out of budget
+        ("gave up"), or acknowledged but the answer dropped ("dropped")."""
         body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": payload, "max_attempts": 50}]}
         deadline = time.monotonic() + RETRY_BUDGET_SECONDS
         attempt = 0
         while time.monotonic() < deadline:
             call = self.send("push", "/jobs", body)
-            if call.ok and not self.drop(call):
-                return
-            if call.ok:  # dropped: the client retries later, as after a timeout
-                time.sleep(self.rng.uniform(0.5, 1.5))
-            elif not self.retryable(call):
-                return  # refused: recorded, nothing to retry
+            if call.ok:
+                return "dropped" if self.drop(call) else "acked"
+            if not self.retryable(call):
+                return "refused"  # recorded; nothing to retry
             attempt += 1
             self.backoff(attempt)
+        return "gave up"
 
 
 class Worker(Client):

@@ -43,14 +43,15 @@ LONG_PAUSE_SECONDS = TAKEOVER_SECONDS + 3.0 + 2.0
 
 
 class Nemesis(threading.Thread):
-    """Injects ``count`` faults (or until ``stop`` is set, or ``deadline`` passes).
+    """Injects ``count`` faults (or until ``stop`` is set, or ``deadline`` passes),
+    drawn by weight, or with ``each`` every kind in turn.
 
     (Method names avoid threading.Thread's own private ones: ``_target``, ``_delete``, ...)
     """
 
     def __init__(self, cluster: Cluster, history: History, *, seed: int, kinds: Sequence[str] = KINDS,
                  deadline: float, count: int | None = None, stop: threading.Event,
-                 recovered: Callable[[float], float | None]) -> None:
+                 recovered: Callable[[float], float | None], each: bool = False) -> None:
         super().__init__(name="nemesis", daemon=True)
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -63,6 +64,7 @@ class Nemesis(threading.Thread):
         self.count = count
         self.stop_event = stop
         self.recovered = recovered
+        self.each = each  # every kind in turn (a shuffled round), instead of weighted draws
         self.store = open_store(cluster.store_url)
         self.error: BaseException | None = None
 
@@ -72,7 +74,12 @@ class Nemesis(threading.Thread):
             while not self.stop_event.is_set() and time.monotonic() < self.deadline:
                 if self.count is not None and injected >= self.count:
                     break
-                kind = self.rng.choices(self.kinds, weights=[WEIGHTS[k] for k in self.kinds])[0]
+                if self.each:
+                    if injected % len(self.kinds) == 0:
+                        self.rng.shuffle(self.kinds)
+                    kind = self.kinds[injected % len(self.kinds)]
+                else:
+                    kind = self.rng.choices(self.kinds, weights=[WEIGHTS[k] for k in self.kinds])[0]
                 fault = getattr(self, f"fault_{kind}")()
                 injected += 1
                 self._await_recovery(fault)
@@ -110,8 +117,9 @@ class Nemesis(threading.Thread):
             time.sleep(0.05)
 
     def _pause_seconds(self, long_share: float = 0.3) -> float:
-        # Mostly short pauses; some long enough that a standby must take over.
-        if self.rng.random() < long_share:
+        # Mostly short pauses; some long enough that a standby must take over
+        # (always, when each kind runs once: then the one pause must show it).
+        if self.each or self.rng.random() < long_share:
             return self.rng.uniform(LONG_PAUSE_SECONDS, LONG_PAUSE_SECONDS + 2)
         return self.rng.uniform(0.3, 3.0)
 
@@ -171,7 +179,7 @@ class Nemesis(threading.Thread):
 
     def fault_hang(self) -> Fault:
         node = self._pick_node(leader_share=1.0)
-        seconds = round(self.rng.uniform(2.0, 6.0), 1)
+        seconds = round(self.rng.uniform(1.5, 4.0), 1)
         fault = self._begin("hang", node, f"one write hangs {seconds:g}s")
         node.set_faults(hang=1.0, hang_seconds=seconds, ops=["put"])
         self.stop_event.wait(0.3)

@@ -23,7 +23,7 @@ from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, open_store
 
 DRAIN_TIMEOUT_SECONDS = 90.0
-IDLE_SECONDS = 5.0
+IDLE_SECONDS = 3.0  # twelve heartbeats
 SETTLE_TIMEOUT_SECONDS = 30.0
 
 
@@ -36,10 +36,11 @@ class Options:
     store: str = "file"
     nodes: int = 3
     producers: int = 2
-    workers: int = 3
-    pace: float = 0.05  # mean seconds between one producer's pushes
+    workers: int = 4
+    pace: float = 0.08  # mean seconds between one producer's pushes
     kinds: list[str] = field(default_factory=lambda: list(KINDS))
     faults: int | None = None  # stop after this many faults (default: when the duration is up)
+    each: bool = False  # every fault kind in turn rather than drawn by weight
     odd_strings: float = 0.0
     drop_answer: float = 0.02
     workdir: Path | None = None
@@ -93,7 +94,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     watchers = [StoreWatcher(cluster.store_url, history, stop_watch), HealthWatcher(cluster, history, stop_watch)]
     nemesis = Nemesis(cluster, history, seed=options.seed, kinds=options.kinds, count=options.faults,
                       deadline=time.monotonic() + options.duration, stop=stop_nemesis,
-                      recovered=lambda since: recovered_after(history.calls, since))
+                      recovered=lambda since: recovered_after(history.calls, since), each=options.each)
     threads = [*watchers, *producers, *workers]
     for thread in threads:
         thread.start()

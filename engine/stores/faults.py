@@ -37,6 +37,7 @@ import random
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -241,6 +242,8 @@ class FaultStore(ObjectStore):
 
     @staticmethod
     def _freeze() -> None:
+        log.warning("fault store: stopping this process (SIGSTOP) in the middle of a write, as asked:\n%s",
+                    "".join(traceback.format_stack(limit=12)))
         os.kill(os.getpid(), signal.SIGSTOP)
 
     # -- the contract -------------------------------------------------------------

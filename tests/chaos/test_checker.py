@@ -89,7 +89,7 @@ def test_a_refused_or_unanswered_push_is_not_owed() -> None:
     r = clean()
     r.push("j4", status=503, answer={"error": "store_unavailable"})
     r.call("push", {"jobs": [{"id": "j5"}]}, status=None, error="timeout", node=NODE_B)
-    r.history.faults.append(Fault(kind="pause", node=NODE_B, start=r.now - 0.5, end=r.now + 1))
+    r.history.faults.append(Fault(kind="pause", node=NODE_B, start=r.now - 0.5, end=r.now + 1, recovered_at=r.now + 1))
 
     assert check(r.final(jobs=["j2", "j3"])).ok
 
