@@ -25,6 +25,8 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   pause.
 * ``document`` — the nemesis found no re-created deleted document (I10) and
   no overwritten unreadable one (I6).
+* ``harness`` — the run itself went as planned: the nemesis did not crash,
+  the cluster healed, a node led before each idle measurement.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_idle(history, limits, verdict)
     _check_recovery(history, limits, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
+    verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
     return verdict
 
 

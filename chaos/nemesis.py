@@ -86,7 +86,7 @@ class Nemesis(threading.Thread):
                 self.stop_event.wait(self.rng.uniform(0.1, 0.5))
         except BaseException as exc:  # reported by the runner; the run then fails
             self.error = exc
-            self.history.event(f"nemesis crashed: {exc!r}")
+            self.history.event(f"harness: the nemesis crashed: {exc!r}")
         finally:
             self.store.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 from chaos.checker import Verdict
@@ -16,6 +18,7 @@ CHECKS = {
     "idle": "idle CPU and store requests flat after the faults (I11)",
     "failover": "every fault recovered; a long-paused leader is replaced during its pause",
     "document": "a deleted document is not re-created, an unreadable one not overwritten (I6, I10)",
+    "harness": "the run went as planned (nemesis, healing, a leader before each idle measurement)",
 }
 MAX_EXAMPLES = 5
 
@@ -77,6 +80,7 @@ def write_docs(outcomes: list[Outcome], command: str, path: Path) -> None:
         "`queue.json`), and a checker over the recorded history. See `chaos/checker.py` for what each "
         "check means exactly. Produced by:\n",
         f"```\n{command}\n```\n",
+        f"on commit `{_revision()}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.\n",
     ]
     for outcome in outcomes:
         parts.append(f"## {outcome.options.store} store, seed {outcome.options.seed}\n")
@@ -88,6 +92,15 @@ def write_docs(outcomes: list[Outcome], command: str, path: Path) -> None:
         "lease is refused (`lease_lost`), which the stale-completion check verifies.\n"
     )
     path.write_text("\n".join(parts))
+
+
+def _revision() -> str:
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
 
 
 def _pairs(counts: dict[str, int]) -> str:

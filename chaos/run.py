@@ -105,9 +105,12 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
         stop_nemesis.set()
         nemesis.join()
         if nemesis.error is not None:
-            history.event(f"the nemesis failed: {nemesis.error!r}")
+            history.event(f"harness: the nemesis failed: {nemesis.error!r}")
         history.event("nemesis stopped; healing")
-        cluster.heal()
+        try:
+            cluster.heal()
+        except RuntimeError as exc:  # a node that cannot start again is a finding, not a harness crash
+            history.event(f"harness: could not heal the cluster: {exc}")
         time.sleep(2.0)  # a little load on the healed cluster
         stop_producers.set()
         for producer in producers:
@@ -164,7 +167,7 @@ def _measure_idle(cluster: Cluster, history: History, phase: str) -> None:
     try:
         _wait_for_leader(cluster)
     except RuntimeError:
-        history.event(f"no leader before the idle measurement ({phase})")
+        history.event(f"harness: no node led before the idle measurement ({phase})")
     time.sleep(2 * HEARTBEAT_SECONDS)
     before = {n.name: (n.pid, cpu_seconds(n.pid) if n.pid else None, n.store_requests()) for n in cluster.nodes}
     t0 = time.monotonic()

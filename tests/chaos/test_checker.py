@@ -245,3 +245,10 @@ def test_recovered_after_finds_the_first_push_sent_after_the_fault() -> None:
 
     assert recovered_after(r.history.calls, 1.2) == 3.5
     assert recovered_after(r.history.calls, 3.2) is None
+
+
+def test_a_harness_failure_fails_the_run() -> None:
+    r = clean()
+    r.history.event("harness: the nemesis crashed: RuntimeError()")
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["harness"]
