@@ -37,6 +37,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
     parser.add_argument("--odd-strings", type=float, default=0.0,
                         help="chance that a claim carries a lone surrogate in its worker name (x10 for fail errors)")
+    parser.add_argument("--deep-payloads", type=float, default=0.0,
+                        help="chance that a push carries a payload nested close to JSON's depth limit")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          drop_answer=args.drop_answer, workdir=workdir)
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir)
         outcome = run(options)
         print(text(outcome), flush=True)
         outcomes.append(outcome)

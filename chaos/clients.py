@@ -40,6 +40,7 @@ class Behaviour:
     stall: float = 0.02  # a worker stalls past its lease before completing
     fail: float = 0.05  # a worker fails the job (it is retried)
     odd_strings: float = 0.0  # a worker sends a lone surrogate in a fail's error or its name
+    deep_payloads: float = 0.0  # a producer pushes a payload nested close to JSON's depth limit
 
 
 class Router:
@@ -136,6 +137,8 @@ class Producer(Client):
             else:
                 job_id = f"{self.index:04x}{n:028x}"
                 payload = {"producer": self.index, "n": n, "text": "x" * self.rng.randrange(0, 200)}
+                if self.rng.random() < self.behaviour.deep_payloads:
+                    payload = self.deep_payload()
                 n += 1
             if self.push(job_id, payload) == "dropped":
                 # Like a client whose connection broke after sending: it retries
@@ -144,14 +147,26 @@ class Producer(Client):
                 later.sort()
             self.stop_event.wait(self.rng.uniform(0, 2 * self.pace))
 
+    def deep_payload(self) -> Any:
+        """A list nested close to the depth serializers allow (orjson: 255 levels).
+        Push must refuse it, or every later read of the job must work."""
+        payload: Any = self.index
+        for _ in range(self.rng.randrange(245, 256)):
+            payload = [payload]
+        return payload
+
     def push(self, job_id: str, payload: Any) -> str:
         """Push until acknowledged ("acked"), refused ("refused"), out of budget
         ("gave up"), or acknowledged but the answer dropped ("dropped")."""
         body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": payload, "max_attempts": 50}]}
+        # json, not orjson: orjson refuses to write what is nested too deep.
+        raw = json.dumps(body).encode() if isinstance(payload, list) else None
+        if raw is not None:
+            body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": "deeply nested list", "max_attempts": 50}]}
         deadline = time.monotonic() + RETRY_BUDGET_SECONDS
         attempt = 0
         while time.monotonic() < deadline:
-            call = self.send("push", "/jobs", body)
+            call = self.send("push", "/jobs", body, raw=raw)
             if call.ok:
                 return "dropped" if self.drop(call) else "acked"
             if not self.retryable(call):

@@ -37,6 +37,7 @@ from engine import DOCUMENT_KEY, open_store
 KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt")
 WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1}
 RECOVERY_CAP_SECONDS = 20.0
+PROGRESS_EVERY = 25
 #: A pause at least this long must see a takeover (a push served by another
 #: node) before it ends: takeover delay, one client timeout, and slack.
 LONG_PAUSE_SECONDS = TAKEOVER_SECONDS + 3.0 + 2.0
@@ -51,7 +52,8 @@ class Nemesis(threading.Thread):
 
     def __init__(self, cluster: Cluster, history: History, *, seed: int, kinds: Sequence[str] = KINDS,
                  deadline: float, count: int | None = None, stop: threading.Event,
-                 recovered: Callable[[float], float | None], each: bool = False) -> None:
+                 recovered: Callable[[float], float | None], each: bool = False,
+                 progress: Callable[[str], None] | None = None) -> None:
         super().__init__(name="nemesis", daemon=True)
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -65,6 +67,7 @@ class Nemesis(threading.Thread):
         self.stop_event = stop
         self.recovered = recovered
         self.each = each  # every kind in turn (a shuffled round), instead of weighted draws
+        self.progress = progress
         self.store = open_store(cluster.store_url)
         self.error: BaseException | None = None
 
@@ -83,6 +86,8 @@ class Nemesis(threading.Thread):
                 fault = getattr(self, f"fault_{kind}")()
                 injected += 1
                 self._await_recovery(fault)
+                if self.progress is not None and injected % PROGRESS_EVERY == 0:
+                    self.progress(f"chaos: {injected} faults injected")
                 self.stop_event.wait(self.rng.uniform(0.1, 0.5))
         except BaseException as exc:  # reported by the runner; the run then fails
             self.error = exc

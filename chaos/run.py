@@ -42,6 +42,7 @@ class Options:
     faults: int | None = None  # stop after this many faults (default: when the duration is up)
     each: bool = False  # every fault kind in turn rather than drawn by weight
     odd_strings: float = 0.0
+    deep_payloads: float = 0.0
     drop_answer: float = 0.02
     workdir: Path | None = None
     keep: bool = False
@@ -86,7 +87,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     rng = random.Random(options.seed)
     stop_producers, stop_workers, stop_watch, stop_nemesis = (threading.Event() for _ in range(4))
     urls = [n.url for n in cluster.nodes]
-    behaviour = clients.Behaviour(drop_answer=options.drop_answer, odd_strings=options.odd_strings)
+    behaviour = clients.Behaviour(drop_answer=options.drop_answer, odd_strings=options.odd_strings,
+                                  deep_payloads=options.deep_payloads)
     producers = [clients.Producer(i, options.pace, urls, history, random.Random(rng.random()), stop_producers,
                                   behaviour) for i in range(options.producers)]
     workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)
@@ -94,7 +96,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     watchers = [StoreWatcher(cluster.store_url, history, stop_watch), HealthWatcher(cluster, history, stop_watch)]
     nemesis = Nemesis(cluster, history, seed=options.seed, kinds=options.kinds, count=options.faults,
                       deadline=time.monotonic() + options.duration, stop=stop_nemesis,
-                      recovered=lambda since: recovered_after(history.calls, since), each=options.each)
+                      recovered=lambda since: recovered_after(history.calls, since), each=options.each,
+                      progress=lambda line: say(line, flush=True))
     threads = [*watchers, *producers, *workers]
     for thread in threads:
         thread.start()
