@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chaos.nemesis import KINDS
 from chaos.report import text, write_docs
-from chaos.run import Options, Outcome, run
+from chaos.run import Options, Outcome, recheck, run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 
@@ -43,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a client drops an answer it got and retries (default 0.02)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
     parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
+    parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
+                        help="start nothing: check the history a run left in WORKDIR/<store> again")
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
     if set(args.kinds) - set(KINDS) or not args.kinds:
@@ -55,18 +57,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
-    outcomes: list[Outcome] = []
-    for store in args.store or ["file"]:
+    outcomes: list[Outcome] = [recheck(path) for path in args.recheck]
+    for outcome in outcomes:
+        print(text(outcome), flush=True)
+    for store in [] if args.recheck else args.store or ["file"]:
         workdir = None if args.workdir is None else args.workdir / store
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir)
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir,
+                          command="python -m chaos " + shlex.join(argv))
         outcome = run(options)
         print(text(outcome), flush=True)
         outcomes.append(outcome)
     if args.write_docs:
-        write_docs(outcomes, "python -m chaos " + shlex.join(argv), DOCS)
+        write_docs(outcomes, DOCS)
         print(f"wrote {DOCS}")
     return 0 if all(o.verdict.ok for o in outcomes) else 1
 

@@ -137,3 +137,17 @@ class History:
                 "final_document": self.final_document,
             }
         path.write_bytes(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS, default=repr))
+
+    @classmethod
+    def load(cls, path: Path) -> History:
+        """Read a history written by :meth:`dump` (to check it again)."""
+        data = orjson.loads(path.read_bytes())
+        return cls(
+            calls=[Call(**c) for c in data["calls"]],
+            versions=[Version(**v) for v in data["versions"]],
+            faults=[Fault(**f) for f in data["faults"]],
+            idle=[Idle(**i) for i in data["idle"]],
+            events=[(float(at), str(text)) for at, text in data["events"]],
+            final_document=data["final_document"],
+            store_faults=data["store_faults"],
+        )

@@ -69,8 +69,9 @@ def text(outcome: Outcome) -> str:
     return "\n".join([head, *figures_lines(outcome), *check_lines(outcome.verdict), verdict]) + "\n"
 
 
-def write_docs(outcomes: list[Outcome], command: str, path: Path) -> None:
-    """Write docs/reliability.md with the figures of ``outcomes`` and the command that made them."""
+def write_docs(outcomes: list[Outcome], path: Path) -> None:
+    """Write docs/reliability.md with the figures of ``outcomes`` and the commands that made them."""
+    commands = "\n".join(dict.fromkeys(o.options.command or "python -m chaos" for o in outcomes))
     parts = [
         "# Reliability: the chaos harness's figures\n",
         "These figures come from `python -m chaos` (the `chaos/` package): real daphne nodes on one store, "
@@ -79,7 +80,7 @@ def write_docs(outcomes: list[Outcome], command: str, path: Path) -> None:
         "replies, slow and hung requests through `engine/stores/faults.py`, deletion and corruption of "
         "`queue.json`), and a checker over the recorded history. See `chaos/checker.py` for what each "
         "check means exactly. Produced by:\n",
-        f"```\n{command}\n```\n",
+        f"```\n{commands}\n```\n",
         f"on commit `{_revision()}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.\n",
     ]
     for outcome in outcomes:

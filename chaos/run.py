@@ -23,6 +23,8 @@ from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, open_store
 
 DRAIN_TIMEOUT_SECONDS = 90.0
+LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
+                recovery_cap_seconds=RECOVERY_CAP_SECONDS)
 IDLE_SECONDS = 3.0  # twelve heartbeats
 SETTLE_TIMEOUT_SECONDS = 30.0
 
@@ -46,6 +48,15 @@ class Options:
     drop_answer: float = 0.02
     workdir: Path | None = None
     keep: bool = False
+    command: str = ""  # the command line that asked for this run, for the report
+
+
+def recheck(workdir: Path) -> Outcome:
+    """Check the history a finished run left in ``workdir`` again (no processes started)."""
+    history = History.load(workdir / "history.json")
+    saved = orjson.loads((workdir / "run.json").read_bytes())
+    options = Options(**{**saved["options"], "workdir": workdir})
+    return Outcome(options, check(history, LIMITS), history, workdir, seconds=float(saved["seconds"]))
 
 
 @dataclass
@@ -74,10 +85,10 @@ def run(options: Options, *, log: bool = True) -> Outcome:
         history.store_faults = _store_fault_totals(cluster)
     finally:
         cluster.stop()
-    verdict = check(history, Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
-                                    recovery_cap_seconds=RECOVERY_CAP_SECONDS))
-    history.dump(workdir / "history.json")
+    verdict = check(history, LIMITS)
     outcome = Outcome(options, verdict, history, workdir, time.monotonic() - started)
+    history.dump(workdir / "history.json")
+    (workdir / "run.json").write_bytes(orjson.dumps({"options": options, "seconds": outcome.seconds}, default=str))
     if verdict.ok and not options.keep and options.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return outcome

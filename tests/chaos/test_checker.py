@@ -3,6 +3,7 @@ flagged, and a clean history must pass."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -252,3 +253,16 @@ def test_a_harness_failure_fails_the_run() -> None:
     r.history.event("harness: the nemesis crashed: RuntimeError()")
 
     assert check(r.final(jobs=["j2", "j3"])).failures["harness"]
+
+
+def test_a_dumped_history_checks_the_same_when_loaded(tmp_path: Path) -> None:
+    r = clean()
+    r.history.faults.append(Fault(kind="kill", node=NODE_A, start=1, end=2, recovered_at=3))
+    r.history.event("harness: something")
+    history = r.final(jobs=["j2"])
+    history.dump(tmp_path / "history.json")
+
+    loaded = History.load(tmp_path / "history.json")
+
+    assert check(loaded).failures == check(history).failures
+    assert check(loaded).figures == check(history).figures
