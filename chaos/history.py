@@ -9,6 +9,7 @@ histories by hand.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -136,12 +137,19 @@ class History:
                 "store_faults": self.store_faults,
                 "final_document": self.final_document,
             }
-        path.write_bytes(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS, default=repr))
+        try:
+            path.write_bytes(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS, default=repr))
+        except TypeError:  # nested deeper than orjson writes (a deep payload in the final document)
+            path.write_text(json.dumps(data, default=repr))
 
     @classmethod
     def load(cls, path: Path) -> History:
         """Read a history written by :meth:`dump` (to check it again)."""
-        data = orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = json.loads(raw)
         return cls(
             calls=[Call(**c) for c in data["calls"]],
             versions=[Version(**v) for v in data["versions"]],
