@@ -35,10 +35,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--faults", type=int, default=None, help="stop after this many faults")
     parser.add_argument("--each", action="store_true", help="every fault kind in turn instead of drawn by weight")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
-    parser.add_argument("--odd-strings", type=float, default=0.0,
-                        help="chance that a claim carries a lone surrogate in its worker name (x10 for fail errors)")
-    parser.add_argument("--deep-payloads", type=float, default=0.0,
-                        help="chance that a push carries a payload nested close to JSON's depth limit")
+    parser.add_argument("--odd-strings", type=float, default=0.005,
+                        help="chance that a claim carries a lone surrogate in its worker name (x10 for a fail's "
+                             "error; default 0.005)")
+    parser.add_argument("--deep-payloads", type=float, default=0.005,
+                        help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")

@@ -64,7 +64,8 @@ def check_lines(verdict: Verdict) -> list[str]:
 def text(outcome: Outcome) -> str:
     o = outcome.options
     head = (f"chaos run: seed {o.seed}, {o.store} store, {o.nodes} nodes, {o.producers} producers, "
-            f"{o.workers} workers, {outcome.seconds:.0f} s")
+            f"{o.workers} workers, {outcome.seconds:.0f} s; kinds {','.join(o.kinds)}; odd strings {o.odd_strings:g}, "
+            f"deep payloads {o.deep_payloads:g}, dropped answers {o.drop_answer:g}")
     verdict = "all checks passed" if outcome.verdict.ok else f"CHECKS FAILED; history in {outcome.workdir}"
     return "\n".join([head, *figures_lines(outcome), *check_lines(outcome.verdict), verdict]) + "\n"
 

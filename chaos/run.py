@@ -43,8 +43,8 @@ class Options:
     kinds: list[str] = field(default_factory=lambda: list(KINDS))
     faults: int | None = None  # stop after this many faults (default: when the duration is up)
     each: bool = False  # every fault kind in turn rather than drawn by weight
-    odd_strings: float = 0.0
-    deep_payloads: float = 0.0
+    odd_strings: float = 0.005
+    deep_payloads: float = 0.005
     drop_answer: float = 0.02
     workdir: Path | None = None
     keep: bool = False
