@@ -125,7 +125,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
             cluster.heal()
         except RuntimeError as exc:  # a node that cannot start again is a finding, not a harness crash
             history.event(f"harness: could not heal the cluster: {exc}")
-        time.sleep(2.0)  # a little load on the healed cluster
+        time.sleep(1.0)  # a little load on the healed cluster
         stop_producers.set()
         for producer in producers:
             producer.join()
