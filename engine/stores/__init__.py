@@ -34,11 +34,17 @@ def open_store(url: str) -> ObjectStore:
     * ``file:///abs/dir`` — a folder on this machine.
     * ``s3://bucket/prefix?endpoint_url=…&region=…`` — S3 or a compatible
       store; credentials come from boto3's usual chain.
+    * ``faults+<one of the above>&fault_control=/abs/file`` — that store,
+      with faults injected as the control file says (for chaos tests).
 
     Raises StoreConfigError for an unknown scheme or a malformed URL.
     """
     if not isinstance(url, str) or "://" not in url:
         raise StoreConfigError(f"store URL must look like scheme://..., got {url!r}")
+    if url.startswith("faults+"):  # the chaos harness's fault-injecting wrapper (engine/stores/faults.py)
+        from engine.stores.faults import open_fault_store
+
+        return open_fault_store(url, open_store)
     parts = urlsplit(url)
     if parts.scheme == "memory":
         name = parts.netloc + parts.path

@@ -1,0 +1,81 @@
+"""``python -m chaos``: run the chaos harness and print its figures.
+
+Examples::
+
+    python -m chaos --seed 7 --duration 60 --store file
+    python -m chaos --seed 7 --duration 720 --store file --store s3 --write-docs
+
+Exit status 0 when every check passed, 1 when one failed, 2 for bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from chaos.nemesis import KINDS
+from chaos.report import text, write_docs
+from chaos.run import Options, Outcome, recheck, run
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1, help="seeds the nemesis and the clients (default 1)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of faults per store (default 60)")
+    parser.add_argument("--store", action="append", choices=("file", "s3"),
+                        help="the store to run on; repeat for both (default file)")
+    parser.add_argument("--nodes", type=int, default=3, help="daphne nodes (default 3)")
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--pace", type=float, default=0.08, help="mean seconds between one producer's pushes")
+    parser.add_argument("--faults", type=int, default=None, help="stop after this many faults")
+    parser.add_argument("--each", action="store_true", help="every fault kind in turn instead of drawn by weight")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
+    parser.add_argument("--odd-strings", type=float, default=0.005,
+                        help="chance that a claim carries a lone surrogate in its worker name (x10 for a fail's "
+                             "error; default 0.005)")
+    parser.add_argument("--deep-payloads", type=float, default=0.005,
+                        help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
+    parser.add_argument("--drop-answer", type=float, default=0.02,
+                        help="chance that a client drops an answer it got and retries (default 0.02)")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
+    parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
+    parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
+                        help="start nothing: check the history a run left in WORKDIR/<store> again")
+    args = parser.parse_args(argv)
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    if set(args.kinds) - set(KINDS) or not args.kinds:
+        parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}")
+    if args.nodes < 2:
+        parser.error("--nodes must be at least 2 (failover needs a standby)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    outcomes: list[Outcome] = [recheck(path) for path in args.recheck]
+    for outcome in outcomes:
+        print(text(outcome), flush=True)
+    for store in [] if args.recheck else args.store or ["file"]:
+        workdir = None if args.workdir is None else args.workdir / store
+        options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
+                          producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
+                          faults=args.faults, each=args.each, odd_strings=args.odd_strings,
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir,
+                          command="python -m chaos " + shlex.join(argv))
+        outcome = run(options)
+        print(text(outcome), flush=True)
+        outcomes.append(outcome)
+    if args.write_docs:
+        write_docs(outcomes, DOCS)
+        print(f"wrote {DOCS}")
+    return 0 if all(o.verdict.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

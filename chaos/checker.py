@@ -1,0 +1,330 @@
+"""The checker: reads a :class:`~chaos.history.History` and says which
+guarantees held. Pure: no I/O, no clock; tests feed it hand-made histories.
+
+Checks (each a key of :attr:`Verdict.failures`, empty when it held):
+
+* ``lost_pushes`` — every push answered 2xx is completed (a complete answered
+  2xx), or still in the final document (pending, running or dead), or had a
+  complete whose outcome is unknown (sent, answer lost: counted apart as
+  ``unconfirmed``). Anything else was lost (I2).
+* ``stale_completions`` — no complete or fail answered 2xx with a lease token
+  that a later claim of the same job, acknowledged before the call was sent,
+  had superseded (I4).
+* ``seq_epoch`` — the versions the watcher saw: seq never goes back, one seq
+  never has two contents, epoch never goes back, and no two brokers held one
+  epoch (I3, I5, I10); and no two nodes said they lead with one epoch.
+* ``unanswered`` — every call has an end; none timed out unless a fault
+  (pause, kill, hang, ...) on its node overlapped it; no 5xx other than the
+  documented 503s (I8).
+* ``double_completions`` — no job was completed twice (a retried push must
+  not bring a completed job back).
+* ``idle`` — after the nemesis stopped, each node's CPU share and store
+  requests per heartbeat stay under small bounds (I11).
+* ``failover`` — every fault was followed by a successful push within the
+  recovery cap, and a leader paused for a long time was replaced during the
+  pause.
+* ``document`` — the nemesis found no re-created deleted document (I10) and
+  no overwritten unreadable one (I6).
+* ``harness`` — the run itself went as planned: the nemesis did not crash,
+  the cluster healed, a node led before each idle measurement.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.history import Call, Fault, History
+
+# An idle node measured ~1-3 % of a core and ~1-2 store requests per heartbeat
+# (a leader writes once; a standby checks the ETag and, as the leader wrote,
+# reads once). A busy loop shows as 40-100 % and tens to thousands.
+IDLE_CPU_SHARE = 0.08  # of one core
+IDLE_REQUESTS_PER_HEARTBEAT = 4.0
+#: Fault kinds whose window explains a client timeout on the faulted node.
+_STALLING = frozenset({"pause", "freeze", "kill", "hang", "slow", "error", "lost", "delete", "corrupt"})
+_PAUSES = frozenset({"pause", "freeze"})
+DOCUMENTED_5XX = frozenset({503})
+EXPLAIN_MARGIN_SECONDS = 1.0
+
+
+@dataclass(slots=True, kw_only=True)
+class Limits:
+    """The bounds the checker applies (the run's configuration)."""
+
+    heartbeat_seconds: float = 0.25
+    long_pause_seconds: float = 7.0
+    recovery_cap_seconds: float = 20.0
+    idle_cpu_share: float = IDLE_CPU_SHARE
+    idle_requests_per_heartbeat: float = IDLE_REQUESTS_PER_HEARTBEAT
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the checker found: figures for the report, and failures per check."""
+
+    figures: dict[str, Any] = field(default_factory=dict)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    duplicates: dict[str, list[str]] = field(default_factory=dict)  # explanation -> job ids
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.failures.values())
+
+
+def _jobs_of(call: Call) -> list[dict[str, Any]]:
+    jobs = call.answer.get("jobs") if call.ok and isinstance(call.answer, dict) else None
+    return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+
+
+def _pushed_ids(call: Call) -> list[str]:
+    return [str(j["id"]) for j in call.args.get("jobs", []) if isinstance(j, dict) and "id" in j]
+
+
+def _unknown(call: Call) -> bool:
+    """The call's outcome is unknown to its client (no answer, a 5xx, or an answer it dropped)."""
+    return call.status is None or call.status >= 500 or bool(call.args.get("dropped"))
+
+
+def check(history: History, limits: Limits | None = None) -> Verdict:
+    """Run every check over ``history``. Pure."""
+    limits = limits or Limits()
+    verdict = Verdict()
+    calls = list(history.calls)
+    verdict.figures["operations"] = len(calls)
+    verdict.figures["operations_by_kind"] = dict(sorted(_count(c.op for c in calls).items()))
+    _check_pushes(history, calls, verdict)
+    _check_leases(calls, verdict)
+    _check_versions(history, verdict)
+    _check_answers(history, calls, verdict)
+    _check_idle(history, limits, verdict)
+    _check_recovery(history, limits, verdict)
+    verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
+    verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
+    return verdict
+
+
+def _count(items: Any) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for item in items:
+        counts[item] += 1
+    return dict(counts)
+
+
+def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None:
+    acked: dict[str, float] = {}  # job id -> when its first push was acknowledged
+    pushes_acked: dict[str, list[float]] = defaultdict(list)
+    for call in calls:
+        if call.op == "push" and call.ok and call.end is not None:
+            for job_id in _pushed_ids(call):
+                acked.setdefault(job_id, call.end)
+                pushes_acked[job_id].append(call.end)
+    completed: dict[str, list[Call]] = defaultdict(list)
+    unconfirmed: set[str] = set()
+    for call in calls:
+        if call.op == "complete":
+            job_id = str(call.args.get("job"))
+            if call.ok:
+                completed[job_id].append(call)
+            elif _unknown(call):
+                unconfirmed.add(job_id)
+    final = history.final_document or {}
+    remaining = {str(j.get("id")) for j in final.get("jobs", []) if isinstance(j, dict)}
+    dead = {str(j.get("id")) for j in final.get("dead", []) if isinstance(j, dict)}
+    lost = sorted(j for j in acked if j not in completed and j not in remaining and j not in dead
+                  and j not in unconfirmed)
+    verdict.failures["lost_pushes"] = [f"push of {j} acknowledged at {acked[j]:.3f}, then gone" for j in lost]
+    verdict.figures["pushes_acknowledged"] = len(acked)
+    verdict.figures["completed"] = len(completed)
+    verdict.figures["left_pending_or_running"] = len(remaining & acked.keys())
+    verdict.figures["dead_letters"] = len(dead & acked.keys())
+    verdict.figures["unconfirmed"] = len((unconfirmed - completed.keys()) & acked.keys())
+    verdict.figures["lost"] = len(lost)
+    # A job completed twice: its push was retried (or sent again) after it completed.
+    twice = []
+    for job_id, done in completed.items():
+        accepted = {c.args.get("lease") for c in done}
+        if len(accepted) > 1:
+            first_end = min(c.end or 0 for c in done)
+            again = any(t > first_end for t in pushes_acked.get(job_id, []))
+            why = "a push acknowledged after it completed re-created it" if again else "two leases completed"
+            twice.append(f"{job_id} completed {len(accepted)} times: {why}")
+    verdict.failures["double_completions"] = twice
+    verdict.figures["completed_twice"] = len(twice)
+
+
+def _check_leases(calls: list[Call], verdict: Verdict) -> None:
+    # lease -> (job, when the claim handing it out was acknowledged)
+    granted: dict[str, tuple[str, float]] = {}
+    by_job: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    lost_claims: set[str] = set()  # leases handed out in answers the client never saw
+    for call in calls:
+        if call.op == "claim" and call.end is not None:
+            for job in _jobs_of(call):
+                lease, job_id = str(job.get("lease")), str(job.get("id"))
+                granted[lease] = (job_id, call.end)
+                by_job[job_id].append((call.end, lease))
+                if call.args.get("dropped"):
+                    lost_claims.add(lease)
+    stale = []
+    for call in calls:
+        if call.op not in ("complete", "fail") or not call.ok:
+            continue
+        lease = str(call.args.get("lease"))
+        job_id = str(call.args.get("job"))
+        mine = granted.get(lease)
+        if mine is None:
+            continue
+        later = [(t, other) for t, other in by_job[job_id] if other != lease and mine[1] < t < call.start]
+        if later:
+            t, other = later[0]
+            stale.append(f"{call.op} of {job_id} with lease {lease} accepted at {call.end:.3f}, "
+                         f"though lease {other} was granted at {t:.3f}")
+    verdict.failures["stale_completions"] = stale
+    verdict.figures["stale_completions"] = len(stale)
+    # At-least-once: jobs handed out more than once, and why.
+    sent: dict[str, set[str]] = defaultdict(set)  # job -> leases whose work reached complete
+    rejected: set[str] = set()
+    failed: set[str] = set()
+    for call in calls:
+        if call.op in ("complete", "fail"):
+            lease = str(call.args.get("lease"))
+            if call.op == "complete":
+                sent[str(call.args.get("job"))].add(lease)
+            if call.op == "fail" and call.ok:
+                failed.add(lease)
+            if call.code in ("lease_lost", "job_not_found"):
+                rejected.add(lease)
+    duplicates: dict[str, list[str]] = defaultdict(list)
+    for job_id, leases in by_job.items():
+        if len(leases) < 2:
+            continue
+        first = sorted(leases)[0][1]
+        if first in lost_claims:
+            why = "the answer of the claim that first leased it was lost; that lease expired"
+        elif first in failed:
+            why = "the worker failed it, and it was retried"
+        elif first in rejected:
+            why = "its lease expired while the worker stalled; the late complete was refused"
+        else:
+            why = "its lease expired (worker stalled, or its node was paused or killed)"
+        duplicates[why].append(job_id)
+    verdict.duplicates = dict(duplicates)
+    verdict.figures["redelivered"] = sum(len(v) for v in duplicates.values())
+    verdict.figures["executed_twice"] = sum(1 for leases in sent.values() if len(leases) > 1)
+
+
+def _check_versions(history: History, verdict: Verdict) -> None:
+    problems: list[str] = []
+    seen = [v for v in history.versions if v.source == "store"]
+    by_seq: dict[int, str | None] = {}
+    epochs: dict[int, set[str]] = defaultdict(set)
+    previous = None
+    for version in seen:
+        if previous is not None:
+            if version.seq < previous.seq:
+                problems.append(f"seq went back from {previous.seq} to {version.seq} at {version.at:.3f}")
+            elif version.seq > previous.seq and version.epoch < previous.epoch:
+                problems.append(f"epoch went back from {previous.epoch} to {version.epoch} at seq {version.seq}")
+        known = by_seq.setdefault(version.seq, version.digest)
+        if known != version.digest:
+            problems.append(f"seq {version.seq} has two different contents (two writers)")
+        if version.broker is not None and version.epoch > 0:
+            epochs[version.epoch].add(version.broker)
+        previous = version
+    leaders: dict[int, set[str]] = defaultdict(set)
+    for version in history.versions:
+        if version.role == "leader" and version.broker is not None:
+            leaders[version.epoch].add(version.broker)
+    for epoch, brokers in sorted(epochs.items()):
+        if len(brokers) > 1:
+            problems.append(f"epoch {epoch} was held by {len(brokers)} brokers in the store: {sorted(brokers)}")
+    for epoch, brokers in sorted(leaders.items()):
+        if len(brokers) > 1 and len(epochs.get(epoch, ())) <= 1:
+            problems.append(f"{len(brokers)} nodes said they lead with epoch {epoch}: {sorted(brokers)}")
+    verdict.failures["seq_epoch"] = problems
+    verdict.figures["versions_seen"] = len(seen)
+
+
+def _explained(call: Call, faults: list[Fault]) -> bool:
+    """Whether a fault on the call's node overlapped it (so a timeout is expected)."""
+    end = call.end if call.end is not None else float("inf")
+    for fault in faults:
+        if fault.kind not in _STALLING or fault.node not in (None, call.node):
+            continue
+        fault_end = (fault.end if fault.end is not None else float("inf")) + EXPLAIN_MARGIN_SECONDS
+        if fault.start <= end and call.start <= fault_end:
+            return True
+    return False
+
+
+def _check_answers(history: History, calls: list[Call], verdict: Verdict) -> None:
+    problems = []
+    timeouts = explained = 0
+    for call in calls:
+        if call.end is None:
+            problems.append(f"call {call.id} ({call.client} {call.op} to {call.node}) never ended")
+        elif call.error == "timeout":
+            timeouts += 1
+            if _explained(call, history.faults):
+                explained += 1
+            else:
+                problems.append(f"call {call.id} ({call.client} {call.op} to {call.node}) got no answer "
+                                f"in {call.end - call.start:.1f}s, with no fault on that node")
+        elif call.status is not None and call.status >= 500 and call.status not in DOCUMENTED_5XX:
+            problems.append(f"call {call.id} ({call.client} {call.op}) answered {call.status}: {call.answer!r:.200}")
+    verdict.failures["unanswered"] = problems
+    verdict.figures["unanswered"] = len(problems)
+    verdict.figures["timeouts_during_faults"] = explained
+    verdict.figures["answers_by_status"] = dict(sorted(
+        _count(str(c.status) if c.status is not None else (c.error or "none").split(":")[0] for c in calls).items()
+    ))
+
+
+def _check_idle(history: History, limits: Limits, verdict: Verdict) -> None:
+    problems = []
+    rows = []
+    for idle in history.idle:
+        beats = idle.seconds / idle.heartbeat_seconds
+        cpu = idle.cpu_seconds / idle.seconds
+        per_beat = idle.store_requests / beats
+        rows.append({"node": idle.node, "phase": idle.phase, "cpu_share": round(cpu, 3),
+                     "store_requests_per_heartbeat": round(per_beat, 2)})
+        if idle.phase != "after":
+            continue
+        if cpu > limits.idle_cpu_share:
+            problems.append(f"{idle.node} used {cpu:.0%} of a core while idle after the faults")
+        if per_beat > limits.idle_requests_per_heartbeat:
+            problems.append(f"{idle.node} sent {per_beat:.1f} store requests per heartbeat while idle after the faults")
+    verdict.failures["idle"] = problems
+    verdict.figures["idle"] = rows
+
+
+def _check_recovery(history: History, limits: Limits, verdict: Verdict) -> None:
+    problems = []
+    times = []
+    for fault in history.faults:
+        where = f"{fault.kind} of {fault.node or 'the document'} at {fault.start:.3f}"
+        if fault.recovered_at is None:
+            problems.append(f"no push succeeded within {limits.recovery_cap_seconds:g}s after {where}")
+            continue
+        times.append(fault.recovered_at - fault.start)
+        length = (fault.end or fault.start) - fault.start
+        if (fault.kind in _PAUSES and length >= limits.long_pause_seconds and "never froze" not in fault.detail
+                and fault.end is not None and fault.recovered_at > fault.end):
+            problems.append(f"no takeover during the {length:.1f}s {where}: pushes resumed only "
+                            f"{fault.recovered_at - fault.end:.1f}s after it ended")
+    verdict.failures["failover"] = problems
+    verdict.figures["faults"] = len(history.faults)
+    verdict.figures["faults_by_kind"] = dict(sorted(_count(f.kind for f in history.faults).items()))
+    verdict.figures["store_faults_injected"] = dict(history.store_faults)
+    verdict.figures["recovery_worst_seconds"] = round(max(times), 2) if times else None
+    verdict.figures["recovery_median_seconds"] = round(statistics.median(times), 2) if times else None
+
+
+def recovered_after(calls: list[Call], since: float) -> float | None:
+    """When the first push sent at or after ``since`` was acknowledged (None: not yet)."""
+    ends = [c.end for c in calls[-5000:] if c.op == "push" and c.ok and c.start >= since and c.end is not None]
+    return min(ends) if ends else None

@@ -1,0 +1,252 @@
+"""Producers and workers that talk to the nodes over the real HTTP API and
+record every request and its answer in the :class:`~chaos.history.History`.
+
+They are deliberately thin (plain httpx, not engine.BrokerClient) so that
+each HTTP request is one recorded call, and so that they can behave like a
+bad network: now and then a client *drops* an answer it got (recorded with
+``args["dropped"] = True``) and acts as if the request had timed out, which
+makes it retry a push that already landed, or lose a claim's leases.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from chaos.cluster import LEASE_SECONDS, TOKEN
+from chaos.history import Call, History
+
+QUEUE = "chaos"
+REQUEST_TIMEOUT = 3.0
+CLAIM_WAIT_SECONDS = 1.0
+RETRY_BUDGET_SECONDS = 60.0
+DROPPED_PUSH_RETRY_SECONDS = (2.0, 12.0)
+# Answers that mean "not served, the outcome is unknown or nothing happened: retry".
+_RETRY_CODES = frozenset({"not_leader", "store_unavailable", "document_error", "committer_stopped"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Behaviour:
+    """How clients misbehave, as probabilities per call."""
+
+    drop_answer: float = 0.02  # act as if a push/claim/complete answer was lost, and retry
+    stall: float = 0.02  # a worker stalls past its lease before completing
+    fail: float = 0.05  # a worker fails the job (it is retried)
+    odd_strings: float = 0.0  # a worker sends a lone surrogate in a fail's error or its name
+    deep_payloads: float = 0.0  # a producer pushes a payload nested close to JSON's depth limit
+    peek: float = 0.1  # a worker reads its job (GET /jobs/<id>) before working on it
+
+
+class Router:
+    """One client's idea of who leads: follows not_leader answers, else tries the next node."""
+
+    def __init__(self, urls: list[str], rng: random.Random) -> None:
+        self.urls = urls
+        self.leader = rng.choice(urls)
+
+    def failed(self, url: str, call: Call) -> None:
+        named = call.answer.get("leader_url") if isinstance(call.answer, dict) else None
+        if isinstance(named, str) and named in self.urls and named != url:
+            self.leader = named
+        elif self.leader == url:
+            self.leader = self.urls[(self.urls.index(url) + 1) % len(self.urls)]
+
+
+class Client(threading.Thread):
+    """A thread that records every request it sends."""
+
+    def __init__(self, name: str, urls: list[str], history: History, rng: random.Random,
+                 stop: threading.Event, behaviour: Behaviour) -> None:
+        super().__init__(name=name, daemon=True)
+        self.history = history
+        self.rng = rng
+        self.stop_event = stop
+        self.behaviour = behaviour
+        self.router = Router(urls, rng)
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+
+    def send(self, op: str, path: str, body: dict[str, Any] | None, *, args: dict[str, Any] | None = None,
+             raw: bytes | None = None, wait: float = 0.0) -> Call:
+        """Send ``body`` (or ``raw`` bytes) to whom we think leads, and record it
+        with ``args`` (default: the body). Never raises for network trouble."""
+        url = self.router.leader
+        call = self.history.begin(self.name, op, url, (body or {}) if args is None else args)
+        timeout = httpx.Timeout(REQUEST_TIMEOUT + wait, connect=1.0)
+        try:
+            if body is None:
+                response = self.http.get(f"{url}/api/v1{path}", timeout=timeout)
+            else:
+                content = raw if raw is not None else orjson.dumps(body)
+                response = self.http.post(f"{url}/api/v1{path}", content=content, timeout=timeout)
+        except httpx.TimeoutException:
+            self.history.finish(call, error="timeout")
+        except httpx.HTTPError as exc:
+            self.history.finish(call, error=f"{type(exc).__name__}: {exc}")
+        else:
+            try:
+                answer = response.json() if response.content else None
+            except (ValueError, RecursionError):
+                answer = {"non_json": response.text[:200]}
+            if op == "get":
+                answer = {k: v for k, v in answer.items() if k != "payload"} if isinstance(answer, dict) else None
+            if isinstance(answer, dict) and isinstance(answer.get("jobs"), list):
+                # The checker needs ids and leases; payloads (maybe nested too deep to dump) stay out.
+                answer["jobs"] = [{k: v for k, v in j.items() if k != "payload"} if isinstance(j, dict) else j
+                                  for j in answer["jobs"]]
+            self.history.finish(call, status=response.status_code, answer=answer)
+        if not call.ok:
+            self.router.failed(url, call)
+        return call
+
+    def retryable(self, call: Call) -> bool:
+        return call.status is None or call.status >= 500 or call.code in _RETRY_CODES
+
+    def backoff(self, attempt: int) -> None:
+        time.sleep(self.rng.uniform(0, min(0.5, 0.02 * 2**attempt)))
+
+    def drop(self, call: Call) -> bool:
+        """Whether to pretend ``call``'s answer never arrived (a lossy network)."""
+        if call.ok and self.rng.random() < self.behaviour.drop_answer:
+            call.args = {**call.args, "dropped": True}
+            return True
+        return False
+
+    def run(self) -> None:
+        try:
+            self.loop()
+        finally:
+            self.http.close()
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
+class Producer(Client):
+    """Pushes one job at a time with a known id and payload, retrying with the
+    same id until it is acknowledged (or the retry budget runs out)."""
+
+    def __init__(self, index: int, pace: float, *args: Any) -> None:
+        super().__init__(f"producer-{index}", *args)
+        self.index = index
+        self.pace = pace
+
+    def loop(self) -> None:
+        n = 0
+        later: list[tuple[float, str, Any]] = []  # pushes whose answer we dropped: sent again later
+        while not self.stop_event.is_set():
+            if later and later[0][0] <= time.monotonic():
+                _, job_id, payload = later.pop(0)
+            else:
+                job_id = f"{self.index:04x}{n:028x}"
+                payload = {"producer": self.index, "n": n, "text": "x" * self.rng.randrange(0, 200)}
+                if self.rng.random() < self.behaviour.deep_payloads:
+                    payload = self.deep_payload()
+                n += 1
+            if self.push(job_id, payload) == "dropped":
+                # Like a client whose connection broke after sending: it retries
+                # the same id later, when the job may well have run already.
+                later.append((time.monotonic() + self.rng.uniform(*DROPPED_PUSH_RETRY_SECONDS), job_id, payload))
+                later.sort()
+            self.stop_event.wait(self.rng.uniform(0, 2 * self.pace))
+
+    def deep_payload(self) -> Any:
+        """A list nested close to the depth serializers allow (orjson: 254 levels).
+        Push must refuse it, or every later read of the job must work."""
+        payload: Any = self.index
+        for _ in range(self.rng.randrange(248, 255)):
+            payload = [payload]
+        return payload
+
+    def push(self, job_id: str, payload: Any) -> str:
+        """Push until acknowledged ("acked"), refused ("refused"), out of budget
+        ("gave up"), or acknowledged but the answer dropped ("dropped")."""
+        body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": payload, "max_attempts": 50}]}
+        # json, not orjson: orjson refuses to write what is nested too deep.
+        raw = json.dumps(body).encode() if isinstance(payload, list) else None
+        if raw is not None:
+            body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": "deeply nested list", "max_attempts": 50}]}
+        deadline = time.monotonic() + RETRY_BUDGET_SECONDS
+        attempt = 0
+        while time.monotonic() < deadline:
+            call = self.send("push", "/jobs", body, raw=raw)
+            if call.ok:
+                return "dropped" if self.drop(call) else "acked"
+            if not self.retryable(call):
+                return "refused"  # recorded; nothing to retry
+            attempt += 1
+            self.backoff(attempt)
+        return "gave up"
+
+
+class Worker(Client):
+    """Claims (long poll), works, heartbeats, completes or fails; retries a
+    complete or fail whose outcome is unknown until it gets a clear answer."""
+
+    def __init__(self, index: int, *args: Any) -> None:
+        super().__init__(f"worker-{index}", *args)
+
+    def loop(self) -> None:
+        attempt = 0
+        while not self.stop_event.is_set():
+            name = self.name
+            if self.rng.random() < self.behaviour.odd_strings:
+                name = self.name + "\ud800"
+            body = {"worker": name, "queues": [QUEUE], "max_jobs": self.rng.choice((1, 1, 2, 3)),
+                    "wait_seconds": CLAIM_WAIT_SECONDS, "lease_seconds": LEASE_SECONDS}
+            # orjson refuses lone surrogates; the stdlib writes them as \ud800 escapes.
+            raw = json.dumps(body).encode() if name != self.name else None
+            args = {**body, "worker": repr(name)} if raw is not None else None
+            call = self.send("claim", "/claim", body, args=args, raw=raw, wait=CLAIM_WAIT_SECONDS)
+            if not call.ok:
+                attempt += 1
+                self.backoff(attempt)
+                continue
+            attempt = 0
+            if self.drop(call):
+                continue  # the leases were given to nobody: they expire and the jobs come back
+            for job in call.answer.get("jobs", []):
+                self.work(str(job["id"]), str(job["lease"]))
+
+    def work(self, job_id: str, lease: str) -> None:
+        path = f"/jobs/{job_id}"
+        if self.rng.random() < self.behaviour.peek:
+            self.send("get", path, None, args={"job": job_id})
+        if self.rng.random() < self.behaviour.stall:
+            time.sleep(LEASE_SECONDS + self.rng.uniform(0.5, 2))  # a stalled worker: its lease expires
+        else:
+            seconds = self.rng.uniform(0, 0.3)
+            time.sleep(seconds / 2)
+            self.send("heartbeat", path + "/heartbeat", {"lease": lease}, args={"job": job_id, "lease": lease})
+            time.sleep(seconds / 2)
+        if self.rng.random() < self.behaviour.fail:
+            error = "chaos says no"
+            raw = None
+            if self.rng.random() < self.behaviour.odd_strings * 10:
+                error += "\ud800"
+            body = {"lease": lease, "error": error, "retry_in_seconds": 0}
+            if error.endswith("\ud800"):
+                raw = json.dumps(body).encode()
+                body = {**body, "error": repr(error)}
+            self.finish("fail", f"{path}/fail", {**body, "job": job_id}, raw)
+        else:
+            self.finish("complete", f"{path}/complete", {"job": job_id, "lease": lease}, None)
+
+    def finish(self, op: str, path: str, body: dict[str, Any], raw: bytes | None) -> None:
+        deadline = time.monotonic() + RETRY_BUDGET_SECONDS
+        attempt = 0
+        send_body = {k: v for k, v in body.items() if k != "job"}
+        while time.monotonic() < deadline:
+            call = self.send(op, path, send_body, args=body, raw=raw)
+            if call.ok and not self.drop(call):
+                return
+            if not call.ok and not self.retryable(call):
+                return  # lease_lost, job_not_found, invalid: a clear answer
+            attempt += 1
+            self.backoff(attempt)

@@ -1,0 +1,311 @@
+"""The nemesis: a seeded schedule of faults, injected one after another.
+
+Kinds (each recorded as a :class:`~chaos.history.Fault`):
+
+* ``kill``     — ``kill -9`` a node (usually the leader), restart it after a moment;
+* ``pause``    — SIGSTOP a node (usually the leader) at a random moment, SIGCONT later;
+* ``freeze``   — the leader stops itself (SIGSTOP, from its fault store) in the middle of
+  a write, i.e. while it holds the file store's lock; SIGCONT later;
+* ``error``    — the leader's store requests fail for a while;
+* ``lost``     — the leader's writes land but report failure for a while;
+* ``slow``     — the leader's store requests (writes: inside the lock) are slow for a while;
+* ``hang``     — one of the leader's writes hangs for seconds, then fails;
+* ``delete``   — the document is deleted, and restored from the last version after a moment
+  (as an operator would from a backup), only if nobody re-created it meanwhile;
+* ``corrupt``  — the document is overwritten with garbage, and restored after a moment,
+  only if nobody overwrote the garbage meanwhile.
+
+After each fault the nemesis heals it and waits until a push succeeds again
+(at most :data:`RECOVERY_CAP_SECONDS`) before the next one, so that each
+recovery time belongs to one fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
+from chaos.history import Fault, History
+from engine import DOCUMENT_KEY, open_store
+
+KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt")
+WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1}
+RECOVERY_CAP_SECONDS = 20.0
+PROGRESS_EVERY = 25
+#: A pause at least this long must see a takeover (a push served by another
+#: node) before it ends: takeover delay, one client timeout, and slack.
+LONG_PAUSE_SECONDS = TAKEOVER_SECONDS + 3.0 + 2.0
+
+
+class Nemesis(threading.Thread):
+    """Injects ``count`` faults (or until ``stop`` is set, or ``deadline`` passes),
+    drawn by weight, or with ``each`` every kind in turn.
+
+    (Method names avoid threading.Thread's own private ones: ``_target``, ``_delete``, ...)
+    """
+
+    def __init__(self, cluster: Cluster, history: History, *, seed: int, kinds: Sequence[str] = KINDS,
+                 deadline: float, count: int | None = None, stop: threading.Event,
+                 recovered: Callable[[float], float | None], each: bool = False,
+                 progress: Callable[[str], None] | None = None) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        self.cluster = cluster
+        self.history = history
+        self.rng = random.Random(seed)
+        self.kinds = list(kinds)
+        self.deadline = deadline
+        self.count = count
+        self.stop_event = stop
+        self.recovered = recovered
+        self.each = each  # every kind in turn (a shuffled round), instead of weighted draws
+        self.progress = progress
+        self.store = open_store(cluster.store_url)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            injected = 0
+            while not self.stop_event.is_set() and time.monotonic() < self.deadline:
+                if self.count is not None and injected >= self.count:
+                    break
+                if self.each:
+                    if injected % len(self.kinds) == 0:
+                        self.rng.shuffle(self.kinds)
+                    kind = self.kinds[injected % len(self.kinds)]
+                else:
+                    kind = self.rng.choices(self.kinds, weights=[WEIGHTS[k] for k in self.kinds])[0]
+                fault = getattr(self, f"fault_{kind}")()
+                injected += 1
+                self._await_recovery(fault)
+                if self.progress is not None and injected % PROGRESS_EVERY == 0:
+                    self.progress(f"chaos: {injected} faults injected")
+                self.stop_event.wait(self.rng.uniform(0.1, 0.5))
+        except BaseException as exc:  # reported by the runner; the run then fails
+            self.error = exc
+            self.history.event(f"harness: the nemesis crashed: {exc!r}")
+        finally:
+            self.store.close()
+
+    # -- choosing a target ----------------------------------------------------
+
+    def _pick_node(self, leader_share: float = 0.8) -> Node:
+        alive = [n for n in self.cluster.nodes if n.alive and not n.paused]
+        leader = self.cluster.leader()
+        if leader is not None and self.rng.random() < leader_share:
+            return leader
+        return self.rng.choice(alive or self.cluster.nodes)
+
+    def _begin(self, kind: str, node: Node | None, detail: str = "") -> Fault:
+        return self.history.fault(Fault(kind=kind, node=None if node is None else node.url,
+                                        start=time.monotonic(), detail=detail))
+
+    def _end(self, fault: Fault) -> Fault:
+        fault.end = time.monotonic()
+        return fault
+
+    def _await_recovery(self, fault: Fault) -> None:
+        deadline = time.monotonic() + RECOVERY_CAP_SECONDS
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            at = self.recovered(fault.start)
+            if at is not None:
+                fault.recovered_at = at
+                return
+            time.sleep(0.05)
+
+    def _pause_seconds(self, long_share: float = 0.3) -> float:
+        # Mostly short pauses; some long enough that a standby must take over
+        # (always, when each kind runs once: then the one pause must show it).
+        if self.each or self.rng.random() < long_share:
+            return self.rng.uniform(LONG_PAUSE_SECONDS, LONG_PAUSE_SECONDS + 2)
+        return self.rng.uniform(0.3, 3.0)
+
+    # -- the faults -------------------------------------------------------------
+
+    def fault_kill(self) -> Fault:
+        node = self._pick_node()
+        fault = self._begin("kill", node)
+        node.kill()
+        self.stop_event.wait(self.rng.uniform(0.2, 3.0))
+        node.start()
+        return self._end(fault)
+
+    def fault_pause(self) -> Fault:
+        node = self._pick_node()
+        seconds = self._pause_seconds()
+        fault = self._begin("pause", node, f"{seconds:.1f}s")
+        node.pause()
+        self.stop_event.wait(seconds)
+        node.resume()
+        return self._end(fault)
+
+    def fault_freeze(self) -> Fault:
+        node = self._pick_node(leader_share=1.0)
+        seconds = self._pause_seconds(long_share=0.6)
+        fault = self._begin("freeze", node, f"{seconds:.1f}s in a write")
+        node.set_faults(freeze=f"freeze-{time.monotonic_ns()}")
+        until = time.monotonic() + 2.0
+        while not node.stopped() and time.monotonic() < until:  # it stops itself at its next write
+            time.sleep(0.01)
+        node.paused = node.stopped()
+        if not node.paused:
+            fault.detail += " (the node wrote nothing: never froze)"
+        self.stop_event.wait(seconds)
+        node.set_faults()
+        node.resume()
+        return self._end(fault)
+
+    def _store_window(self, kind: str, **plan: object) -> Fault:
+        node = self._pick_node(leader_share=0.9)
+        seconds = self.rng.uniform(0.5, 2.0)
+        fault = self._begin(kind, node, f"{seconds:.1f}s {plan}")
+        node.set_faults(seed=self.rng.randrange(2**31), **plan)
+        self.stop_event.wait(seconds)
+        node.set_faults()
+        return self._end(fault)
+
+    def fault_error(self) -> Fault:
+        return self._store_window("error", error=round(self.rng.uniform(0.3, 1.0), 2))
+
+    def fault_lost(self) -> Fault:
+        return self._store_window("lost", lost=round(self.rng.uniform(0.3, 1.0), 2), ops=["put"])
+
+    def fault_slow(self) -> Fault:
+        return self._store_window("slow", slow=round(self.rng.uniform(0.3, 1.0), 2),
+                                  slow_seconds=round(self.rng.uniform(0.1, 1.5), 2))
+
+    def fault_hang(self) -> Fault:
+        node = self._pick_node(leader_share=1.0)
+        seconds = round(self.rng.uniform(1.5, 4.0), 1)
+        fault = self._begin("hang", node, f"one write hangs {seconds:g}s")
+        node.set_faults(hang=1.0, hang_seconds=seconds, ops=["put"])
+        self.stop_event.wait(0.3)
+        node.set_faults()
+        self.stop_event.wait(seconds)
+        return self._end(fault)
+
+    def _with_nodes_stopped(self, change: Callable[[], None]) -> None:
+        """Run ``change`` on the store while every node is stopped, so that the
+        version we act on is the last one any node wrote before it.
+
+        On a folder, ``change`` writes the file directly (as an operator's shell
+        would), but under the store's lock, so that a node stopped in the middle
+        of a conditional write cannot land it afterwards on top of our change.
+        If a stopped node holds that lock, the nodes run a moment and we retry.
+        """
+        for _ in range(50):
+            running = [n for n in self.cluster.nodes if n.alive and not n.paused]
+            for node in running:
+                node.pause()
+            try:
+                time.sleep(0.05)
+                with self._file_lock() as locked:
+                    if locked:
+                        change()
+                        return
+            finally:
+                for node in running:
+                    node.resume()
+            time.sleep(self.rng.uniform(0.05, 0.2))
+        raise RuntimeError("could not take the file store's lock while the nodes were stopped")
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[bool]:
+        """The file store's lock on the document, if free now (always True for S3)."""
+        if self.cluster.store != "file":
+            yield True
+            return
+        fd = os.open(self.cluster.document_path.parent / ".locks" / "queue.json.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    # Raw access to the document, bypassing the file store's lock.
+
+    def _raw_get(self) -> bytes | None:
+        if self.cluster.store == "file":
+            try:
+                return self.cluster.document_path.read_bytes()
+            except FileNotFoundError:
+                return None
+        blob = self.store.get(DOCUMENT_KEY)
+        return None if blob is None else blob.data
+
+    def _raw_delete(self) -> None:
+        if self.cluster.store == "file":
+            self.cluster.document_path.unlink(missing_ok=True)
+        else:
+            self.store.delete(DOCUMENT_KEY)
+
+    def _raw_put(self, data: bytes) -> None:
+        if self.cluster.store == "file":
+            tmp = self.cluster.document_path.with_name(f".chaos-{time.monotonic_ns()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, self.cluster.document_path)
+        else:
+            self.store.put(DOCUMENT_KEY, data)
+
+    def fault_delete(self) -> Fault:
+        fault = self._begin("delete", None)
+        saved: list[bytes] = []
+
+        def delete() -> None:
+            data = self._raw_get()
+            if data is not None:
+                saved.append(data)
+                self._raw_delete()
+
+        self._with_nodes_stopped(delete)
+        self.stop_event.wait(self.rng.uniform(0.5, 2.0))
+
+        def restore() -> None:
+            if self._raw_get() is None:
+                self._raw_put(saved[0])
+                fault.detail = "restored from the version before"
+            else:
+                fault.detail = "NOT restored: a node re-created the deleted document"
+                self.history.event("I10: a node re-created the deleted document")
+
+        if saved:
+            self._with_nodes_stopped(restore)
+        return self._end(fault)
+
+    def fault_corrupt(self) -> Fault:
+        fault = self._begin("corrupt", None)
+        saved: list[bytes] = []
+        garbage = b'{"format": 1, "seq": "not a number' + self.rng.randbytes(16)
+
+        def corrupt() -> None:
+            data = self._raw_get()
+            if data is not None:
+                saved.append(data)
+                self._raw_put(garbage)
+
+        self._with_nodes_stopped(corrupt)
+        self.stop_event.wait(self.rng.uniform(0.5, 2.0))
+
+        def restore() -> None:
+            if self._raw_get() == garbage:
+                self._raw_put(saved[0])
+                fault.detail = "restored from the version before"
+            else:
+                fault.detail = "NOT restored: a node overwrote the unreadable document"
+                self.history.event("I6: a node overwrote an unreadable document")
+
+        if saved:
+            self._with_nodes_stopped(restore)
+        return self._end(fault)

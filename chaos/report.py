@@ -1,0 +1,109 @@
+"""Figures of a chaos run, as text for the terminal and as docs/reliability.md."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from chaos.checker import Verdict
+from chaos.run import Outcome
+
+CHECKS = {
+    "lost_pushes": "no acknowledged push lost (I2)",
+    "stale_completions": "no completion accepted from a stale lease (I4)",
+    "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
+    "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
+    "double_completions": "no job completed twice (push ids are idempotency keys)",
+    "idle": "idle CPU and store requests flat after the faults (I11)",
+    "failover": "every fault recovered; a long-paused leader is replaced during its pause",
+    "document": "a deleted document is not re-created, an unreadable one not overwritten (I6, I10)",
+    "harness": "the run went as planned (nemesis, healing, a leader before each idle measurement)",
+}
+MAX_EXAMPLES = 5
+
+
+def figures_lines(outcome: Outcome) -> list[str]:
+    f = outcome.verdict.figures
+    lines = [
+        f"faults injected: {f['faults']} ({_pairs(f['faults_by_kind'])})",
+        f"store faults injected by the fault stores: {_pairs(f['store_faults_injected']) or 'none'}",
+        f"operations recorded: {f['operations']} ({_pairs(f['operations_by_kind'])})",
+        f"answers: {_pairs(f['answers_by_status'])}",
+        f"document versions seen: {f['versions_seen']}",
+        f"pushes acknowledged: {f['pushes_acknowledged']}; completed: {f['completed']}; "
+        f"dead letters: {f['dead_letters']}; left pending or running: {f['left_pending_or_running']}; "
+        f"completion unconfirmed (answer lost): {f['unconfirmed']}",
+        f"acknowledged pushes lost: {f['lost']}",
+        f"stale completions accepted: {f['stale_completions']}",
+        f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "
+        f"{f['timeouts_during_faults']})",
+        f"duplicates: {f['redelivered']} jobs delivered more than once, {f['executed_twice']} run to completion "
+        f"by two leases, {f['completed_twice']} completed twice",
+        f"recovery time after a fault: worst {f['recovery_worst_seconds']} s, median {f['recovery_median_seconds']} s",
+    ]
+    for why, jobs in sorted(outcome.verdict.duplicates.items()):
+        lines.append(f"  redelivered, {len(jobs)}: {why}")
+    for row in f["idle"]:
+        lines.append(f"  idle {row['phase']:6} {row['node']}: cpu {row['cpu_share']:.1%}, "
+                     f"{row['store_requests_per_heartbeat']} store requests per heartbeat")
+    return lines
+
+
+def check_lines(verdict: Verdict) -> list[str]:
+    lines = []
+    for name, title in CHECKS.items():
+        problems = verdict.failures.get(name, [])
+        lines.append(f"{'PASS' if not problems else 'FAIL'}  {title}" + (f": {len(problems)}" if problems else ""))
+        lines.extend(f"        {p}" for p in problems[:MAX_EXAMPLES])
+        if len(problems) > MAX_EXAMPLES:
+            lines.append(f"        ... and {len(problems) - MAX_EXAMPLES} more")
+    return lines
+
+
+def text(outcome: Outcome) -> str:
+    o = outcome.options
+    head = (f"chaos run: seed {o.seed}, {o.store} store, {o.nodes} nodes, {o.producers} producers, "
+            f"{o.workers} workers, {outcome.seconds:.0f} s; kinds {','.join(o.kinds)}; odd strings {o.odd_strings:g}, "
+            f"deep payloads {o.deep_payloads:g}, dropped answers {o.drop_answer:g}")
+    verdict = "all checks passed" if outcome.verdict.ok else f"CHECKS FAILED; history in {outcome.workdir}"
+    return "\n".join([head, *figures_lines(outcome), *check_lines(outcome.verdict), verdict]) + "\n"
+
+
+def write_docs(outcomes: list[Outcome], path: Path) -> None:
+    """Write docs/reliability.md with the figures of ``outcomes`` and the commands that made them."""
+    commands = "\n".join(dict.fromkeys(o.options.command or "python -m chaos" for o in outcomes))
+    parts = [
+        "# Reliability: the chaos harness's figures\n",
+        "These figures come from `python -m chaos` (the `chaos/` package): real daphne nodes on one store, "
+        "producers and workers on the HTTP API recording every call and its answer, a seeded nemesis "
+        "(kill -9, SIGSTOP/SIGCONT at random moments and in the middle of a write, store errors, lost "
+        "replies, slow and hung requests through `engine/stores/faults.py`, deletion and corruption of "
+        "`queue.json`), and a checker over the recorded history. See `chaos/checker.py` for what each "
+        "check means exactly. Produced by:\n",
+        f"```\n{commands}\n```\n",
+        f"on commit `{_revision()}`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.\n",
+    ]
+    for outcome in outcomes:
+        parts.append(f"## {outcome.options.store} store, seed {outcome.options.seed}\n")
+        parts.append("```\n" + text(outcome) + "```\n")
+    parts.append(
+        "Duplicates are at-least-once redeliveries, not losses: a job is handed out again when the "
+        "lease of the worker holding it expires (the worker stalled, its claim's answer was lost, or a "
+        "node was paused long enough), or after the worker failed it. A late complete from the old "
+        "lease is refused (`lease_lost`), which the stale-completion check verifies.\n"
+    )
+    path.write_text("\n".join(parts))
+
+
+def _revision() -> str:
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=10)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def _pairs(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())

@@ -1,0 +1,206 @@
+"""One chaos run, start to finish: start the cluster and the clients, let the
+nemesis loose, heal, drain, measure the idle cost, and check the history."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from chaos import clients
+from chaos.checker import Limits, Verdict, check, recovered_after
+from chaos.cluster import HEARTBEAT_SECONDS, Cluster, cpu_seconds
+from chaos.history import History, Idle
+from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
+from chaos.watcher import HealthWatcher, StoreWatcher
+from engine import DOCUMENT_KEY, open_store
+
+DRAIN_TIMEOUT_SECONDS = 90.0
+LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
+                recovery_cap_seconds=RECOVERY_CAP_SECONDS)
+IDLE_SECONDS = 3.0  # twelve heartbeats
+SETTLE_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(kw_only=True)
+class Options:
+    """What a run does (the command line's options)."""
+
+    seed: int = 1
+    duration: float = 60.0
+    store: str = "file"
+    nodes: int = 3
+    producers: int = 2
+    workers: int = 4
+    pace: float = 0.08  # mean seconds between one producer's pushes
+    kinds: list[str] = field(default_factory=lambda: list(KINDS))
+    faults: int | None = None  # stop after this many faults (default: when the duration is up)
+    each: bool = False  # every fault kind in turn rather than drawn by weight
+    odd_strings: float = 0.005
+    deep_payloads: float = 0.005
+    drop_answer: float = 0.02
+    workdir: Path | None = None
+    keep: bool = False
+    command: str = ""  # the command line that asked for this run, for the report
+
+
+def recheck(workdir: Path) -> Outcome:
+    """Check the history a finished run left in ``workdir`` again (no processes started)."""
+    history = History.load(workdir / "history.json")
+    saved = orjson.loads((workdir / "run.json").read_bytes())
+    options = Options(**{**saved["options"], "workdir": workdir})
+    return Outcome(options, check(history, LIMITS), history, workdir, seconds=float(saved["seconds"]))
+
+
+@dataclass
+class Outcome:
+    options: Options
+    verdict: Verdict
+    history: History
+    workdir: Path
+    seconds: float
+
+
+def run(options: Options, *, log: bool = True) -> Outcome:
+    """Run once; returns the verdict (never raises for a failed check)."""
+    workdir = options.workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{options.store}-{options.seed}-"))
+    history = History()
+    cluster = Cluster(workdir=workdir, store=options.store, size=options.nodes)
+    say: Callable[..., None] = print if log else (lambda *a, **k: None)
+    started = time.monotonic()
+    try:
+        say(f"chaos: seed {options.seed}, {options.store} store, {options.nodes} nodes, in {workdir}")
+        cluster.start()
+        _wait_for_leader(cluster)
+        _measure_idle(cluster, history, "before")
+        _run_load(cluster, history, options, say)
+        _measure_idle(cluster, history, "after")
+        history.store_faults = _store_fault_totals(cluster)
+    finally:
+        cluster.stop()
+    verdict = check(history, LIMITS)
+    outcome = Outcome(options, verdict, history, workdir, time.monotonic() - started)
+    history.dump(workdir / "history.json")
+    (workdir / "run.json").write_bytes(orjson.dumps({"options": options, "seconds": outcome.seconds}, default=str))
+    if verdict.ok and not options.keep and options.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return outcome
+
+
+def _run_load(cluster: Cluster, history: History, options: Options, say: Callable[..., None]) -> None:
+    rng = random.Random(options.seed)
+    stop_producers, stop_workers, stop_watch, stop_nemesis = (threading.Event() for _ in range(4))
+    urls = [n.url for n in cluster.nodes]
+    behaviour = clients.Behaviour(drop_answer=options.drop_answer, odd_strings=options.odd_strings,
+                                  deep_payloads=options.deep_payloads)
+    producers = [clients.Producer(i, options.pace, urls, history, random.Random(rng.random()), stop_producers,
+                                  behaviour) for i in range(options.producers)]
+    workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)
+               for i in range(options.workers)]
+    watchers = [StoreWatcher(cluster.store_url, history, stop_watch), HealthWatcher(cluster, history, stop_watch)]
+    nemesis = Nemesis(cluster, history, seed=options.seed, kinds=options.kinds, count=options.faults,
+                      deadline=time.monotonic() + options.duration, stop=stop_nemesis,
+                      recovered=lambda since: recovered_after(history.calls, since), each=options.each,
+                      progress=lambda line: say(line, flush=True))
+    threads = [*watchers, *producers, *workers]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)  # some load first
+        nemesis.start()
+        nemesis.join(options.duration + 120)
+        stop_nemesis.set()
+        nemesis.join()
+        if nemesis.error is not None:
+            history.event(f"harness: the nemesis failed: {nemesis.error!r}")
+        history.event("nemesis stopped; healing")
+        try:
+            cluster.heal()
+        except RuntimeError as exc:  # a node that cannot start again is a finding, not a harness crash
+            history.event(f"harness: could not heal the cluster: {exc}")
+        time.sleep(1.0)  # a little load on the healed cluster
+        stop_producers.set()
+        for producer in producers:
+            producer.join()
+        history.event("producers stopped; draining")
+        _drain(cluster)
+    finally:
+        stop_producers.set()
+        stop_workers.set()
+        for worker in workers:
+            worker.join(clients.RETRY_BUDGET_SECONDS + 30)
+        stop_watch.set()
+        for watcher in watchers:
+            watcher.join(10)
+    history.final_document = _read_document(cluster)
+    history.event("drained")
+
+
+def _read_document(cluster: Cluster) -> dict[str, object] | None:
+    store = open_store(cluster.store_url)
+    try:
+        blob = store.get(DOCUMENT_KEY)
+    finally:
+        store.close()
+    if blob is None:
+        return None
+    try:
+        doc = orjson.loads(blob.data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _drain(cluster: Cluster) -> None:
+    """Wait until no job is pending or running (the workers finish them)."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        doc = _read_document(cluster)
+        if doc is not None and not doc.get("jobs"):
+            return
+        time.sleep(0.5)
+
+
+def _wait_for_leader(cluster: Cluster) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+    while cluster.leader() is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no node took the lead")
+        time.sleep(0.1)
+
+
+def _measure_idle(cluster: Cluster, history: History, phase: str) -> None:
+    """CPU time and store requests of each node over IDLE_SECONDS with no clients."""
+    try:
+        _wait_for_leader(cluster)
+    except RuntimeError:
+        history.event(f"harness: no node led before the idle measurement ({phase})")
+    time.sleep(2 * HEARTBEAT_SECONDS)
+    before = {n.name: (n.pid, cpu_seconds(n.pid) if n.pid else None, n.store_requests()) for n in cluster.nodes}
+    t0 = time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    seconds = time.monotonic() - t0
+    for node in cluster.nodes:
+        pid, cpu0, requests0 = before[node.name]
+        cpu1 = cpu_seconds(pid) if pid else None
+        if pid is None or pid != node.pid or cpu0 is None or cpu1 is None:
+            continue
+        history.idle.append(Idle(node=node.url, phase=phase, seconds=seconds, cpu_seconds=cpu1 - cpu0,
+                                 store_requests=node.store_requests() - requests0,
+                                 heartbeat_seconds=HEARTBEAT_SECONDS))
+
+
+def _store_fault_totals(cluster: Cluster) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for node in cluster.nodes:
+        for history in (*node.fault_history, node.store_stats().get("faults", {})):
+            for kind, n in history.items():
+                totals[kind] = totals.get(kind, 0) + int(n)
+    return totals

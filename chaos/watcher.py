@@ -1,0 +1,91 @@
+"""Watchers: one polls the store for every document version it can see, one
+polls each node's health endpoint. Both only read, and record into the history."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from chaos.cluster import Cluster
+from chaos.history import History, Version
+from engine import DOCUMENT_KEY, open_store
+from engine.errors import EngineError
+
+STORE_POLL_SECONDS = 0.05
+HEALTH_POLL_SECONDS = 0.25
+
+
+def describe_document(data: bytes) -> dict[str, Any] | None:
+    """seq, epoch, broker id and writer of a document's bytes; None if they don't parse."""
+    try:
+        doc = orjson.loads(data)
+        broker = doc.get("broker") or {}
+        return {"seq": int(doc["seq"]), "epoch": int(broker.get("epoch") or 0), "broker": broker.get("id"),
+                "writer": doc.get("writer")}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+class StoreWatcher(threading.Thread):
+    """Records each new version of the document (by ETag) with its seq, epoch and digest."""
+
+    def __init__(self, store_url: str, history: History, stop: threading.Event) -> None:
+        super().__init__(name="store-watcher", daemon=True)
+        self.store = open_store(store_url)
+        self.history = history
+        self.stop_event = stop
+
+    def run(self) -> None:
+        last: str | None = None
+        try:
+            while not self.stop_event.wait(STORE_POLL_SECONDS):
+                try:
+                    etag = self.store.etag(DOCUMENT_KEY)
+                    if etag == last or etag is None:
+                        if etag is None and last is not None:
+                            self.history.event("watcher: the document is gone")
+                        last = etag
+                        continue
+                    blob = self.store.get(DOCUMENT_KEY)
+                except EngineError:
+                    continue
+                if blob is None:
+                    continue
+                last = blob.etag
+                info = describe_document(blob.data)
+                if info is None:
+                    self.history.event(f"watcher: unreadable document version {blob.etag}")
+                    continue
+                self.history.version(Version(at=time.monotonic(), source="store",
+                                             digest=hashlib.blake2b(blob.data, digest_size=12).hexdigest(), **info))
+        finally:
+            self.store.close()
+
+
+class HealthWatcher(threading.Thread):
+    """Records each node's health answer: role, seq, and the leader it names."""
+
+    def __init__(self, cluster: Cluster, history: History, stop: threading.Event) -> None:
+        super().__init__(name="health-watcher", daemon=True)
+        self.cluster = cluster
+        self.history = history
+        self.stop_event = stop
+
+    def run(self) -> None:
+        while not self.stop_event.wait(HEALTH_POLL_SECONDS):
+            for node in self.cluster.nodes:
+                if node.paused or not node.alive:
+                    continue
+                health = node.health(timeout=0.5)
+                if health is None:
+                    continue
+                broker = health.get("broker") or {}
+                self.history.version(Version(
+                    at=time.monotonic(), source=node.url, seq=int(health.get("seq") or 0),
+                    epoch=int(broker.get("epoch") or 0), broker=broker.get("id"),
+                    role=str(health.get("role")), pid=node.pid,
+                ))

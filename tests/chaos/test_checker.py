@@ -1,0 +1,268 @@
+"""The chaos checker, fed hand-made histories: each broken guarantee must be
+flagged, and a clean history must pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.checker import Limits, check, recovered_after
+from chaos.history import Call, Fault, History, Idle, Version
+
+NODE_A = "http://127.0.0.1:1001"
+NODE_B = "http://127.0.0.1:1002"
+
+
+class Recorder:
+    """Builds a history call by call, on a fake clock that moves one second per call."""
+
+    def __init__(self) -> None:
+        self.history = History()
+        self.now = 0.0
+
+    def call(self, op: str, args: dict[str, Any], *, status: int | None = 200, answer: Any = None,
+             error: str | None = None, node: str = NODE_A, seconds: float = 0.5, end: bool = True) -> Call:
+        self.now += 1.0
+        call = Call(id=len(self.history.calls), client="c", op=op, node=node, args=args, start=self.now)
+        if end:
+            call.end = self.now + seconds
+            call.status, call.answer, call.error = status, answer, error
+        self.history.calls.append(call)
+        return call
+
+    def push(self, job: str, **kw: Any) -> Call:
+        kw.setdefault("status", 201)
+        kw.setdefault("answer", {"ids": [job]})
+        return self.call("push", {"queue": "q", "jobs": [{"id": job, "payload": 1}]}, **kw)
+
+    def claim(self, job: str, lease: str, **kw: Any) -> Call:
+        kw.setdefault("answer", {"jobs": [{"id": job, "lease": lease}]})
+        return self.call("claim", {"worker": "w"}, **kw)
+
+    def complete(self, job: str, lease: str, **kw: Any) -> Call:
+        kw.setdefault("answer", {"ok": True})
+        return self.call("complete", {"job": job, "lease": lease}, **kw)
+
+    def store_version(self, seq: int, *, epoch: int = 1, broker: str = "b1", digest: str | None = None) -> None:
+        self.now += 0.1
+        self.history.versions.append(Version(at=self.now, source="store", seq=seq, epoch=epoch, broker=broker,
+                                             writer=broker, digest=digest or f"d{seq}"))
+
+    def final(self, jobs: list[str] = (), dead: list[str] = ()) -> History:  # type: ignore[assignment]
+        self.history.final_document = {"jobs": [{"id": j} for j in jobs], "dead": [{"id": j} for j in dead]}
+        return self.history
+
+
+def clean() -> Recorder:
+    r = Recorder()
+    r.store_version(1)
+    r.push("j1")
+    r.push("j2")
+    r.push("j3")
+    r.claim("j1", "L1")
+    r.complete("j1", "L1")
+    r.claim("j2", "L2")
+    r.store_version(2)
+    r.store_version(3, epoch=2, broker="b2")
+    return r
+
+
+def test_a_clean_history_passes() -> None:
+    verdict = check(clean().final(jobs=["j2", "j3"]))
+
+    assert verdict.ok, verdict.failures
+    assert verdict.figures["pushes_acknowledged"] == 3
+    assert verdict.figures["completed"] == 1
+    assert verdict.figures["lost"] == 0
+
+
+def test_a_lost_push_is_flagged() -> None:
+    verdict = check(clean().final(jobs=["j2"]))  # j3 was acknowledged, never completed, and is gone
+
+    assert not verdict.ok
+    assert len(verdict.failures["lost_pushes"]) == 1
+    assert "j3" in verdict.failures["lost_pushes"][0]
+
+
+def test_a_refused_or_unanswered_push_is_not_owed() -> None:
+    r = clean()
+    r.push("j4", status=503, answer={"error": "store_unavailable"})
+    r.call("push", {"jobs": [{"id": "j5"}]}, status=None, error="timeout", node=NODE_B)
+    r.history.faults.append(Fault(kind="pause", node=NODE_B, start=r.now - 0.5, end=r.now + 1, recovered_at=r.now + 1))
+
+    assert check(r.final(jobs=["j2", "j3"])).ok
+
+
+def test_a_dead_letter_or_an_unconfirmed_completion_is_not_lost() -> None:
+    r = clean()
+    r.claim("j3", "L3")
+    r.complete("j3", "L3", status=None, answer=None, error="ConnectError: reset")  # outcome unknown
+
+    verdict = check(r.final(dead=["j2"]))
+
+    assert verdict.failures["lost_pushes"] == []
+    assert verdict.figures["unconfirmed"] == 1
+
+
+def test_a_stale_completion_is_flagged() -> None:
+    r = clean()
+    r.claim("j3", "L3")
+    r.claim("j3", "L4")  # L3 expired; the job was leased again, acknowledged...
+    r.complete("j3", "L3")  # ...and the old lease's complete was still accepted
+
+    verdict = check(r.final(jobs=["j2"]))
+
+    assert len(verdict.failures["stale_completions"]) == 1
+    assert "L3" in verdict.failures["stale_completions"][0]
+
+
+def test_a_refused_stale_completion_is_a_redelivery_not_a_failure() -> None:
+    r = clean()
+    r.claim("j3", "L3")
+    r.claim("j3", "L4")
+    r.complete("j3", "L3", status=409, answer={"error": "lease_lost"})
+    r.complete("j3", "L4")
+
+    verdict = check(r.final(jobs=["j2"]))
+
+    assert verdict.ok, verdict.failures
+    assert verdict.figures["redelivered"] == 1
+    assert verdict.figures["executed_twice"] == 1
+
+
+def test_seq_going_back_is_flagged() -> None:
+    r = clean()
+    r.store_version(1, epoch=0, broker="b3")  # the document was re-created
+
+    verdict = check(r.final(jobs=["j2", "j3"]))
+
+    assert any("seq went back" in p for p in verdict.failures["seq_epoch"])
+
+
+def test_two_contents_for_one_seq_are_flagged() -> None:
+    r = clean()
+    r.store_version(3, epoch=2, broker="b2", digest="other")
+
+    assert any("two different contents" in p for p in check(r.final(jobs=["j2", "j3"])).failures["seq_epoch"])
+
+
+@pytest.mark.parametrize("versions", [
+    [(4, 1, "b2")],  # epoch went back
+    [(4, 2, "b3")],  # epoch 2 held by b2 and b3
+])
+def test_epoch_trouble_is_flagged(versions: list[tuple[int, int, str]]) -> None:
+    r = clean()
+    for seq, epoch, broker in versions:
+        r.store_version(seq, epoch=epoch, broker=broker)
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["seq_epoch"]
+
+
+def test_two_nodes_leading_with_one_epoch_are_flagged() -> None:
+    r = clean()
+    for node, broker in ((NODE_A, "b2"), (NODE_B, "b9")):
+        r.history.versions.append(Version(at=r.now, source=node, seq=3, epoch=2, broker=broker, role="leader"))
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["seq_epoch"]
+
+
+def test_an_unanswered_call_is_flagged() -> None:
+    r = clean()
+    r.call("claim", {"worker": "w"}, end=False)  # never ended
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["unanswered"]
+
+
+def test_a_timeout_without_a_fault_is_flagged_and_with_one_is_not() -> None:
+    r = clean()
+    r.call("push", {"jobs": [{"id": "j9"}]}, status=None, error="timeout", node=NODE_B, seconds=3)
+    assert check(r.final(jobs=["j2", "j3"])).failures["unanswered"]
+
+    r.history.faults.append(Fault(kind="freeze", node=NODE_B, start=r.now + 1, end=r.now + 5, recovered_at=r.now + 2))
+    assert check(r.final(jobs=["j2", "j3"])).failures["unanswered"] == []
+
+
+def test_a_500_is_flagged() -> None:
+    r = clean()
+    r.call("fail", {"job": "j2", "lease": "L2"}, status=500, answer=None)
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["unanswered"]
+
+
+def test_a_job_completed_twice_is_flagged() -> None:
+    r = clean()
+    r.push("j1")  # the push retried after its answer was lost brings j1 back...
+    r.claim("j1", "L9")
+    r.complete("j1", "L9")  # ...and it runs again
+
+    verdict = check(r.final(jobs=["j2", "j3"]))
+
+    assert len(verdict.failures["double_completions"]) == 1
+    assert "re-created" in verdict.failures["double_completions"][0]
+
+
+def test_busy_idle_nodes_are_flagged() -> None:
+    r = clean()
+    r.history.idle = [
+        Idle(node=NODE_A, phase="before", seconds=5, cpu_seconds=0.05, store_requests=40, heartbeat_seconds=0.25),
+        Idle(node=NODE_A, phase="after", seconds=5, cpu_seconds=4.9, store_requests=4000, heartbeat_seconds=0.25),
+        Idle(node=NODE_B, phase="after", seconds=5, cpu_seconds=0.05, store_requests=40, heartbeat_seconds=0.25),
+    ]
+
+    problems = check(r.final(jobs=["j2", "j3"])).failures["idle"]
+
+    assert len(problems) == 2 and all(NODE_A in p for p in problems)
+
+
+def test_no_recovery_and_no_takeover_during_a_long_pause_are_flagged() -> None:
+    r = clean()
+    r.history.faults = [
+        Fault(kind="kill", node=NODE_A, start=1, end=2, recovered_at=None),
+        Fault(kind="freeze", node=NODE_A, start=10, end=20, recovered_at=21),  # pushes resumed only after it
+        Fault(kind="pause", node=NODE_A, start=30, end=40, recovered_at=33),  # a standby took over: fine
+    ]
+
+    verdict = check(r.final(jobs=["j2", "j3"]), Limits(long_pause_seconds=7))
+
+    assert len(verdict.failures["failover"]) == 2
+    assert verdict.figures["recovery_worst_seconds"] == 11
+    assert verdict.figures["recovery_median_seconds"] == 7
+
+
+def test_document_events_are_flagged() -> None:
+    r = clean()
+    r.history.event("I10: a node re-created the deleted document")
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["document"]
+
+
+def test_recovered_after_finds_the_first_push_sent_after_the_fault() -> None:
+    r = Recorder()
+    r.push("a")  # start 1, end 1.5
+    r.push("b", status=503)  # start 2
+    r.push("c")  # start 3, end 3.5
+
+    assert recovered_after(r.history.calls, 1.2) == 3.5
+    assert recovered_after(r.history.calls, 3.2) is None
+
+
+def test_a_harness_failure_fails_the_run() -> None:
+    r = clean()
+    r.history.event("harness: the nemesis crashed: RuntimeError()")
+
+    assert check(r.final(jobs=["j2", "j3"])).failures["harness"]
+
+
+def test_a_dumped_history_checks_the_same_when_loaded(tmp_path: Path) -> None:
+    r = clean()
+    r.history.faults.append(Fault(kind="kill", node=NODE_A, start=1, end=2, recovered_at=3))
+    r.history.event("harness: something")
+    history = r.final(jobs=["j2"])
+    history.dump(tmp_path / "history.json")
+
+    loaded = History.load(tmp_path / "history.json")
+
+    assert check(loaded).failures == check(history).failures
+    assert check(loaded).figures == check(history).figures

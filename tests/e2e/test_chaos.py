@@ -1,0 +1,41 @@
+"""A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
+folder and on S3 (moto): real daphne nodes, producers and workers on the HTTP
+API, every fault kind, and every check of chaos/checker.py must hold.
+
+The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
+its figures are in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.nemesis import KINDS
+from chaos.report import text
+from chaos.run import Options, run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
+
+SEED = 20261130
+
+
+def _run(store: str, kinds: list[str], workdir: Path) -> None:
+    # Each kind once, in a seeded order; the duration only caps a run that hangs.
+    options = Options(seed=SEED, duration=120, store=store, kinds=kinds, each=True, faults=len(kinds),
+                      workdir=workdir)
+    outcome = run(options, log=False)
+    report = text(outcome)
+    print(report)
+    assert outcome.verdict.figures["faults"] == len(kinds), report
+    failed = {name: problems for name, problems in outcome.verdict.failures.items() if problems}
+    assert not failed, report
+
+
+def test_chaos_on_a_folder(tmp_path: Path) -> None:
+    _run("file", list(KINDS), tmp_path / "file")
+
+
+def test_chaos_on_s3(tmp_path: Path, aws_credentials: None) -> None:
+    _run("s3", ["kill", "lost", "delete"], tmp_path / "s3")
