@@ -257,11 +257,6 @@ class Cluster:
             os.environ.setdefault(name, value)
         return f"s3://{bucket}/chaos?endpoint_url={quote(endpoint, safe='')}&region={MOTO_REGION}"
 
-    @property
-    def document_path(self) -> Path:
-        """Where a file store keeps the document (file stores only)."""
-        return self.workdir / "store" / "queue.json"
-
     def leader(self) -> Node | None:
         """The node that says it leads now (None if none does)."""
         for node in self.nodes:

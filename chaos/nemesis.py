@@ -5,10 +5,10 @@ Kinds (each recorded as a :class:`~chaos.history.Fault`):
 * ``kill``     — ``kill -9`` a node (usually the leader), restart it after a moment;
 * ``pause``    — SIGSTOP a node (usually the leader) at a random moment, SIGCONT later;
 * ``freeze``   — the leader stops itself (SIGSTOP, from its fault store) in the middle of
-  a write, i.e. while it holds the file store's lock; SIGCONT later;
+  a write; SIGCONT later;
 * ``error``    — the leader's store requests fail for a while;
 * ``lost``     — the leader's writes land but report failure for a while;
-* ``slow``     — the leader's store requests (writes: inside the lock) are slow for a while;
+* ``slow``     — the leader's store requests are slow for a while;
 * ``hang``     — one of the leader's writes hangs for seconds, then fails;
 * ``delete``   — the document is deleted, and restored from the last version after a moment
   (as an operator would from a backup), only if nobody re-created it meanwhile;
@@ -22,13 +22,10 @@ recovery time belongs to one fault.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
 from chaos.history import Fault, History
@@ -196,68 +193,33 @@ class Nemesis(threading.Thread):
         """Run ``change`` on the store while every node is stopped, so that the
         version we act on is the last one any node wrote before it.
 
-        On a folder, ``change`` writes the file directly (as an operator's shell
-        would), but under the store's lock, so that a node stopped in the middle
-        of a conditional write cannot land it afterwards on top of our change.
-        If a stopped node holds that lock, the nodes run a moment and we retry.
+        ``change`` goes through the store itself (an operator's ``aws s3 rm``,
+        or a script on the folder store), which is conditional-write safe: a
+        node stopped in the middle of a conditional write cannot land it on top
+        of our change afterwards, on S3 nor on the folder store (whose versions
+        are created, never replaced; see engine/stores/file.py).
         """
-        for _ in range(50):
-            running = [n for n in self.cluster.nodes if n.alive and not n.paused]
-            for node in running:
-                node.pause()
-            try:
-                time.sleep(0.05)
-                with self._file_lock() as locked:
-                    if locked:
-                        change()
-                        return
-            finally:
-                for node in running:
-                    node.resume()
-            time.sleep(self.rng.uniform(0.05, 0.2))
-        raise RuntimeError("could not take the file store's lock while the nodes were stopped")
-
-    @contextlib.contextmanager
-    def _file_lock(self) -> Iterator[bool]:
-        """The file store's lock on the document, if free now (always True for S3)."""
-        if self.cluster.store != "file":
-            yield True
-            return
-        fd = os.open(self.cluster.document_path.parent / ".locks" / "queue.json.lock", os.O_RDWR | os.O_CREAT)
+        running = [n for n in self.cluster.nodes if n.alive and not n.paused]
+        for node in running:
+            node.pause()
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
+            time.sleep(0.05)
+            change()
         finally:
-            os.close(fd)
+            for node in running:
+                node.resume()
 
-    # Raw access to the document, bypassing the file store's lock.
+    # Direct access to the document, around the nodes and their fault stores.
 
     def _raw_get(self) -> bytes | None:
-        if self.cluster.store == "file":
-            try:
-                return self.cluster.document_path.read_bytes()
-            except FileNotFoundError:
-                return None
         blob = self.store.get(DOCUMENT_KEY)
         return None if blob is None else blob.data
 
     def _raw_delete(self) -> None:
-        if self.cluster.store == "file":
-            self.cluster.document_path.unlink(missing_ok=True)
-        else:
-            self.store.delete(DOCUMENT_KEY)
+        self.store.delete(DOCUMENT_KEY)
 
     def _raw_put(self, data: bytes) -> None:
-        if self.cluster.store == "file":
-            tmp = self.cluster.document_path.with_name(f".chaos-{time.monotonic_ns()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, self.cluster.document_path)
-        else:
-            self.store.put(DOCUMENT_KEY, data)
+        self.store.put(DOCUMENT_KEY, data)
 
     def fault_delete(self) -> Fault:
         fault = self._begin("delete", None)

@@ -8,7 +8,7 @@ which faults to inject, with what probability::
       "error": 0.2,          # the request fails with StoreUnavailable and never reaches the store
       "lost": 0.1,           # a write lands, then reports StoreUnavailable (the reply was lost)
       "slow": 0.3, "slow_seconds": 0.5,   # the request is delayed; a write is delayed while
-                                          # sending its body, i.e. inside the store's lock
+                                          # sending its body, in the middle of the write
       "hang": 0.0, "hang_seconds": 10,    # the request hangs, then fails with StoreUnavailable
       "ops": ["put"],        # the calls the faults apply to (default: every call)
       "freeze": "token-7",   # the next write stops this process (SIGSTOP) in the middle of
@@ -99,9 +99,10 @@ def _seconds(spec: dict[str, Any], name: str, default: float) -> float:
 
 class _SlowParts(Sequence[bytes]):
     """The parts of a write, with ``hook`` run when the store starts sending
-    them: a file store iterates its parts while it holds its lock, so a delay
-    or a stop here happens in the middle of a locked write, as a slow upload
-    or a paused process would."""
+    them: a store iterates its parts while it writes them out (the file store
+    before it links the new version, S3 while it uploads), so a delay or a stop
+    here happens in the middle of a write, as a slow upload or a paused
+    process would."""
 
     def __init__(self, parts: Sequence[bytes], hook: Callable[[], None]) -> None:
         self._parts = parts
