@@ -2,9 +2,9 @@
 daphne makes them, with a deadline on each call.
 
 The fuzz tests need what Django's test client hides: raw body bytes, any
-``Host`` and ``Content-Length`` header, a body that keeps coming, and a call
-that never answers. :func:`call` sends one request and records every message
-the application sends back, so a test can check that it got exactly one
+``Host`` and ``Content-Length`` header, and a call that never answers.
+:func:`call` sends one request and records every message the application
+sends back, so a test can check that it got exactly one
 complete answer, in time. A call with no answer by its deadline is reported
 as :class:`NoAnswer`, a failure of that call, not a stuck suite.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -23,9 +23,6 @@ from asgiref.sync import async_to_sync
 
 #: Seconds one call may take before it counts as a hang.
 CALL_SECONDS = 5.0
-#: An "endless" body stops (without ending) after this many bytes, so a
-#: server that reads it all fills no disk; it then waits, and the call hangs.
-ENDLESS_CAP = 4 * 1024 * 1024
 
 
 class NoAnswer(AssertionError):  # an assertion: the call broke the "one answer" property
@@ -42,7 +39,6 @@ class Answer:
     starts: int = 1
     #: Bytes of the request body the application had asked for when it answered.
     body_read: int = 0
-    extra: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def content_type(self) -> str:
@@ -82,18 +78,17 @@ def call(
     headers: dict[str, str] | list[tuple[bytes, bytes]] | None = None,
     host: str | None = "testserver",
     content_length: int | bool | None = True,
-    endless: bool = False,
     seconds: float = CALL_SECONDS,
 ) -> Answer:
     """One HTTP request through the ASGI application; raises NoAnswer on a hang.
 
     ``path`` is the raw (percent-encoded) path, query string included.
     ``content_length``: True sends the body's real length, an int sends that
-    number, None sends no header. With ``endless`` the body never ends (every
-    chunk says more is coming): the application must answer without waiting
-    for the end, or it hangs.
+    number, None sends no header. What daphne decides before it calls the
+    application (bodies too large or that never end) is fuzzed against a real
+    daphne in test_fuzz_daphne.
     """
-    return async_to_sync(_call)(method, path, body, headers, host, content_length, endless, seconds)
+    return async_to_sync(_call)(method, path, body, headers, host, content_length, seconds)
 
 
 async def _call(
@@ -103,7 +98,6 @@ async def _call(
     headers: dict[str, str] | list[tuple[bytes, bytes]] | None,
     host: str | None,
     content_length: int | bool | None,
-    endless: bool,
     seconds: float,
 ) -> Answer:
     chunks = [body] if isinstance(body, bytes) else list(body)
@@ -147,14 +141,9 @@ async def _call(
             chunk = chunks[index]
             index += 1
             read += len(chunk)
-            return {"type": "http.request", "body": chunk, "more_body": endless or index < len(chunks)}
-        if endless and read < ENDLESS_CAP:
-            await asyncio.sleep(0)  # a slow sender: the loop may run the answer meanwhile
-            filler = b" " * 65536
-            read += len(filler)
-            return {"type": "http.request", "body": filler, "more_body": True}
-        # The body is complete (or the sender stalls); the client keeps the
-        # connection open until it is answered or gives up.
+            return {"type": "http.request", "body": chunk, "more_body": index < len(chunks)}
+        # The body is complete; the client keeps the connection open until it
+        # is answered or gives up.
         await answered.wait()
         return {"type": "http.disconnect"}
 

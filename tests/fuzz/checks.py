@@ -34,17 +34,22 @@ def stored(broker: Broker) -> bytes:
 def check_answer(answer: Answer, what: str) -> Any:
     """Assert the answer is one documented JSON answer; return its body."""
     assert answer.starts == 1, f"{what}: {answer.starts} answers started"
-    assert answer.status < 500, f"{what}: {answer.status} {answer.body[:300]!r}"
-    assert 200 <= answer.status < 300 or answer.status in set(STATUS_BY_CODE.values()), \
-        f"{what}: undocumented status {answer.status} {answer.body[:300]!r}"
-    assert answer.content_type.startswith("application/json"), \
-        f"{what}: {answer.status} answered {answer.content_type!r}, not JSON: {answer.body[:300]!r}"
-    body = answer.json()
-    if answer.status >= 400:
+    return check_response(answer.status, answer.content_type, answer.body, what)
+
+
+def check_response(status: int, content_type: str, content: bytes, what: str) -> Any:
+    """Assert one answer is a 2xx or a documented JSON 4xx; return its JSON body."""
+    assert status < 500, f"{what}: {status} {content[:300]!r}"
+    assert 200 <= status < 300 or status in set(STATUS_BY_CODE.values()), \
+        f"{what}: undocumented status {status} {content[:300]!r}"
+    assert content_type.startswith("application/json"), \
+        f"{what}: {status} answered {content_type!r}, not JSON: {content[:300]!r}"
+    body = orjson.loads(content)
+    if status >= 400:
         assert isinstance(body, dict), f"{what}: error body {body!r}"
         code = body.get("error")
         assert code in STATUS_BY_CODE, f"{what}: undocumented error code {code!r}"
-        assert STATUS_BY_CODE[code] == answer.status, f"{what}: {code} answered with {answer.status}"
+        assert STATUS_BY_CODE[code] == status, f"{what}: {code} answered with {status}"
         assert isinstance(body.get("message"), str) and body["message"], f"{what}: no message in {body!r}"
     return body
 

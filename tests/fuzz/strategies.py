@@ -128,6 +128,10 @@ odd_ids = st.one_of(
     st.from_regex(r"[A-Za-z0-9_.:-]{1,12}", fullmatch=True),
     hostile_text,
 )
+# Ids a URL path may not carry as they are: dot segments, which every client
+# following RFC 3986 removes, next to ids that merely look like them.
+path_ids = st.one_of(st.sampled_from([".", "..", "...", "a.", ".a", "a..b", "-", ":", "_"]),
+                     st.from_regex(r"[.a]{1,3}", fullmatch=True))
 good_ids = st.from_regex(r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,30}", fullmatch=True)
 queue_names = st.one_of(
     st.just("q"),
