@@ -108,7 +108,9 @@ AUTHS = {"good": f"Bearer {TOKEN}", "none": None, "wrong": "Bearer not-the-token
 @given(path=st.sampled_from(["/api/v1/jobs", "/api/v1/claim", "/api/v1/jobs/x/complete", "/api/v1/operator",
                              "/submit/"]),
        auth=st.sampled_from(sorted(AUTHS)),
-       declared=st.one_of(st.integers(0, 2 * LIMIT), st.sampled_from([LIMIT + 1, 10**9, 300 * 2**20])),
+       # 2**64 and beyond: a size no 64-bit integer holds, which the answer must still carry.
+       declared=st.one_of(st.integers(0, 2 * LIMIT),
+                          st.sampled_from([LIMIT + 1, 10**9, 300 * 2**20, 2**63, 2**64, 10**30])),
        share=st.sampled_from([1.0, 0.0, 0.5, 0.99]),
        host=st.sampled_from(["127.0.0.1", "localhost", "evil.example"]))
 def test_request_bodies_at_the_server(node: Node, path: str, auth: str, declared: int, share: float,
