@@ -51,7 +51,7 @@ from django.urls import Resolver404, resolve
 from twisted.web import http
 
 from queueadmin.api.auth import refusal_without_io
-from queueadmin.api.errors import ApiError, encode_json
+from queueadmin.api.errors import ApiError, encode_json, too_large
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,7 @@ def refusal(method: str, path: str, authorization: str | None, length: int | Non
     through. No I/O, so it can run on the server's event loop."""
     limit = body_limit(path)
     if length is not None and length > limit:
-        return ApiError("payload_too_large", f"the request body is {length} bytes; the limit is {limit}",
-                        size=length, limit=limit)
+        return too_large(limit, length)
     if length == 0 or not path.startswith(API_PREFIX):
         return None
     try:
@@ -150,8 +149,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
             return
         self._received += len(data)
         if self._limit is not None and self._received > self._limit:
-            self._refuse(ApiError("payload_too_large", f"the request body is over the limit of {self._limit} bytes",
-                                  size=self._received, limit=self._limit))
+            self._refuse(too_large(self._limit))
             return
         if self._stall is not None:
             self._stall.reset(settings.QUEUE_HTTP_IDLE_SECONDS)

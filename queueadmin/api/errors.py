@@ -99,6 +99,24 @@ class ApiError(Exception):
         )
 
 
+# The largest integer every JSON reader takes exactly (JavaScript's safe
+# integers); orjson cannot even encode one past 2**64.
+MAX_JSON_INTEGER = 2**53 - 1
+
+
+def too_large(limit: int, size: int | None = None) -> ApiError:
+    """413 for a body over ``limit`` bytes. ``size`` is the declared or read
+    size, when known; a declared size too large for JSON (a Content-Length of
+    2**64, say) is named in the message only, so the answer can always be
+    encoded (I8)."""
+    if size is None:
+        return ApiError("payload_too_large", f"the request body is over the limit of {limit} bytes", limit=limit)
+    message = f"the request body is {size} bytes; the limit is {limit}"
+    if size > MAX_JSON_INTEGER:
+        return ApiError("payload_too_large", message, limit=limit)
+    return ApiError("payload_too_large", message, size=size, limit=limit)
+
+
 def from_engine(exc: EngineError, *, where: str | None = None, leader_url: str | None = None) -> ApiError:
     """The API error for an engine error, keeping the engine's message.
 

@@ -36,7 +36,7 @@ from engine.operations import (
     heartbeat_op,
     push_op,
 )
-from queueadmin.api.errors import ApiError, from_engine
+from queueadmin.api.errors import ApiError, from_engine, too_large
 
 #: The longest a claim may hold a request (docs/api.md: wait_seconds 0..30).
 MAX_WAIT_SECONDS = 30.0
@@ -65,13 +65,10 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     """
     declared = request.META.get("CONTENT_LENGTH") or ""
     if declared.isdigit() and int(declared) > limit:
-        size = int(declared)
-        raise ApiError("payload_too_large", f"the request body is {size} bytes; the limit is {limit}",
-                       size=size, limit=limit)
+        raise too_large(limit, int(declared))
     body: bytes = request.read(limit + 1)
     if len(body) > limit:  # no (or a false) Content-Length: the size is only known to be above the limit
-        raise ApiError("payload_too_large", f"the request body is over the limit of {limit} bytes",
-                       size=len(body), limit=limit)
+        raise too_large(limit)
     return body
 
 

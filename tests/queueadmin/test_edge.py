@@ -101,3 +101,19 @@ def test_an_early_answer_is_a_whole_json_response_that_closes() -> None:
     assert {"Content-Type: application/json", "Connection: close", "WWW-Authenticate: Bearer",
             f"Content-Length: {len(body)}"} <= set(lines)
     assert orjson.loads(body) == {"error": "unauthorized", "message": "send the header"}
+
+
+@pytest.mark.parametrize("length", [2**53, 2**64, 10**30])
+def test_a_declared_length_too_large_for_json_is_still_answered(length: int, client: object) -> None:
+    """A Content-Length past 2**64 cannot be put in a JSON answer (orjson
+    refuses it): the 413 says it in its message, and is still encoded (I8),
+    at daphne's edge and in the view alike."""
+    error = edge.refusal("POST", "/api/v1/jobs", f"Bearer {TOKEN}", length)
+    assert error is not None and "size" not in error.extra and str(length) in error.message
+    assert orjson.loads(error.response().content)["error"] == "payload_too_large"
+
+    response = client.post(  # type: ignore[attr-defined]
+        "/api/v1/jobs", b"{}", content_type="application/json",
+        CONTENT_LENGTH=str(length), HTTP_AUTHORIZATION=f"Bearer {TOKEN}",
+    )
+    assert response.status_code == 413 and response.json()["error"] == "payload_too_large"
