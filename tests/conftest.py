@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures"]
+pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures", "tests.queueadmin.node_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

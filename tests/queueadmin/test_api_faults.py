@@ -4,45 +4,19 @@ hang, and the node carries on."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from engine import Broker, QueueState
-from queueadmin import runtime
-
-if TYPE_CHECKING:
-    from pytest_django.fixtures import Settings as SettingsWrapper
-
-TOKEN = "test-token-0123456789"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+from tests.queueadmin.node_fixtures import TOKEN, wait_until
 
 
 @pytest.fixture
-def broker(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
-    settings.QUEUE_STORE_URL = f"memory://faults-{uuid.uuid4().hex}"
-    settings.QUEUE_ADVERTISE_URL = "http://node-a.test:8000"
-    settings.QUEUE_API_TOKEN = TOKEN
-    settings.QUEUE_HEARTBEAT_SECONDS = 0.05
-    settings.QUEUE_TAKEOVER_SECONDS = 0.4
-    node = runtime.build_broker().start()
-    try:
-        wait_until(lambda: node.role == "leader")
-        monkeypatch.setattr(runtime, "get_broker", lambda: node)
-        yield node
-    finally:
-        node.stop(timeout=10)
-
+def broker(beating_broker: Broker) -> Broker:
+    """This file's broker heartbeats fast (tests/queueadmin/node_fixtures.py)."""
+    return beating_broker
 
 def test_an_operation_that_cannot_be_encoded_gets_a_json_400_and_the_node_carries_on(
     broker: Broker, monkeypatch: pytest.MonkeyPatch

@@ -3,47 +3,20 @@ refused with a JSON 503 ``document_missing``, and nothing re-creates it."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
-
 import pytest
 from django.test import Client
 
 from engine import Broker
-from queueadmin import runtime
-
-if TYPE_CHECKING:
-    from pytest_django.fixtures import Settings as SettingsWrapper
+from tests.queueadmin.node_fixtures import AUTH, wait_until
 
 KEY = "queue.json"
-TOKEN = "test-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
-def broker(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
-    settings.QUEUE_STORE_URL = f"memory://lost-{uuid.uuid4().hex}"
-    settings.QUEUE_ADVERTISE_URL = "http://node-a.test:8000"
-    settings.QUEUE_API_TOKEN = TOKEN
-    settings.QUEUE_HEARTBEAT_SECONDS = 0.05
-    settings.QUEUE_TAKEOVER_SECONDS = 0.4
-    node = runtime.build_broker().start()
-    try:
-        wait_until(lambda: node.role == "leader")
-        monkeypatch.setattr(runtime, "get_broker", lambda: node)
-        yield node
-    finally:
-        node.stop(timeout=10)
-
+def broker(beating_broker: Broker) -> Broker:
+    """This file's broker heartbeats fast (tests/queueadmin/node_fixtures.py)."""
+    return beating_broker
 
 def test_a_deleted_document_is_reported_and_refused_until_reinitialised(broker: Broker) -> None:
     api = Client(headers=AUTH)
