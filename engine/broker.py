@@ -293,12 +293,19 @@ class Broker:
                 self.presence.found(seq=seq)  # we created it: write the creation marker (I10)
             self.takeovers += 1
             log.info("broker %s took over %s (epoch %d)", self.id, self.key, state.broker.epoch)
+        # Each committer writes under its own writer id, never the bare broker
+        # id: after a step-down this node may lead again (the document still
+        # names it) while the old committer's write is still in flight. Both
+        # then number their commits from the same seq, and a shared id would
+        # let one settle its failed write on the other's landed one ("the
+        # document records our (writer, seq)") and acknowledge operations that
+        # were never written (I1, I2).
         committer = GroupCommitter(
             self.store,
             key=self.key,
             policy=self.policy,
             clock=self.clock,
-            writer_id=self.id,
+            writer_id=f"{self.id}/{secrets.token_hex(4)}",
             on_load=self._check_named,
             on_commit=self.on_commit,
             presence=self.presence,

@@ -163,6 +163,70 @@ def test_a_paused_leader_acknowledges_nothing_after_waking_and_steps_down(
     assert doc(store)["broker"]["id"] == b.id
 
 
+def test_a_leader_that_steps_down_and_leads_again_never_acknowledges_its_old_committers_unwritten_write(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Chaos run, file store, seed 12: a slow write made the leader's heartbeat
+    time out; it stepped down and, the document still naming it, led again at
+    once with a new committer while the old one's write was in flight. The new
+    committer wrote first; the old write lost the race, re-read, found "its"
+    (writer, seq) written by the new committer and acknowledged two pushes and
+    two completes that were never written (I1, I2)."""
+    store = MemoryStore()
+    a = make_broker(store, "http://a")
+    wait_until(lambda: a.role == "leader")
+    push(a, "before")
+    first = a.committer
+    assert first is not None
+    held, resume = threading.Event(), threading.Event()
+    original = store.put_parts
+    slow_thread: list[threading.Thread] = []  # the first committer's I/O thread
+
+    def slow_put(*args: object, **kwargs: object) -> str:
+        # Only the first committer's writes are slow, as in the run.
+        me = threading.current_thread()
+        if not slow_thread and me.name.startswith("committer-io:"):
+            slow_thread.append(me)
+        if slow_thread == [me] and not resume.is_set():
+            held.set()
+            resume.wait(10)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.put_parts = slow_put  # type: ignore[method-assign]
+    outcome: list[object] = []
+
+    def slow_push() -> None:
+        try:
+            outcome.append(push(a, "slow"))
+        except NotLeader as exc:
+            outcome.append(exc)
+
+    pusher = threading.Thread(target=slow_push)
+    pusher.start()
+    try:
+        assert held.wait(5)
+        # The heartbeat times out, the node steps down and leads again with a
+        # new committer, which commits (heartbeats) on top of the same version.
+        wait_until(lambda: a.role == "leader" and a.committer not in (None, first), timeout=TAKEOVER + 5)
+        seq = doc(store)["seq"]
+        wait_until(lambda: doc(store)["seq"] > seq)
+        second = a.committer
+    finally:
+        resume.set()  # the slow write goes on, and loses its race
+        pusher.join(5)
+    assert len(outcome) == 1, outcome
+    payloads = [j["payload"] for j in doc(store)["jobs"]]
+    if isinstance(outcome[0], list):  # acknowledged: then it must be in the document
+        assert "slow" in payloads, f"push acknowledged as {outcome[0]} but not in the document: {payloads}"
+    else:
+        assert isinstance(outcome[0], NotLeader)
+        assert "slow" not in payloads
+    assert payloads[0] == "before"
+    assert second is not None and second.writer_id != first.writer_id
+    push(a, "after")
+    assert [j["payload"] for j in doc(store)["jobs"]][-1] == "after"
+
+
 def test_a_restarted_node_with_the_same_url_takes_over_at_once(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://node-1")
