@@ -9,6 +9,7 @@ writers never overwrite a document they could not read (I6).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -104,9 +105,16 @@ class _Reader:
         return float(value)
 
 
-def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = None) -> QueueState:
-    """Parse ``data`` (the bytes of object ``key``) into a state. Raises DocumentError."""
-    r = _Reader(key)
+@dataclass(frozen=True, slots=True)
+class DocumentHeader:
+    """What a standby needs from a version: its seq, writer and named leader."""
+
+    seq: int
+    writer: str | None
+    broker: BrokerInfo
+
+
+def _load(r: _Reader, data: bytes) -> dict[str, Any]:
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -115,22 +123,55 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         r.fail("", "not a queueadmin document (no top-level 'format' field)")
     if type(raw["format"]) is not int or raw["format"] != FORMAT:  # (True == 1 in Python)
         r.fail("", f"unsupported format version {raw['format']!r}; this engine reads format {FORMAT}")
+    return raw
 
-    state = QueueState(policy=policy)
-    state.seq = r.integer(raw, "seq", "")
-    state.writer = r.text(raw, "writer", "", optional=True)
-    state.etag = etag
+
+def _header(r: _Reader, raw: Mapping[str, Any]) -> tuple[DocumentHeader, list[tuple[str, int]]]:
+    seq = r.integer(raw, "seq", "")
+    writer = r.text(raw, "writer", "", optional=True)
+    recent = []
     for i, item in enumerate(raw.get("recent_commits") or []):
         where = f"recent_commits[{i}]"
         entry = r.obj(item, where)
-        state.recent.append((r.text(entry, "writer", where), r.integer(entry, "seq", where)))
-
+        recent.append((r.text(entry, "writer", where), r.integer(entry, "seq", where)))
     broker = r.obj(raw.get("broker") or {}, "broker")
-    state.broker = BrokerInfo(
+    info = BrokerInfo(
         id=r.text(broker, "id", "broker", optional=True),
         url=r.text(broker, "url", "broker", optional=True),
         epoch=r.integer(broker, "epoch", "broker") if "epoch" in broker else 0,
     )
+    return DocumentHeader(seq=seq, writer=writer, broker=info), recent
+
+
+def parse_header(key: str, data: bytes) -> DocumentHeader:
+    """The header of ``data`` (the bytes of object ``key``): seq, writer and
+    broker, checked as strictly as :func:`parse_document` checks them, with
+    the top-level shape of the rest; the jobs, the dead letters and the dedup
+    window are not built. For a standby's watch, which runs after every
+    leader heartbeat: its cost must not grow with the queue (I11). Whatever
+    writes parses the whole document first (I6). Raises DocumentError."""
+    r = _Reader(key)
+    raw = _load(r, data)
+    header, _ = _header(r, raw)
+    r.obj(r.field(raw, "queues", ""), "queues")
+    for name in ("dead", "jobs"):
+        if not isinstance(r.field(raw, name, ""), list):
+            r.fail(name, "expected a list")
+    return header
+
+
+def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = None) -> QueueState:
+    """Parse ``data`` (the bytes of object ``key``) into a state. Raises DocumentError."""
+    r = _Reader(key)
+    raw = _load(r, data)
+
+    state = QueueState(policy=policy)
+    header, recent = _header(r, raw)
+    state.recent.extend(recent)
+    state.seq = header.seq
+    state.writer = header.writer
+    state.etag = etag
+    state.broker = header.broker
     for name, value in r.obj(r.field(raw, "queues", ""), "queues").items():
         where = f"queues.{name}"
         counters = r.obj(value, where)
