@@ -85,6 +85,7 @@ def _ready(port: int) -> bool:
 
 
 SCRIPT = textwrap.dedent('''
+    import re
     import time
     from django.db import connection
     from django.contrib.auth.models import User
@@ -104,8 +105,11 @@ SCRIPT = textwrap.dedent('''
     User.objects.create_superuser("pg-admin", "pg@example.com", "pw-for-postgres-test")
     client = Client()
     assert client.login(username="pg-admin", password="pw-for-postgres-test")
-    response = client.post("/actions/", {"step": "run", "action": "requeue", "ids": job_id,
-                                         "reason": "stored in postgres", "next": "/"})
+    # The dry run stores its plan in PostgreSQL; the run names it by its token.
+    dry = client.post("/actions/", {"step": "preview", "action": "requeue", "ids": job_id, "next": "/"})
+    assert dry.status_code == 200, dry.status_code
+    [token] = re.findall(r'name="plan" value="([^"]+)"', dry.content.decode())
+    response = client.post("/actions/", {"step": "run", "plan": token, "reason": "stored in postgres", "next": "/"})
     assert response.status_code == 302, response.status_code
     entry = AuditEntry.objects.get(jobs__job_id=job_id)
     assert (entry.outcome, entry.reason, entry.username) == ("ok", "stored in postgres", "pg-admin")
