@@ -73,6 +73,9 @@ def encoded_json_response(
     response = HttpResponse(content, status=status, content_type="application/json", headers=headers)
     # Queue state changes every commit; no proxy may serve a stale answer.
     response["Cache-Control"] = "no-store"
+    # Set here, not left to CommonMiddleware: answers made before the middleware
+    # stack runs (a disallowed Host) would otherwise go out chunked.
+    response["Content-Length"] = str(len(content))
     return response
 
 

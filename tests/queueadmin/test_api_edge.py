@@ -108,6 +108,9 @@ def test_a_disallowed_host_gets_a_json_400(api: Client, path: str) -> None:
                      api.post(path, b"{}", content_type="application/json", headers={"Host": "evil.example:8000"})):
         error = json_error(response, 400)
         assert error["error"] == "disallowed_host" and "evil.example" in error["message"]
+        # Answered before the rest of the middleware: its length must still be
+        # declared, or daphne sends it chunked (found by tests/fuzz/test_fuzz_daphne.py).
+        assert response["Content-Length"] == str(len(response.content))
 
 
 def test_the_dashboard_keeps_djangos_own_answer_for_a_disallowed_host(db: None) -> None:
