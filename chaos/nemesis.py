@@ -222,51 +222,38 @@ class Nemesis(threading.Thread):
         self.store.put(DOCUMENT_KEY, data)
 
     def fault_delete(self) -> Fault:
-        fault = self._begin("delete", None)
-        saved: list[bytes] = []
-
-        def delete() -> None:
-            data = self._raw_get()
-            if data is not None:
-                saved.append(data)
-                self._raw_delete()
-
-        self._with_nodes_stopped(delete)
-        self.stop_event.wait(self.rng.uniform(0.5, 2.0))
-
-        def restore() -> None:
-            if self._raw_get() is None:
-                self._raw_put(saved[0])
-                fault.detail = "restored from the version before"
-            else:
-                fault.detail = "NOT restored: a node re-created the deleted document"
-                self.history.event("I10: a node re-created the deleted document")
-
-        if saved:
-            self._with_nodes_stopped(restore)
-        return self._end(fault)
+        return self._break_document("delete", None, "I10: a node re-created the deleted document")
 
     def fault_corrupt(self) -> Fault:
-        fault = self._begin("corrupt", None)
-        saved: list[bytes] = []
         garbage = b'{"format": 1, "seq": "not a number' + self.rng.randbytes(16)
+        return self._break_document("corrupt", garbage, "I6: a node overwrote an unreadable document")
 
-        def corrupt() -> None:
+    def _break_document(self, kind: str, garbage: bytes | None, violation: str) -> Fault:
+        """Delete ``queue.json`` (``garbage`` None) or replace it with
+        ``garbage``, with every node stopped; after a moment, put the saved
+        version back, unless a node replaced what we left (``violation``)."""
+        fault = self._begin(kind, None)
+        saved: list[bytes] = []
+
+        def damage() -> None:
             data = self._raw_get()
             if data is not None:
                 saved.append(data)
-                self._raw_put(garbage)
+                if garbage is None:
+                    self._raw_delete()
+                else:
+                    self._raw_put(garbage)
 
-        self._with_nodes_stopped(corrupt)
+        self._with_nodes_stopped(damage)
         self.stop_event.wait(self.rng.uniform(0.5, 2.0))
 
         def restore() -> None:
-            if self._raw_get() == garbage:
+            if self._raw_get() == garbage:  # still gone (None), or still our garbage
                 self._raw_put(saved[0])
                 fault.detail = "restored from the version before"
             else:
-                fault.detail = "NOT restored: a node overwrote the unreadable document"
-                self.history.event("I6: a node overwrote an unreadable document")
+                fault.detail = f"NOT restored: {violation.split(': ', 1)[1]}"
+                self.history.event(violation)
 
         if saved:
             self._with_nodes_stopped(restore)
