@@ -6,7 +6,7 @@ operation builders, so bad input raises ValidationError before any request
 is sent. It finds the leading broker, follows a change of leader, and retries
 what is safe to retry within a time budget.
 
-Errors, beyond the engine's own tree (:mod:`engine.errors`)::
+What this client raises, from the engine's tree (:mod:`engine.errors`)::
 
     EngineError
     ├── Unauthorized               the broker refused the token; fix it, retrying won't help
@@ -39,6 +39,7 @@ import orjson
 
 from engine.client import QueueClient
 from engine.errors import (
+    BrokerUnavailable,
     DocumentError,
     DocumentMissing,
     EngineError,
@@ -49,6 +50,7 @@ from engine.errors import (
     OperationFailed,
     PayloadTooLarge,
     StoreUnavailable,
+    Unauthorized,
     ValidationError,
 )
 from engine.model import ClaimedJob, FailOutcome
@@ -85,23 +87,6 @@ MAX_WAIT_SECONDS = 30.0
 MAX_QUICK_REDIRECTS = 3
 # Gateways and throttling in front of a broker: the request was not served.
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
-
-
-class Unauthorized(EngineError):
-    """The broker refused the token (missing, wrong, or none configured there).
-
-    Set the right token (``QUEUE_API_TOKEN`` or ``--token``); retrying won't help.
-    """
-
-    code = "unauthorized"
-
-
-class BrokerUnavailable(StoreUnavailable):
-    """No broker answered in time: connection refused or reset, a timeout, a
-    gateway error. To this client the broker *is* the store, so this is a
-    StoreUnavailable: a write may have landed; settle it as docs/api.md says."""
-
-    code = "broker_unavailable"
 
 
 def _with_message(exc: EngineError, message: str) -> EngineError:
