@@ -15,6 +15,7 @@ from engine.committer import CommitStats, CommitterStopped, GroupCommitter
 from engine.direct import DirectClient
 from engine.document import FORMAT, QueueState
 from engine.errors import (
+    BrokerUnavailable,
     DocumentError,
     EngineError,
     InvalidPayload,
@@ -27,9 +28,10 @@ from engine.errors import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    Unauthorized,
     ValidationError,
 )
-from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
+from engine.http_client import BrokerClient
 from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
 from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy

@@ -6,10 +6,12 @@ Every error the engine raises derives from :class:`EngineError`::
     ├── StoreError                 the object store failed or refused
     │   ├── PreconditionFailed     a conditional write lost a race (S3 412 / 409)
     │   ├── StoreUnavailable       transient: timeout, 5xx, throttling; the write may have landed
+    │   │   └── BrokerUnavailable  no broker answered a BrokerClient: refused, reset, timed out
     │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
     │   └── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
+    ├── Unauthorized               the broker refused the API token; fix it, retrying won't help
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
@@ -54,6 +56,14 @@ class StoreUnavailable(StoreError):
     """
 
     code = "store_unavailable"
+
+
+class BrokerUnavailable(StoreUnavailable):
+    """No broker answered in time: connection refused or reset, a timeout, a
+    gateway error. To this client the broker *is* the store, so this is a
+    StoreUnavailable: a write may have landed; settle it as docs/api.md says."""
+
+    code = "broker_unavailable"
 
 
 class StoreConfigError(StoreError):
@@ -113,6 +123,15 @@ class NotLeader(EngineError):
     def __init__(self, leader_url: str | None, message: str | None = None) -> None:
         super().__init__(message or f"not the leader; the leader is {leader_url or 'unknown'}")
         self.leader_url = leader_url
+
+
+class Unauthorized(EngineError):
+    """The broker refused the token (missing, wrong, or none configured there).
+
+    Set the right token (``QUEUE_API_TOKEN`` or ``--token``); retrying won't help.
+    """
+
+    code = "unauthorized"
 
 
 class QueueError(EngineError):

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
 from engine.client import QueueClient
-from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, ValidationError
-from engine.http_client import MAX_WAIT_SECONDS, Unauthorized
+from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, Unauthorized, ValidationError
+from engine.http_client import MAX_WAIT_SECONDS
 from engine.model import ClaimedJob
 from engine.operations import claim_op
 

@@ -2,7 +2,9 @@
 
 Modules, one concept each: :mod:`~queueadmin.api.errors` (error codes,
 statuses and JSON responses), :mod:`~queueadmin.api.auth` (bearer token),
-:mod:`~queueadmin.api.parsing` (request bodies into engine operations),
+:mod:`~queueadmin.api.parsing` (reading request bodies),
 :mod:`~queueadmin.api.endpoint` (the wrapper every view shares),
-:mod:`~queueadmin.api.views` and :mod:`~queueadmin.api.urls`.
+:mod:`~queueadmin.api.views`, :mod:`~queueadmin.api.urls`, and
+:mod:`~queueadmin.api.forward` (operator actions a standby forwards to the
+leader). The wire format itself, both directions, is :mod:`engine.wire`.
 """

@@ -1,10 +1,12 @@
-"""Error codes, their HTTP statuses, and JSON responses.
+"""Refusals and JSON responses.
 
 Every answer under ``/api/`` is JSON; an error is
 ``{"error": "<code>", "message": "<text>"}`` (plus ``leader_url`` for
 ``not_leader``, and ``size`` and ``limit`` in bytes for
-``payload_too_large``), with the status ``docs/api.md`` gives for its code. Engine
-errors are mapped by their stable ``code`` attribute, never by type ladders.
+``payload_too_large``), with the status ``docs/api.md`` gives for its code.
+The codes, their statuses and the mapping of engine errors (by their stable
+``code`` attribute, never by type ladders) are :mod:`engine.wire`'s, which
+clients read answers with too; :data:`STATUS_BY_CODE` is re-exported here.
 """
 
 from __future__ import annotations
@@ -15,45 +17,8 @@ from typing import Any
 import orjson
 from django.http import HttpResponse
 
-from engine import EngineError, NotLeader, PayloadTooLarge
-
-# docs/api.md, "Errors". internal_error is for bugs only: it is never expected.
-STATUS_BY_CODE: Mapping[str, int] = {
-    "malformed_json": 400,
-    "invalid": 400,
-    "invalid_payload": 400,
-    # Refused before any view runs (queueadmin.api.middleware, queueadmin.edge).
-    "disallowed_host": 400,
-    "bad_request": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "job_not_found": 404,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "request_timeout": 408,
-    "lease_lost": 409,
-    "payload_too_large": 413,
-    "internal_error": 500,
-    "not_leader": 503,
-    "store_unavailable": 503,
-    "document_error": 503,
-    "document_missing": 503,
-    # An operation that got past validation but could not be applied or
-    # encoded (I8): refused alone, nothing changed; retrying it unchanged fails again.
-    "operation_failed": 400,
-}
-
-# Engine codes that are not API codes themselves, and the API code they become.
-_ENGINE_ALIASES: Mapping[str, str] = {
-    # Every store failure leaves the outcome unknown to the client: retry.
-    "store_error": "store_unavailable",
-    "precondition_failed": "store_unavailable",
-    "store_config": "store_unavailable",
-    # A stopped committer applied nothing; to a client that is "not the leader".
-    "committer_stopped": "not_leader",
-    # The generic queue refusal: bad input that no narrower code describes.
-    "queue_error": "invalid",
-}
+from engine import EngineError
+from engine.wire import STATUS_BY_CODE, error_json
 
 
 def encode_json(data: Any) -> bytes:
@@ -121,19 +86,8 @@ def too_large(limit: int, size: int | None = None) -> ApiError:
 
 
 def from_engine(exc: EngineError, *, where: str | None = None, leader_url: str | None = None) -> ApiError:
-    """The API error for an engine error, keeping the engine's message.
-
-    ``where`` names the part of the request at fault (``"jobs[3]"``) and is
-    put before the message. ``leader_url`` is used for a not_leader answer
-    when the error does not carry one itself.
-    """
-    code = _ENGINE_ALIASES.get(exc.code, exc.code)
-    if code not in STATUS_BY_CODE:
-        code = "internal_error"
-    message = f"{where}: {exc}" if where else str(exc)
-    if code == "not_leader":
-        url = exc.leader_url if isinstance(exc, NotLeader) else leader_url
-        return ApiError(code, message, leader_url=url)
-    if isinstance(exc, PayloadTooLarge):  # clients rebuild the engine error from these
-        return ApiError(code, message, size=exc.size, limit=exc.limit)
-    return ApiError(code, message)
+    """The API error for an engine error, keeping the engine's message
+    (:func:`engine.wire.error_json`, which says what ``where`` and
+    ``leader_url`` add)."""
+    body = error_json(exc, where=where, leader_url=leader_url)
+    return ApiError(body.pop("error"), body.pop("message"), **body)

@@ -1,6 +1,7 @@
 """The broker API's endpoints (docs/api.md). All are async: each awaits the
 commit that carries its operation on the embedded broker, without holding a
-thread, and answers only after that commit landed (I1).
+thread, and answers only after that commit landed (I1). Bodies become
+operations, and outcomes answers, through :mod:`engine.wire`.
 
 Each view looks the broker up per request with :func:`runtime.get_broker`.
 """
@@ -16,85 +17,68 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from engine import ClaimedJob, FailOutcome, GroupCommitter, NotLeader
+from engine import GroupCommitter, NotLeader, wire
 from engine.operations import get_job_op
 from queueadmin import runtime
-from queueadmin.api import parsing
+from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
-from queueadmin.dashboard import forward
-
-# Shown instead of lease tokens: the token is the holder's secret (I4).
-HIDDEN = "…"
 
 
 async def _body(request: HttpRequest) -> Any:
-    return parsing.loads(parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES))
+    return parsing.read_json(request, settings.QUEUE_MAX_REQUEST_BYTES)
 
 
 @endpoint("POST")
 async def push(request: HttpRequest) -> HttpResponse:
     """201 ``{"ids": [...]}``, in request order, once every job is committed."""
     broker = runtime.get_broker()
-    op = parsing.push_from(await _body(request), broker.policy)
+    op = wire.push_from(await _body(request), broker.policy)
     ids: list[str] = await broker.aexecute(op)
-    return json_response({"ids": ids}, status=201)
+    return json_response(wire.outcome_json(op, ids), status=201)
 
 
 @endpoint("POST")
 async def claim(request: HttpRequest) -> HttpResponse:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
-    op, wait = parsing.claim_from(await _body(request), broker.policy)
+    op, wait = wire.claim_from(await _body(request), broker.policy)
     runtime.seen_workers.note(op.worker)
     jobs = await runtime.long_poll_claim(broker, op, wait)
-    return json_response({"jobs": [_claimed(job) for job in jobs]})
-
-
-def _claimed(job: ClaimedJob) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "queue": job.queue,
-        "payload": job.payload,
-        "attempt": job.attempt,
-        "lease": job.lease,
-        "lease_expires_at": job.lease_expires_at,
-    }
+    return json_response(wire.outcome_json(op, jobs))
 
 
 @endpoint("POST")
 async def heartbeat(request: HttpRequest, job_id: str) -> HttpResponse:
     """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
-    op = parsing.heartbeat_from(job_id, await _body(request))
+    op = wire.heartbeat_from(job_id, await _body(request))
     expires_at = await runtime.get_broker().aexecute(op)
-    return json_response({"lease_expires_at": expires_at})
+    return json_response(wire.outcome_json(op, expires_at))
 
 
 @endpoint("POST")
 async def complete(request: HttpRequest, job_id: str) -> HttpResponse:
     """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
-    op = parsing.complete_from(job_id, await _body(request))
+    op = wire.complete_from(job_id, await _body(request))
     await runtime.get_broker().aexecute(op)
-    return json_response({"ok": True})
+    return json_response(wire.outcome_json(op, None))
 
 
 @endpoint("POST")
 async def fail(request: HttpRequest, job_id: str) -> HttpResponse:
     """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
     broker = runtime.get_broker()
-    op = parsing.fail_from(job_id, await _body(request), broker.policy)
-    outcome: FailOutcome = await broker.aexecute(op)
-    return json_response({"status": outcome.status, "not_before": outcome.not_before})
+    op = wire.fail_from(job_id, await _body(request), broker.policy)
+    outcome = await broker.aexecute(op)
+    return json_response(wire.outcome_json(op, outcome))
 
 
 @endpoint("GET")
 async def job(request: HttpRequest, job_id: str) -> HttpResponse:
     """200 the job as in the document (status pending, running or dead), no lease token."""
-    view: dict[str, Any] = await runtime.get_broker().aexecute(get_job_op(job_id))
-    lease = view.get("lease")
-    if isinstance(lease, dict) and "token" in lease:  # the engine drops it; never rely on one layer alone
-        lease["token"] = HIDDEN
-    return json_response(view)
+    op = get_job_op(job_id)
+    view: dict[str, Any] = await runtime.get_broker().aexecute(op)
+    return json_response(wire.outcome_json(op, view))  # the token hidden again: never rely on one layer alone
 
 
 @endpoint("GET")
@@ -112,9 +96,7 @@ async def document(request: HttpRequest) -> HttpResponse:
 def _redacted_document(committer: GroupCommitter) -> bytes:
     """The committer's last committed document, encoded, lease tokens hidden. No I/O."""
     doc = committer.document()
-    for entry in doc.get("jobs", ()):
-        if isinstance(entry, dict) and isinstance(entry.get("lease"), dict):
-            entry["lease"]["token"] = HIDDEN
+    wire.hide_tokens(doc)
     return encode_json(doc)
 
 
@@ -152,7 +134,7 @@ async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResp
 @endpoint("POST", token=False)
 async def operator(request: HttpRequest) -> HttpResponse:
     """An operator action a standby node forwards to the leader (see
-    :mod:`queueadmin.dashboard.forward`): authenticated by its signature, made
+    :mod:`queueadmin.api.forward`): authenticated by its signature, made
     with the nodes' shared secret key, not by an API token. 200
     ``{"result": ..., "seq": n}``; 403 forbidden for a bad, stale or replayed
     signature, and for any request while this node has the public development key."""

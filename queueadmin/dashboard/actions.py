@@ -25,7 +25,7 @@ from django.utils.translation import ngettext
 from engine.errors import EngineError, NotLeader
 from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
 from queueadmin import runtime
-from queueadmin.dashboard import forward
+from queueadmin.api import forward
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry, AuditJob

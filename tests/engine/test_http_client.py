@@ -31,6 +31,7 @@ from engine import (
     StoreUnavailable,
     ValidationError,
 )
+from engine.discovery import LeaderDiscovery
 from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
 from engine.model import ClaimedJob, FailOutcome
 from engine.operations import push_op
@@ -376,3 +377,28 @@ def test_a_worker_drains_through_the_client_across_a_leader_change(
     assert doc["jobs"] == [] and doc["queues"]["q"]["completed"] == len(ids)
     claim = next(orjson.loads(r.content) for r in cluster.log if r.url.path.endswith("/claim"))
     assert claim["lease_seconds"] == 30 and "wait_seconds" not in claim  # burst: no long poll
+
+
+def test_leader_discovery_on_its_own_follows_names_and_forgets_only_the_leader_it_had() -> None:
+    roles = {A: ("standby", B), B: ("leader", B)}
+    asked: list[str] = []
+
+    def ask(url: str) -> tuple[str, str | None]:
+        asked.append(url)
+        if url not in roles:
+            raise BrokerUnavailable("connection refused")
+        return roles[url]
+
+    discovery = LeaderDiscovery([C, A], ask=ask)
+    assert discovery.leader is None
+    assert discovery.target() == B and asked == [C, A, B]
+    assert discovery.target() == B and len(asked) == 3  # cached: no more questions
+    discovery.follow(None, forget=A)  # a node that is not the leader we had
+    assert discovery.leader == B
+    discovery.follow(None, forget=B)
+    assert discovery.leader is None
+    roles[B] = ("standby", None)
+    with pytest.raises(NotLeader, match="no broker leads right now"):
+        discovery.target()
+    discovery.follow(C, forget=None)  # a not_leader answer named C
+    assert discovery.target() == C

@@ -429,7 +429,7 @@ def test_operator(nodes: Nodes, settings: Any, data: Any, signed: bool, junk: by
     """Signed or not, any operator body gets a documented answer, never a 500."""
     from django.core import signing
 
-    from queueadmin.dashboard.forward import SALT
+    from queueadmin.api.forward import SALT
 
     settings.SECRET_KEY = SECRET
     with nodes.fresh() as broker:
@@ -459,7 +459,7 @@ def _plain(value: Any) -> Any:
 def test_a_signed_operator_request_is_used_once(nodes: Nodes, settings: Any, queue: str, paused: bool) -> None:
     """Replaying the same signed request is refused (defect 9)."""
     from engine.operations import pause_op
-    from queueadmin.dashboard.forward import sign
+    from queueadmin.api.forward import sign
 
     settings.SECRET_KEY = SECRET
     with nodes.fresh() as broker:
@@ -476,7 +476,7 @@ def test_a_signed_operator_request_is_used_once(nodes: Nodes, settings: Any, que
 def test_the_public_development_key_is_never_trusted(nodes: Nodes, settings: Any, queue: str) -> None:
     """Anyone can sign with the public development key: loopback alone is no proof (defect 9)."""
     from engine.operations import pause_op
-    from queueadmin.dashboard.forward import sign
+    from queueadmin.api.forward import sign
 
     settings.SECRET_KEY = DEV_KEY
     with nodes.fresh() as broker:

@@ -22,7 +22,8 @@ from django.test import Client
 
 from engine import Broker, ObjectStore
 from engine.operations import claim_op, pause_op, purge_op, requeue_op
-from queueadmin.dashboard import forward, plans
+from queueadmin.api import forward
+from queueadmin.dashboard import plans
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import ActionPlan, AuditEntry
 from tests.queueadmin.dashboard_fixtures import (

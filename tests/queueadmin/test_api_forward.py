@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
 from engine.operations import pause_op, purge_op, push_op, requeue_op
-from queueadmin.dashboard import actions, forward
+from queueadmin.api import forward
+from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce
 from tests.queueadmin.dashboard_fixtures import act, client_for, document, kill, make_user, stored
 

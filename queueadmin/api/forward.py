@@ -37,10 +37,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from engine.errors import EngineError, NotLeader
-from engine.model import decode_payload
-from engine.operations import Operation, Purge, Push, Requeue, SetPaused, pause_op, purge_op, push_op, requeue_op
+from engine.operations import Operation
 from engine.policy import Policy
+from engine.wire import lone_surrogate_at
+from engine.wire import operator_from_json as decode  # what is signed, and read back (engine.wire)
+from engine.wire import operator_json as encode
 
+# The signing namespace, not this module's path (it was queueadmin.dashboard.forward):
+# changing it would make nodes of two versions refuse each other's requests.
 SALT = "queueadmin.dashboard.forward"
 # A signed operation is good for this long: enough for a slow network.
 MAX_AGE_SECONDS = 60
@@ -54,46 +58,6 @@ class ForwardRefused(EngineError):
     """The leader refused a forwarded operation, or could not be reached."""
 
     code = "forward_refused"
-
-
-def encode(op: Operation) -> dict[str, Any]:
-    """The operation as plain JSON values (what gets signed)."""
-    match op:
-        case Requeue():
-            return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
-        case Purge():
-            return {"kind": "purge", "job_ids": list(op.job_ids), "queue": op.queue, "status": op.status,
-                    "expect": list(op.expect)}
-        case SetPaused():
-            return {"kind": "pause", "queue": op.queue, "paused": op.paused}
-        case Push():
-            return {"kind": "push", "queue": op.queue, "jobs": [
-                {"id": j.id, "payload": decode_payload(j.payload), "max_attempts": j.max_attempts,
-                 "delay_seconds": j.delay_seconds} for j in op.jobs]}
-    raise ValueError(f"{type(op).__name__} is not an operator operation")
-
-
-def decode(data: Any, *, policy: Policy) -> Operation:
-    """The operation back from :func:`encode`'s values, through the engine's
-    own builders (so it is validated like any other). Raises ValidationError."""
-    kind = data.get("kind") if isinstance(data, dict) else None
-    # "expect" (a dry run's statuses, one per id) makes requeue and purge
-    # conditional; without it they are all or nothing.
-    if kind == "requeue":
-        return requeue_op(data["job_ids"], expect=data.get("expect") or None)
-    if kind == "purge":
-        if data.get("job_ids"):
-            return purge_op(data["job_ids"], expect=data.get("expect") or None)
-        return purge_op(queue=data.get("queue"), status=data.get("status"))
-    if kind == "pause":
-        return pause_op(data["queue"], paused=data["paused"])
-    if kind == "push":
-        jobs = data["jobs"]
-        # A dashboard push has one job (one max_attempts and delay for all).
-        first = jobs[0]
-        return push_op(data["queue"], [j["payload"] for j in jobs], policy=policy, ids=[j["id"] for j in jobs],
-                       max_attempts=first["max_attempts"], delay_seconds=first["delay_seconds"])
-    raise ValueError(f"unknown operator operation {kind!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,8 +83,6 @@ def unsign(text: str, *, policy: Policy) -> SignedOperation:
     SignatureExpired) for a forged, altered or stale one, ValueError/
     ValidationError for a bad one. Whether the nonce was used already is
     :func:`use_nonce`'s to say."""
-    from queueadmin.api.parsing import lone_surrogate_at  # the api imports this module
-
     data = signing.loads(text, salt=SALT, max_age=MAX_AGE_SECONDS)
     where = lone_surrogate_at(data)
     if where is not None:
