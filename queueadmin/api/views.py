@@ -11,14 +11,13 @@ import asyncio
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from engine import ClaimedJob, FailOutcome, GroupCommitter, NotLeader
 from engine.operations import get_job_op
-from queueadmin import runtime
+from queueadmin import config, runtime
 from queueadmin.api import parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
@@ -29,7 +28,7 @@ HIDDEN = "…"
 
 
 async def _body(request: HttpRequest) -> Any:
-    return parsing.loads(parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES))
+    return parsing.loads(parsing.read_body(request, config.max_request_bytes()))
 
 
 @endpoint("POST")
@@ -162,7 +161,7 @@ async def operator(request: HttpRequest) -> HttpResponse:
         raise ApiError("forbidden", "this node runs with the public development secret key, so it accepts no "
                                     "forwarded operator actions; set DJANGO_SECRET_KEY on every node")
     broker = runtime.get_broker()
-    body = parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES)
+    body = parsing.read_body(request, config.max_request_bytes())
     try:
         signed = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
     except signing.BadSignature as exc:  # SignatureExpired included
