@@ -4,6 +4,7 @@ falls back to the engine's named default when its setting is absent."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -134,3 +135,15 @@ def test_settings_defaults_are_the_named_constants() -> None:
         config.default_max_request_bytes(DEFAULT_MAX_PAYLOAD_BYTES), config.DEFAULT_HTTP_IDLE_SECONDS,
         config.DEFAULT_RESULT_TTL_SECONDS,
     )]
+
+
+def test_only_config_reads_queue_settings() -> None:
+    """Every other module asks queueadmin.config (settings.py defines the settings)."""
+    readers = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "queueadmin").rglob("*.py"))
+        if path.name not in ("settings.py", "config.py") or path.parent != ROOT / "queueadmin"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"settings\s*\.\s*QUEUE_|settings\s*,\s*[\"']QUEUE_", line)
+    ]
+    assert readers == []
