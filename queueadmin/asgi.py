@@ -18,10 +18,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import edge, runtime  # noqa: E402
+from queueadmin import config, edge, runtime  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
 
@@ -34,7 +33,7 @@ edge.install()
 # runserver's serving child; never migrate, check or the autoreloader's
 # parent), so this is where the embedded broker starts. It returns at once;
 # the node answers 503 not_leader until it has won the election.
-if settings.QUEUE_BROKER_AUTOSTART:
+if config.broker_autostart():
     runtime.start_broker()
 
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).

@@ -50,6 +50,7 @@ from django.conf import settings
 from django.urls import Resolver404, resolve
 from twisted.web import http
 
+from queueadmin import config
 from queueadmin.api.auth import refusal_without_io
 from queueadmin.api.errors import ApiError, encode_json, too_large
 
@@ -63,7 +64,7 @@ API_PREFIX = "/api/"
 
 def body_limit(path: str) -> int:
     """The most bytes a request body for ``path`` may have."""
-    limit = int(settings.QUEUE_MAX_REQUEST_BYTES)
+    limit = config.max_request_bytes()
     if path.startswith(API_PREFIX):
         return limit
     forms = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # None: Django sets no limit of its own
@@ -152,7 +153,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
             self._refuse(too_large(self._limit))
             return
         if self._stall is not None:
-            self._stall.reset(settings.QUEUE_HTTP_IDLE_SECONDS)
+            self._stall.reset(config.http_idle_seconds())
         super().handleContentChunk(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
@@ -168,7 +169,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
         super().connectionLost(reason)
 
     def _arm_stall(self) -> None:
-        self._stall = self.channel.callLater(settings.QUEUE_HTTP_IDLE_SECONDS, self._stalled)
+        self._stall = self.channel.callLater(config.http_idle_seconds(), self._stalled)
 
     def _disarm_stall(self) -> None:
         if self._stall is not None and self._stall.active():
@@ -178,7 +179,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
     def _stalled(self) -> None:
         self._stall = None
         self._refuse(ApiError("request_timeout", f"the request body stopped arriving for "
-                                                 f"{settings.QUEUE_HTTP_IDLE_SECONDS:g} s before it was complete"))
+                                                 f"{config.http_idle_seconds():g} s before it was complete"))
 
     def _refuse(self, error: ApiError) -> None:
         """Answer ``error`` now, then drop the rest of the connection (module docstring)."""
@@ -206,7 +207,7 @@ class EdgeHTTPFactory(HTTPFactory):  # type: ignore[misc]
 
     def __init__(self, server: Any) -> None:
         super().__init__(server)
-        self.timeOut = 2 * settings.QUEUE_HTTP_IDLE_SECONDS
+        self.timeOut = 2 * config.http_idle_seconds()
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)

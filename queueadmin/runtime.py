@@ -1,7 +1,7 @@
 """The embedded broker: one :class:`engine.Broker` per serving process.
 
-This module is the one place where Django settings become engine arguments
-(:func:`build_broker`). The broker is a process-wide singleton, created lazily
+:func:`build_broker` makes it from what :mod:`queueadmin.config` reads from
+the settings. The broker is a process-wide singleton, created lazily
 by :func:`get_broker` and started by :func:`start_broker`, which
 ``queueadmin/asgi.py`` calls at import when ``QUEUE_BROKER_AUTOSTART`` is on.
 Only the serving process imports the ASGI module (daphne, or runserver's
@@ -23,10 +23,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
-from django.conf import settings
-
-from engine import Broker, ClaimedJob, Policy, QueueState, open_store
+from engine import Broker, ClaimedJob, Policy, QueueState
 from engine.operations import Claim
+from queueadmin import config
 
 log = logging.getLogger(__name__)
 
@@ -138,26 +137,26 @@ _broker: Broker | None = None
 
 
 def queue_policy() -> Policy:
-    """The engine policy the settings describe. Brokers enforce it; clients
-    (commands, workers) validate with it locally, so both agree."""
-    return Policy(lease_seconds=settings.QUEUE_LEASE_SECONDS, max_payload_bytes=settings.QUEUE_MAX_PAYLOAD_BYTES)
+    """The engine policy the settings describe: :func:`queueadmin.config.policy`
+    (kept under this name for callers written before that module)."""
+    return config.policy()
 
 
 def build_broker() -> Broker:
-    """A new, unstarted Broker configured from the current Django settings.
+    """A new, unstarted Broker configured from the current Django settings
+    (through :mod:`queueadmin.config`), reporting its commits to :data:`commits`.
 
-    The one place settings become engine arguments. Opens the store (no I/O
-    except creating a local folder); raises StoreConfigError for a bad
-    ``QUEUE_STORE_URL``. Tests call it after overriding settings to get a
-    broker of their own.
+    Opens the store (no I/O except creating a local folder); raises
+    StoreConfigError for a bad ``QUEUE_STORE_URL``. Tests call it after
+    overriding settings to get a broker of their own.
     """
-    policy = queue_policy()
+    policy = config.policy()
     return Broker(
-        open_store(settings.QUEUE_STORE_URL),
-        url=settings.QUEUE_ADVERTISE_URL,  # None: a single node that advertises nothing
+        config.open_queue_store(),
+        url=config.advertise_url(),  # None: a single node that advertises nothing
         policy=policy,
-        heartbeat_seconds=settings.QUEUE_HEARTBEAT_SECONDS,
-        takeover_seconds=settings.QUEUE_TAKEOVER_SECONDS,
+        heartbeat_seconds=config.heartbeat_seconds(),
+        takeover_seconds=config.takeover_seconds(),
         on_commit=commits.notify,
     )
 

@@ -4,7 +4,9 @@ This is the one place that reads configuration from the environment. Every
 variable is parsed strictly: a malformed value stops start-up with an
 ``ImproperlyConfigured`` error naming the variable, instead of silently falling
 back to a default. The engine never reads ``os.environ``; the ``QUEUE_*``
-settings below are translated into engine arguments by queueadmin.
+settings below are translated into engine arguments in one place,
+``queueadmin/config.py``, and their defaults are the engine's named constants
+(and config.py's, for queueadmin's own limits).
 
 =========================== ====================================================
 Variable                    Meaning (default)
@@ -50,6 +52,10 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS
+from engine.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from queueadmin.config import DEFAULT_HTTP_IDLE_SECONDS, DEFAULT_RESULT_TTL_SECONDS, default_max_request_bytes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -264,18 +270,18 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 QUEUE_STORE_URL = env_str("QUEUE_STORE_URL") or (BASE_DIR / "var" / "queue").as_uri()
 QUEUE_ADVERTISE_URL = env_http_url("QUEUE_ADVERTISE_URL")
 QUEUE_API_TOKEN = env_str("QUEUE_API_TOKEN")
-QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", 30)
-QUEUE_HEARTBEAT_SECONDS = env_seconds("QUEUE_HEARTBEAT_SECONDS", 2)
-QUEUE_TAKEOVER_SECONDS = env_seconds("QUEUE_TAKEOVER_SECONDS", 10)
-QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", 262144)
+QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+QUEUE_HEARTBEAT_SECONDS = env_seconds("QUEUE_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS)
+QUEUE_TAKEOVER_SECONDS = env_seconds("QUEUE_TAKEOVER_SECONDS", DEFAULT_TAKEOVER_SECONDS)
+QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
 # A batch push carries many payloads, so the body limit is well above one
-# payload's; the floor keeps ordinary batches working with small payload limits.
+# payload's (queueadmin.config.default_max_request_bytes).
 QUEUE_MAX_REQUEST_BYTES = env_int(
-    "QUEUE_MAX_REQUEST_BYTES", max(4 * 1024 * 1024, 2 * QUEUE_MAX_PAYLOAD_BYTES), minimum=QUEUE_MAX_PAYLOAD_BYTES
+    "QUEUE_MAX_REQUEST_BYTES", default_max_request_bytes(QUEUE_MAX_PAYLOAD_BYTES), minimum=QUEUE_MAX_PAYLOAD_BYTES
 )
 # daphne answers a body that stops arriving for this long with 408, and closes
 # a connection idle for twice this (queueadmin.edge).
-QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", 30)
+QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", DEFAULT_HTTP_IDLE_SECONDS)
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
@@ -294,7 +300,7 @@ if QUEUE_TAKEOVER_SECONDS <= QUEUE_HEARTBEAT_SECONDS:
 # @task functions run on this queue: enqueue pushes a job to the queue named
 # like the task's queue_name, `manage.py queueworker` (no --handler) runs it,
 # and results are kept under results/ in the store (README, "Django tasks").
-QUEUE_TASK_RESULT_TTL_SECONDS = env_seconds("QUEUE_TASK_RESULT_TTL_SECONDS", 7 * 24 * 3600)
+QUEUE_TASK_RESULT_TTL_SECONDS = env_seconds("QUEUE_TASK_RESULT_TTL_SECONDS", DEFAULT_RESULT_TTL_SECONDS)
 TASKS = {
     "default": {
         "BACKEND": "queueadmin.tasks.ObjectStoreBackend",

@@ -26,9 +26,9 @@ import logging
 import time
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest
 
+from queueadmin import config
 from queueadmin.api.errors import ApiError
 
 TOKEN_CACHE_SECONDS = 5.0
@@ -96,14 +96,14 @@ def _missing() -> ApiError:
 
 
 def _settings_token_matches(token: str) -> bool:
-    expected: str | None = settings.QUEUE_API_TOKEN
+    expected = config.api_token()
     # Constant time, so the answer's timing does not reveal how much of a
     # guessed token was right.
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
 
 
 def _refused(known: frozenset[str]) -> ApiError:
-    if not settings.QUEUE_API_TOKEN and not known:
+    if not config.api_token() and not known:
         return ApiError(
             "unauthorized",
             "this node has no API token: set QUEUE_API_TOKEN in the environment of every node, producer and "

@@ -12,21 +12,20 @@ import asyncio
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from engine import GroupCommitter, NotLeader, wire
 from engine.operations import get_job_op
-from queueadmin import runtime
+from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
 
 
 async def _body(request: HttpRequest) -> Any:
-    return parsing.read_json(request, settings.QUEUE_MAX_REQUEST_BYTES)
+    return parsing.read_json(request, config.max_request_bytes())
 
 
 @endpoint("POST")
@@ -144,7 +143,7 @@ async def operator(request: HttpRequest) -> HttpResponse:
         raise ApiError("forbidden", "this node runs with the public development secret key, so it accepts no "
                                     "forwarded operator actions; set DJANGO_SECRET_KEY on every node")
     broker = runtime.get_broker()
-    body = parsing.read_body(request, settings.QUEUE_MAX_REQUEST_BYTES)
+    body = parsing.read_body(request, config.max_request_bytes())
     try:
         signed = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
     except signing.BadSignature as exc:  # SignatureExpired included

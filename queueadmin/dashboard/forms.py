@@ -15,7 +15,7 @@ from django import forms
 from engine.errors import ValidationError as EngineValidationError
 from engine.operations import QUEUE_NAME, push_op
 from engine.policy import MAX_DELAY_SECONDS
-from queueadmin import runtime
+from queueadmin import config
 
 
 class SubmitForm(forms.Form):
@@ -50,7 +50,7 @@ class SubmitForm(forms.Form):
             return data
         try:
             data["op"] = push_op(
-                data["queue"], [data["payload"]], policy=runtime.queue_policy(),
+                data["queue"], [data["payload"]], policy=config.policy(),
                 max_attempts=data.get("max_attempts"), delay_seconds=data.get("delay_seconds") or 0,
             )
         except EngineValidationError as exc:

@@ -15,11 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from django.conf import settings
 
 from engine.errors import EngineError
 from engine.worker import HEARTBEAT_SHARE
-from queueadmin import runtime
+from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
@@ -45,7 +44,7 @@ class Alert:
 
 def worker_heartbeat_seconds() -> float:
     """How often a worker is expected to heartbeat with the default lease (the worker's default share)."""
-    return float(settings.QUEUE_LEASE_SECONDS) * HEARTBEAT_SHARE
+    return config.lease_seconds() * HEARTBEAT_SHARE
 
 
 def _age(now: datetime, then: datetime | None) -> float | None:
@@ -65,7 +64,7 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
                      "drain": drain_seconds(q.pending, rate)})
     node = source.node()
     commit_age = _age(now, snapshot.written_at)
-    heartbeat = float(settings.QUEUE_HEARTBEAT_SECONDS)
+    heartbeat = config.heartbeat_seconds()
     return {
         "snapshot": snapshot,
         "rows": rows,
@@ -73,7 +72,7 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
         "commit_age": commit_age,
         "commit_late": commit_age is not None and commit_age > 3 * heartbeat,
         "heartbeat_seconds": heartbeat,
-        "takeover_seconds": float(settings.QUEUE_TAKEOVER_SECONDS),
+        "takeover_seconds": config.takeover_seconds(),
         "alerts": alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat),
         "totals": snapshot.status_counts(),
     }
@@ -113,7 +112,7 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
     if commit_age is not None and snapshot.seq and commit_age > 3 * heartbeat:
         found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
                                    f"{heartbeat:g} s. Is the leader down? A standby takes over after "
-                                   f"{settings.QUEUE_TAKEOVER_SECONDS:g} s."))
+                                   f"{config.takeover_seconds():g} s."))
     for q in snapshot.queues.values():
         if q.paused:
             found.append(Alert("info", f"Queue {q.name} is paused: {q.pending} pending job(s) wait for a resume."))

@@ -44,12 +44,12 @@ from django.utils.module_loading import import_string
 from engine import EngineError, JobNotFound, ValidationError
 from engine.operations import ID_PATTERN, check_queue, get_job_op, push_op
 from engine.policy import DOCUMENT_KEY, MAX_DELAY_SECONDS
-from queueadmin import runtime
+from queueadmin import config
+from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
 from queueadmin.tasks.connection import BrokerLink
 from queueadmin.tasks.payload import TaskView, describe, task_payload
 from queueadmin.tasks.results import StoredResult, load_result
 
-DEFAULT_RESULT_TTL_SECONDS = 7 * 24 * 3600.0
 OPTION_NAMES = frozenset({"BROKERS", "TOKEN", "STORE_URL", "RESULT_TTL_SECONDS", "MAX_ATTEMPTS"})
 
 
@@ -172,7 +172,7 @@ class ObjectStoreBackend(BaseTaskBackend):
             delay = max(0.0, (task.run_after - now).total_seconds())
             if delay > MAX_DELAY_SECONDS:
                 raise InvalidTask(f"run_after may be at most {MAX_DELAY_SECONDS / 86400:g} days away")
-        op = push_op(task.queue_name, [payload], policy=runtime.queue_policy(), max_attempts=self.max_attempts,
+        op = push_op(task.queue_name, [payload], policy=config.policy(), max_attempts=self.max_attempts,
                      delay_seconds=delay)
         result = TaskResult(
             task=task,

@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import Broker, BrokerClient, NotLeader, ObjectStore, open_store
 from engine.operations import Operation
-from queueadmin import runtime
+from queueadmin import config, runtime
 
 _lock = threading.Lock()
 _stores: dict[str, ObjectStore] = {}
@@ -32,7 +31,7 @@ def shared_store(url: str) -> ObjectStore:
     creating a local folder). The embedded broker's own store when it serves
     ``url``, so a ``memory://`` broker and its results share one store."""
     broker = runtime.running_broker()
-    if broker is not None and url == settings.QUEUE_STORE_URL:
+    if broker is not None and url == config.store_url():
         return broker.store
     with _lock:
         store = _stores.get(url)
@@ -43,7 +42,7 @@ def shared_store(url: str) -> ObjectStore:
 
 def default_results_store() -> ObjectStore:
     """The store that holds results by default: the one at ``QUEUE_STORE_URL``."""
-    return shared_store(settings.QUEUE_STORE_URL)
+    return shared_store(config.store_url())
 
 
 class BrokerLink:
@@ -62,11 +61,11 @@ class BrokerLink:
 
     @property
     def token(self) -> str | None:
-        return self._token or settings.QUEUE_API_TOKEN
+        return self._token or config.api_token()
 
     @property
     def store_url(self) -> str:
-        return self._store_url or settings.QUEUE_STORE_URL
+        return self._store_url or config.store_url()
 
     def store(self) -> ObjectStore:
         """The queue's store, where results live."""
@@ -89,8 +88,7 @@ class BrokerLink:
         with _lock:
             client = _clients.get(key)
             if client is None:
-                client = _clients[key] = BrokerClient(self.brokers, token=key[1], store=store,
-                                                      policy=runtime.queue_policy())
+                client = _clients[key] = config.broker_client(self.brokers, token=key[1], store=store)
             return client
 
     def close(self) -> None:

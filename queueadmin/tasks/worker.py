@@ -29,7 +29,8 @@ from django.utils.json import normalize_json
 
 from engine import ClaimedJob, EngineError, ObjectStore, QueueClient
 from engine.worker import PermanentFailure
-from queueadmin.tasks.backend import DEFAULT_RESULT_TTL_SECONDS, ObjectStoreBackend, load_task
+from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
+from queueadmin.tasks.backend import ObjectStoreBackend, load_task
 from queueadmin.tasks.connection import default_results_store
 from queueadmin.tasks.payload import MARKER, TaskView, describe
 from queueadmin.tasks.results import Outcome, StoredError, StoredResult, delete_expired, record_attempt

@@ -28,10 +28,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import DOCUMENT_KEY, EngineError, open_store
+from engine import DOCUMENT_KEY, EngineError
 from engine.lineage import InitRefused, initialise, marker_key
+from queueadmin import config
 from queueadmin.models import AuditEntry
-from queueadmin.runtime import queue_policy
 
 
 class Command(BaseCommand):
@@ -48,8 +48,6 @@ class Command(BaseCommand):
                             help="the Django user to record in the audit log (default: this OS user)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django.conf import settings
-
         force: bool = options["force"]
         reason: str = options["reason"].strip()
         if force and not reason:
@@ -57,12 +55,12 @@ class Command(BaseCommand):
         user, username = self._who(options["user"])
         writer = f"queueinit:{socket.gethostname()}:{username}"[:200]
         try:
-            store = open_store(settings.QUEUE_STORE_URL)
+            store = config.open_queue_store()
         except EngineError as exc:
             raise CommandError(str(exc)) from exc
         where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"
         try:
-            done = initialise(store, DOCUMENT_KEY, policy=queue_policy(), writer=writer, force=force)
+            done = initialise(store, DOCUMENT_KEY, policy=config.policy(), writer=writer, force=force)
         except InitRefused as exc:
             self._audit(user, username, reason, force, ok=False, detail=f"refused: {exc}", seq=None)
             raise CommandError(f"{where}: {exc}") from exc

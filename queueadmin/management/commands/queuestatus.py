@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, open_store, parse_document, utc_now
+from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, parse_document, utc_now
 from engine.document import counters_dict
 from engine.lineage import marker_key, read_marker
+from queueadmin import config
 
 COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")
 # Short labels for the text table, where "dead" already counts the dead letters present.
@@ -130,7 +130,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            store = open_store(settings.QUEUE_STORE_URL)
+            store = config.open_queue_store()
         except EngineError as exc:
             raise CommandError(str(exc)) from exc
         where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"

@@ -22,11 +22,11 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from engine import EngineError, ValidationError
 from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker, new_worker_id
+from queueadmin import config
 from queueadmin.management import broker_client
 from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores
 
@@ -122,7 +122,7 @@ class Command(BaseCommand):
                 pass_job=tasks,
                 worker_id=worker_id,
                 concurrency=options["concurrency"],
-                lease_seconds=lease if lease is not None else settings.QUEUE_LEASE_SECONDS,
+                lease_seconds=lease if lease is not None else config.lease_seconds(),
                 wait_seconds=options["wait_seconds"],
                 burst=options["burst"],
                 grace_seconds=options["grace_seconds"],

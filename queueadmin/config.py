@@ -1,0 +1,162 @@
+"""The one place where Django settings become engine arguments.
+
+``queueadmin/settings.py`` reads the environment into ``QUEUE_*`` settings;
+this module turns those settings into what the engine and the rest of
+queueadmin use: the :class:`engine.Policy`, the store, a
+:class:`engine.BrokerClient`, the broker's timings and the HTTP limits.
+Nothing else in queueadmin reads a ``QUEUE_*`` setting.
+
+Every function reads ``django.conf.settings`` when it is called, so a test
+that overrides a setting (``override_settings``, pytest-django's ``settings``
+fixture) sees its value at once; nothing is cached. A setting that is absent
+falls back to the engine's named default (or, for queueadmin's own limits,
+to the defaults below, which ``settings.py`` uses too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from engine import BrokerClient, ObjectStore, Policy, open_store
+from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS
+from engine.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+
+#: The smallest default limit on a broker API request body (see :func:`default_max_request_bytes`).
+MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024
+#: Default for ``QUEUE_HTTP_IDLE_SECONDS``: how long a request body may stall before 408.
+DEFAULT_HTTP_IDLE_SECONDS = 30.0
+#: Default for ``QUEUE_TASK_RESULT_TTL_SECONDS`` and the tasks backend's ``RESULT_TTL_SECONDS``: a week.
+DEFAULT_RESULT_TTL_SECONDS = 7 * 24 * 3600.0
+
+
+def default_max_request_bytes(max_payload_bytes: int) -> int:
+    """The default limit on a broker API request body for a given payload limit.
+
+    A batch push carries many payloads, so the body limit is well above one
+    payload's; the floor keeps ordinary batches working with small payload
+    limits. Pure; ``settings.py`` uses it for ``QUEUE_MAX_REQUEST_BYTES``.
+    """
+    return max(MIN_DEFAULT_REQUEST_BYTES, 2 * max_payload_bytes)
+
+
+# -- the store and the node ---------------------------------------------------------------
+
+
+def store_url() -> str:
+    """The queue's store URL: ``QUEUE_STORE_URL``.
+
+    Raises ImproperlyConfigured when the setting is absent (it has no engine
+    default: ``settings.py`` always sets it).
+    """
+    url: str | None = getattr(settings, "QUEUE_STORE_URL", None)
+    if url is None:
+        raise ImproperlyConfigured("QUEUE_STORE_URL is not set")
+    return url
+
+
+def open_queue_store() -> ObjectStore:
+    """A newly opened store at :func:`store_url`.
+
+    Does no I/O except creating a local folder. Raises StoreConfigError for
+    a malformed URL (and ImproperlyConfigured, as :func:`store_url`).
+    """
+    return open_store(store_url())
+
+
+def advertise_url() -> str | None:
+    """``QUEUE_ADVERTISE_URL``: the http(s) URL other processes use to reach
+    this node's broker; None (also when absent) for a node that advertises nothing."""
+    url: str | None = getattr(settings, "QUEUE_ADVERTISE_URL", None)
+    return url
+
+
+def api_token() -> str | None:
+    """``QUEUE_API_TOKEN``, the broker API token this node accepts and its
+    clients send; None (also when absent) when unset."""
+    token: str | None = getattr(settings, "QUEUE_API_TOKEN", None)
+    return token
+
+
+def broker_autostart() -> bool:
+    """``QUEUE_BROKER_AUTOSTART``: whether the serving process starts the
+    embedded broker when it imports the ASGI app (True when absent)."""
+    return bool(getattr(settings, "QUEUE_BROKER_AUTOSTART", True))
+
+
+# -- the engine's policy and timings ------------------------------------------------------
+
+
+def lease_seconds() -> float:
+    """``QUEUE_LEASE_SECONDS``: a claim's default lease length, in seconds
+    (the engine's ``DEFAULT_LEASE_SECONDS`` when absent)."""
+    return float(getattr(settings, "QUEUE_LEASE_SECONDS", DEFAULT_LEASE_SECONDS))
+
+
+def heartbeat_seconds() -> float:
+    """``QUEUE_HEARTBEAT_SECONDS``: the most time between two of the leader's
+    commits, in seconds (the engine's ``DEFAULT_HEARTBEAT_SECONDS`` when absent)."""
+    return float(getattr(settings, "QUEUE_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS))
+
+
+def takeover_seconds() -> float:
+    """``QUEUE_TAKEOVER_SECONDS``: how long a standby waits on an unchanged
+    document before it takes over, in seconds (the engine's
+    ``DEFAULT_TAKEOVER_SECONDS`` when absent)."""
+    return float(getattr(settings, "QUEUE_TAKEOVER_SECONDS", DEFAULT_TAKEOVER_SECONDS))
+
+
+def max_payload_bytes() -> int:
+    """``QUEUE_MAX_PAYLOAD_BYTES``: the largest encoded job payload (the
+    engine's ``DEFAULT_MAX_PAYLOAD_BYTES`` when absent)."""
+    return int(getattr(settings, "QUEUE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES))
+
+
+def policy() -> Policy:
+    """The engine policy the settings describe: :func:`lease_seconds` and
+    :func:`max_payload_bytes`, the engine's defaults for the rest.
+
+    Brokers enforce it; clients (commands, workers, forms, the tasks backend)
+    validate with it locally, so both agree. Raises ValueError for values the
+    engine refuses.
+    """
+    return Policy(lease_seconds=lease_seconds(), max_payload_bytes=max_payload_bytes())
+
+
+# -- the HTTP edge -------------------------------------------------------------------------
+
+
+def max_request_bytes() -> int:
+    """``QUEUE_MAX_REQUEST_BYTES``: the largest broker API request body
+    (when absent, :func:`default_max_request_bytes` of :func:`max_payload_bytes`)."""
+    limit = getattr(settings, "QUEUE_MAX_REQUEST_BYTES", None)
+    return int(limit) if limit is not None else default_max_request_bytes(max_payload_bytes())
+
+
+def http_idle_seconds() -> float:
+    """``QUEUE_HTTP_IDLE_SECONDS``: how long a request body may stop arriving
+    before the request gets 408; an idle connection is closed after twice
+    this (:data:`DEFAULT_HTTP_IDLE_SECONDS` when absent)."""
+    return float(getattr(settings, "QUEUE_HTTP_IDLE_SECONDS", DEFAULT_HTTP_IDLE_SECONDS))
+
+
+# -- clients ---------------------------------------------------------------------------------
+
+
+def broker_client(brokers: Sequence[str] | None = None, *, token: str,
+                  store: ObjectStore | None = None) -> BrokerClient:
+    """A new :class:`engine.BrokerClient` that validates with :func:`policy`.
+
+    It reaches ``brokers`` (node URLs) or, with none, the leader named by the
+    document in ``store``; that store is only read, and is
+    :func:`open_queue_store` when not given. ``token`` is the API token to
+    send: callers resolve it (their option, else :func:`api_token`) and say
+    themselves what to do when there is none. Does no network I/O. Raises
+    ValueError for unusable URLs or token, StoreConfigError for a bad store
+    URL.
+    """
+    if not brokers and store is None:
+        store = open_queue_store()
+    return BrokerClient(brokers or (), token=token, store=store, policy=policy())
