@@ -12,6 +12,7 @@ from __future__ import annotations
 from engine.broker import Broker
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, CommitterStopped, GroupCommitter
+from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
 from engine.document import FORMAT, QueueState
 from engine.errors import (
@@ -50,7 +51,9 @@ __all__ = [
     "CommitStats",
     "CommitterStopped",
     "DeadLetter",
+    "DecodedDocument",
     "DirectClient",
+    "DocumentDecoder",
     "DocumentError",
     "EngineError",
     "FailOutcome",
@@ -80,6 +83,7 @@ __all__ = [
     "ValidationError",
     "Worker",
     "WorkerStats",
+    "decode_document_json",
     "open_store",
     "parse_document",
     "utc_now",
