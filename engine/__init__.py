@@ -33,13 +33,14 @@ from engine.errors import (
 from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
 from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
 from engine.parsing import parse_document
-from engine.policy import DOCUMENT_KEY, Policy
+from engine.policy import DOCUMENT_KEY, MAX_DELAY_SECONDS, Policy
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
-from engine.worker import Worker, WorkerStats
+from engine.worker import Worker, WorkerStats, default_heartbeat_interval
 
 __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
+    "MAX_DELAY_SECONDS",
     "AsyncQueueMethods",
     "Attempt",
     "Blob",
@@ -84,6 +85,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "decode_document_json",
+    "default_heartbeat_interval",
     "open_store",
     "parse_document",
     "utc_now",

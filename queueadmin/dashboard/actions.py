@@ -22,7 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils.translation import ngettext
 
-from engine.errors import EngineError, NotLeader
+from engine import EngineError, NotLeader
 from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
 from queueadmin import runtime
 from queueadmin.dashboard import forward

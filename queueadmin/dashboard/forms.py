@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 from django import forms
 
-from engine.errors import ValidationError as EngineValidationError
+from engine import MAX_DELAY_SECONDS
+from engine import ValidationError as EngineValidationError
 from engine.operations import QUEUE_NAME, push_op
-from engine.policy import MAX_DELAY_SECONDS
 from queueadmin import runtime
 
 
