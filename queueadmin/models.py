@@ -83,7 +83,8 @@ def _pause(paused: bool) -> OperationBuilder:
 
 
 class AuditEntry(models.Model):
-    """One operator action on the queue, as answered by the broker."""
+    """One audited action on the queue: an operator's, as the broker answered
+    it, or ``manage.py queueinit``'s."""
 
     class Action(models.TextChoices):
         """Every audited action, once: its stored value, what the dashboard
