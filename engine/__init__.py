@@ -12,6 +12,7 @@ from __future__ import annotations
 from engine.broker import Broker
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, CommitterStopped, GroupCommitter
+from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
 from engine.document import FORMAT, QueueState
 from engine.errors import (
@@ -34,13 +35,14 @@ from engine.errors import (
 from engine.http_client import BrokerClient
 from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
 from engine.parsing import parse_document
-from engine.policy import DOCUMENT_KEY, Policy
+from engine.policy import DOCUMENT_KEY, MAX_DELAY_SECONDS, Policy
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
-from engine.worker import Worker, WorkerStats
+from engine.worker import Worker, WorkerStats, default_heartbeat_interval
 
 __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
+    "MAX_DELAY_SECONDS",
     "AsyncQueueMethods",
     "Attempt",
     "Blob",
@@ -52,7 +54,9 @@ __all__ = [
     "CommitStats",
     "CommitterStopped",
     "DeadLetter",
+    "DecodedDocument",
     "DirectClient",
+    "DocumentDecoder",
     "DocumentError",
     "EngineError",
     "FailOutcome",
@@ -82,6 +86,8 @@ __all__ = [
     "ValidationError",
     "Worker",
     "WorkerStats",
+    "decode_document_json",
+    "default_heartbeat_interval",
     "open_store",
     "parse_document",
     "utc_now",

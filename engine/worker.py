@@ -68,6 +68,14 @@ CLAIM_STOP_MARGIN_SECONDS = 2.0
 FATAL_ERRORS: tuple[type[EngineError], ...] = (Unauthorized, ValidationError)
 
 
+def default_heartbeat_interval(lease_seconds: float) -> float:
+    """How often, in seconds, a :class:`Worker` heartbeats a lease of
+    ``lease_seconds`` when it is not given ``heartbeat_interval``. A lease
+    whose last heartbeat is older than this (plus some slack) has missed a
+    beat. No I/O."""
+    return lease_seconds * HEARTBEAT_SHARE
+
+
 class PermanentFailure(Exception):
     """Raised by a handler for a job that no retry can fix (it names no
     runnable code, its payload is malformed).
@@ -164,7 +172,7 @@ class Worker:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.concurrency = concurrency
         self.heartbeat_interval = (
-            heartbeat_interval if heartbeat_interval is not None else self.lease_seconds * HEARTBEAT_SHARE
+            heartbeat_interval if heartbeat_interval is not None else default_heartbeat_interval(self.lease_seconds)
         )
         if not 0 < self.heartbeat_interval < self.lease_seconds:
             raise ValueError("need 0 < heartbeat_interval < lease_seconds")

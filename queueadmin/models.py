@@ -1,4 +1,4 @@
-"""The dashboard's one table: the audit log of operator actions.
+"""The app's tables: the audit log of operator actions, and what the nodes share.
 
 The queue itself lives in ``queue.json``, never in the database. What the
 database keeps is who did what to it, and why: an :class:`AuditEntry` is
@@ -10,6 +10,10 @@ is on record as failed. The jobs an action touched are rows of
 :class:`ApiToken` rows are broker API tokens managed in Django admin, used
 beside the ``QUEUE_API_TOKEN`` setting. :class:`ForwardNonce` rows make each
 operator action a standby forwards to the leader usable once, on every node.
+:class:`ActionPlan` rows hold dry runs until they are run (I9).
+
+:class:`AuditEntry.Action` names every audited action, once: its stored
+value and, for the dashboard, everything else about it (:class:`ActionSpec`).
 
 The audit model also carries the dashboard's permissions, so they can be granted
 in the admin like any other:
@@ -25,24 +29,136 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import ngettext_lazy
+
+from engine.operations import Operation, pause_op, purge_op, requeue_op
+
+#: Builds an action's engine operation from its dry run: the job ids, the
+#: status each one was in, and the queue.
+OperationBuilder = Callable[[list[str], list[str], str], Operation]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionSpec:
+    """What the dashboard needs to know about one action (see
+    :class:`AuditEntry.Action`). The defaults fit an action that is audited
+    but not taken from the dashboard's forms."""
+
+    #: The permission needed to take it (a codename of ``AuditEntry.Meta.permissions``), or "".
+    permission: str = ""
+    #: The scopes its dry-run form accepts, each the fields given, in the form's
+    #: order (ids, queue, status, group); () when it has no dry run.
+    scopes: tuple[tuple[str, ...], ...] = ()
+    #: Why any other scope is refused.
+    scope_error: str = ""
+    #: The conditional engine operation that runs a dry run.
+    operation: OperationBuilder | None = None
+    #: Jobs already in this status are left out of a selection.
+    leaves_out: str = ""
+    #: It deletes jobs: beyond a count, the operator types a confirmation.
+    removes: bool = False
+    #: True to pause a queue, False to resume it, None for an action on jobs.
+    pauses: bool | None = None
+    #: What it did, formatted with ``n`` (jobs acted on) and ``queue``: a str, or a
+    #: lazy ngettext keyed on ``n``.
+    done: Any = ""
+    #: A pause or resume whose queue was already so at the dry run: nothing to run.
+    needless: str = ""
+    #: A pause or resume whose queue became so between the dry run and the run.
+    overtaken: str = ""
+
+
+#: The spec of an action that is only audited (``queueinit``'s).
+NOT_FROM_THE_DASHBOARD = ActionSpec()
+
+
+def _pause(paused: bool) -> OperationBuilder:
+    return lambda ids, expect, queue: pause_op(queue, paused=paused)
 
 
 class AuditEntry(models.Model):
-    """One operator action on the queue, as answered by the broker."""
+    """One audited action on the queue: an operator's, as the broker answered
+    it, or ``manage.py queueinit``'s."""
 
     class Action(models.TextChoices):
-        SUBMIT = "submit", "submit"
-        REQUEUE = "requeue", "requeue"
-        PURGE = "purge", "purge"
-        REDRIVE = "redrive", "redrive"
-        PAUSE = "pause", "pause"
-        RESUME = "resume", "resume"
+        """Every audited action, once: its stored value, what the dashboard
+        needs to offer, check and run it (:class:`ActionSpec`), and its label.
+        Values and labels are what the database and migrations hold: change
+        neither. Adding an action means adding one member here (and, if it
+        needs a new permission, that permission)."""
+
+        SUBMIT = "submit", ActionSpec(permission="submit_job"), "submit"
+        REQUEUE = "requeue", ActionSpec(
+            permission="requeue_job",
+            scopes=(("ids",),),
+            scope_error="Requeue takes selected running or dead jobs, and nothing else.",
+            operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
+            leaves_out="pending",
+            done=ngettext_lazy("requeued %(n)d job", "requeued %(n)d jobs", "n"),
+        ), "requeue"
+        PURGE = "purge", ActionSpec(
+            permission="purge_job",
+            scopes=(("ids",), ("group",), ("queue", "status")),
+            scope_error="Purge takes selected jobs, or one dead-letter group, or a queue and a status: "
+                        "exactly one of them.",
+            operation=lambda ids, expect, queue: purge_op(ids, expect=expect),
+            removes=True,
+            done=ngettext_lazy("purged %(n)d job", "purged %(n)d jobs", "n"),
+        ), "purge"
+        REDRIVE = "redrive", ActionSpec(
+            permission="requeue_job",
+            scopes=(("group",),),
+            scope_error="Redrive takes one dead-letter group, and nothing else.",
+            operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
+            done=ngettext_lazy("redrove %(n)d dead letter back to pending",
+                               "redrove %(n)d dead letters back to pending", "n"),
+        ), "redrive"
+        PAUSE = "pause", ActionSpec(
+            permission="pause_queue",
+            scopes=(("queue",),),
+            scope_error="Pause takes one queue, and nothing else.",
+            operation=_pause(True),
+            pauses=True,
+            done="paused %(queue)s",
+            needless="Queue %(queue)s is already paused.",
+            overtaken="%(queue)s was already paused (since the dry run): nothing changed",
+        ), "pause"
+        RESUME = "resume", ActionSpec(
+            permission="pause_queue",
+            scopes=(("queue",),),
+            scope_error="Resume takes one queue, and nothing else.",
+            operation=_pause(False),
+            pauses=False,
+            done="resumed %(queue)s",
+            needless="Queue %(queue)s is not paused.",
+            overtaken="%(queue)s was not paused any more (resumed since the dry run): nothing changed",
+        ), "resume"
         #: ``manage.py queueinit``: a fresh queue.json, or (with --force) one replacing a lost document (I10).
         INIT = "init", "init"
+
+        spec: ActionSpec
+
+        def __new__(cls, value: str, spec: ActionSpec = NOT_FROM_THE_DASHBOARD) -> AuditEntry.Action:
+            member = str.__new__(cls, value)
+            member._value_ = value
+            member.spec = spec
+            return member
+
+        @property
+        def permission(self) -> str:
+            """The full permission name for ``has_perm`` ("" when the dashboard does not take it)."""
+            return f"queueadmin.{self.spec.permission}" if self.spec.permission else ""
+
+        @classmethod
+        def planned(cls) -> list[AuditEntry.Action]:
+            """The actions taken with a dry run first, in order."""
+            return [action for action in cls if action.spec.scopes]
 
     class Outcome(models.TextChoices):
         OK = "ok", "ok"

@@ -11,6 +11,9 @@ never "whatever matches now"): a job that has since left the document or
 changed status is left alone, and the result says how many (I9). Only the
 broker's answer, acknowledged or refused, is written to the audit log, with
 exactly the ids it acted on.
+
+What differs from one action to another (its permission, scopes, engine
+operation and wording) is in :class:`~queueadmin.models.AuditEntry.Action`.
 """
 
 from __future__ import annotations
@@ -22,25 +25,18 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils.translation import ngettext
 
-from engine.errors import EngineError, NotLeader
-from engine.operations import Operation, Push, pause_op, purge_op, requeue_op
+from engine import EngineError, NotLeader
+from engine.operations import Operation, Push
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
-from queueadmin.models import AuditEntry, AuditJob
+from queueadmin.models import ActionSpec, AuditEntry, AuditJob
+
+Action = AuditEntry.Action
 
 TYPED_CONFIRM_OVER = 100
 SAMPLE_SIZE = 10
-
-PERMISSIONS = {
-    "requeue": "queueadmin.requeue_job",
-    "redrive": "queueadmin.requeue_job",
-    "purge": "queueadmin.purge_job",
-    "pause": "queueadmin.pause_queue",
-    "resume": "queueadmin.pause_queue",
-    "submit": "queueadmin.submit_job",
-}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,8 +64,13 @@ class Plan:
     token: str = ""
 
     @property
+    def spec(self) -> ActionSpec:
+        """What the action is (see :class:`~queueadmin.models.AuditEntry.Action`)."""
+        return Action(self.action).spec
+
+    @property
     def removes(self) -> bool:
-        return self.action == "purge"
+        return self.spec.removes
 
     @property
     def count(self) -> int:
@@ -83,7 +84,7 @@ class Plan:
     @property
     def toggles(self) -> bool:
         """Pause or resume: an action on a queue, not on jobs."""
-        return self.action in ("pause", "resume")
+        return self.spec.pauses is not None
 
     @property
     def runnable(self) -> bool:
@@ -93,7 +94,7 @@ class Plan:
     def confirm_phrase(self) -> str | None:
         """The text the operator must type, or None when no typing is needed."""
         if self.removes and self.count > TYPED_CONFIRM_OVER:
-            return f"purge {self.count}"
+            return f"{self.action} {self.count}"
         return None
 
     @property
@@ -104,11 +105,9 @@ class Plan:
 
     def operation(self) -> Operation:
         """The broker operation: conditional on each job's dry-run status."""
-        if self.action in ("requeue", "redrive"):
-            return requeue_op(self.ids, expect=self.expect)
-        if self.action == "purge":
-            return purge_op(self.ids, expect=self.expect)
-        return pause_op(self.queue, paused=self.action == "pause")
+        build = self.spec.operation
+        assert build is not None, f"{self.action} has no dry run"
+        return build(self.ids, self.expect, self.queue)
 
 
 def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
@@ -119,10 +118,8 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     if p.toggles:
         p.target = f"queue={p.queue}"
         q = snapshot.queues.get(p.queue)
-        if action == "pause" and q is not None and q.paused:
-            p.problems.append(f"Queue {p.queue} is already paused.")
-        if action == "resume" and (q is None or not q.paused):
-            p.problems.append(f"Queue {p.queue} is not paused.")
+        if (q is not None and q.paused) == p.spec.pauses:
+            p.problems.append(p.spec.needless % {"queue": p.queue})
         return p
     if p.group:
         group = snapshot.dead_group(p.group)
@@ -138,8 +135,8 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
             found = snapshot.job(job_id)
             if found is None:
                 p.notes.append(f"Job {job_id} is not in the document any more: it is left out.")
-            elif action == "requeue" and found[1] == "pending":
-                p.notes.append(f"Job {job_id} is already pending: it is left out.")
+            elif found[1] == p.spec.leaves_out:
+                p.notes.append(f"Job {job_id} is already {found[1]}: it is left out.")
             else:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
@@ -213,23 +210,14 @@ def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outc
 
 
 def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
-    if p.action == "pause":
-        if was_paused:
-            return f"{p.queue} was already paused (since the dry run): nothing changed", True
-        return f"paused {p.queue}", False
-    if not was_paused:
-        return f"{p.queue} was not paused any more (resumed since the dry run): nothing changed", True
-    return f"resumed {p.queue}", False
+    if was_paused == p.spec.pauses:
+        return p.spec.overtaken % {"queue": p.queue}, True
+    return p.spec.done % {"n": 0, "queue": p.queue}, False
 
 
 def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
     n = len(ids)
-    parts = [{
-        "requeue": ngettext("requeued %(n)d job", "requeued %(n)d jobs", n),
-        "redrive": ngettext("redrove %(n)d dead letter back to pending",
-                            "redrove %(n)d dead letters back to pending", n),
-        "purge": ngettext("purged %(n)d job", "purged %(n)d jobs", n),
-    }[p.action] % {"n": n}]
+    parts = [str(p.spec.done % {"n": n, "queue": p.queue})]
     left = p.count - n
     if left:
         values = {"left": left, "total": p.count, "status": p.expected_status}
@@ -279,9 +267,9 @@ def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> 
         [created], seq, where = execute(op)
     except EngineError as exc:
         refusal = f"The broker refused: {type(exc).__name__}: {exc}"
-        audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=ids, ok=False, detail=refusal)
+        audit(user, Action.SUBMIT, reason=reason, queue=op.queue, target="new job", ids=ids, ok=False, detail=refusal)
         return None, refusal
-    audit(user, "submit", reason=reason, queue=op.queue, target="new job", ids=[created], ok=True,
+    audit(user, Action.SUBMIT, reason=reason, queue=op.queue, target="new job", ids=[created], ok=True,
           detail=f"pushed 1 job to {op.queue}{where}", seq=seq)
     return str(created), None
 

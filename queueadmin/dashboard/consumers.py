@@ -41,7 +41,7 @@ from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve
 
-from engine.errors import EngineError
+from engine import EngineError
 from queueadmin import runtime
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source

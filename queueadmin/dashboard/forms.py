@@ -12,10 +12,11 @@ from typing import Any
 import orjson
 from django import forms
 
-from engine.errors import ValidationError as EngineValidationError
+from engine import MAX_DELAY_SECONDS
+from engine import ValidationError as EngineValidationError
 from engine.operations import QUEUE_NAME, push_op
-from engine.policy import MAX_DELAY_SECONDS
 from queueadmin import config
+from queueadmin.models import AuditEntry
 
 
 class SubmitForm(forms.Form):
@@ -58,7 +59,9 @@ class SubmitForm(forms.Form):
         return data
 
 
-ACTIONS = ("requeue", "purge", "redrive", "pause", "resume")
+#: The operator actions taken with a dry run (each with its scopes, see
+#: :class:`~queueadmin.models.ActionSpec`).
+ACTIONS = tuple(action.value for action in AuditEntry.Action.planned())
 
 
 class ActionForm(forms.Form):
@@ -88,22 +91,10 @@ class ActionForm(forms.Form):
         ids, queue, status, group = data.get("ids"), data.get("queue"), data.get("status"), data.get("group")
         given = [name for name, value in (("ids", ids), ("queue", queue), ("status", status), ("group", group))
                  if value]
-        scopes = {
-            "requeue": [["ids"]],
-            "redrive": [["group"]],
-            "purge": [["ids"], ["group"], ["queue", "status"]],
-            "pause": [["queue"]],
-            "resume": [["queue"]],
-        }
-        if action in scopes and given not in scopes[action]:
-            raise forms.ValidationError({
-                "requeue": "Requeue takes selected running or dead jobs, and nothing else.",
-                "redrive": "Redrive takes one dead-letter group, and nothing else.",
-                "purge": "Purge takes selected jobs, or one dead-letter group, or a queue and a status: "
-                         "exactly one of them.",
-                "pause": "Pause takes one queue, and nothing else.",
-                "resume": "Resume takes one queue, and nothing else.",
-            }[action])
+        if action in ACTIONS:
+            spec = AuditEntry.Action(action).spec
+            if tuple(given) not in spec.scopes:
+                raise forms.ValidationError(spec.scope_error)
         if queue and not QUEUE_NAME.fullmatch(queue):
             self.add_error("queue", "Not a valid queue name.")
         return data

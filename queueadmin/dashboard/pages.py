@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 
-from engine.errors import EngineError
-from engine.worker import HEARTBEAT_SHARE
+from engine import EngineError, default_heartbeat_interval
 from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
@@ -43,8 +42,8 @@ class Alert:
 
 
 def worker_heartbeat_seconds() -> float:
-    """How often a worker is expected to heartbeat with the default lease (the worker's default share)."""
-    return config.lease_seconds() * HEARTBEAT_SHARE
+    """How often a worker is expected to heartbeat with the default lease (the worker's default interval)."""
+    return default_heartbeat_interval(config.lease_seconds())
 
 
 def _age(now: datetime, then: datetime | None) -> float | None:
@@ -301,7 +300,7 @@ def lease_row(item: Doc, now: datetime) -> dict[str, Any]:
     expires = moment(lease["expires_at"])
     seconds = float(lease["seconds"])
     age = _age(now, beat) or 0.0
-    interval = seconds * HEARTBEAT_SHARE
+    interval = default_heartbeat_interval(seconds)
     # Green within the expected heartbeat interval, amber until two thirds of
     # the lease are gone, red after that (expiry is near or past).
     tone = "ok" if age <= interval + 1 else ("warn" if age <= seconds * 2 / 3 else "bad")

@@ -6,12 +6,12 @@ the plain dicts the JSON decodes to, and summaries derived from them. Pages
 and the live consumer render from the same snapshot, so a page and its live
 update never disagree.
 
-Decoding on the leader is incremental (:class:`PartsDecoder`): the committer
-hands over the encoded parts of the version it last wrote, unchanged 512-job
-chunks are the same ``bytes`` objects from one commit to the next, and each
-chunk is decoded once. A 100k-job document costs ~0.5 s to decode whole and
-a few milliseconds per commit this way. Anywhere else (a standby node, no
-broker) the whole document is read from the store and decoded.
+The engine does the decoding (:mod:`engine.decoding`): on the leader,
+incrementally from the committer's encoded parts (a
+:class:`~engine.DocumentDecoder` per source, see
+:class:`~queueadmin.dashboard.source.SnapshotSource`); anywhere else (a
+standby node, no broker) from the whole document read from the store
+(:func:`decode_document`).
 
 Nothing here writes anything.
 """
@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
-from engine import DOCUMENT_KEY, FORMAT, Policy, parse_document
-from engine.errors import DocumentError
+from engine import DOCUMENT_KEY, FORMAT, DecodedDocument, DocumentError, decode_document_json
 
 Doc = dict[str, Any]
 
@@ -127,6 +124,11 @@ class Snapshot:
         self._workers: dict[str, WorkerSummary] | None = None
         self._dead_groups: list[DeadGroup] | None = None
         self._status_counts: Counter[str] | None = None
+
+    @classmethod
+    def decoded(cls, document: DecodedDocument, *, etag: str | None, taken_at: datetime) -> Snapshot:
+        """The snapshot of a version the engine decoded, stored with ``etag``."""
+        return cls(document.header, document.jobs, document.dead, etag=etag, size=document.size, taken_at=taken_at)
 
     @classmethod
     def empty(cls, *, taken_at: datetime) -> Snapshot:
@@ -307,84 +309,12 @@ def group_key(queue: str, signature: str) -> str:
 def decode_document(data: bytes, *, etag: str | None, taken_at: datetime, key: str = DOCUMENT_KEY) -> Snapshot:
     """Decode a whole stored document. Raises DocumentError, with the engine's
     own precise message, for anything the engine would refuse."""
-    try:
-        raw = orjson.loads(data)
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT or isinstance(raw.get("format"), bool):
-            raise ValueError
-        jobs, dead = raw.pop("jobs"), raw.pop("dead")
-        _check_items(jobs, dead)
-    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
-        # Let the engine's strict parser name the problem; if it accepts the
-        # document after all, our shortcut was wrong, which is a bug here.
-        parse_document(key, data, policy=Policy())
-        raise
-    return Snapshot(raw, jobs, dead, etag=etag, size=len(data), taken_at=taken_at)
-
-
-def _check_items(jobs: Any, dead: Any) -> None:
-    if not isinstance(jobs, list) or not isinstance(dead, list):
-        raise TypeError("jobs and dead must be lists")
-    for item in jobs:
-        if not isinstance(item, dict) or item.get("status") not in ("pending", "running") or "queue" not in item:
-            raise TypeError("bad job")
-    for item in dead:
-        if not isinstance(item, dict) or "queue" not in item or "died_at" not in item:
-            raise TypeError("bad dead letter")
-
-
-_JOBS_MARK = b'],"jobs":['
-_DEAD_MARK = b',"dead":['
-_END_MARK = b"]}"
-
-
-class PartsDecoder:
-    """Decodes the committer's encoded parts, reusing what it decoded for
-    parts it has seen before (by identity: the committer keeps unchanged
-    chunks as the same objects).
-
-    The layout is the engine's (``QueueState.encode``): header without its
-    closing brace, ``,"dead":[``, dead chunks, ``],"jobs":[``, job chunks,
-    ``]}``, with ``b","`` between chunks. Anything else falls back to
-    decoding the joined bytes whole. Not thread-safe: one per source.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[int, tuple[bytes, list[Doc]]] = {}
-
-    def decode(self, parts: list[bytes], *, etag: str | None, taken_at: datetime) -> Snapshot:
-        size = sum(len(p) for p in parts)
-        if len(parts) < 4 or parts[1] != _DEAD_MARK or parts[-1] != _END_MARK or _JOBS_MARK not in parts:
-            return decode_document(b"".join(parts), etag=etag, taken_at=taken_at)
-        split = parts.index(_JOBS_MARK)
-        try:
-            header = orjson.loads(parts[0] + b"}")
-        except orjson.JSONDecodeError:
-            return decode_document(b"".join(parts), etag=etag, taken_at=taken_at)
-        cache: dict[int, tuple[bytes, list[Doc]]] = {}
-        dead = self._items(parts[2:split], cache)
-        jobs = self._items(parts[split + 1:-1], cache)
-        self._cache = cache  # drop chunks that are gone
-        return Snapshot(header, jobs, dead, etag=etag, size=size, taken_at=taken_at)
-
-    def _items(self, parts: list[bytes], cache: dict[int, tuple[bytes, list[Doc]]]) -> list[Doc]:
-        items: list[Doc] = []
-        for part in parts:
-            if part == b",":
-                continue
-            hit = self._cache.get(id(part))
-            # The bytes object is kept in the cache entry, so its id cannot
-            # be reused by another object while the entry exists.
-            if hit is None or hit[0] is not part:
-                hit = (part, orjson.loads(b"[" + part + b"]"))
-            cache[id(part)] = hit
-            items.extend(hit[1])
-        return items
+    return Snapshot.decoded(decode_document_json(data, key=key), etag=etag, taken_at=taken_at)
 
 
 __all__ = [
     "DeadGroup",
     "DocumentError",
-    "PartsDecoder",
     "QueueSummary",
     "Snapshot",
     "WorkerSummary",

@@ -3,8 +3,8 @@
 :data:`source` is process-wide. :meth:`SnapshotSource.current` returns the
 latest committed version of ``queue.json``:
 
-* on the leader, from the committer's memory (no I/O; decoding reuses
-  unchanged chunks, see :class:`~queueadmin.dashboard.snapshot.PartsDecoder`);
+* on the leader, from the committer's memory (no I/O; the engine's
+  :class:`~engine.DocumentDecoder` reuses what did not change);
 * on any other node, from the store: a cheap ETag check (HEAD or ``stat``)
   first, and a full read only when the document changed.
 
@@ -22,9 +22,9 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from engine import DOCUMENT_KEY
+from engine import DOCUMENT_KEY, DocumentDecoder
 from queueadmin import runtime
-from queueadmin.dashboard.snapshot import PartsDecoder, Snapshot, decode_document
+from queueadmin.dashboard.snapshot import Snapshot, decode_document
 
 RATE_WINDOW_SECONDS = 60.0
 # Below this much history a rate would be noise; the page says "measuring".
@@ -66,7 +66,7 @@ class SnapshotSource:
         self._forget()
 
     def _forget(self) -> None:
-        self._decoder = PartsDecoder()
+        self._decoder = DocumentDecoder()
         self._snapshot: Snapshot | None = None
         self._checked = 0.0
         # (monotonic time, {queue: (pushed, completed)})
@@ -113,7 +113,7 @@ class SnapshotSource:
                 return Snapshot.empty(taken_at=taken_at)
             if cached is not None and etag is not None and cached.etag == etag:
                 return cached
-            return self._decoder.decode(parts, etag=etag, taken_at=taken_at)
+            return Snapshot.decoded(self._decoder.decode(parts), etag=etag, taken_at=taken_at)
         store = broker.store
         etag = store.etag(DOCUMENT_KEY)
         if etag is None:

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
-from engine.errors import EngineError
+from engine import EngineError
 from queueadmin.dashboard import actions, pages, plans
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
@@ -122,7 +122,7 @@ document = live_view("document")
 @require_http_methods(["GET", "POST"])
 @dashboard_page
 def submit(request: HttpRequest) -> HttpResponse:
-    can_submit = request.user.has_perm(actions.PERMISSIONS["submit"])
+    can_submit = request.user.has_perm(AuditEntry.Action.SUBMIT.permission)
     form = SubmitForm(request.POST or None)
     created = None
     if request.method == "POST":
@@ -171,7 +171,7 @@ def action(request: HttpRequest) -> HttpResponse:
 
 
 def _forbidden(request: HttpRequest, act: str) -> HttpResponse | None:
-    need = actions.PERMISSIONS[act]
+    need = AuditEntry.Action(act).permission
     if request.user.has_perm(need):
         return None
     return render(request, "queueadmin/dashboard/forbidden.html", {"need": f"{act} ({need})"}, status=403)

@@ -15,6 +15,7 @@ from django.test import Client
 
 from engine import Broker, NotLeader, ObjectStore
 from engine.operations import claim_op
+from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
 from tests.queueadmin.dashboard_fixtures import (
@@ -38,6 +39,19 @@ def statuses(store: ObjectStore) -> dict[str, str]:
 
 
 # -- permissions -----------------------------------------------------------------------------------
+
+
+def test_every_action_names_a_declared_permission_and_form_scopes() -> None:
+    declared = {codename for codename, _ in AuditEntry._meta.permissions}
+    fields = set(ActionForm.base_fields)
+    for action in AuditEntry.Action:
+        assert action.label == action.value  # the stored choices (a label change is a migration)
+        spec = action.spec
+        assert spec.permission in declared | {""}, action
+        assert all(set(scope) <= fields for scope in spec.scopes), action
+        assert (spec.operation is not None) == bool(spec.scopes) == bool(spec.scope_error), action
+    assert ACTIONS == ("requeue", "purge", "redrive", "pause", "resume")
+
 
 
 @pytest.mark.parametrize(

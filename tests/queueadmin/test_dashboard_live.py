@@ -16,11 +16,10 @@ from channels.testing import WebsocketCommunicator
 from django.middleware.csrf import _unmask_cipher_token
 from django.test import Client
 
-from engine import Broker, GroupCommitter, open_store
-from engine.errors import DocumentError
+from engine import Broker, DocumentError
 from engine.operations import claim_op
 from queueadmin.dashboard import source as source_module
-from queueadmin.dashboard.snapshot import PartsDecoder, decode_document, error_signature, sortable
+from queueadmin.dashboard.snapshot import decode_document, error_signature, sortable
 from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
@@ -215,28 +214,6 @@ async def test_the_job_page_socket_follows_one_job(broker: Broker) -> None:
 
 
 # -- snapshots ---------------------------------------------------------------------------------------
-
-
-def test_parts_decoder_matches_a_whole_decode_and_reuses_unchanged_chunks() -> None:
-    committer = GroupCommitter(open_store("memory://")).start()
-    try:
-        committer.push("q", list(range(2000)))
-        decoder = PartsDecoder()
-        etag, parts = committer.committed
-        now = datetime.now(UTC)
-        first = decoder.decode(parts, etag=etag, taken_at=now)
-        whole = decode_document(b"".join(parts), etag=etag, taken_at=now)
-        assert first.jobs == whole.jobs and first.header == whole.header and first.size == whole.size
-
-        committer.push("q", ["one more"])
-        etag2, parts2 = committer.committed
-        second = decoder.decode(parts2, etag=etag2, taken_at=now)
-        assert len(second.jobs) == 2001 and second.jobs[-1]["payload"] == "one more"
-        # The first 512-job chunk did not change: its decoded dicts are the same objects.
-        assert second.jobs[0] is first.jobs[0] and second.jobs[511] is first.jobs[511]
-        assert second.jobs == decode_document(b"".join(parts2), etag=etag2, taken_at=now).jobs
-    finally:
-        committer.stop()
 
 
 @pytest.mark.parametrize(

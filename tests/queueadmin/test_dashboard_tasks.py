@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from django.test import Client
 
-from engine import Broker
-from engine.worker import Worker
+from engine import Broker, Worker
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.tasks.worker import TaskRunner
