@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from engine.backoff import jittered
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
 from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
@@ -585,6 +585,5 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         return self._load()
 
     def _backoff(self, attempt: int) -> None:
-        cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
-        time.sleep(random.uniform(0, cap))
+        time.sleep(jittered(attempt, self.retry_backoff_seconds, DEFAULT_RETRY_BACKOFF_CAP_SECONDS))
 

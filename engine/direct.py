@@ -8,7 +8,6 @@ the correctness and benchmark baseline.
 from __future__ import annotations
 
 import itertools
-import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -16,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from engine.backoff import jittered
 from engine.client import QueueClient, unwrap
 from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
@@ -113,8 +113,7 @@ class DirectClient(QueueClient):
         raise kind(f"{self.key}: gave up after {self.max_retries} retries: {last_error}")
 
     def _sleep(self, attempt: int) -> None:
-        cap = min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(attempt, 16))
-        time.sleep(random.uniform(0, cap))
+        time.sleep(jittered(attempt, self.backoff_seconds, self.backoff_cap_seconds))
 
     def document(self) -> dict[str, Any]:
         blob = self.store.get(self.key)

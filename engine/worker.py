@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import random
 import secrets
 import socket
 import threading
@@ -42,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
+from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, ValidationError
 from engine.http_client import MAX_WAIT_SECONDS, Unauthorized
@@ -289,7 +289,7 @@ class Worker:
         return True
 
     def _backoff(self, failures: int) -> float:
-        return random.uniform(0, min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(failures, 16)))
+        return jittered(failures, self.backoff_seconds, self.backoff_cap_seconds)
 
     # -- claiming --------------------------------------------------------------
 
