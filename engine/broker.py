@@ -32,9 +32,7 @@ to take over, so its idle CPU does not grow with the queue.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +43,7 @@ from engine.committer import CommitterStopped, CommitTimeout, GroupCommitter
 from engine.document import QueueState
 from engine.errors import DocumentError, DocumentMissing, EngineError, NotLeader, PreconditionFailed, StoreError
 from engine.lineage import Presence
-from engine.model import BrokerInfo, utc_now
+from engine.model import BrokerInfo, new_process_id, utc_now
 from engine.operations import Operation, TakeOver, Tick
 from engine.parsing import DocumentHeader, empty_state, parse_document, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
@@ -62,7 +60,7 @@ Role = Literal["leader", "standby", "stopped"]
 
 def new_broker_id() -> str:
     """A broker id unique per process start: host, pid and a nonce."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return new_process_id(nonce_bytes=3)
 
 
 class Broker:

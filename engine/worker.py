@@ -30,10 +30,7 @@ grace period) for at most ``wait_seconds`` plus a small margin.
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import secrets
-import socket
 import threading
 import time
 import traceback
@@ -45,7 +42,7 @@ from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, ValidationError
 from engine.http_client import MAX_WAIT_SECONDS, Unauthorized
-from engine.model import ClaimedJob
+from engine.model import ClaimedJob, new_process_id
 from engine.operations import claim_op
 
 log = logging.getLogger(__name__)
@@ -117,7 +114,7 @@ class _Running:
 
 def new_worker_id() -> str:
     """A worker id unique per process start: host, pid and a nonce."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return new_process_id(nonce_bytes=3)
 
 
 class Worker:
