@@ -42,13 +42,13 @@ from typing import Any
 import orjson
 
 from engine.backoff import jittered
+from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
 from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
-from engine.parsing import empty_state, parse_document
 from engine.pending import (
     FAILED,
     CommitStats,
@@ -480,10 +480,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _put(self, write: Write, if_match: str | None) -> None:
         """Runs on the I/O thread."""
         try:
-            if if_match is None:
-                write.etag = self.store.put_parts(self.key, write.parts, if_none_match=True)
-            else:
-                write.etag = self.store.put_parts(self.key, write.parts, if_match=if_match)
+            write.etag = write_state(self.store, self.key, write.parts, etag=if_match)
         except EngineError as exc:
             write.error = exc
         except Exception as exc:  # a bug in a store: report it as a failed write
@@ -561,15 +558,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
         self.stats.reads += 1
-        if blob is None:
-            missing = self.presence.gone(seq=self.committed_seq)
-            if missing is not None:
-                raise missing  # I10: never re-create a document that existed
+        # Raises DocumentError (I6), or DocumentMissing for a document that existed (I10).
+        state = state_of(self.key, blob, policy=self.policy, presence=self.presence, seq=self.committed_seq)
+        if blob is None:  # a fresh store: the first write creates the document
             self._committed = None
             self.committed_seq = 0
-            return empty_state(policy=self.policy)
-        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
-        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
+            return state
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = (blob.etag, [blob.data])
