@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from engine.broker import Broker
 from engine.client import AsyncQueueMethods, QueueClient
-from engine.committer import CommitStats, CommitterStopped, GroupCommitter
+from engine.committer import CommitStats, GroupCommitter
 from engine.direct import DirectClient
 from engine.document import FORMAT, QueueState
 from engine.errors import (
+    CommitterStopped,
     DocumentError,
     EngineError,
     InvalidPayload,

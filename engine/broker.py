@@ -40,9 +40,17 @@ from datetime import datetime
 from typing import Any, Literal
 
 from engine.cas import state_of, write_state
-from engine.committer import CommitterStopped, CommitTimeout, GroupCommitter
+from engine.committer import CommitTimeout, GroupCommitter
 from engine.document import QueueState
-from engine.errors import DocumentError, DocumentMissing, EngineError, NotLeader, PreconditionFailed, StoreError
+from engine.errors import (
+    CommitterStopped,
+    DocumentError,
+    DocumentMissing,
+    EngineError,
+    NotLeader,
+    PreconditionFailed,
+    StoreError,
+)
 from engine.lineage import Presence
 from engine.model import BrokerInfo, new_process_id, utc_now
 from engine.operations import Operation, TakeOver, Tick

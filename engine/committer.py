@@ -45,14 +45,13 @@ from engine.backoff import jittered
 from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
-from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
+from engine.errors import CommitterStopped, EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
 from engine.pending import (
     FAILED,
     CommitStats,
-    CommitterStopped,
     CommitTimeout,
     Pending,
     Write,
@@ -66,7 +65,7 @@ from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
 
-# Defined in engine.pending, and part of this module's interface.
+# Defined in engine.pending and engine.errors, and part of this module's interface.
 __all__ = ["CommitStats", "CommitTimeout", "CommitterStopped", "GroupCommitter"]
 
 DEFAULT_MAX_BATCH = 20_000

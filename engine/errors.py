@@ -10,6 +10,7 @@ Every error the engine raises derives from :class:`EngineError`::
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
     │   └── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
+    ├── CommitterStopped           the group committer is not running; nothing was applied
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
@@ -113,6 +114,16 @@ class NotLeader(EngineError):
     def __init__(self, leader_url: str | None, message: str | None = None) -> None:
         super().__init__(message or f"not the leader; the leader is {leader_url or 'unknown'}")
         self.leader_url = leader_url
+
+
+class CommitterStopped(EngineError):
+    """The committer is not running; the operation was not applied.
+
+    Start it (``GroupCommitter.start()``) or, through a broker, retry: the
+    broker answers NotLeader instead, naming the node to ask.
+    """
+
+    code = "committer_stopped"
 
 
 class QueueError(EngineError):

@@ -1,6 +1,6 @@
 """What the group committer tracks while it works: one submitted operation
 (:class:`Pending`) and one conditional write (:class:`Write`), how callers are
-answered (exactly once, I8), its counters and its own errors.
+answered (exactly once, I8), its counters and its timeout error.
 
 Split from :mod:`engine.committer`, which holds the writer loop itself.
 """
@@ -17,12 +17,6 @@ from typing import Any
 from engine.document import QueueState
 from engine.errors import EngineError
 from engine.operations import Operation
-
-
-class CommitterStopped(EngineError):
-    """The committer is not running; the operation was not applied."""
-
-    code = "committer_stopped"
 
 
 class CommitTimeout(EngineError):
