@@ -95,6 +95,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     and starts the writer thread; ``stop()`` is idempotent and, by default,
     commits what was already submitted before returning. Sync methods block the
     calling thread; the ``a``-prefixed methods await without blocking the loop.
+    ``claim`` accepts ``wait_seconds`` (the :class:`QueueClient` contract) and
+    ignores it: it answers once its batch is written, with [] if nothing is
+    claimable (the broker's HTTP API does the long polling).
     """
 
     def __init__(

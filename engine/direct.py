@@ -39,6 +39,10 @@ class DirectClient(QueueClient):
     Thread-safe (each call is independent). An ambiguous write (timeout, 5xx)
     is settled by re-reading: if the document records this client's commit,
     the operation landed and is answered; otherwise it is retried.
+
+    ``claim`` accepts ``wait_seconds`` (the :class:`QueueClient` contract) and
+    ignores it: it answers as soon as its write lands, with [] if nothing is
+    claimable.
     """
 
     def __init__(

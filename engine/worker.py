@@ -5,7 +5,9 @@ in production; anything with the :class:`~engine.client.QueueClient` methods,
 such as a GroupCommitter, in tests). Threads, all daemons:
 
 * the claimer asks for as many jobs as there are free slots, long-polling
-  when the client supports it (``supports_wait``);
+  for ``wait_seconds`` where the client honours it (a BrokerClient does; a
+  GroupCommitter or DirectClient answers at once, and the claimer then waits
+  ``poll_seconds`` between empty claims);
 * ``concurrency`` handler threads call ``handler(payload)`` (or
   ``handler(job)``, the whole :class:`~engine.model.ClaimedJob`, with
   ``pass_job=True``): a return completes the job, an exception fails it with
@@ -36,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 from engine.backoff import jittered
 from engine.client import QueueClient
@@ -72,18 +74,6 @@ class PermanentFailure(Exception):
     The worker fails the attempt with ``give_up``: the job goes to the dead
     letters at once with this error, whatever attempts it has left.
     """
-
-
-class _LongPollClaimer(Protocol):
-    def claim(
-        self,
-        worker: str,
-        queues: Iterable[str],
-        *,
-        max_jobs: int = 1,
-        lease_seconds: float | None = None,
-        wait_seconds: float = 0,
-    ) -> list[ClaimedJob]: ...
 
 
 @dataclass(slots=True)
@@ -174,7 +164,6 @@ class Worker:
         self.backoff_seconds = backoff_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
         self.monotonic = monotonic
-        self.long_poll = bool(getattr(client, "supports_wait", False))
         self.stats = WorkerStats()
         self.fatal: EngineError | None = None  # why the worker stopped by itself, if it did
         self._cond = threading.Condition()  # guards everything below and stats
@@ -343,12 +332,8 @@ class Worker:
                 self._cond.notify_all()
 
     def _claim(self, free: int) -> list[ClaimedJob]:
-        if self.long_poll:
-            return cast(_LongPollClaimer, self.client).claim(
-                self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
-                wait_seconds=self.wait_seconds,
-            )
-        return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds)
+        return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
+                                 wait_seconds=self.wait_seconds)
 
     def _dispatch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self._cond:

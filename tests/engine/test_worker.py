@@ -62,7 +62,7 @@ class SpyCommitter(GroupCommitter):
 
 
 class LongPollCommitter(SpyCommitter):
-    supports_wait = True
+    """Records the ``wait_seconds`` of every claim (a GroupCommitter ignores it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -248,7 +248,7 @@ def test_claims_refused_for_good_end_the_worker(client: SpyCommitter) -> None:
         Worker(client, queues=["q"], handler=print, **FAST).run()
 
 
-def test_long_poll_is_used_when_the_client_supports_it() -> None:
+def test_every_claim_asks_for_the_long_poll_wait() -> None:
     committer = LongPollCommitter(MemoryStore()).start()
     try:
         committer.push("q", [1])
