@@ -22,6 +22,8 @@ Transient errors (NotLeader, StoreUnavailable, connection trouble, anything
 unexpected) are logged and retried with backoff; they never end the worker.
 Only a refused token or invalid claim arguments do.
 
+Tunables come in one frozen :class:`WorkerOptions`.
+
 ``stop()`` stops claiming; running jobs get ``grace_seconds`` to finish and
 report, then ``run()`` returns. Jobs still running then are abandoned: not
 completed, their leases expire and the broker hands them out again. A long
@@ -49,6 +51,7 @@ from engine.operations import claim_op
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CONCURRENCY = 1
 DEFAULT_WAIT_SECONDS = 10.0
 # A worker heartbeats every lease_seconds * this, unless told otherwise: two
 # missed beats still leave a third of the lease.
@@ -107,17 +110,58 @@ def new_worker_id() -> str:
     return new_process_id(nonce_bytes=3)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """A worker's tunables. Every default is a named constant of this module.
+
+    * ``concurrency`` — handler threads: how many jobs run at once;
+    * ``lease_seconds`` — the lease asked for with every claim (None: the
+      client's policy), so the heartbeat schedule matches the leases it gets;
+    * ``heartbeat_interval`` — None: the lease times :data:`HEARTBEAT_SHARE`;
+    * ``wait_seconds`` — the long poll per claim, 0 to ``MAX_WAIT_SECONDS``
+      (0 in burst mode); also bounds how long ``run()`` waits after ``stop()``
+      for a claim still in flight;
+    * ``poll_seconds`` — the least time between two claims that found nothing;
+    * ``burst`` — return as soon as a claim finds nothing and no job is
+      running; delayed jobs (retry backoff, delayed pushes) are left for later;
+    * ``grace_seconds`` — after ``stop()``, how long running jobs may finish;
+    * ``backoff_seconds`` / ``backoff_cap_seconds`` — the jittered backoff
+      (:func:`~engine.backoff.jittered`) after a failed claim or report.
+
+    Raises ValueError for a value no worker could use; ``heartbeat_interval``
+    is checked against the lease by the :class:`Worker`, which knows it.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    lease_seconds: float | None = None
+    heartbeat_interval: float | None = None
+    wait_seconds: float = DEFAULT_WAIT_SECONDS
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    burst: bool = False
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
+
+    def __post_init__(self) -> None:
+        concurrency = self.concurrency
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if not 0 <= self.wait_seconds <= MAX_WAIT_SECONDS or self.poll_seconds <= 0 or self.grace_seconds < 0:
+            raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
+
+
 class Worker:
-    """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or drained, with ``burst``).
+    """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or
+    drained, with ``options.burst``), tuned by ``options`` (see
+    :class:`WorkerOptions`).
 
     ``pass_job``: call ``handler(job)`` with the :class:`ClaimedJob` (id,
     attempt, queue, payload) instead of ``handler(job.payload)``.
-    ``lease_seconds`` defaults to the client's policy (sent with every claim,
-    so the worker's heartbeat schedule matches the leases it gets);
-    ``heartbeat_interval`` to a third of it. ``wait_seconds`` is the long
-    poll per claim (0 in burst mode). ``burst``: return as soon as a claim
-    finds nothing and no job is running; delayed jobs (retry backoff, delayed
-    pushes) are left for later. ``run()`` may be called once.
+    ``worker_id``: the name its leases show (default :func:`new_worker_id`).
+    ``monotonic``: the clock for heartbeats and deadlines (injectable for
+    tests). Raises ValidationError for bad queues or lease, ValueError for
+    a heartbeat interval that does not fit the lease. ``run()`` may be
+    called once.
     """
 
     def __init__(
@@ -128,41 +172,33 @@ class Worker:
         handler: Callable[[Any], Any],
         pass_job: bool = False,
         worker_id: str | None = None,
-        concurrency: int = 1,
-        lease_seconds: float | None = None,
-        heartbeat_interval: float | None = None,
-        wait_seconds: float = DEFAULT_WAIT_SECONDS,
-        poll_seconds: float = DEFAULT_POLL_SECONDS,
-        burst: bool = False,
-        grace_seconds: float = DEFAULT_GRACE_SECONDS,
-        backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
-        backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS,
+        options: WorkerOptions | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        options = options or WorkerOptions()
+        self.options = options
         self.client = client
         self.handler = handler
         self.pass_job = pass_job
         self.worker_id = worker_id or new_worker_id()
+        lease_seconds = options.lease_seconds
         self.lease_seconds = float(lease_seconds if lease_seconds is not None else client.policy.lease_seconds)
         # Validate queues, worker id and lease once, here, rather than on every claim.
         op = claim_op(self.worker_id, queues, policy=client.policy, max_jobs=1, lease_seconds=self.lease_seconds)
         self.queues = op.queues
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-        self.concurrency = concurrency
+        self.concurrency = options.concurrency
         self.heartbeat_interval = (
-            heartbeat_interval if heartbeat_interval is not None else self.lease_seconds * HEARTBEAT_SHARE
+            options.heartbeat_interval if options.heartbeat_interval is not None
+            else self.lease_seconds * HEARTBEAT_SHARE
         )
         if not 0 < self.heartbeat_interval < self.lease_seconds:
             raise ValueError("need 0 < heartbeat_interval < lease_seconds")
-        if not 0 <= wait_seconds <= MAX_WAIT_SECONDS or poll_seconds <= 0 or grace_seconds < 0:
-            raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
-        self.burst = burst
-        self.wait_seconds = 0.0 if burst else float(wait_seconds)
-        self.poll_seconds = poll_seconds
-        self.grace_seconds = grace_seconds
-        self.backoff_seconds = backoff_seconds
-        self.backoff_cap_seconds = backoff_cap_seconds
+        self.burst = options.burst
+        self.wait_seconds = 0.0 if options.burst else float(options.wait_seconds)
+        self.poll_seconds = options.poll_seconds
+        self.grace_seconds = options.grace_seconds
+        self.backoff_seconds = options.backoff_seconds
+        self.backoff_cap_seconds = options.backoff_cap_seconds
         self.monotonic = monotonic
         self.stats = WorkerStats()
         self.fatal: EngineError | None = None  # why the worker stopped by itself, if it did
