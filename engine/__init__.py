@@ -2,9 +2,19 @@
 on object storage, changed only by conditional writes. Pure Python; it never
 imports Django.
 
-Layers, each handed the one below: stores (:func:`open_store`), transitions
-(:mod:`engine.transitions`), clients (:class:`DirectClient`, layer 1;
-:class:`GroupCommitter`, layer 2).
+Layers, bottom to top, each handed the one below in its constructor:
+
+* stores (:func:`open_store`): one object, read and written conditionally;
+* transitions (:mod:`engine.transitions`): pure functions of (state,
+  operation, now) that the layers above apply;
+* the direct client (:class:`DirectClient`, layer 1): one read and one
+  conditional write per operation (:mod:`engine.cas`);
+* the group committer (:class:`GroupCommitter`, layer 2): one writer, one
+  conditional write per batch;
+* the broker (:class:`Broker`, layers 3 and 4): runs the group committer for
+  every client, with failover between nodes;
+* the HTTP client and the worker (:class:`BrokerClient`, :class:`Worker`):
+  reach the broker over HTTP; the worker runs handlers on claimed jobs.
 """
 
 from __future__ import annotations
