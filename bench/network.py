@@ -72,7 +72,7 @@ from bench import report
 from bench.config import QUEUE, BenchConfig, payload
 from bench.results import percentile
 from engine import BrokerClient, ClaimedJob, EngineError, FailOutcome, Worker
-from engine.worker import WorkerStats
+from engine.worker import WorkerOptions, WorkerStats
 
 ROOT = Path(__file__).resolve().parent.parent
 # On a 2-core machine one daphne node drains ~110 jobs/s (its event loop is
@@ -516,9 +516,7 @@ def run_drain(node: Node, cfg: NetworkConfig, target: int) -> tuple[PhaseResult,
             queues=[QUEUE],
             handler=_noop,
             worker_id=f"bench-{i}",
-            concurrency=1,
-            wait_seconds=WORKER_WAIT_SECONDS,
-            grace_seconds=WORKER_GRACE_SECONDS,
+            options=WorkerOptions(concurrency=1, wait_seconds=WORKER_WAIT_SECONDS, grace_seconds=WORKER_GRACE_SECONDS),
         )
         for i, client in enumerate(clients)
     ]

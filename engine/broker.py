@@ -32,22 +32,29 @@ to take over, so its idle CPU does not grow with the queue.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
-from engine.committer import CommitterStopped, CommitTimeout, GroupCommitter
+from engine.cas import state_of, write_state
+from engine.committer import CommitTimeout, GroupCommitter
 from engine.document import QueueState
-from engine.errors import DocumentError, DocumentMissing, EngineError, NotLeader, PreconditionFailed, StoreError
+from engine.errors import (
+    CommitterStopped,
+    DocumentError,
+    DocumentMissing,
+    EngineError,
+    NotLeader,
+    PreconditionFailed,
+    StoreError,
+)
 from engine.lineage import Presence
-from engine.model import BrokerInfo, utc_now
+from engine.model import BrokerInfo, new_process_id, utc_now
 from engine.operations import Operation, TakeOver, Tick
-from engine.parsing import DocumentHeader, empty_state, parse_document, parse_header
+from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply
@@ -62,7 +69,7 @@ Role = Literal["leader", "standby", "stopped"]
 
 def new_broker_id() -> str:
     """A broker id unique per process start: host, pid and a nonce."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return new_process_id(nonce_bytes=3)
 
 
 class Broker:
@@ -265,14 +272,8 @@ class Broker:
     def _parse(self, blob: Any) -> QueueState:
         """The state of ``blob``. A missing document is an empty state only on
         a fresh store; one that existed raises DocumentMissing (I10)."""
-        if blob is None:
-            missing = self.presence.gone(seq=self._seen_seq, epoch=self.leader.epoch)
-            if missing is not None:
-                raise missing
-            return empty_state(policy=self.policy)
-        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
-        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
-        return state
+        return state_of(self.key, blob, policy=self.policy, presence=self.presence, seq=self._seen_seq,
+                        epoch=self.leader.epoch)
 
     def _parse_header(self, blob: Any) -> DocumentHeader:
         """Like :meth:`_parse`, without building the jobs (see parse_header)."""
@@ -296,10 +297,7 @@ class Broker:
             seq = state.seq + 1
             parts = state.encode(seq=seq, writer=writer, now=self.clock())
             try:
-                if state.etag is None:
-                    self.store.put_parts(self.key, parts, if_none_match=True)
-                else:
-                    self.store.put_parts(self.key, parts, if_match=state.etag)
+                write_state(self.store, self.key, parts, etag=state.etag)
             except PreconditionFailed:
                 return  # someone wrote first: watch again
             # StoreUnavailable propagates: the next poll reads whether it landed.

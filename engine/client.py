@@ -1,6 +1,7 @@
-"""The client interface shared by :class:`DirectClient` and :class:`GroupCommitter`.
+"""The client interface shared by :class:`DirectClient`, :class:`GroupCommitter`
+and :class:`~engine.http_client.BrokerClient`.
 
-Both expose the same methods; they differ only in how an operation reaches
+All expose the same methods; they differ only in how an operation reaches
 the store. Every method validates its input first (raising ValidationError
 without any I/O), and returns only after the commit containing the operation
 has landed (I1).
@@ -57,9 +58,25 @@ class QueueClient(abc.ABC):
         return result
 
     def claim(
-        self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None
+        self,
+        worker: str,
+        queues: Iterable[str],
+        *,
+        max_jobs: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float = 0,
     ) -> list[ClaimedJob]:
-        """Lease up to ``max_jobs`` eligible jobs of ``queues``, oldest first. May return []."""
+        """Lease up to ``max_jobs`` eligible jobs of ``queues``, oldest first. May return [].
+
+        ``wait_seconds`` is how long the caller is willing to wait for a job
+        when none is claimable yet (a long poll). A client may honour it or
+        answer at once: the :class:`~engine.http_client.BrokerClient` does
+        (the broker holds the request); this implementation, which
+        :class:`~engine.direct.DirectClient` and
+        :class:`~engine.committer.GroupCommitter` use, ignores it and returns
+        as soon as the claim has committed. A caller that wants to wait
+        between empty claims must do so itself.
+        """
         op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
         result: list[ClaimedJob] = self.execute(op)
         return result

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,17 +41,18 @@ from typing import Any
 
 import orjson
 
+from engine.backoff import jittered
+from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
-from engine.errors import EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
+from engine.errors import CommitterStopped, EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation, push_op
-from engine.parsing import empty_state, parse_document
 from engine.pending import (
     FAILED,
+    Batches,
     CommitStats,
-    CommitterStopped,
     CommitTimeout,
     Pending,
     Write,
@@ -66,7 +66,7 @@ from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
 
-# Defined in engine.pending, and part of this module's interface.
+# Defined in engine.pending and engine.errors, and part of this module's interface.
 __all__ = ["CommitStats", "CommitTimeout", "CommitterStopped", "GroupCommitter"]
 
 DEFAULT_MAX_BATCH = 20_000
@@ -96,6 +96,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     and starts the writer thread; ``stop()`` is idempotent and, by default,
     commits what was already submitted before returning. Sync methods block the
     calling thread; the ``a``-prefixed methods await without blocking the loop.
+    ``claim`` accepts ``wait_seconds`` (the :class:`QueueClient` contract) and
+    ignores it: it answers once its batch is written, with [] if nothing is
+    claimable (the broker's HTTP API does the long polling).
     """
 
     def __init__(
@@ -139,10 +142,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._running = False
         self._thread: threading.Thread | None = None
         self._state: QueueState | None = None
-        # The latest version we read or wrote, as parts (joined only on demand).
-        # The latest landed version as one (etag, parts) tuple, replaced
-        # whole, so a reader on another thread never pairs one version's
-        # parts with another's ETag.
+        # The latest version read or landed, as one (etag, parts) tuple (the
+        # parts are joined only on demand), replaced whole, so that a reader
+        # on another thread never pairs one version's parts with another's ETag.
         self._committed: tuple[str | None, list[bytes]] | None = None
         self._unsettled: list[Write] = []  # failed writes whose outcome we have not learned
         # The highest seq this committer has written under its writer id. Each
@@ -284,92 +286,129 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         return result
 
     # -- the writer ------------------------------------------------------------
-    #
-    # The writer thread owns self._state. At most one write is in flight (on
-    # the I/O thread); operations that arrive meanwhile are applied on top of
-    # the state it wrote ("staged") and go out in the next write. If a write
-    # fails, everything built on it is thrown away and re-applied to a fresh
-    # read, so the state never runs ahead of the store.
 
     def _run(self) -> None:
-        inflight: Write | None = None
-        staged: list[Pending] = []
-        # Linger: after answering a landed batch, hold the next write until
-        # the answered callers have had a chance to come back (see above).
-        linger_until = 0.0
-        linger_target = 0
-        last_arrival = 0.0
+        """The writer thread, which owns ``self._state``. Each turn moves
+        operations one stage on (:class:`~engine.pending.Batches`):
+
+        * submitted → new (:meth:`_take_new`): taken from the queue;
+        * new → staged (:meth:`_stage_new`): applied to the in-memory state,
+          on top of what the write in flight holds;
+        * staged → in flight (:meth:`_write_staged`): one conditional write
+          on the I/O thread, once no write is in flight and the linger is
+          over (a batch that changed nothing is answered at once instead);
+        * in flight → settled (:meth:`_settle_write`): a landed write's
+          operations are answered with their results (I1); a failed one's,
+          unless it landed after all, are re-applied to a fresh read and
+          staged again, so the state never runs ahead of the store.
+
+        Every operation is answered exactly once (I8): with its result,
+        refused alone (OperationFailed), failed with its batch when a step
+        fails (:meth:`_guarded`) or anything else escapes, or abandoned by
+        ``stop(drain=False)``. Returns once stopped with nothing left.
+        """
+        b = Batches()
         while True:
-            with self._cond:
-                while not self._queue and (inflight is None or not inflight.done):
-                    if (inflight is None and not self._running) or (staged and self._abandon is not None):
-                        break
-                    if inflight is None and staged:
-                        wait = min(linger_until, last_arrival + self.idle_gap_seconds) - time.monotonic()
-                        if wait <= 0:
-                            break
-                        self._cond.wait(wait)
-                        continue
-                    self._cond.wait()
-                new = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
-                abandon = self._abandon
+            abandon = self._take_new(b)
             if abandon is not None:
                 # Stopping without draining: nothing more is written. (The
                 # state keeps the abandoned changes; start() reads afresh.)
-                fail(staged + new, abandon, self.stats)
-                staged, new = [], []
-            if inflight is None and not staged and not new and not self._running:
+                fail(b.staged + b.new, abandon, self.stats)
+                b.staged, b.new = [], []
+            if b.inflight is None and not b.staged and not b.new and not self._running:
                 assert self._io is not None
                 self._io.shutdown(wait=False)
                 return  # stopped and drained
-            unanswered: list[Pending] = []  # a finished write's callers, until answered
+            b.settling = []
             try:
                 now = time.monotonic()
-                if new:
-                    outcome = self._guarded(staged + new, self._apply, staged, new)
-                    new = []
-                    if outcome is FAILED:
-                        staged = []
-                    else:
-                        staged = outcome
-                        # The idle gap counts from when the writer is ready for
-                        # more, so that its own pauses (applying a large batch, a
-                        # garbage collection, which also stops the callers) do not
-                        # look like callers that stopped coming back.
-                        last_arrival = time.monotonic()
-                landed: list[Pending] = []
-                if inflight is not None and inflight.done:
-                    done, inflight = inflight, None
-                    unanswered = done.batch
-                    outcome = self._guarded(done.batch + staged, self._finish, done, staged)
-                    staged, landed = ([], []) if outcome is FAILED else outcome
-                    if done.error is None:
-                        linger_until = now + min(self.max_linger_seconds, LINGER_SHARE * (now - done.started))
-                        linger_target = len(done.batch) + len(staged)
-                        last_arrival = now
-                if staged and self._abandon is not None:
-                    fail(staged, self._abandon, self.stats)
-                    staged = []
-                unanswered = []
+                self._stage_new(b)
+                landed = self._settle_write(b, now)
+                if b.staged and self._abandon is not None:
+                    fail(b.staged, self._abandon, self.stats)
+                    b.staged = []
+                b.settling = []
                 answer(landed, self.stats)
-                lingering = (
-                    len(staged) < linger_target
-                    and now < linger_until
-                    and now - last_arrival < self.idle_gap_seconds
-                    and self._running
-                )
-                if inflight is None and staged and not lingering:
-                    batch, staged = staged, []
-                    linger_target = 0
-                    outcome = self._guarded(batch, self._start_write, batch)
-                    inflight = None if outcome is FAILED else outcome
+                if b.inflight is None and b.staged and not self._lingering(b, now):
+                    self._write_staged(b)
             except Exception as exc:  # a bug: never leave callers waiting forever (I8)
                 log.exception("group commit failed unexpectedly")
                 self._state = None
                 self._unsettled.clear()
-                fail(unanswered + staged + new, EngineError(printable(f"group commit failed: {exc!r}")), self.stats)
-                staged, new = [], []
+                fail(b.settling + b.staged + b.new, EngineError(printable(f"group commit failed: {exc!r}")),
+                     self.stats)
+                b.staged, b.new = [], []
+
+    def _take_new(self, b: Batches) -> EngineError | None:
+        """Wait for something to do: submitted operations, a finished write,
+        the end of the linger, or a stop. Moves up to ``max_batch`` submitted
+        operations into ``b.new``; returns the error to fail everything with
+        after ``stop(drain=False)``, else None."""
+        with self._cond:
+            while not self._queue and (b.inflight is None or not b.inflight.done):
+                if (b.inflight is None and not self._running) or (b.staged and self._abandon is not None):
+                    break
+                if b.inflight is None and b.staged:
+                    wait = min(b.linger_until, b.last_arrival + self.idle_gap_seconds) - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                    continue
+                self._cond.wait()
+            b.new = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+            return self._abandon
+
+    def _stage_new(self, b: Batches) -> None:
+        """new → staged: apply ``b.new`` on top of the staged operations."""
+        if not b.new:
+            return
+        outcome = self._guarded(b.staged + b.new, self._apply, b.staged, b.new)
+        b.new = []
+        if outcome is FAILED:
+            b.staged = []
+        else:
+            b.staged = outcome
+            # The idle gap counts from when the writer is ready for more, so
+            # that its own pauses (applying a large batch, a garbage
+            # collection, which also stops the callers) do not look like
+            # callers that stopped coming back.
+            b.last_arrival = time.monotonic()
+
+    def _settle_write(self, b: Batches, now: float) -> list[Pending]:
+        """in flight → settled, if the write has finished (see :meth:`_finish`).
+        Returns the operations now durable, to be answered; what must be
+        written again joins ``b.staged``. A landed write starts the linger."""
+        if b.inflight is None or not b.inflight.done:
+            return []
+        done, b.inflight = b.inflight, None
+        b.settling = done.batch
+        outcome = self._guarded(done.batch + b.staged, self._finish, done, b.staged)
+        landed: list[Pending]
+        b.staged, landed = ([], []) if outcome is FAILED else outcome
+        if done.error is None:
+            b.linger_until = now + min(self.max_linger_seconds, LINGER_SHARE * (now - done.started))
+            b.linger_target = len(done.batch) + len(b.staged)
+            b.last_arrival = now
+        return landed
+
+    def _lingering(self, b: Batches, now: float) -> bool:
+        """Whether to hold the staged operations back from the next write a
+        little longer, for the callers just answered to come back (see
+        DEFAULT_MAX_LINGER_SECONDS)."""
+        return (
+            len(b.staged) < b.linger_target
+            and now < b.linger_until
+            and now - b.last_arrival < self.idle_gap_seconds
+            and self._running
+        )
+
+    def _write_staged(self, b: Batches) -> None:
+        """staged → in flight: start one write of every staged operation."""
+        batch, b.staged = b.staged, []
+        b.linger_target = 0
+        outcome = self._guarded(batch, self._start_write, batch)
+        b.inflight = None if outcome is FAILED else outcome
 
     def _guarded(self, victims: list[Pending], step: Callable[..., Any], *args: Any) -> Any:
         """Run ``step``; if it raises, fail ``victims`` with the error (an
@@ -480,10 +519,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _put(self, write: Write, if_match: str | None) -> None:
         """Runs on the I/O thread."""
         try:
-            if if_match is None:
-                write.etag = self.store.put_parts(self.key, write.parts, if_none_match=True)
-            else:
-                write.etag = self.store.put_parts(self.key, write.parts, if_match=if_match)
+            write.etag = write_state(self.store, self.key, write.parts, etag=if_match)
         except EngineError as exc:
             write.error = exc
         except Exception as exc:  # a bug in a store: report it as a failed write
@@ -561,15 +597,12 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
         self.stats.reads += 1
-        if blob is None:
-            missing = self.presence.gone(seq=self.committed_seq)
-            if missing is not None:
-                raise missing  # I10: never re-create a document that existed
+        # Raises DocumentError (I6), or DocumentMissing for a document that existed (I10).
+        state = state_of(self.key, blob, policy=self.policy, presence=self.presence, seq=self.committed_seq)
+        if blob is None:  # a fresh store: the first write creates the document
             self._committed = None
             self.committed_seq = 0
-            return empty_state(policy=self.policy)
-        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
-        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
+            return state
         if self.on_load is not None:
             self.on_load(state)  # may raise to refuse this version (a fenced broker)
         self._committed = (blob.etag, [blob.data])
@@ -585,6 +618,5 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         return self._load()
 
     def _backoff(self, attempt: int) -> None:
-        cap = min(DEFAULT_RETRY_BACKOFF_CAP_SECONDS, self.retry_backoff_seconds * 2 ** min(attempt, 16))
-        time.sleep(random.uniform(0, cap))
+        time.sleep(jittered(attempt, self.retry_backoff_seconds, DEFAULT_RETRY_BACKOFF_CAP_SECONDS))
 

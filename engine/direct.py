@@ -8,7 +8,6 @@ the correctness and benchmark baseline.
 from __future__ import annotations
 
 import itertools
-import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -16,13 +15,15 @@ from typing import Any
 
 import orjson
 
+from engine.backoff import jittered
+from engine.cas import state_of, write_state
 from engine.client import QueueClient, unwrap
 from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.operations import Operation
-from engine.parsing import empty_state, parse_document
+from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
@@ -38,6 +39,10 @@ class DirectClient(QueueClient):
     Thread-safe (each call is independent). An ambiguous write (timeout, 5xx)
     is settled by re-reading: if the document records this client's commit,
     the operation landed and is answered; otherwise it is retried.
+
+    ``claim`` accepts ``wait_seconds`` (the :class:`QueueClient` contract) and
+    ignores it: it answers as soon as its write lands, with [] if nothing is
+    claimable.
     """
 
     def __init__(
@@ -65,15 +70,7 @@ class DirectClient(QueueClient):
         self._calls = itertools.count(1)
 
     def _read(self) -> QueueState:
-        blob = self.store.get(self.key)
-        if blob is None:
-            missing = self.presence.gone()
-            if missing is not None:
-                raise missing
-            return empty_state(policy=self.policy)
-        state = parse_document(self.key, blob.data, policy=self.policy, etag=blob.etag)
-        self.presence.found(seq=state.seq, epoch=state.broker.epoch)
-        return state
+        return state_of(self.key, self.store.get(self.key), policy=self.policy, presence=self.presence)
 
     def execute(self, op: Operation) -> Any:
         # Each call writes under its own writer id: threads sharing this client
@@ -96,10 +93,7 @@ class DirectClient(QueueClient):
                 return unwrap(result)
             parts = state.encode(seq=seq, writer=writer, now=now)
             try:
-                if state.etag is None:
-                    self.store.put_parts(self.key, parts, if_none_match=True)
-                else:
-                    self.store.put_parts(self.key, parts, if_match=state.etag)
+                write_state(self.store, self.key, parts, etag=state.etag)
             except (PreconditionFailed, StoreUnavailable) as exc:
                 unsettled[seq] = result
                 last_error = exc
@@ -113,8 +107,7 @@ class DirectClient(QueueClient):
         raise kind(f"{self.key}: gave up after {self.max_retries} retries: {last_error}")
 
     def _sleep(self, attempt: int) -> None:
-        cap = min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(attempt, 16))
-        time.sleep(random.uniform(0, cap))
+        time.sleep(jittered(attempt, self.backoff_seconds, self.backoff_cap_seconds))
 
     def document(self) -> dict[str, Any]:
         blob = self.store.get(self.key)

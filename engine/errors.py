@@ -12,6 +12,7 @@ Every error the engine raises derives from :class:`EngineError`::
     │   └── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     ├── Unauthorized               the broker refused the API token; fix it, retrying won't help
+    ├── CommitterStopped           the group committer is not running; nothing was applied
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
@@ -132,6 +133,16 @@ class Unauthorized(EngineError):
     """
 
     code = "unauthorized"
+
+
+class CommitterStopped(EngineError):
+    """The committer is not running; the operation was not applied.
+
+    Start it (``GroupCommitter.start()``) or, through a broker, retry: the
+    broker answers NotLeader instead, naming the node to ask.
+    """
+
+    code = "committer_stopped"
 
 
 class QueueError(EngineError):

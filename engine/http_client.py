@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +36,7 @@ import httpx
 import orjson
 
 from engine import wire
+from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.discovery import LeaderDiscovery
 from engine.errors import BrokerUnavailable, EngineError, NotLeader, StoreUnavailable, Unauthorized, ValidationError
@@ -237,7 +237,7 @@ class BrokerClient(QueueClient):
             except StoreUnavailable as exc:  # the leader answered; its store did not
                 last = exc
             redirects = 0
-            delay = random.uniform(0, min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(attempts, 16)))
+            delay = jittered(attempts, self.backoff_seconds, self.backoff_cap_seconds)
             if self.monotonic() + delay >= deadline:
                 elapsed = self.monotonic() - started
                 raise _with_message(last, f"{last} (gave up after {attempts} attempts in {elapsed:.1f}s)")

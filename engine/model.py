@@ -68,13 +68,20 @@ def new_lease_token() -> str:
     return secrets.token_hex(12)
 
 
+def new_process_id(*, nonce_bytes: int) -> str:
+    """``host:pid:nonce``, with ``nonce_bytes`` random bytes as hex: an id
+    unique per process start, that says where it runs. Writer, worker and
+    broker ids are built this way."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(nonce_bytes)}"
+
+
 def new_writer_id() -> str:
     """An id for one writer (a client or committer instance): host, pid and a nonce.
 
     It is written into every commit so that an ambiguous write can be settled
     by re-reading: our id and sequence number there means our write landed.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return new_process_id(nonce_bytes=4)
 
 
 class Lease(NamedTuple):

@@ -1,6 +1,7 @@
 """What the group committer tracks while it works: one submitted operation
-(:class:`Pending`) and one conditional write (:class:`Write`), how callers are
-answered (exactly once, I8), its counters and its own errors.
+(:class:`Pending`), one conditional write (:class:`Write`), which stage the
+writer's operations are in (:class:`Batches`), how callers are answered
+(exactly once, I8), its counters and its timeout error.
 
 Split from :mod:`engine.committer`, which holds the writer loop itself.
 """
@@ -11,18 +12,12 @@ import asyncio
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.document import QueueState
 from engine.errors import EngineError
 from engine.operations import Operation
-
-
-class CommitterStopped(EngineError):
-    """The committer is not running; the operation was not applied."""
-
-    code = "committer_stopped"
 
 
 class CommitTimeout(EngineError):
@@ -92,6 +87,29 @@ class Write:
         self.done = False
         self.etag: str | None = None
         self.error: EngineError | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Batches:
+    """Where the writer thread's operations are, stage by stage (see
+    ``GroupCommitter._run``). Only the writer thread touches it.
+
+    * ``new`` — taken from the submit queue, not applied yet;
+    * ``staged`` — applied to the in-memory state, waiting for the next write;
+    * ``inflight`` — the one write on the I/O thread (its batch is in flight);
+    * ``settling`` — the batch of a write that finished, until it is answered;
+    * ``linger_until``, ``linger_target``, ``last_arrival`` — the linger after
+      a landed write: until when (monotonic), how many staged operations end
+      it early, and when the last ones arrived.
+    """
+
+    new: list[Pending] = field(default_factory=list)
+    staged: list[Pending] = field(default_factory=list)
+    inflight: Write | None = None
+    settling: list[Pending] = field(default_factory=list)
+    linger_until: float = 0.0
+    linger_target: int = 0
+    last_arrival: float = 0.0
 
 
 def settle_futures(batch: list[Pending]) -> None:

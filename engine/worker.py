@@ -5,7 +5,9 @@ in production; anything with the :class:`~engine.client.QueueClient` methods,
 such as a GroupCommitter, in tests). Threads, all daemons:
 
 * the claimer asks for as many jobs as there are free slots, long-polling
-  when the client supports it (``supports_wait``);
+  for ``wait_seconds`` where the client honours it (a BrokerClient does; a
+  GroupCommitter or DirectClient answers at once, and the claimer then waits
+  ``poll_seconds`` between empty claims);
 * ``concurrency`` handler threads call ``handler(payload)`` (or
   ``handler(job)``, the whole :class:`~engine.model.ClaimedJob`, with
   ``pass_job=True``): a return completes the job, an exception fails it with
@@ -20,6 +22,8 @@ Transient errors (NotLeader, StoreUnavailable, connection trouble, anything
 unexpected) are logged and retried with backoff; they never end the worker.
 Only a refused token or invalid claim arguments do.
 
+Tunables come in one frozen :class:`WorkerOptions`.
+
 ``stop()`` stops claiming; running jobs get ``grace_seconds`` to finish and
 report, then ``run()`` returns. Jobs still running then are abandoned: not
 completed, their leases expire and the broker hands them out again. A long
@@ -30,26 +34,24 @@ grace period) for at most ``wait_seconds`` plus a small margin.
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import random
-import secrets
-import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
+from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, Unauthorized, ValidationError
-from engine.http_client import MAX_WAIT_SECONDS
-from engine.model import ClaimedJob
+from engine.model import ClaimedJob, new_process_id
 from engine.operations import claim_op
+from engine.wire import MAX_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CONCURRENCY = 1
 DEFAULT_WAIT_SECONDS = 10.0
 # A worker heartbeats every lease_seconds * this, unless told otherwise: two
 # missed beats still leave a third of the lease.
@@ -85,18 +87,6 @@ class PermanentFailure(Exception):
     """
 
 
-class _LongPollClaimer(Protocol):
-    def claim(
-        self,
-        worker: str,
-        queues: Iterable[str],
-        *,
-        max_jobs: int = 1,
-        lease_seconds: float | None = None,
-        wait_seconds: float = 0,
-    ) -> list[ClaimedJob]: ...
-
-
 @dataclass(slots=True)
 class WorkerStats:
     """What one worker did. ``lost``: jobs whose lease was lost, whose result
@@ -125,20 +115,61 @@ class _Running:
 
 def new_worker_id() -> str:
     """A worker id unique per process start: host, pid and a nonce."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return new_process_id(nonce_bytes=3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """A worker's tunables. Every default is a named constant of this module.
+
+    * ``concurrency`` — handler threads: how many jobs run at once;
+    * ``lease_seconds`` — the lease asked for with every claim (None: the
+      client's policy), so the heartbeat schedule matches the leases it gets;
+    * ``heartbeat_interval`` — None: the lease times :data:`HEARTBEAT_SHARE`;
+    * ``wait_seconds`` — the long poll per claim, 0 to ``MAX_WAIT_SECONDS``
+      (0 in burst mode); also bounds how long ``run()`` waits after ``stop()``
+      for a claim still in flight;
+    * ``poll_seconds`` — the least time between two claims that found nothing;
+    * ``burst`` — return as soon as a claim finds nothing and no job is
+      running; delayed jobs (retry backoff, delayed pushes) are left for later;
+    * ``grace_seconds`` — after ``stop()``, how long running jobs may finish;
+    * ``backoff_seconds`` / ``backoff_cap_seconds`` — the jittered backoff
+      (:func:`~engine.backoff.jittered`) after a failed claim or report.
+
+    Raises ValueError for a value no worker could use; ``heartbeat_interval``
+    is checked against the lease by the :class:`Worker`, which knows it.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    lease_seconds: float | None = None
+    heartbeat_interval: float | None = None
+    wait_seconds: float = DEFAULT_WAIT_SECONDS
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    burst: bool = False
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
+
+    def __post_init__(self) -> None:
+        concurrency = self.concurrency
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if not 0 <= self.wait_seconds <= MAX_WAIT_SECONDS or self.poll_seconds <= 0 or self.grace_seconds < 0:
+            raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
 
 
 class Worker:
-    """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or drained, with ``burst``).
+    """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or
+    drained, with ``options.burst``), tuned by ``options`` (see
+    :class:`WorkerOptions`).
 
     ``pass_job``: call ``handler(job)`` with the :class:`ClaimedJob` (id,
     attempt, queue, payload) instead of ``handler(job.payload)``.
-    ``lease_seconds`` defaults to the client's policy (sent with every claim,
-    so the worker's heartbeat schedule matches the leases it gets);
-    ``heartbeat_interval`` to a third of it. ``wait_seconds`` is the long
-    poll per claim (0 in burst mode). ``burst``: return as soon as a claim
-    finds nothing and no job is running; delayed jobs (retry backoff, delayed
-    pushes) are left for later. ``run()`` may be called once.
+    ``worker_id``: the name its leases show (default :func:`new_worker_id`).
+    ``monotonic``: the clock for heartbeats and deadlines (injectable for
+    tests). Raises ValidationError for bad queues or lease, ValueError for
+    a heartbeat interval that does not fit the lease. ``run()`` may be
+    called once.
     """
 
     def __init__(
@@ -149,43 +180,34 @@ class Worker:
         handler: Callable[[Any], Any],
         pass_job: bool = False,
         worker_id: str | None = None,
-        concurrency: int = 1,
-        lease_seconds: float | None = None,
-        heartbeat_interval: float | None = None,
-        wait_seconds: float = DEFAULT_WAIT_SECONDS,
-        poll_seconds: float = DEFAULT_POLL_SECONDS,
-        burst: bool = False,
-        grace_seconds: float = DEFAULT_GRACE_SECONDS,
-        backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
-        backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS,
+        options: WorkerOptions | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        options = options or WorkerOptions()
+        self.options = options
         self.client = client
         self.handler = handler
         self.pass_job = pass_job
         self.worker_id = worker_id or new_worker_id()
+        lease_seconds = options.lease_seconds
         self.lease_seconds = float(lease_seconds if lease_seconds is not None else client.policy.lease_seconds)
         # Validate queues, worker id and lease once, here, rather than on every claim.
         op = claim_op(self.worker_id, queues, policy=client.policy, max_jobs=1, lease_seconds=self.lease_seconds)
         self.queues = op.queues
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
-        self.concurrency = concurrency
+        self.concurrency = options.concurrency
         self.heartbeat_interval = (
-            heartbeat_interval if heartbeat_interval is not None else default_heartbeat_interval(self.lease_seconds)
+            options.heartbeat_interval if options.heartbeat_interval is not None
+            else default_heartbeat_interval(self.lease_seconds)
         )
         if not 0 < self.heartbeat_interval < self.lease_seconds:
             raise ValueError("need 0 < heartbeat_interval < lease_seconds")
-        if not 0 <= wait_seconds <= MAX_WAIT_SECONDS or poll_seconds <= 0 or grace_seconds < 0:
-            raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
-        self.burst = burst
-        self.wait_seconds = 0.0 if burst else float(wait_seconds)
-        self.poll_seconds = poll_seconds
-        self.grace_seconds = grace_seconds
-        self.backoff_seconds = backoff_seconds
-        self.backoff_cap_seconds = backoff_cap_seconds
+        self.burst = options.burst
+        self.wait_seconds = 0.0 if options.burst else float(options.wait_seconds)
+        self.poll_seconds = options.poll_seconds
+        self.grace_seconds = options.grace_seconds
+        self.backoff_seconds = options.backoff_seconds
+        self.backoff_cap_seconds = options.backoff_cap_seconds
         self.monotonic = monotonic
-        self.long_poll = bool(getattr(client, "supports_wait", False))
         self.stats = WorkerStats()
         self.fatal: EngineError | None = None  # why the worker stopped by itself, if it did
         self._cond = threading.Condition()  # guards everything below and stats
@@ -297,7 +319,7 @@ class Worker:
         return True
 
     def _backoff(self, failures: int) -> float:
-        return random.uniform(0, min(self.backoff_cap_seconds, self.backoff_seconds * 2 ** min(failures, 16)))
+        return jittered(failures, self.backoff_seconds, self.backoff_cap_seconds)
 
     # -- claiming --------------------------------------------------------------
 
@@ -354,12 +376,8 @@ class Worker:
                 self._cond.notify_all()
 
     def _claim(self, free: int) -> list[ClaimedJob]:
-        if self.long_poll:
-            return cast(_LongPollClaimer, self.client).claim(
-                self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
-                wait_seconds=self.wait_seconds,
-            )
-        return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds)
+        return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
+                                 wait_seconds=self.wait_seconds)
 
     def _dispatch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self._cond:

@@ -32,7 +32,7 @@ def ago(moment: datetime | None, now: datetime | None = None) -> str:
 
 @register.filter
 def until(moment: datetime | None, now: datetime | None = None) -> str:
-    """How long after ``now`` ``moment`` is; "past" when it has passed."""
+    """How long after ``now`` ``moment`` is; "now" when it has passed, "—" for None."""
     if moment is None:
         return "—"
     seconds = (moment - (now or datetime.now(UTC))).total_seconds()

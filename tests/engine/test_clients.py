@@ -3,6 +3,7 @@ the same: same methods, same outcomes, same refusals that change nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,6 +65,16 @@ def test_same_life_of_a_job(make_client: Callable[..., QueueClient]) -> None:
     assert client.purge(queue="q", status="pending") == [a]
     assert doc["queues"]["q"]["pushed"] == 2
 
+
+def test_claim_accepts_a_long_poll_wait_and_answers_at_once(make_client: Callable[..., QueueClient]) -> None:
+    # The QueueClient contract takes wait_seconds; in-process clients ignore it.
+    client = make_client(MemoryStore())
+    started = time.monotonic()
+    assert client.claim("w", ["q"], wait_seconds=30) == []
+    assert time.monotonic() - started < 10
+    [job_id] = client.push("q", [1])
+    [job] = client.claim("w", ["q"], wait_seconds=30)
+    assert job.id == job_id
 
 def _bad_inputs(client: QueueClient, job_id: str, lease: str) -> list[tuple[Callable[[], object], type]]:
     return [

@@ -35,7 +35,7 @@ from engine.discovery import LeaderDiscovery
 from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
 from engine.model import ClaimedJob, FailOutcome
 from engine.operations import push_op
-from engine.worker import Worker
+from engine.worker import Worker, WorkerOptions
 
 TOKEN = "s3cret"
 A, B, C = "http://node-a:8000", "http://node-b:8000", "http://node-c:8000"
@@ -369,8 +369,8 @@ def test_a_worker_drains_through_the_client_across_a_leader_change(
         if payload["n"] == 2:
             cluster.leader = B  # a takeover while jobs run: A refuses from now on
 
-    stats = Worker(client, queues=["q"], handler=handler, burst=True, concurrency=2, lease_seconds=30,
-                   backoff_seconds=0.001).run()
+    options = WorkerOptions(burst=True, concurrency=2, lease_seconds=30, backoff_seconds=0.001)
+    stats = Worker(client, queues=["q"], handler=handler, options=options).run()
     assert (stats.completed, stats.lost) == (6, 0)
     assert client.leader_url == B
     doc = cluster.committer.document()

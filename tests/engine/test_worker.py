@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -23,9 +24,14 @@ from engine import (
     ValidationError,
 )
 from engine.http_client import Unauthorized
-from engine.worker import Worker, WorkerStats
+from engine.worker import Worker, WorkerOptions, WorkerStats
 
-FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+FAST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
+
+
+def fast(**changes: Any) -> WorkerOptions:
+    """The fast test options, with ``changes``."""
+    return replace(FAST, **changes)
 TIMEOUT = 10.0
 
 
@@ -62,7 +68,7 @@ class SpyCommitter(GroupCommitter):
 
 
 class LongPollCommitter(SpyCommitter):
-    supports_wait = True
+    """Records the ``wait_seconds`` of every claim (a GroupCommitter ignores it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,7 +112,7 @@ def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseExce
 def test_burst_completes_every_job_then_exits(client: SpyCommitter) -> None:
     ids = client.push("q", [{"n": n} for n in range(5)])
     seen: list[Any] = []
-    stats = Worker(client, queues=["q"], handler=seen.append, burst=True, concurrency=2, **FAST).run()
+    stats = Worker(client, queues=["q"], handler=seen.append, options=fast(burst=True, concurrency=2)).run()
     assert sorted(p["n"] for p in seen) == list(range(5))
     assert (stats.claimed, stats.completed, stats.failed, stats.lost) == (5, 5, 0, 0)
     doc = client.document()
@@ -115,7 +121,7 @@ def test_burst_completes_every_job_then_exits(client: SpyCommitter) -> None:
 
 
 def test_burst_on_empty_queues_exits_at_once(client: SpyCommitter) -> None:
-    stats = Worker(client, queues=["q", "other"], handler=print, burst=True, **FAST).run()
+    stats = Worker(client, queues=["q", "other"], handler=print, options=fast(burst=True)).run()
     assert stats == WorkerStats()
     assert client.calls == ["claim"]
 
@@ -126,7 +132,7 @@ def test_handler_exception_fails_with_traceback_until_dead(client: SpyCommitter)
     def handler(payload: Any) -> None:
         raise ValueError(f"boom {payload}")
 
-    stats = Worker(client, queues=["q"], handler=handler, burst=True, **FAST).run()
+    stats = Worker(client, queues=["q"], handler=handler, options=fast(burst=True)).run()
     assert (stats.claimed, stats.failed, stats.dead, stats.completed) == (2, 2, 1, 0)
     [dead] = client.document()["dead"]
     assert dead["id"] == job_id and dead["attempts"] == 2
@@ -137,7 +143,8 @@ def test_handler_exception_fails_with_traceback_until_dead(client: SpyCommitter)
 def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
     client.push("q", [1, 2, 3])
     together = threading.Barrier(3, timeout=TIMEOUT)  # breaks unless three handlers run at once
-    stats = Worker(client, queues=["q"], handler=lambda _: together.wait(), burst=True, concurrency=3, **FAST).run()
+    options = fast(burst=True, concurrency=3)
+    stats = Worker(client, queues=["q"], handler=lambda _: together.wait(), options=options).run()
     assert stats.completed == 3
 
 
@@ -149,7 +156,7 @@ def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None
         running.set()
         release.wait(TIMEOUT)
 
-    worker = Worker(client, queues=["q"], handler=handler, lease_seconds=0.5, heartbeat_interval=0.05, **FAST)
+    worker = Worker(client, queues=["q"], handler=handler, options=fast(lease_seconds=0.5, heartbeat_interval=0.05))
     thread, result = start(worker)
     assert running.wait(TIMEOUT)
     # Run for at least two full leases; each commit also expires due leases.
@@ -173,7 +180,7 @@ def test_lost_lease_means_the_result_is_not_sent(client: SpyCommitter) -> None:
         running.set()
         release.wait(TIMEOUT)
 
-    worker = Worker(client, queues=["q"], handler=handler, lease_seconds=5, heartbeat_interval=0.02, **FAST)
+    worker = Worker(client, queues=["q"], handler=handler, options=fast(lease_seconds=5, heartbeat_interval=0.02))
     thread, _ = start(worker)
     assert running.wait(TIMEOUT)
     client.requeue([job_id])  # an operator takes the job back: the lease is revoked
@@ -194,7 +201,7 @@ def test_stop_lets_a_running_job_finish_and_claims_nothing_more(client: SpyCommi
         running.set()
         release.wait(TIMEOUT)
 
-    worker = Worker(client, queues=["q"], handler=handler, grace_seconds=TIMEOUT, **FAST)
+    worker = Worker(client, queues=["q"], handler=handler, options=fast(grace_seconds=TIMEOUT))
     thread, result = start(worker)
     assert running.wait(TIMEOUT)
     worker.stop()
@@ -219,7 +226,7 @@ def test_a_job_still_running_after_the_grace_period_is_left_to_expire(client: Sp
         running.set()
         release.wait(TIMEOUT)
 
-    worker = Worker(client, queues=["q"], handler=handler, grace_seconds=TIMEOUT, **FAST)
+    worker = Worker(client, queues=["q"], handler=handler, options=fast(grace_seconds=TIMEOUT))
     thread, result = start(worker)
     assert running.wait(TIMEOUT)
     worker.stop()
@@ -238,23 +245,23 @@ def test_transient_errors_are_retried_not_fatal(client: SpyCommitter) -> None:
         "claim": [StoreUnavailable("store timed out"), NotLeader("http://elsewhere")],
         "complete": [NotLeader(None)],
     }
-    stats = Worker(client, queues=["q"], handler=lambda _: None, burst=True, **FAST).run()
+    stats = Worker(client, queues=["q"], handler=lambda _: None, options=fast(burst=True)).run()
     assert (stats.completed, stats.errors, stats.lost) == (2, 3, 0)
 
 
 def test_claims_refused_for_good_end_the_worker(client: SpyCommitter) -> None:
     client.faults = {"claim": [Unauthorized("wrong token")]}
     with pytest.raises(Unauthorized):
-        Worker(client, queues=["q"], handler=print, **FAST).run()
+        Worker(client, queues=["q"], handler=print, options=FAST).run()
 
 
-def test_long_poll_is_used_when_the_client_supports_it() -> None:
+def test_every_claim_asks_for_the_long_poll_wait() -> None:
     committer = LongPollCommitter(MemoryStore()).start()
     try:
         committer.push("q", [1])
-        Worker(committer, queues=["q"], handler=print, burst=True, **FAST).run()
+        Worker(committer, queues=["q"], handler=print, options=fast(burst=True)).run()
         assert committer.waits == [0, 0]  # burst never waits
-        worker = Worker(committer, queues=["q"], handler=print, wait_seconds=7, **FAST)
+        worker = Worker(committer, queues=["q"], handler=print, options=fast(wait_seconds=7))
         thread, _ = start(worker)
         wait_for(lambda: len(committer.waits) >= 3)
         worker.stop()
@@ -278,7 +285,8 @@ def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(
 
     committer = HungClaims(MemoryStore()).start()
     try:
-        worker = Worker(committer, queues=["q"], handler=print, wait_seconds=0.1, grace_seconds=TIMEOUT, **FAST)
+        options = fast(wait_seconds=0.1, grace_seconds=TIMEOUT)
+        worker = Worker(committer, queues=["q"], handler=print, options=options)
         thread, result = start(worker)
         assert claiming.wait(TIMEOUT)
         worker.stop()
@@ -294,15 +302,17 @@ def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error"),
+    ("queues", "options", "error"),
     [
-        ({"queues": ["bad queue"]}, ValidationError),
-        ({"queues": []}, ValidationError),
-        ({"concurrency": 0}, ValueError),
-        ({"lease_seconds": 1, "heartbeat_interval": 1}, ValueError),
-        ({"wait_seconds": 31}, ValueError),
+        (["bad queue"], {}, ValidationError),
+        ([], {}, ValidationError),
+        (["q"], {"concurrency": 0}, ValueError),
+        (["q"], {"lease_seconds": 1, "heartbeat_interval": 1}, ValueError),
+        (["q"], {"wait_seconds": 31}, ValueError),
     ],
 )
-def test_bad_configuration_is_refused(client: SpyCommitter, kwargs: dict[str, Any], error: type[Exception]) -> None:
+def test_bad_configuration_is_refused(
+    client: SpyCommitter, queues: list[str], options: dict[str, Any], error: type[Exception]
+) -> None:
     with pytest.raises(error):
-        Worker(client, **{"queues": ["q"], "handler": print, **kwargs})
+        Worker(client, queues=queues, handler=print, options=WorkerOptions(**options))

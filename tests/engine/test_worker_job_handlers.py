@@ -5,14 +5,20 @@ handler raising PermanentFailure dead-letters the job on its first attempt."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from engine import ClaimedJob, GroupCommitter, MemoryStore, Policy
-from engine.worker import PermanentFailure, Worker
+from engine.worker import PermanentFailure, Worker, WorkerOptions
 
-FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+FAST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
+
+
+def fast(**changes: Any) -> WorkerOptions:
+    """The fast test options, with ``changes``."""
+    return replace(FAST, **changes)
 
 
 @pytest.fixture
@@ -26,7 +32,7 @@ def client() -> Iterator[GroupCommitter]:
 def test_pass_job_hands_the_handler_the_claimed_job(client: GroupCommitter) -> None:
     [job_id] = client.push("q", [{"n": 1}])
     seen: list[Any] = []
-    Worker(client, queues=["q"], handler=seen.append, pass_job=True, burst=True, **FAST).run()
+    Worker(client, queues=["q"], handler=seen.append, pass_job=True, options=fast(burst=True)).run()
     [job] = seen
     assert isinstance(job, ClaimedJob)
     assert (job.id, job.queue, job.payload, job.attempt) == (job_id, "q", {"n": 1}, 1)
@@ -35,7 +41,7 @@ def test_pass_job_hands_the_handler_the_claimed_job(client: GroupCommitter) -> N
 def test_without_pass_job_the_handler_gets_the_payload(client: GroupCommitter) -> None:
     client.push("q", [{"n": 1}])
     seen: list[Any] = []
-    Worker(client, queues=["q"], handler=seen.append, burst=True, **FAST).run()
+    Worker(client, queues=["q"], handler=seen.append, options=fast(burst=True)).run()
     assert seen == [{"n": 1}]
 
 
@@ -47,7 +53,7 @@ def test_permanent_failure_dead_letters_on_the_first_attempt(client: GroupCommit
         calls.append(job.attempt)
         raise PermanentFailure("not a task: nothing to run")
 
-    stats = Worker(client, queues=["q"], handler=handler, pass_job=True, burst=True, **FAST).run()
+    stats = Worker(client, queues=["q"], handler=handler, pass_job=True, options=fast(burst=True)).run()
     # Two attempts were left; none is used.
     assert calls == [1]
     assert (stats.failed, stats.dead) == (1, 1)
@@ -62,7 +68,7 @@ def test_an_ordinary_failure_still_waits_for_its_backoff(client: GroupCommitter)
     def handler(payload: Any) -> None:
         raise RuntimeError("try again later")
 
-    stats = Worker(client, queues=["q"], handler=handler, burst=True, **FAST).run()
+    stats = Worker(client, queues=["q"], handler=handler, options=fast(burst=True)).run()
     assert (stats.failed, stats.dead) == (1, 0)
     job = client.get_job(job_id)
     assert job["status"] == "pending" and job["not_before"] is not None

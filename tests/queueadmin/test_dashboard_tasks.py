@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from django.test import Client
 
-from engine import Broker, Worker
+from engine import Broker, Worker, WorkerOptions
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.tasks.worker import TaskRunner
@@ -21,7 +21,7 @@ from tests.e2e.sample_tasks import add, explode
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
-FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -52,7 +52,7 @@ def run_tasks(node: Broker) -> None:
     assert node.committer is not None
     client = node.committer
     Worker(client, queues=["default"], handler=TaskRunner(client, worker_id="w-tasks"), pass_job=True,
-           worker_id="w-tasks", burst=True, **FAST).run()
+           worker_id="w-tasks", options=FAST_BURST).run()
 
 
 def test_a_task_job_shows_its_call_then_its_return_value(node: Broker, viewer: Client) -> None:

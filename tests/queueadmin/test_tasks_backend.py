@@ -21,7 +21,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable
-from engine.worker import Worker
+from engine.worker import Worker, WorkerOptions
 from queueadmin import runtime
 from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
 BACKEND = "queueadmin.tasks.ObjectStoreBackend"
-FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
+FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -67,7 +67,7 @@ def work(node: Broker, worker_id: str = "w1", queues: tuple[str, ...] = ("defaul
     """One burst of a real Worker running tasks, as queueworker does."""
     client = committer(node)
     return Worker(client, queues=queues, handler=TaskRunner(client, worker_id=worker_id), pass_job=True,
-                  worker_id=worker_id, burst=True, **FAST).run()
+                  worker_id=worker_id, options=FAST_BURST).run()
 
 
 def claim(node: Broker, worker_id: str = "w1") -> ClaimedJob:

@@ -25,7 +25,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from engine import EngineError, ValidationError
-from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker, new_worker_id
+from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker, WorkerOptions, new_worker_id
 from queueadmin import config
 from queueadmin.management import broker_client
 from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores
@@ -121,11 +121,13 @@ class Command(BaseCommand):
                 handler=handler,
                 pass_job=tasks,
                 worker_id=worker_id,
-                concurrency=options["concurrency"],
-                lease_seconds=lease if lease is not None else config.lease_seconds(),
-                wait_seconds=options["wait_seconds"],
-                burst=options["burst"],
-                grace_seconds=options["grace_seconds"],
+                options=WorkerOptions(
+                    concurrency=options["concurrency"],
+                    lease_seconds=lease if lease is not None else config.lease_seconds(),
+                    wait_seconds=options["wait_seconds"],
+                    burst=options["burst"],
+                    grace_seconds=options["grace_seconds"],
+                ),
             )
         except (ValueError, ValidationError) as exc:
             client.close()
