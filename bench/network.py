@@ -1,4 +1,5 @@
-"""``python -m bench network``: the broker over HTTP, end to end (issue 3, section 6).
+"""``python -m bench network``: the broker over HTTP, end to end, as
+clients and workers in other processes use it.
 
 One real daphne process on 127.0.0.1 serves ``queueadmin.asgi:application``
 on a ``file://`` store in a fresh temporary folder (``--store-url`` names
