@@ -594,10 +594,6 @@ def check_document(node: Node, pushed: int) -> list[str]:
 # -- output -------------------------------------------------------------------
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "—" if value is None else format(value, fmt)
-
-
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.0f}%"
 
@@ -612,8 +608,9 @@ def table(results: Sequence[PhaseResult]) -> str:
     for r in results:
         rows.append(
             f"| {r.phase} | {r.threads:,} | {r.jobs:,} | {r.seconds:.2f} | {r.jobs_per_s:,.0f} "
-            f"| {_num(r.p50_ms, '.1f')} | {_num(r.p99_ms, '.1f')} | {r.requests_per_s:,.0f} | {r.requests:,} "
-            f"| {r.commits:,} | {_num(r.ops_per_commit, ',.1f')} | {_pct(r.broker_cpu)} | {_pct(r.client_cpu)} "
+            f"| {report.num(r.p50_ms, '.1f')} | {report.num(r.p99_ms, '.1f')} "
+            f"| {r.requests_per_s:,.0f} | {r.requests:,} "
+            f"| {r.commits:,} | {report.num(r.ops_per_commit, ',.1f')} | {_pct(r.broker_cpu)} | {_pct(r.client_cpu)} "
             f"| {'; '.join(r.notes)} |"
         )
     return "\n".join(rows)
