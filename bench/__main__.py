@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(report.legend(cfg))
         print()
-        print("targets (issue 2, section 7):")
+        print("targets (group commit at 50 ms store latency):")
         print("\n".join(report.target_lines(cfg, results)))
         print(flush=True)
     measured = None

@@ -1,4 +1,5 @@
-"""``python -m bench network``: the broker over HTTP, end to end (issue 3, section 6).
+"""``python -m bench network``: the broker over HTTP, end to end, as
+clients and workers in other processes use it.
 
 One real daphne process on 127.0.0.1 serves ``queueadmin.asgi:application``
 on a ``file://`` store in a fresh temporary folder (``--store-url`` names
@@ -591,10 +592,6 @@ def check_document(node: Node, pushed: int) -> list[str]:
 # -- output -------------------------------------------------------------------
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "—" if value is None else format(value, fmt)
-
-
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.0f}%"
 
@@ -609,8 +606,9 @@ def table(results: Sequence[PhaseResult]) -> str:
     for r in results:
         rows.append(
             f"| {r.phase} | {r.threads:,} | {r.jobs:,} | {r.seconds:.2f} | {r.jobs_per_s:,.0f} "
-            f"| {_num(r.p50_ms, '.1f')} | {_num(r.p99_ms, '.1f')} | {r.requests_per_s:,.0f} | {r.requests:,} "
-            f"| {r.commits:,} | {_num(r.ops_per_commit, ',.1f')} | {_pct(r.broker_cpu)} | {_pct(r.client_cpu)} "
+            f"| {report.num(r.p50_ms, '.1f')} | {report.num(r.p99_ms, '.1f')} "
+            f"| {r.requests_per_s:,.0f} | {r.requests:,} "
+            f"| {r.commits:,} | {report.num(r.ops_per_commit, ',.1f')} | {_pct(r.broker_cpu)} | {_pct(r.client_cpu)} "
             f"| {'; '.join(r.notes)} |"
         )
     return "\n".join(rows)

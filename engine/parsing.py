@@ -38,6 +38,13 @@ class _Reader:
             self.fail(where, f"missing field {name!r}")
         return obj[name]
 
+    def array(self, obj: Mapping[str, Any], name: str, where: str) -> list[Any]:
+        """A required list."""
+        value = self.field(obj, name, where)
+        if not isinstance(value, list):
+            self.fail(f"{where}.{name}" if where else name, "expected a list")
+        return value
+
     def integer(self, obj: Mapping[str, Any], name: str, where: str, *, low: int = 0) -> int:
         value = self.field(obj, name, where)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -155,8 +162,7 @@ def parse_header(key: str, data: bytes) -> DocumentHeader:
     header, _ = _header(r, raw)
     r.obj(r.field(raw, "queues", ""), "queues")
     for name in ("dead", "jobs"):
-        if not isinstance(r.field(raw, name, ""), list):
-            r.fail(name, "expected a list")
+        r.array(raw, name, "")
     return header
 
 
@@ -184,19 +190,13 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
 
     _finished(r, raw.get("finished", []), state)
 
-    dead = r.field(raw, "dead", "")
-    if not isinstance(dead, list):
-        r.fail("dead", "expected a list")
-    for i, item in enumerate(dead):
+    for i, item in enumerate(r.array(raw, "dead", "")):
         letter = _dead(r, r.obj(item, f"dead[{i}]"), f"dead[{i}]")
         if letter.id in state.dead:
             r.fail(f"dead[{i}]", f"duplicate dead-letter id {letter.id!r}")
         state.add_dead(letter)
 
-    jobs = r.field(raw, "jobs", "")
-    if not isinstance(jobs, list):
-        r.fail("jobs", "expected a list")
-    for i, item in enumerate(jobs):
+    for i, item in enumerate(r.array(raw, "jobs", "")):
         job = _job(r, r.obj(item, f"jobs[{i}]"), f"jobs[{i}]")
         if job.id in state.jobs:
             r.fail(f"jobs[{i}]", f"duplicate job id {job.id!r}")

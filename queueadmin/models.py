@@ -271,7 +271,7 @@ class ActionPlan(models.Model):
 
 class ForwardNonce(models.Model):
     """The nonce of a signed operator request a leader has accepted
-    (:mod:`queueadmin.dashboard.forward`), kept until its signature has
+    (:mod:`queueadmin.api.forward`), kept until its signature has
     expired, so that the same request is never run twice, by any node: all
     nodes share this table. Rows past ``expires_at`` are deleted as new ones
     are added."""

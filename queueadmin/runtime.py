@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
-from engine import Broker, ClaimedJob, Policy, QueueState
+from engine import Broker, ClaimedJob, QueueState
 from engine.operations import Claim
 from queueadmin import config
 
@@ -134,12 +134,6 @@ seen_workers = SeenWorkers()
 
 _lock = threading.Lock()
 _broker: Broker | None = None
-
-
-def queue_policy() -> Policy:
-    """The engine policy the settings describe: :func:`queueadmin.config.policy`
-    (kept under this name for callers written before that module)."""
-    return config.policy()
 
 
 def build_broker() -> Broker:

@@ -163,46 +163,46 @@ class FileStore(ObjectStore):
     def _head(self, plain: str, versions: str) -> tuple[_Version, str] | None:
         """The current version and its ETag, or None if the object does not
         exist (no versions, or a tombstone on top)."""
+        return self._at_head(plain, versions, lambda head: _etag(head.generation, os.stat(head.path)), "stat")
+
+    def _at_head[T](
+        self, plain: str, versions: str, use: Callable[[_Version], T], verb: str
+    ) -> tuple[_Version, T] | None:
+        """The current version and what ``use`` made of it, or None if the
+        object does not exist. Looks again when ``use`` finds the version
+        gone (FileNotFoundError); another OSError is StoreUnavailable,
+        "cannot ``verb`` <path>". Does I/O."""
         for _ in range(MAX_READ_RETRIES):
             found = self._versions(plain, versions)
             if not found or found[-1].tombstone:
                 return None
             head = found[-1]
             try:
-                return head, _etag(head.generation, os.stat(head.path))
+                return head, use(head)
             except FileNotFoundError:
                 continue  # collected under us: newer versions exist, look again
             except OSError as exc:
-                raise StoreUnavailable(f"cannot stat {head.path}: {exc}") from exc
+                raise StoreUnavailable(f"cannot {verb} {head.path}: {exc}") from exc
         raise StoreUnavailable(f"{versions}: versions kept changing while being read")
 
     # -- reading -------------------------------------------------------------------
 
     def get(self, key: str) -> Blob | None:
-        plain, versions = self._paths(key)
-        for _ in range(MAX_READ_RETRIES):
-            found = self._versions(plain, versions)
-            if not found or found[-1].tombstone:
-                return None
-            head = found[-1]
-            try:
-                fd = os.open(head.path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # collected under us: newer versions exist, look again
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot read {head.path}: {exc}") from exc
-            try:
-                # Versions are immutable, and fstat on the descriptor we read
-                # from ties the ETag to exactly these bytes.
-                st = os.fstat(fd)
-                with open(fd, "rb", buffering=0, closefd=False) as f:
-                    data = f.read()
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot read {head.path}: {exc}") from exc
-            finally:
-                os.close(fd)
-            return Blob(data=data, etag=_etag(head.generation, st))
-        raise StoreUnavailable(f"{versions}: versions kept changing while being read")
+        opened = self._at_head(*self._paths(key), lambda head: os.open(head.path, os.O_RDONLY), "read")
+        if opened is None:
+            return None
+        head, fd = opened
+        try:
+            # Versions are immutable, and fstat on the descriptor we read
+            # from ties the ETag to exactly these bytes.
+            st = os.fstat(fd)
+            with open(fd, "rb", buffering=0, closefd=False) as f:
+                data = f.read()
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {head.path}: {exc}") from exc
+        finally:
+            os.close(fd)
+        return Blob(data=data, etag=_etag(head.generation, st))
 
     def etag(self, key: str) -> str | None:
         head = self._head(*self._paths(key))

@@ -37,6 +37,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from engine.errors import EngineError, NotLeader
+from engine.http_client import API_PREFIX
 from engine.operations import Operation
 from engine.policy import Policy
 from engine.wire import lone_surrogate_at
@@ -120,7 +121,7 @@ def forward(op: Operation, leader_url: str) -> tuple[Any, int | None]:
         raise ForwardRefused("this node runs with the public development secret key, so it cannot forward operator "
                              f"actions to the leader at {leader_url}: set DJANGO_SECRET_KEY on every node")
     try:
-        response = httpx.post(f"{leader_url}/api/v1/operator", content=sign(op).encode(),
+        response = httpx.post(f"{leader_url}{API_PREFIX}/operator", content=sign(op).encode(),
                               headers={"Content-Type": "text/plain"}, timeout=TIMEOUT_SECONDS)
     except httpx.HTTPError as exc:
         raise ForwardRefused(f"the leader at {leader_url} could not be reached: {exc}") from exc

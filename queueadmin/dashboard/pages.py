@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from engine import EngineError, default_heartbeat_interval
+from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
@@ -349,10 +350,10 @@ def document(snapshot: Snapshot) -> dict[str, Any]:
 
     Only as many jobs as can be shown are printed, so a 100k-job document
     costs no more than a small one. Lease tokens are the holders' secrets
-    (I4): they are shown as "…", as the API does.
+    (I4): they are shown as :data:`engine.wire.HIDDEN_TOKEN`, as the API does.
     """
     def hide(j: Doc) -> Doc:
-        return dict(j, lease=dict(j["lease"], token="…")) if j.get("lease") else j
+        return dict(j, lease=dict(j["lease"], token=HIDDEN_TOKEN)) if j.get("lease") else j
 
     # A job pretty-prints to at least ~300 bytes, so this many always fill the limit.
     most = RAW_LIMIT_BYTES // 300 + 1

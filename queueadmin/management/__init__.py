@@ -1,6 +1,7 @@
 """Management commands for the queue (``queueworker``, ``enqueue``,
-``queuestatus``), and what they share: turning options into a
-:class:`engine.http_client.BrokerClient` (built by :func:`queueadmin.config.broker_client`)."""
+``queuestatus``, ``queueinit``), and what they share: turning options into a
+:class:`engine.http_client.BrokerClient` (built by :func:`queueadmin.config.broker_client`),
+and opening the store for the commands that read or write it directly."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 from django.core.management.base import CommandError
 
-from engine import EngineError
+from engine import DOCUMENT_KEY, EngineError, ObjectStore
 from engine.http_client import BrokerClient
 from queueadmin import config
 
@@ -27,3 +28,15 @@ def broker_client(*, brokers: Sequence[str] | None, token: str | None) -> Broker
         return config.broker_client(brokers, token=token)
     except (ValueError, EngineError) as exc:
         raise CommandError(str(exc)) from exc
+
+
+def open_document_store() -> tuple[ObjectStore, str]:
+    """The store at ``QUEUE_STORE_URL``, newly opened (the caller closes it),
+    and where the queue document is in it, for messages:
+    ``<store>/queue.json``. Does no I/O except creating a local folder.
+    Raises CommandError for an unusable store URL."""
+    try:
+        store = config.open_queue_store()
+    except EngineError as exc:
+        raise CommandError(str(exc)) from exc
+    return store, f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"

@@ -31,6 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from engine import DOCUMENT_KEY, EngineError
 from engine.lineage import InitRefused, initialise, marker_key
 from queueadmin import config
+from queueadmin.management import open_document_store
 from queueadmin.models import AuditEntry
 
 
@@ -54,11 +55,7 @@ class Command(BaseCommand):
             raise CommandError("--force needs --reason: say why the lost document is being replaced")
         user, username = self._who(options["user"])
         writer = f"queueinit:{socket.gethostname()}:{username}"[:200]
-        try:
-            store = config.open_queue_store()
-        except EngineError as exc:
-            raise CommandError(str(exc)) from exc
-        where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"
+        store, where = open_document_store()
         try:
             done = initialise(store, DOCUMENT_KEY, policy=config.policy(), writer=writer, force=force)
         except InitRefused as exc:

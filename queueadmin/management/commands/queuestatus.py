@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, parse_document, utc_now
 from engine.document import counters_dict
 from engine.lineage import marker_key, read_marker
-from queueadmin import config
+from queueadmin.management import open_document_store
 
 COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")
 # Short labels for the text table, where "dead" already counts the dead letters present.
@@ -129,11 +129,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the status as one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            store = config.open_queue_store()
-        except EngineError as exc:
-            raise CommandError(str(exc)) from exc
-        where = f"{store.describe().rstrip('/')}/{DOCUMENT_KEY}"
+        store, where = open_document_store()
         try:
             blob = store.get(DOCUMENT_KEY)
             if blob is None and read_marker(store, DOCUMENT_KEY) is not None:
