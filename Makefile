@@ -66,7 +66,7 @@ run: venv
 test: venv
 	mkdir -p var
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy engine
+	$(VENV)/bin/mypy
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest
 

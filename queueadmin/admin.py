@@ -25,6 +25,10 @@ from queueadmin.models import ApiToken, AuditEntry
 
 SHOWN_JOB_IDS = 100
 
+#: What ``ModelAdmin.get_fields`` returns, as django-stubs types it: field
+#: names, or groups of names shown on one line.
+type FieldGroups = list[str | list[str] | tuple[str, ...]]
+
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -65,7 +69,7 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("hint", "created_at", "created_by", "revoked_at")
     actions = ("revoke",)
 
-    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> FieldGroups:
         return ["name"] if obj is None else ["name", "hint", "created_at", "created_by", "revoked_at"]
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]

@@ -31,13 +31,16 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.conf import settings
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine.operations import Operation, pause_op, purge_op, requeue_op
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise  # installed with django-stubs (dev only)
 
 #: Builds an action's engine operation from its dry run: the job ids, the
 #: status each one was in, and the queue.
@@ -184,7 +187,7 @@ class AuditEntry(models.Model):
     class Meta:
         ordering: ClassVar[list[str]] = ["-created_at", "-id"]
         verbose_name_plural = "audit entries"
-        permissions: ClassVar[list[tuple[str, str]]] = [
+        permissions: ClassVar[list[tuple[str, StrOrPromise]]] = [
             ("view_dashboard", "Can view the queue dashboard"),
             ("submit_job", "Can submit jobs from the dashboard"),
             ("requeue_job", "Can requeue jobs and redrive dead letters"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils.translation import ngettext
 
@@ -186,7 +186,7 @@ def execute(op: Operation) -> tuple[Any, int | None, str]:
         return result, seq, f" on the leader {leader}"
 
 
-def run(p: Plan, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> Outcome:
+def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     """Send the plan's conditional operation to the broker and audit the
     answer: the ids it acted on (never more than the plan's), and what was
     left alone because the document changed since the dry run."""
@@ -259,7 +259,7 @@ def arrivals(p: Plan) -> int:
     return sum(1 for job_id in now if job_id not in planned)
 
 
-def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> tuple[str | None, str | None]:
+def submit(op: Push, *, user: User | AnonymousUser, reason: str) -> tuple[str | None, str | None]:
     """Push one job through this node's broker and audit the answer.
     Returns the new job's id, or None and the broker's refusal."""
     ids = [job.id for job in op.jobs]
@@ -274,7 +274,7 @@ def submit(op: Push, *, user: AbstractBaseUser | AnonymousUser, reason: str) -> 
     return str(created), None
 
 
-def audit(user: AbstractBaseUser | AnonymousUser, action: str, *, reason: str, queue: str, target: str,
+def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, target: str,
           ids: list[str], ok: bool, detail: str, seq: int | None = None) -> AuditEntry:
     """Write one audit entry and its job index rows, together."""
     with transaction.atomic():

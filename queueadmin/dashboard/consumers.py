@@ -140,7 +140,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(committed.wait(), timeout=POLL_SECONDS)
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def _still_allowed(self) -> bool:
         """Whether the socket's session still signs in a user with ``view_dashboard``.
 
@@ -156,7 +156,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         user = auth.get_user(request)
         return bool(user.is_authenticated) and user.has_perm(VIEW)
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def _render(self, snapshot: Snapshot) -> dict[str, str]:
         context = self.page.build(snapshot, self.params, **self.kwargs)
         context.update(user=self.user, perms=PermWrapper(self.user), csrf_token=self.csrf_token, here=self.here)

@@ -311,7 +311,7 @@ def lease_row(item: Doc, now: datetime) -> dict[str, Any]:
         "claimed_at": moment(lease["claimed_at"]),
         "heartbeat_age": age,
         "lease_seconds": seconds,
-        "left": (expires - now).total_seconds() if expires else None,  # type: ignore[operator]
+        "left": (expires - now).total_seconds() if expires else None,
         "orphaned": age > interval + 1,
         "tone": tone,
         "fraction": min(age / seconds, 1.0) if seconds else 1.0,

@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import User
 from django.core import signing
 from django.utils import timezone
 
@@ -56,7 +56,7 @@ class PlanRefused(Exception):
         self.status = status
 
 
-def save(plan: Plan, user: AbstractBaseUser | AnonymousUser) -> str:
+def save(plan: Plan, user: User) -> str:
     """Store ``plan`` for ``user``; set and return its token (for the
     confirmation form). Also deletes every expired plan. Writes the database."""
     ActionPlan.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=PLAN_TTL_SECONDS)).delete()
@@ -68,7 +68,7 @@ def save(plan: Plan, user: AbstractBaseUser | AnonymousUser) -> str:
     return plan.token
 
 
-def load(token: str, user: AbstractBaseUser | AnonymousUser) -> Plan:
+def load(token: str, user: User) -> Plan:
     """The plan ``token`` names, for ``user``. Raises :class:`PlanRefused`
     for a missing, altered, expired, used or someone else's token. Reads the
     database, changes nothing."""

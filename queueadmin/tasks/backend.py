@@ -84,9 +84,11 @@ class ObjectStoreBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.problems: list[str] = []  # reported by check(), raised on use
-        options = self.options if isinstance(self.options, dict) else {}
-        if not isinstance(self.options, dict):
-            self.problems.append(f"OPTIONS must be a dict, got {type(self.options).__name__}")
+        # Whatever settings.TASKS holds: the stubs type it as a dict, the settings need not be one.
+        raw_options: object = self.options
+        options = raw_options if isinstance(raw_options, dict) else {}
+        if not isinstance(raw_options, dict):
+            self.problems.append(f"OPTIONS must be a dict, got {type(raw_options).__name__}")
         unknown = sorted(set(options) - OPTION_NAMES)
         if unknown:
             self.problems.append(f"unknown OPTIONS {', '.join(unknown)} (known: {', '.join(sorted(OPTION_NAMES))})")
@@ -125,7 +127,8 @@ class ObjectStoreBackend(BaseTaskBackend):
 
     # -- checks ----------------------------------------------------------------
 
-    def check(self, **kwargs: Any) -> Iterator[checks.CheckMessage]:
+    # The stubs say list; Django's task checks only iterate it (`yield from backend.check()`).
+    def check(self, **kwargs: Any) -> Iterator[checks.CheckMessage]:  # type: ignore[override]
         """System checks: OPTIONS and QUEUES (errors), then whether the store
         can be opened (error) and read (warning: it may be a passing outage),
         and whether a token is set for HTTP (warning: only a process whose
@@ -162,7 +165,7 @@ class ObjectStoreBackend(BaseTaskBackend):
 
     # -- enqueue ---------------------------------------------------------------
 
-    def _push_op(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, TaskResult]:
+    def _push_op[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> tuple[Any, TaskResult[P, R]]:
         self._usable()
         self.validate_task(task)
         payload = task_payload(task, args, kwargs, backend=self.alias)
@@ -190,7 +193,7 @@ class ObjectStoreBackend(BaseTaskBackend):
         )
         return op, result
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         """Push the task as a job; returns once the push is committed (I1).
         Raises InvalidTask, TypeError (arguments that are not JSON), the
         engine's errors (PayloadTooLarge, NotLeader, StoreUnavailable...) and
@@ -200,7 +203,7 @@ class ObjectStoreBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    async def aenqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         """Like :meth:`enqueue`; awaits the embedded broker's commit, or sends
         over HTTP from a worker thread."""
         op, result = self._push_op(task, args, kwargs)
@@ -210,7 +213,7 @@ class ObjectStoreBackend(BaseTaskBackend):
 
     # -- results ---------------------------------------------------------------
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The task's result now. Reads the job (through the broker) and then
         its result object (in the store), in that order: see
         :mod:`queueadmin.tasks.results`. Raises TaskResultDoesNotExist for an
@@ -225,7 +228,7 @@ class ObjectStoreBackend(BaseTaskBackend):
         stored = self._stored(result_id)
         return self._combine(result_id, job, stored)
 
-    async def aget_result(self, result_id: str) -> TaskResult:
+    async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
         self._usable()
         if not isinstance(result_id, str) or not ID_PATTERN.fullmatch(result_id):
             raise TaskResultDoesNotExist(result_id)
@@ -239,7 +242,7 @@ class ObjectStoreBackend(BaseTaskBackend):
     def _stored(self, result_id: str) -> StoredResult | None:
         return load_result(self.link.store(), result_id, now=timezone.now())
 
-    def _combine(self, result_id: str, job: dict[str, Any] | None, stored: StoredResult | None) -> TaskResult:
+    def _combine(self, result_id: str, job: dict[str, Any] | None, stored: StoredResult | None) -> TaskResult[..., Any]:
         view = describe(job["payload"]) if job is not None else stored.task if stored is not None else None
         if view is None:
             raise TaskResultDoesNotExist(result_id)
@@ -293,7 +296,7 @@ def _time(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-def load_task(view: TaskView) -> Task:
+def load_task(view: TaskView) -> Task[..., Any]:
     """Import the task a payload names, with the payload's queue, backend and
     ``run_after``. Raises InvalidTask when the path names no Task (or cannot
     be imported, or its backend refuses it)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.tasks import Task
 from django.utils.json import normalize_json
@@ -62,13 +62,14 @@ class TaskView:
         }
 
 
-def task_payload(task: Task, args: Any, kwargs: Any, *, backend: str) -> dict[str, Any]:
+def task_payload(task: Task[..., Any], args: Any, kwargs: Any, *, backend: str) -> dict[str, Any]:
     """The payload that runs ``task(*args, **kwargs)``. Raises TypeError when
     the arguments are not JSON values (as Django's own backends do)."""
     view = TaskView(
         task=task.module_path,
-        args=normalize_json(list(args)),
-        kwargs=normalize_json(dict(kwargs)),
+        # normalize_json maps a list to a list and a dict to a dict; its stub returns any JSON value.
+        args=cast(list[Any], normalize_json(list(args))),
+        kwargs=cast(dict[str, Any], normalize_json(dict(kwargs))),
         takes_context=task.takes_context,
         backend=backend,
         queue_name=task.queue_name,

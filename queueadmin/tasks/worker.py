@@ -136,7 +136,7 @@ class TaskRunner:
         return [str(c["worker"]) for c in claims], _time(doc.get("enqueued_at")), min(started, default=None)
 
     def _record(
-        self, backend: ObjectStoreBackend, job: ClaimedJob, view: TaskView, result: TaskResult, *,
+        self, backend: ObjectStoreBackend, job: ClaimedJob, view: TaskView, result: TaskResult[..., Any], *,
         outcome: Outcome, value: Any = None, error: StoredError | None = None,
     ) -> StoredResult:
         return record_attempt(
@@ -147,7 +147,7 @@ class TaskRunner:
         )
 
     @staticmethod
-    def _finish(backend: ObjectStoreBackend, result: TaskResult, stored: StoredResult,
+    def _finish(backend: ObjectStoreBackend, result: TaskResult[..., Any], stored: StoredResult,
                 status: TaskResultStatus) -> None:
         object.__setattr__(result, "status", status)
         object.__setattr__(result, "finished_at", stored.finished_at)
