@@ -99,7 +99,7 @@ def test_values_equal_as_cache_keys_but_encoded_differently_are_not_confused() -
         (utc, utc._replace(enqueued_at=T0.astimezone(timezone(timedelta(hours=1))))),
         (utc._replace(not_before=T0), utc._replace(not_before=T0.astimezone(timezone(timedelta(hours=2))))),
     ):
-        assert first == first and first[4:8] == second[4:8]  # equal fields...
+        assert first == second and first[4:8] == second[4:8]  # equal fields...
         assert document.encode_job(first) == document._encode_job_fields(first)
         assert document.encode_job(second) == document._encode_job_fields(second)  # ...other bytes
 

@@ -267,13 +267,6 @@ def test_s3_partial_credentials_is_a_config_error(
         store.close()
 
 
-def test_s3_constructor_does_no_io(no_aws_credentials: None) -> None:
-    # Nothing listens on this port, and there are no credentials: only a
-    # request would notice.
-    store = S3Store(bucket="some-bucket", endpoint_url=f"http://127.0.0.1:{_closed_port()}")
-    store.close()
-
-
 def test_s3_connection_refused_is_unavailable(aws_credentials: None) -> None:
     store = S3Store(bucket="some-bucket", endpoint_url=f"http://127.0.0.1:{_closed_port()}", max_attempts=1)
     try:
