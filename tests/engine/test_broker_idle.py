@@ -22,8 +22,8 @@ from engine.errors import DocumentError
 from engine.operations import TakeOver, Tick
 from engine.parsing import parse_document
 from engine.policy import Policy
+from tests.helpers import KEY
 
-KEY = "queue.json"
 BEAT = 1.0
 TAKEOVER = 4.0
 

@@ -24,8 +24,7 @@ from engine import (
     ValidationError,
     open_store,
 )
-
-KEY = "queue.json"
+from tests.helpers import KEY
 
 
 @pytest.fixture(params=["direct", "group"])

@@ -23,8 +23,7 @@ from engine import (
     StoreUnavailable,
 )
 from engine.stores.base import Blob
-
-KEY = "queue.json"
+from tests.helpers import KEY
 
 
 def stored_ids(store: ObjectStore) -> list[str]:

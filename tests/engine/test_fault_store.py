@@ -11,8 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -21,6 +20,7 @@ import pytest
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
 from engine.stores import FileStore, MemoryStore, ObjectStore, open_store
 from engine.stores.faults import FaultStore, fault_store_url
+from tests.helpers import wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,20 +129,13 @@ def _writing(root: Path) -> bool:
     return any((root / ".tmp").glob("*.tmp"))
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_slow_write_is_delayed_in_the_middle_of_the_write(tmp_path: Path, control: Path) -> None:
     store = FaultStore(FileStore(tmp_path / "store"), control=control)
     _control(control, slow=1.0, slow_seconds=1.0)
     writing = threading.Thread(target=store.put, args=("queue.json", b"v1"), daemon=True)
     writing.start()
 
-    _wait(lambda: _writing(tmp_path / "store"), "the slow write to start")
+    wait_for(lambda: _writing(tmp_path / "store"), what="the slow write to start")
     assert FileStore(tmp_path / "store").get("queue.json") is None  # not landed yet
     writing.join(30)
     assert FileStore(tmp_path / "store").get("queue.json") is not None
@@ -201,7 +194,7 @@ def test_freeze_stops_the_process_in_the_middle_of_a_write(tmp_path: Path, contr
     )
     child = subprocess.Popen([sys.executable, "-c", script, url], cwd=PROJECT_ROOT)
     try:
-        _wait(lambda: _state(child.pid) == "T", "the child to stop itself")
+        wait_for(lambda: _state(child.pid) == "T", what="the child to stop itself")
         assert _writing(tmp_path / "store")
         assert FileStore(tmp_path / "store").get("queue.json") is None
         child.send_signal(signal.SIGCONT)

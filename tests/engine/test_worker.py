@@ -4,8 +4,7 @@ client's methods). Tests wait on events and conditions, never fixed sleeps."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +23,7 @@ from engine import (
 )
 from engine.http_client import Unauthorized
 from engine.worker import Worker, WorkerStats
+from tests.helpers import wait_for
 
 FAST = {"poll_seconds": 0.01, "backoff_seconds": 0.001, "backoff_cap_seconds": 0.01}
 TIMEOUT = 10.0
@@ -78,15 +78,6 @@ def client() -> Iterator[SpyCommitter]:
     committer = SpyCommitter(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0)).start()
     yield committer
     committer.stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    """Wait until ``predicate()`` holds, re-checking on a short event wait."""
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        tick.wait(0.005)
 
 
 def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
