@@ -25,7 +25,8 @@ pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures", "t
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep ``import queueadmin.asgi`` from starting the embedded broker in tests.
+    """Keep ``import queueadmin.asgi`` from starting the embedded broker in
+    tests, and hash passwords with a fast hasher.
 
     pytest-django has loaded the settings before any conftest runs, so this
     changes the loaded setting rather than the environment. That also keeps it
@@ -35,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
     settings.QUEUE_BROKER_AUTOSTART = False
+    # Tests make many users and sign some in: a deliberately slow hasher
+    # (PBKDF2, about 1 s a password on a busy CI machine) buys nothing here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
