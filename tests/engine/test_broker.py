@@ -14,6 +14,7 @@ import pytest
 from engine import Broker, MemoryStore, NotLeader, ObjectStore
 from engine.operations import Tick, claim_op, push_op
 from engine.policy import Policy
+from tests.engine.simulated_wake import SimulatedWake
 from tests.helpers import KEY, wait_for
 
 BEAT = 0.05
@@ -235,14 +236,22 @@ def test_a_restarted_node_with_the_same_url_takes_over_at_once(make_broker: Call
 def test_an_unreadable_document_keeps_every_broker_standing_by(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     store.put(KEY, b"{corrupt")
-    a = make_broker(store, "http://a")
-    wait_for(lambda: a.last_error is not None)
-    time.sleep(TAKEOVER * 1.5)
-    assert a.role == "standby"
-    assert store.get(KEY).data == b"{corrupt"  # type: ignore[union-attr]
-    assert KEY in (a.last_error or "")
-    with pytest.raises(NotLeader):
-        a.execute(Tick())
+    # Forty polls on a simulated clock: over four takeover intervals, in no real time.
+    wake = SimulatedWake(budget=40)
+    a = Broker(store, url="http://a", heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, monotonic=wake.monotonic)
+    a._wake = wake  # type: ignore[assignment]
+    a.start()
+    try:
+        assert wake.parked.wait(30), "the control loop never reached its budget of waits"
+        assert wake.now >= 4 * TAKEOVER
+        assert a.role == "standby"
+        assert store.get(KEY).data == b"{corrupt"  # type: ignore[union-attr]
+        assert KEY in (a.last_error or "")
+        with pytest.raises(NotLeader):
+            a.execute(Tick())
+    finally:
+        wake.finish()
+        a.stop(timeout=10)
 
 
 def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_changes(
@@ -260,11 +269,15 @@ def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_chan
         return original_get(key)
 
     store.get = counting_get  # type: ignore[method-assign]
-    b = Broker(store, url="http://b", heartbeat_seconds=BEAT, takeover_seconds=60).start()
+    wake = SimulatedWake(budget=8)  # several polls of an unchanged document, on a simulated clock
+    b = Broker(store, url="http://b", heartbeat_seconds=BEAT, takeover_seconds=60, monotonic=wake.monotonic)
+    b._wake = wake  # type: ignore[assignment]
+    b.start()
     try:
-        wait_for(lambda: b.leader.id == a.id)
-        time.sleep(BEAT * 6)  # several polls of an unchanged document
+        assert wake.parked.wait(30), "the control loop never reached its budget of waits"
+        assert b.leader.id == a.id
         # The document once; its creation marker once, to make sure it exists (I10).
         assert gets == [KEY, f"{KEY}.created"], gets
     finally:
-        b.stop()
+        wake.finish()
+        b.stop(timeout=10)

@@ -437,9 +437,20 @@ def test_a_waiting_claim_returns_soon_after_a_push(broker: Broker, monkeypatch: 
     async def scenario() -> tuple[Any, float]:
         # Headers per request: AsyncClient(headers=...) mangles their names in Django 6.1.
         client = AsyncClient()
+        # Push only once the claim has tried and found nothing, so that only
+        # the commit notification (or the 30 s timer) can wake it.
+        first_attempt = asyncio.Event()
+        attempt = broker.aexecute
+
+        async def spied_attempt(op: Any) -> Any:
+            result = await attempt(op)
+            first_attempt.set()
+            return result
+
+        monkeypatch.setattr(broker, "aexecute", spied_attempt)
 
         async def push_later() -> None:
-            await asyncio.sleep(0.3)
+            await asyncio.wait_for(first_attempt.wait(), 5)
             response = await client.post("/api/v1/jobs", {"queue": "q", "payload": "late"},
                                          content_type="application/json", headers=AUTH)
             assert response.status_code == 201
