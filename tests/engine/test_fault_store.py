@@ -126,6 +126,7 @@ def _writing(root: Path) -> bool:
     return any((root / ".tmp").glob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_slow_write_is_delayed_in_the_middle_of_the_write(tmp_path: Path, control: Path) -> None:
     store = FaultStore(FileStore(tmp_path / "store"), control=control)
     _control(control, slow=1.0, slow_seconds=1.0)

@@ -166,6 +166,7 @@ def test_a_leader_whose_document_is_deleted_stops_and_resumes_after_reinit(
     assert a.leader.epoch > lost[0].epoch_floor
 
 
+@pytest.mark.slow
 def test_a_standby_that_saw_the_document_does_not_take_over_a_deleted_one(
     make_broker: Callable[..., Broker],
 ) -> None:
@@ -187,6 +188,7 @@ def test_a_standby_that_saw_the_document_does_not_take_over_a_deleted_one(
     push(b, "z")
 
 
+@pytest.mark.slow
 def test_a_node_started_on_a_store_with_a_lost_document_waits_for_an_operator(
     make_broker: Callable[..., Broker],
 ) -> None:

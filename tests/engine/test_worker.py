@@ -132,6 +132,7 @@ def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
     assert stats.completed == 3
 
 
+@pytest.mark.slow
 def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None:
     [job_id] = client.push("q", ["slow"])
     running, release = threading.Event(), threading.Event()

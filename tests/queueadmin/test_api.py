@@ -494,6 +494,7 @@ def test_a_waiting_claim_is_woken_from_another_event_loop(
     assert runtime.commits.waiting() == 0
 
 
+@pytest.mark.slow
 def test_an_empty_waiting_claim_answers_an_empty_list_when_time_runs_out(api: Client, broker: Broker) -> None:
     started = time.monotonic()
     jobs = claim(api, wait_seconds=1)
@@ -504,6 +505,7 @@ def test_an_empty_waiting_claim_answers_an_empty_list_when_time_runs_out(api: Cl
     assert runtime.commits.waiting() == 0
 
 
+@pytest.mark.slow
 def test_a_waiting_claim_picks_up_a_delayed_job_when_it_is_due(api: Client, broker: Broker) -> None:
     job_id = push_one(api, "delayed", delay_seconds=0.5)
     assert claim(api) == []

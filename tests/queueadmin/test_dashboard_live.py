@@ -107,6 +107,7 @@ async def test_live_forms_carry_a_masked_csrf_token_never_the_secret(broker: Bro
     assert _unmask_cipher_token(tokens[0]) == CSRF_SECRET
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @run_async
 async def test_bursts_of_commits_are_coalesced(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,6 +142,7 @@ async def test_bursts_of_commits_are_coalesced(broker: Broker, monkeypatch: pyte
         await communicator.disconnect()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @run_async
 async def test_an_open_socket_closes_after_the_user_signs_out(broker: Broker,
