@@ -12,14 +12,21 @@ A test that needs S3 asks for fixtures that set dummy credentials for moto
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+# Every test under these folders gets the marker, so that ``-m "not e2e"``
+# (``make test-fast``) never depends on a module remembering its pytestmark.
+MARKERS_BY_FOLDER = {TESTS / "e2e": "e2e", TESTS / "fuzz": "fuzz"}
 
 pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures", "tests.queueadmin.node_fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep ``import queueadmin.asgi`` from starting the embedded broker in tests.
+    """Keep ``import queueadmin.asgi`` from starting the embedded broker in
+    tests, and hash passwords with a fast hasher.
 
     pytest-django has loaded the settings before any conftest runs, so this
     changes the loaded setting rather than the environment. That also keeps it
@@ -29,6 +36,17 @@ def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
     settings.QUEUE_BROKER_AUTOSTART = False
+    # Tests make many users and sign some in: a deliberately slow hasher
+    # (PBKDF2, about 1 s a password on a busy CI machine) buys nothing here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the folder it lives in (see ``MARKERS_BY_FOLDER``)."""
+    for item in items:
+        for folder, marker in MARKERS_BY_FOLDER.items():
+            if item.path.is_relative_to(folder):
+                item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import httpx
 import orjson
 
 from engine import open_store
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e2e-token"
@@ -32,14 +31,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -98,7 +89,7 @@ class Cluster:
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "queueadmin.asgi:application"]
         proc, log = self._spawn(f"node-{port}", argv, node_env)
         node = Node(port=port, log=log, proc=proc)
-        wait_until(lambda: node.health() is not None or proc.poll() is not None, 30, f"node {port} to answer")
+        wait_for(lambda: node.health() is not None or proc.poll() is not None, 30, f"node {port} to answer")
         assert proc.poll() is None, log.read_text(errors="replace")
         return node
 

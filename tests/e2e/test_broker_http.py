@@ -10,7 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.harness import Cluster, api, wait_until
+from tests.e2e.harness import Cluster, api
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -20,7 +21,7 @@ def test_bad_input_and_credentials_get_their_status_and_change_nothing(
 ) -> None:
     cluster = cluster_factory(QUEUE_MAX_PAYLOAD_BYTES="1024")
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 10, "the node to lead")
     [job_id] = api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": 1}}).json()["ids"]
     claimed = api(node, "POST", "/api/v1/claim", {"worker": "w", "queues": ["q"]}).json()["jobs"][0]
     before = cluster.raw_document()
@@ -60,7 +61,7 @@ def _only_heartbeats_changed(cluster: Cluster, before: bytes) -> bool:
 def test_a_stale_worker_cannot_complete_a_job_leased_again(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory()
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 10, "the node to lead")
     [job_id] = api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": "work"}).json()["ids"]
     stale = api(node, "POST", "/api/v1/claim", {"worker": "slow", "queues": ["q"], "lease_seconds": 0.5}).json()
     # The leader expires the lease by itself; a second worker gets the job.
@@ -77,7 +78,7 @@ def test_a_stale_worker_cannot_complete_a_job_leased_again(cluster_factory: Call
 def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory()
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 10, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 10, "the node to lead")
     acknowledged: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -102,7 +103,7 @@ def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Calla
     threads = [threading.Thread(target=pusher, args=(n,)) for n in range(8)]
     for t in threads:
         t.start()
-    wait_until(lambda: len(acknowledged) > 200, 30, "some pushes to be acknowledged")
+    wait_for(lambda: len(acknowledged) > 200, 30, "some pushes to be acknowledged")
     node.kill()
     stop.set()
     for t in threads:
@@ -110,7 +111,7 @@ def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Calla
 
     # Restart on the same address: the node takes over its own earlier life.
     again = cluster.node(port=node.port)
-    wait_until(lambda: again.role() == "leader", 15, "the restarted node to lead")
+    wait_for(lambda: again.role() == "leader", 15, "the restarted node to lead")
     stored = {job["id"] for job in cluster.document()["jobs"]}
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged pushes lost"

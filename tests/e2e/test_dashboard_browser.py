@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.harness import ROOT, Cluster, Node, api, wait_until
+from tests.e2e.harness import ROOT, Cluster, Node, api
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -246,7 +247,7 @@ def test_the_live_connection_reconnects_after_the_server_restarts(browser: Brows
         cluster.node(port=server.port)  # the same address; the session lives in the shared database
         expect(state).to_have_attribute("data-state", "live", timeout=30_000)
         # Updates flow again on the new connection (once the new node has taken over).
-        wait_until(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
+        wait_for(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
                    30, "the restarted node to lead")
         expect(page.locator('tr[data-row="after"]')).to_be_visible(timeout=30_000)
 

@@ -18,7 +18,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.harness import TOKEN, Cluster, Node, api, wait_until
+from tests.e2e.harness import TOKEN, Cluster, Node, api
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -34,7 +35,7 @@ def node(cluster_factory: Callable[..., Cluster]) -> Iterator[Node]:
     cluster = cluster_factory(QUEUE_MAX_PAYLOAD_BYTES="65536", QUEUE_MAX_REQUEST_BYTES=str(MAX_REQUEST),
                               QUEUE_HTTP_IDLE_SECONDS=str(IDLE_SECONDS))
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 15, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
     yield node
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from engine import open_store
-from tests.e2e.harness import TAKEOVER_SECONDS, Cluster, Node, api, wait_until
+from tests.e2e.harness import TAKEOVER_SECONDS, Cluster, Node, api
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,16 +33,16 @@ def test_a_deleted_document_stops_the_nodes_until_queueinit_force(
     migrate = cluster.manage("migrate", "--noinput")
     assert migrate.returncode == 0, migrate.stderr.decode()
     a = cluster.node()
-    wait_until(lambda: a.role() == "leader", 30, "the first node to lead")
+    wait_for(lambda: a.role() == "leader", 30, "the first node to lead")
     b = cluster.node()
-    wait_until(lambda: (b.health() or {}).get("broker", {}).get("url") == a.url, 30, "the standby to see the leader")
+    wait_for(lambda: (b.health() or {}).get("broker", {}).get("url") == a.url, 30, "the standby to see the leader")
     pushed = api(a, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": 1}})
     assert pushed.status_code == 201
     lost_seq = cluster.document()["seq"]
 
     open_store(cluster.store_url).delete("queue.json")  # an operator's mistake, a lifecycle rule...
 
-    wait_until(lambda: missing(a) and missing(b), 30, "both nodes to report the document missing")
+    wait_for(lambda: missing(a) and missing(b), 30, "both nodes to report the document missing")
     health = a.health()
     assert health is not None
     assert health["document"]["error"] == "document_missing" and "queueinit" in health["document"]["message"]
@@ -67,7 +68,7 @@ def test_a_deleted_document_stops_the_nodes_until_queueinit_force(
     init = cluster.manage("queueinit", "--force", "--reason", "e2e: the document was deleted")
     assert init.returncode == 0, init.stderr.decode()
 
-    wait_until(lambda: a.role() == "leader" or b.role() == "leader", 30, "a node to lead again")
+    wait_for(lambda: a.role() == "leader" or b.role() == "leader", 30, "a node to lead again")
     leader = cluster.leader([a, b])
     assert not missing(a) and not missing(b)
     again = api(leader, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": 3}})

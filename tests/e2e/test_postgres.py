@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT, free_port, wait_until
+from tests.e2e.harness import ROOT, free_port
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +66,7 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         import psycopg
 
-        wait_until(lambda: _ready(port), 30, "postgres to accept connections")
+        wait_for(lambda: _ready(port), 30, "postgres to accept connections")
         with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True) as conn:
             conn.execute("CREATE DATABASE queueadmin")
         yield f"postgres://postgres@127.0.0.1:{port}/queueadmin"

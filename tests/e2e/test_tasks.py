@@ -20,7 +20,8 @@ from django.utils import timezone
 from engine import open_store
 from queueadmin import runtime
 from tests.e2e import sample_tasks as st
-from tests.e2e.harness import TOKEN, Cluster, Node, wait_until
+from tests.e2e.harness import TOKEN, Cluster, Node
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
@@ -35,7 +36,7 @@ def node(cluster_factory: Callable[..., Cluster], settings: SettingsWrapper,
     point at them (HTTP to the node, results read from the same folder)."""
     cluster = cluster_factory()
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 15, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
     cluster.worker("--broker", node.url, "--wait-seconds", "1", E2E_RECORD=str(tmp_path / "ran.jsonl"))
     runtime.stop_broker()
     settings.QUEUE_STORE_URL = cluster.store_url
@@ -52,7 +53,7 @@ def finished(result_id: str) -> Callable[[], bool]:
 def test_a_task_reaches_successful_with_its_return_value(node: tuple[Cluster, Node]) -> None:
     result = st.add.enqueue(20, 22)
     assert result.status == TaskResultStatus.READY
-    wait_until(finished(result.id), 60, "the task to finish")
+    wait_for(finished(result.id), 60, "the task to finish")
     done = st.add.get_result(result.id)
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.return_value == 42
@@ -64,7 +65,7 @@ def test_a_task_reaches_successful_with_its_return_value(node: tuple[Cluster, No
 
 def test_a_failing_task_reaches_failed_with_its_traceback_after_max_attempts(node: tuple[Cluster, Node]) -> None:
     result = st.explode.enqueue("e2e")
-    wait_until(finished(result.id), 60, "the task to fail for good")
+    wait_for(finished(result.id), 60, "the task to fail for good")
     failed = st.explode.get_result(result.id)
     assert failed.status == TaskResultStatus.FAILED
     assert failed.attempts == 3  # the engine's default max_attempts
@@ -83,7 +84,7 @@ def test_a_deferred_task_does_not_run_before_run_after(node: tuple[Cluster, Node
     result = st.stamp.using(run_after=run_after).enqueue("deferred")
     if timezone.now() < run_after:
         assert st.stamp.get_result(result.id).status == TaskResultStatus.READY
-    wait_until(finished(result.id), 60, "the deferred task to run")
+    wait_for(finished(result.id), 60, "the deferred task to run")
     done = st.stamp.get_result(result.id)
     assert done.status == TaskResultStatus.SUCCESSFUL
     assert done.started_at is not None and done.started_at >= run_after  # claimed no earlier

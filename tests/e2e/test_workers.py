@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from engine import BrokerClient
-from tests.e2e.harness import TAKEOVER_SECONDS, TOKEN, Cluster, Node, api, wait_until
+from tests.e2e.harness import TAKEOVER_SECONDS, TOKEN, Cluster, Node, api
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 THREADS = 32
@@ -61,7 +62,7 @@ def drain(cluster: Cluster, node: Node, record: Path, *, expected: int) -> None:
 
 def check_end_to_end(cluster: Cluster, tmp_path: Path) -> None:
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 15, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
     ids = push_backlog(node)
     assert len(set(ids)) == THREADS * PER_THREAD
     drain(cluster, node, tmp_path / "record.txt", expected=THREADS * PER_THREAD)
@@ -88,9 +89,9 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
     # Short leases: jobs whose claim answer died with the leader are handed out again soon.
     cluster = cluster_factory(QUEUE_LEASE_SECONDS="3")
     a = cluster.node()
-    wait_until(lambda: a.role() == "leader", 15, "node a to lead")
+    wait_for(lambda: a.role() == "leader", 15, "node a to lead")
     b = cluster.node()
-    wait_until(lambda: b.role() == "standby", 15, "node b to stand by")
+    wait_for(lambda: b.role() == "standby", 15, "node b to stand by")
     with BrokerClient([a.url, b.url], token=TOKEN) as client:
         for start in range(0, 400, 100):
             client.push("q", [{"n": n, "seconds": 0.02} for n in range(start, start + 100)])
@@ -100,9 +101,9 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
                        "--broker", a.url, "--broker", b.url, E2E_RECORD=str(record))
         for _ in range(2)
     ]
-    wait_until(lambda: sum(line.startswith("done") for line in records(record)) >= 40, 60, "work to start")
+    wait_for(lambda: sum(line.startswith("done") for line in records(record)) >= 40, 60, "work to start")
     a.kill()
-    wait_until(lambda: b.role() == "leader", TAKEOVER_SECONDS + 8, "node b to take over")
+    wait_for(lambda: b.role() == "leader", TAKEOVER_SECONDS + 8, "node b to take over")
     for w in workers:
         assert w.wait(180) == 0
     # A claim the old leader committed but never answered leaves a lease nobody
@@ -110,7 +111,7 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
     orphans = [j for j in cluster.document()["jobs"] if j["status"] == "running"]
     assert len(orphans) <= 8, orphans
     if cluster.document()["jobs"]:
-        wait_until(
+        wait_for(
             lambda: all(j["status"] == "pending" for j in cluster.document()["jobs"]), 15, "orphaned leases to expire"
         )
         last = cluster.worker("--queue", "q", "--handler", "tests.e2e.handlers:slow", "--burst",
@@ -123,12 +124,12 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
 
     # Now pause the leader, let a fresh node take over, and wake the old one.
     c = cluster.node()
-    wait_until(lambda: c.role() == "standby", 15, "node c to stand by")
+    wait_for(lambda: c.role() == "standby", 15, "node c to stand by")
     b.signal(signal.SIGSTOP)
-    wait_until(lambda: c.role() == "leader", TAKEOVER_SECONDS + 8, "node c to take over from the paused b")
+    wait_for(lambda: c.role() == "leader", TAKEOVER_SECONDS + 8, "node c to take over from the paused b")
     [job_id] = api(c, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": "after"}}).json()["ids"]
     b.signal(signal.SIGCONT)
-    wait_until(lambda: b.role() == "standby", 15, "the old leader to report standby")
+    wait_for(lambda: b.role() == "standby", 15, "the old leader to report standby")
     stale = api(b, "POST", "/api/v1/jobs", {"queue": "q", "payload": {"n": "stale"}})
     assert stale.status_code == 503 and stale.json()["error"] == "not_leader"
     assert stale.json()["leader_url"] == c.url
@@ -142,16 +143,16 @@ def test_a_killed_worker_s_job_is_leased_again_and_a_failing_job_ends_dead(
 ) -> None:
     cluster = cluster_factory(QUEUE_LEASE_SECONDS="1.5")
     node = cluster.node()
-    wait_until(lambda: node.role() == "leader", 15, "the node to lead")
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
     record = tmp_path / "record.txt"
     [slow_id] = api(node, "POST", "/api/v1/jobs", {"queue": "slow", "payload": {"n": 1, "seconds": 60}}).json()["ids"]
     victim = cluster.worker("--queue", "slow", "--handler", "tests.e2e.handlers:slow", "--broker", node.url,
                             E2E_RECORD=str(record))
-    wait_until(lambda: any(line.startswith("start 1") for line in records(record)), 30, "the job to start")
+    wait_for(lambda: any(line.startswith("start 1") for line in records(record)), 30, "the job to start")
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     # Nobody heartbeats any more: after the lease expires the job is pending again...
-    wait_until(lambda: api(node, "GET", f"/api/v1/jobs/{slow_id}").json()["status"] == "pending", 10, "expiry")
+    wait_for(lambda: api(node, "GET", f"/api/v1/jobs/{slow_id}").json()["status"] == "pending", 10, "expiry")
     claimed = api(node, "POST", "/api/v1/claim", {"worker": "rescuer", "queues": ["slow"]}).json()["jobs"]
     assert [(j["id"], j["attempt"]) for j in claimed] == [(slow_id, 2)]
 
@@ -159,7 +160,7 @@ def test_a_killed_worker_s_job_is_leased_again_and_a_failing_job_ends_dead(
                     {"queue": "bad", "jobs": [{"payload": {"n": 7}, "max_attempts": 2}]}).json()["ids"]
     failing = cluster.worker("--queue", "bad", "--handler", "tests.e2e.handlers:always_fail", "--broker", node.url,
                              E2E_RECORD=str(record))
-    wait_until(lambda: api(node, "GET", f"/api/v1/jobs/{dead_id}").json()["status"] == "dead", 30, "dead letter")
+    wait_for(lambda: api(node, "GET", f"/api/v1/jobs/{dead_id}").json()["status"] == "dead", 30, "dead letter")
     failing.send_signal(signal.SIGTERM)
     assert failing.wait(30) == 0
     job = api(node, "GET", f"/api/v1/jobs/{dead_id}").json()

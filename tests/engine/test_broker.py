@@ -11,20 +11,14 @@ from datetime import datetime
 import orjson
 import pytest
 
-from engine import Broker, DocumentError, MemoryStore, NotLeader, ObjectStore
+from engine import Broker, MemoryStore, NotLeader, ObjectStore
 from engine.operations import Tick, claim_op, push_op
 from engine.policy import Policy
+from tests.engine.simulated_wake import SimulatedWake
+from tests.helpers import KEY, wait_for
 
-KEY = "queue.json"
 BEAT = 0.05
 TAKEOVER = 0.4
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def doc(store: ObjectStore) -> dict:  # type: ignore[type-arg]
@@ -54,7 +48,7 @@ def push(broker: Broker, payload: object) -> list[str]:
 def test_first_broker_leads_at_once_and_names_itself(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "x")
     assert doc(store)["broker"] == {"id": a.id, "url": "http://a", "epoch": 1}
 
@@ -62,13 +56,13 @@ def test_first_broker_leads_at_once_and_names_itself(make_broker: Callable[..., 
 def test_the_leader_commits_while_idle_and_expires_leases_on_time(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "x")
     [job] = a.execute(claim_op("w", ["q"], policy=a.policy, lease_seconds=0.2))
     seq = doc(store)["seq"]
-    wait_until(lambda: doc(store)["seq"] >= seq + 3)  # heartbeats with no traffic
+    wait_for(lambda: doc(store)["seq"] >= seq + 3)  # heartbeats with no traffic
     # No other traffic arrives, yet the lease expires and the job is pending again.
-    wait_until(lambda: doc(store)["jobs"][0]["status"] == "pending")
+    wait_for(lambda: doc(store)["jobs"][0]["status"] == "pending")
     assert "stopped heartbeating" in doc(store)["jobs"][0]["last_error"]
     assert job.id == doc(store)["jobs"][0]["id"]
 
@@ -76,19 +70,19 @@ def test_the_leader_commits_while_idle_and_expires_leases_on_time(make_broker: C
 def test_leader_and_standby_report_the_seq_they_committed_or_saw(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     b = make_broker(store, "http://b")
     push(a, "x")
-    wait_until(lambda: b.seq > 0)
+    wait_for(lambda: b.seq > 0)
     assert 0 < b.seq <= a.seq <= doc(store)["seq"]
 
 
 def test_a_standby_refuses_with_the_leaders_url(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     b = make_broker(store, "http://b")
-    wait_until(lambda: b.leader.id == a.id)
+    wait_for(lambda: b.leader.id == a.id)
     assert b.role == "standby"
     with pytest.raises(NotLeader) as info:
         push(b, "x")
@@ -98,14 +92,14 @@ def test_a_standby_refuses_with_the_leaders_url(make_broker: Callable[..., Broke
 def test_standby_takes_over_when_the_leader_stops_writing(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a", policy=Policy(lease_seconds=30))
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "x")
     a.execute(claim_op("w", ["q"], policy=a.policy))
     b = make_broker(store, "http://b")
-    wait_until(lambda: b.leader.id == a.id)
+    wait_for(lambda: b.leader.id == a.id)
     a.stop()  # like kill -9: the document simply stops changing
     stopped = time.monotonic()
-    wait_until(lambda: b.role == "leader", timeout=TAKEOVER + 3)
+    wait_for(lambda: b.role == "leader", timeout=TAKEOVER + 3)
     assert time.monotonic() - stopped >= TAKEOVER * 0.9
     after = doc(store)
     assert after["broker"] == {"id": b.id, "url": "http://b", "epoch": 2}
@@ -122,7 +116,7 @@ def test_a_paused_leader_acknowledges_nothing_after_waking_and_steps_down(
 ) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "before")
     # "SIGSTOP" the leader: its writer is held inside a write.
     committer = a.committer
@@ -149,13 +143,13 @@ def test_a_paused_leader_acknowledges_nothing_after_waking_and_steps_down(
     pusher.start()
     assert paused.wait(5)
     b = make_broker(store, "http://b")
-    wait_until(lambda: b.role == "leader", timeout=TAKEOVER + 5)
+    wait_for(lambda: b.role == "leader", timeout=TAKEOVER + 5)
     push(b, "after")
     resume.set()  # "SIGCONT"
     pusher.join(5)
     assert len(outcome) == 1 and isinstance(outcome[0], NotLeader), outcome
     assert outcome[0].leader_url == "http://b"
-    wait_until(lambda: a.role == "standby")
+    wait_for(lambda: a.role == "standby")
     with pytest.raises(NotLeader):
         push(a, "later")
     payloads = [j["payload"] for j in doc(store)["jobs"]]
@@ -174,7 +168,7 @@ def test_a_leader_that_steps_down_and_leads_again_never_acknowledges_its_old_com
     two completes that were never written (I1, I2)."""
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "before")
     first = a.committer
     assert first is not None
@@ -207,9 +201,9 @@ def test_a_leader_that_steps_down_and_leads_again_never_acknowledges_its_old_com
         assert held.wait(5)
         # The heartbeat times out, the node steps down and leads again with a
         # new committer, which commits (heartbeats) on top of the same version.
-        wait_until(lambda: a.role == "leader" and a.committer not in (None, first), timeout=TAKEOVER + 5)
+        wait_for(lambda: a.role == "leader" and a.committer not in (None, first), timeout=TAKEOVER + 5)
         seq = doc(store)["seq"]
-        wait_until(lambda: doc(store)["seq"] > seq)
+        wait_for(lambda: doc(store)["seq"] > seq)
         second = a.committer
     finally:
         resume.set()  # the slow write goes on, and loses its race
@@ -230,11 +224,11 @@ def test_a_leader_that_steps_down_and_leads_again_never_acknowledges_its_old_com
 def test_a_restarted_node_with_the_same_url_takes_over_at_once(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://node-1")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     a.stop()
     again = make_broker(store, "http://node-1")
     started = time.monotonic()
-    wait_until(lambda: again.role == "leader")
+    wait_for(lambda: again.role == "leader")
     assert time.monotonic() - started < TAKEOVER
     assert doc(store)["broker"]["epoch"] == 2
 
@@ -242,15 +236,22 @@ def test_a_restarted_node_with_the_same_url_takes_over_at_once(make_broker: Call
 def test_an_unreadable_document_keeps_every_broker_standing_by(make_broker: Callable[..., Broker]) -> None:
     store = MemoryStore()
     store.put(KEY, b"{corrupt")
-    a = make_broker(store, "http://a")
-    wait_until(lambda: a.last_error is not None)
-    time.sleep(TAKEOVER * 1.5)
-    assert a.role == "standby"
-    assert store.get(KEY).data == b"{corrupt"  # type: ignore[union-attr]
-    assert KEY in (a.last_error or "")
-    with pytest.raises(NotLeader):
-        a.execute(Tick())
-    assert issubclass(DocumentError, Exception)
+    # Forty polls on a simulated clock: over four takeover intervals, in no real time.
+    wake = SimulatedWake(budget=40)
+    a = Broker(store, url="http://a", heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, monotonic=wake.monotonic)
+    a._wake = wake  # type: ignore[assignment]
+    a.start()
+    try:
+        assert wake.parked.wait(30), "the control loop never reached its budget of waits"
+        assert wake.now >= 4 * TAKEOVER
+        assert a.role == "standby"
+        assert store.get(KEY).data == b"{corrupt"  # type: ignore[union-attr]
+        assert KEY in (a.last_error or "")
+        with pytest.raises(NotLeader):
+            a.execute(Tick())
+    finally:
+        wake.finish()
+        a.stop(timeout=10)
 
 
 def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_changes(
@@ -258,7 +259,7 @@ def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_chan
 ) -> None:
     store = MemoryStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     a.stop()  # from here on the document does not change
     gets: list[str] = []
     original_get = store.get
@@ -268,11 +269,15 @@ def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_chan
         return original_get(key)
 
     store.get = counting_get  # type: ignore[method-assign]
-    b = Broker(store, url="http://b", heartbeat_seconds=BEAT, takeover_seconds=60).start()
+    wake = SimulatedWake(budget=8)  # several polls of an unchanged document, on a simulated clock
+    b = Broker(store, url="http://b", heartbeat_seconds=BEAT, takeover_seconds=60, monotonic=wake.monotonic)
+    b._wake = wake  # type: ignore[assignment]
+    b.start()
     try:
-        wait_until(lambda: b.leader.id == a.id)
-        time.sleep(BEAT * 6)  # several polls of an unchanged document
+        assert wake.parked.wait(30), "the control loop never reached its budget of waits"
+        assert b.leader.id == a.id
         # The document once; its creation marker once, to make sure it exists (I10).
         assert gets == [KEY, f"{KEY}.created"], gets
     finally:
-        b.stop()
+        wake.finish()
+        b.stop(timeout=10)

@@ -25,8 +25,7 @@ from engine import (
     ValidationError,
     open_store,
 )
-
-KEY = "queue.json"
+from tests.helpers import KEY
 
 
 @pytest.fixture(params=["direct", "group"])
@@ -143,6 +142,7 @@ def test_clients_work_against_s3_over_http(make_client: Callable[..., QueueClien
     store.close()
 
 
+@pytest.mark.slow
 def test_threads_sharing_one_direct_client_lose_nothing() -> None:
     """Threads share one DirectClient (and so its writer id): a thread must not
     take another thread's commit for its own lost write."""

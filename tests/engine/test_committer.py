@@ -23,8 +23,7 @@ from engine import (
     StoreUnavailable,
 )
 from engine.stores.base import Blob
-
-KEY = "queue.json"
+from tests.helpers import KEY
 
 
 def stored_ids(store: ObjectStore) -> list[str]:
@@ -364,8 +363,7 @@ def test_async_callers_do_not_block_the_event_loop(memory: MemoryStore) -> None:
     async def scenario() -> None:
         push = asyncio.ensure_future(committer.apush("q", ["x"]))
         ticks = 0
-        while not gated.entered.acquire(blocking=False):
-            await asyncio.sleep(0.001)
+        assert await asyncio.to_thread(gated.entered.acquire, timeout=5)
         for _ in range(20):  # the loop keeps running while the write is held
             await asyncio.sleep(0.001)
             ticks += 1

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -22,17 +21,10 @@ from engine.errors import OperationFailed
 from engine.operations import Operation, Tick, claim_op, complete_op, fail_op, push_op
 from engine.policy import Policy
 from engine.stores.base import Blob
+from tests.helpers import KEY, wait_for
 
-KEY = "queue.json"
 POLICY = Policy()
 SURROGATE = "\ud800"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def document(store: ObjectStore) -> dict[str, Any]:
@@ -181,19 +173,19 @@ def test_a_heartbeat_commit_that_never_answers_does_not_wedge_the_control_loop()
     store = HangingStore(MemoryStore())
     broker = Broker(store, url="http://a", heartbeat_seconds=0.05, takeover_seconds=0.5).start()
     try:
-        wait_until(lambda: broker.role == "leader")
+        wait_for(lambda: broker.role == "leader")
         store.hang.set()
         assert store.hung.wait(10)
         # The heartbeat waits at most takeover_seconds, then the node stops
         # leading instead of waiting forever.
-        wait_until(lambda: broker.role == "standby")
+        wait_for(lambda: broker.role == "standby")
         assert "did not answer" in (broker.last_error or "")
         store.hang.clear()
         store.release.set()
         # The control loop is alive: it takes over again and heartbeats.
-        wait_until(lambda: broker.role == "leader")
+        wait_for(lambda: broker.role == "leader")
         seq = document(store)["seq"]
-        wait_until(lambda: document(store)["seq"] >= seq + 3)
+        wait_for(lambda: document(store)["seq"] >= seq + 3)
     finally:
         store.release.set()
         broker.stop(timeout=10)
@@ -203,13 +195,13 @@ def test_a_bad_operation_does_not_stop_the_brokers_heartbeat() -> None:
     store = MemoryStore()
     broker = Broker(store, url="http://a", heartbeat_seconds=0.05, takeover_seconds=0.5).start()
     try:
-        wait_until(lambda: broker.role == "leader")
+        wait_for(lambda: broker.role == "leader")
         broker.execute(push_op("q", ["a"], policy=POLICY))
         bad = smuggled(claim_op("w", ["q"], policy=POLICY), worker=SURROGATE)
         with pytest.raises(OperationFailed):
             broker.execute(bad)
         seq = document(store)["seq"]
-        wait_until(lambda: document(store)["seq"] >= seq + 3)  # heartbeats go on
+        wait_for(lambda: document(store)["seq"] >= seq + 3)  # heartbeats go on
         assert broker.role == "leader"
         [job] = broker.execute(claim_op("w", ["q"], policy=POLICY))
         assert job.payload == "a"
@@ -251,7 +243,7 @@ def test_isolating_while_a_write_is_in_flight_never_acknowledges_what_did_not_la
         answers: list[Any] = []
         second = threading.Thread(target=lambda: answers.append(committer.execute(late)))
         second.start()
-        wait_until(lambda: committer.state is not None and late.jobs[0].id in committer.state.jobs)
+        wait_for(lambda: committer.state is not None and late.jobs[0].id in committer.state.jobs)
         store.gate.release(10)
         first.join(10)
         second.join(10)

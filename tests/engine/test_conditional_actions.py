@@ -11,7 +11,7 @@ import pytest
 from engine import transitions
 from engine.errors import ValidationError
 from engine.operations import purge_op, requeue_op
-from tests.engine.test_transitions import T0, at, claim_one, kill, new_state, push
+from tests.engine.transitions.builders import T0, at, claim_one, kill, new_state, push
 
 
 def test_conditional_purge_skips_jobs_that_changed_status_or_left() -> None:

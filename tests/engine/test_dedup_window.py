@@ -17,9 +17,9 @@ from engine.operations import claim_op, complete_op, fail_op, purge_op, push_op
 from engine.parsing import empty_state, parse_document
 from engine.policy import DEDUP_WINDOW_IDS, DEDUP_WINDOW_SECONDS, Policy
 from engine.transitions import apply_batch
+from tests.helpers import KEY
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
-KEY = "queue.json"
 
 
 def at(seconds: float) -> datetime:

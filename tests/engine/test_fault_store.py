@@ -7,12 +7,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -21,6 +17,7 @@ import pytest
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
 from engine.stores import FileStore, MemoryStore, ObjectStore, open_store
 from engine.stores.faults import FaultStore, fault_store_url
+from tests.helpers import wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,20 +126,14 @@ def _writing(root: Path) -> bool:
     return any((root / ".tmp").glob("*.tmp"))
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
+@pytest.mark.slow
 def test_slow_write_is_delayed_in_the_middle_of_the_write(tmp_path: Path, control: Path) -> None:
     store = FaultStore(FileStore(tmp_path / "store"), control=control)
     _control(control, slow=1.0, slow_seconds=1.0)
     writing = threading.Thread(target=store.put, args=("queue.json", b"v1"), daemon=True)
     writing.start()
 
-    _wait(lambda: _writing(tmp_path / "store"), "the slow write to start")
+    wait_for(lambda: _writing(tmp_path / "store"), what="the slow write to start")
     assert FileStore(tmp_path / "store").get("queue.json") is None  # not landed yet
     writing.join(30)
     assert FileStore(tmp_path / "store").get("queue.json") is not None
@@ -188,37 +179,6 @@ def test_seed_makes_the_dice_repeatable(faulty: FaultStore, control: Path) -> No
     _control(control, error=0.5, seed=7, ops=["get", "etag"])  # a change re-seeds
     assert outcomes() == first
     assert True in first and False in first
-
-
-def test_freeze_stops_the_process_in_the_middle_of_a_write(tmp_path: Path, control: Path) -> None:
-    """A process told to freeze stops itself (SIGSTOP) in the middle of its next
-    write: nothing of it has landed, and the write finishes when it resumes."""
-    url = fault_store_url(f"file://{tmp_path / 'store'}", control)
-    _control(control, freeze="once")
-    script = (
-        "import sys; from engine.stores import open_store\n"
-        "s = open_store(sys.argv[1]); s.put('queue.json', b'frozen'); s.put('queue.json', b'again'); s.close()\n"
-    )
-    child = subprocess.Popen([sys.executable, "-c", script, url], cwd=PROJECT_ROOT)
-    try:
-        _wait(lambda: _state(child.pid) == "T", "the child to stop itself")
-        assert _writing(tmp_path / "store")
-        assert FileStore(tmp_path / "store").get("queue.json") is None
-        child.send_signal(signal.SIGCONT)
-        assert child.wait(30) == 0
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGCONT)
-            child.kill()
-            child.wait()
-    stats = orjson.loads(control.with_name(control.name + ".stats").read_bytes())
-    assert stats["frozen"] == ["once"]  # only once per token: the second put went through
-    blob = FileStore(tmp_path / "store").get("queue.json")
-    assert blob is not None and blob.data == b"again"
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_conditions_still_hold_under_slow_writes(faulty: FaultStore, control: Path) -> None:

@@ -33,10 +33,10 @@ from engine.operations import (
 from engine.parsing import empty_state, parse_document
 from engine.policy import Policy
 from engine.transitions import apply_batch, claim, get_job, push
+from tests.helpers import KEY
 
 POLICY = Policy()
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-KEY = "queue.json"
 
 
 def _nested(depth: int, inner: Any = 1, *, objects: bool = False) -> Any:
@@ -96,6 +96,7 @@ _SCALARS = st.none() | st.booleans() | st.integers() | _EDGE_INTS | st.floats() 
 _JSON = st.recursive(
     _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3), max_leaves=12
 )
+
 _DEEP = st.builds(_nested, st.integers(0, 300), _JSON, objects=st.booleans())
 
 

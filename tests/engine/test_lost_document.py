@@ -8,7 +8,6 @@ still starts by itself.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -19,19 +18,12 @@ from engine.errors import DocumentMissing
 from engine.lineage import InitRefused, initialise, marker_key, read_marker
 from engine.operations import push_op
 from engine.policy import Policy
+from tests.helpers import KEY, wait_for
 
-KEY = "queue.json"
 MARKER = marker_key(KEY)
 POLICY = Policy()
 BEAT = 0.05
 TAKEOVER = 0.4
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def seq(store: ObjectStore) -> int:
@@ -152,49 +144,51 @@ def test_a_leader_whose_document_is_deleted_stops_and_resumes_after_reinit(
 ) -> None:
     store = CountingStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     push(a, "x")
-    wait_until(lambda: seq(store) >= 3)
+    wait_for(lambda: seq(store) >= 3)
     store.delete(KEY)
     # Within a heartbeat: the leader's commit finds the document gone and it steps down.
-    wait_until(lambda: a.document_missing is not None and a.role == "standby")
+    wait_for(lambda: a.document_missing is not None and a.role == "standby")
     with pytest.raises(DocumentMissing):
         push(a, "y")
     checks = store.etag_checks
-    wait_until(lambda: store.etag_checks >= checks + 10)  # many polls, and a takeover interval, later...
+    wait_for(lambda: store.etag_checks >= checks + 10)  # many polls, and a takeover interval, later...
     assert store.get(KEY) is None  # ...nothing re-created it
     assert "missing" in (a.last_error or "")
     lost = read_marker(store, KEY)
     assert lost is not None and lost[0].seq_floor >= 3 and lost[0].epoch_floor >= 1
     done = initialise(store, KEY, policy=POLICY, writer="operator", force=True)
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     assert a.document_missing is None
     push(a, "z")
     assert seq(store) > done.seq > lost[0].seq_floor
     assert a.leader.epoch > lost[0].epoch_floor
 
 
+@pytest.mark.slow
 def test_a_standby_that_saw_the_document_does_not_take_over_a_deleted_one(
     make_broker: Callable[..., Broker],
 ) -> None:
     store = CountingStore()
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
     b = make_broker(store, "http://b")
-    wait_until(lambda: b.leader.id == a.id)
+    wait_for(lambda: b.leader.id == a.id)
     a.stop(timeout=10)  # the leader is gone, and then so is the document
     store.delete(KEY)
-    wait_until(lambda: b.document_missing is not None)
+    wait_for(lambda: b.document_missing is not None)
     checks = store.etag_checks
-    wait_until(lambda: store.etag_checks >= checks + 3 * int(TAKEOVER / BEAT))  # three takeover intervals
+    wait_for(lambda: store.etag_checks >= checks + 3 * int(TAKEOVER / BEAT))  # three takeover intervals
     assert store.get(KEY) is None and b.role == "standby"
     with pytest.raises(DocumentMissing):
         push(b, "y")
     initialise(store, KEY, policy=POLICY, writer="operator", force=True)
-    wait_until(lambda: b.role == "leader")
+    wait_for(lambda: b.role == "leader")
     push(b, "z")
 
 
+@pytest.mark.slow
 def test_a_node_started_on_a_store_with_a_lost_document_waits_for_an_operator(
     make_broker: Callable[..., Broker],
 ) -> None:
@@ -203,12 +197,12 @@ def test_a_node_started_on_a_store_with_a_lost_document_waits_for_an_operator(
         committer.push("q", ["a"])
     store.delete(KEY)
     a = make_broker(store, "http://a")
-    wait_until(lambda: a.document_missing is not None)
+    wait_for(lambda: a.document_missing is not None)
     checks = store.etag_checks
-    wait_until(lambda: store.etag_checks >= checks + 3 * int(TAKEOVER / BEAT))
+    wait_for(lambda: store.etag_checks >= checks + 3 * int(TAKEOVER / BEAT))
     assert store.get(KEY) is None and a.role == "standby"
     initialise(store, KEY, policy=POLICY, writer="operator", force=True)
-    wait_until(lambda: a.role == "leader")
+    wait_for(lambda: a.role == "leader")
 
 
 def test_the_direct_client_does_not_re_create_a_lost_document_either() -> None:

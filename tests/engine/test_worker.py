@@ -4,8 +4,7 @@ client's methods). Tests wait on events and conditions, never fixed sleeps."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -25,6 +24,7 @@ from engine import (
 )
 from engine.http_client import Unauthorized
 from engine.worker import Worker, WorkerOptions, WorkerStats
+from tests.helpers import wait_for
 
 FAST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
 
@@ -86,15 +86,6 @@ def client() -> Iterator[SpyCommitter]:
     committer.stop()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    """Wait until ``predicate()`` holds, re-checking on a short event wait."""
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        tick.wait(0.005)
-
-
 def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
     result: list[WorkerStats | BaseException] = []
 
@@ -148,6 +139,7 @@ def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
     assert stats.completed == 3
 
 
+@pytest.mark.slow
 def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None:
     [job_id] = client.push("q", ["slow"])
     running, release = threading.Event(), threading.Event()

@@ -21,8 +21,7 @@ from engine.operations import Tick
 from queueadmin.api.errors import STATUS_BY_CODE
 from tests.fuzz.asgi_driver import Answer, call
 from tests.fuzz.nodes import AUTH
-
-KEY = "queue.json"
+from tests.helpers import KEY
 
 
 def stored(broker: Broker) -> bytes:

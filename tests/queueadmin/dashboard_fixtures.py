@@ -8,9 +8,8 @@ checked byte for byte.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -22,19 +21,12 @@ from engine import Broker, ObjectStore
 from engine.operations import claim_op, fail_op, push_op
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
+from tests.helpers import KEY, wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
-KEY = "queue.json"
 PASSWORD = "correct horse battery staple"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -47,7 +39,7 @@ def broker(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> Iterat
     settings.QUEUE_TAKEOVER_SECONDS = 600.0
     node = runtime.build_broker().start()
     try:
-        wait_until(lambda: node.role == "leader")
+        wait_for(lambda: node.role == "leader")
         monkeypatch.setattr(runtime, "get_broker", lambda: node)
         source.reset()
         runtime.seen_workers.clear()

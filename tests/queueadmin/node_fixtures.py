@@ -4,28 +4,21 @@ ask for ``beating_broker``."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 from engine import Broker
 from queueadmin import runtime
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ def beating_broker(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -
     settings.QUEUE_TAKEOVER_SECONDS = 0.4
     node = runtime.build_broker().start()
     try:
-        wait_until(lambda: node.role == "leader")
+        wait_for(lambda: node.role == "leader")
         monkeypatch.setattr(runtime, "get_broker", lambda: node)
         yield node
     finally:

@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -22,25 +22,18 @@ from django.test import AsyncClient, Client
 
 from engine import Broker, ObjectStore
 from queueadmin import runtime
+from tests.helpers import KEY, wait_for
 
 if TYPE_CHECKING:
     from django.http import HttpResponse
     from pytest_django.fixtures import Settings as SettingsWrapper
 
-KEY = "queue.json"
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_PAYLOAD = 1024
 MAX_REQUEST = 16 * 1024
 NODE_A = "http://node-a.test:8000"
 NODE_B = "http://node-b.test:8000"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -62,7 +55,7 @@ def broker(node_settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> I
     """A started, leading broker that the API views use."""
     node = runtime.build_broker().start()
     try:
-        wait_until(lambda: node.role == "leader")
+        wait_for(lambda: node.role == "leader")
         monkeypatch.setattr(runtime, "get_broker", lambda: node)
         yield node
     finally:
@@ -444,9 +437,20 @@ def test_a_waiting_claim_returns_soon_after_a_push(broker: Broker, monkeypatch: 
     async def scenario() -> tuple[Any, float]:
         # Headers per request: AsyncClient(headers=...) mangles their names in Django 6.1.
         client = AsyncClient()
+        # Push only once the claim has tried and found nothing, so that only
+        # the commit notification (or the 30 s timer) can wake it.
+        first_attempt = asyncio.Event()
+        attempt = broker.aexecute
+
+        async def spied_attempt(op: Any) -> Any:
+            result = await attempt(op)
+            first_attempt.set()
+            return result
+
+        monkeypatch.setattr(broker, "aexecute", spied_attempt)
 
         async def push_later() -> None:
-            await asyncio.sleep(0.3)
+            await asyncio.wait_for(first_attempt.wait(), 5)
             response = await client.post("/api/v1/jobs", {"queue": "q", "payload": "late"},
                                          content_type="application/json", headers=AUTH)
             assert response.status_code == 201
@@ -481,7 +485,7 @@ def test_a_waiting_claim_is_woken_from_another_event_loop(
 
     thread = threading.Thread(target=waiting_claim)
     thread.start()
-    wait_until(lambda: runtime.commits.waiting() == 1)
+    wait_for(lambda: runtime.commits.waiting() == 1)
     push_one(api, "from another loop")
     thread.join(10)
 
@@ -490,6 +494,7 @@ def test_a_waiting_claim_is_woken_from_another_event_loop(
     assert runtime.commits.waiting() == 0
 
 
+@pytest.mark.slow
 def test_an_empty_waiting_claim_answers_an_empty_list_when_time_runs_out(api: Client, broker: Broker) -> None:
     started = time.monotonic()
     jobs = claim(api, wait_seconds=1)
@@ -500,6 +505,7 @@ def test_an_empty_waiting_claim_answers_an_empty_list_when_time_runs_out(api: Cl
     assert runtime.commits.waiting() == 0
 
 
+@pytest.mark.slow
 def test_a_waiting_claim_picks_up_a_delayed_job_when_it_is_due(api: Client, broker: Broker) -> None:
     job_id = push_one(api, "delayed", delay_seconds=0.5)
     assert claim(api) == []
@@ -521,7 +527,7 @@ def test_a_standby_answers_503_with_the_leaders_url(
     node_settings.QUEUE_ADVERTISE_URL = NODE_B
     standby = runtime.build_broker().start()
     try:
-        wait_until(lambda: standby.leader.url == NODE_A)
+        wait_for(lambda: standby.leader.url == NODE_A)
         monkeypatch.setattr(runtime, "get_broker", lambda: standby)
         before = stored(store)
 

@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 
 from engine import Broker, QueueState
-from tests.queueadmin.node_fixtures import TOKEN, wait_until
+from tests.helpers import wait_for
+from tests.queueadmin.node_fixtures import TOKEN
 
 
 @pytest.fixture
@@ -37,5 +38,5 @@ def test_an_operation_that_cannot_be_encoded_gets_a_json_400_and_the_node_carrie
     pushed = api.post("/api/v1/jobs", {"queue": "q", "payload": 2}, content_type="application/json")
     assert pushed.status_code == 201
     seq = broker.seq
-    wait_until(lambda: broker.seq >= seq + 3)  # heartbeats go on
+    wait_for(lambda: broker.seq >= seq + 3)  # heartbeats go on
     assert broker.role == "leader"

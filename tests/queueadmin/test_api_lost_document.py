@@ -7,10 +7,8 @@ import pytest
 from django.test import Client
 
 from engine import Broker
-from tests.queueadmin.node_fixtures import AUTH, wait_until
-
-KEY = "queue.json"
-
+from tests.helpers import KEY, wait_for
+from tests.queueadmin.node_fixtures import AUTH
 
 
 @pytest.fixture
@@ -23,7 +21,7 @@ def test_a_deleted_document_is_reported_and_refused_until_reinitialised(broker: 
     pushed = api.post("/api/v1/jobs", {"queue": "q", "payload": 1}, content_type="application/json")
     assert pushed.status_code == 201
     broker.store.delete(KEY)
-    wait_until(lambda: broker.document_missing is not None)
+    wait_for(lambda: broker.document_missing is not None)
 
     health = Client().get("/api/v1/health")
     assert health.status_code == 200

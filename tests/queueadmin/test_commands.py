@@ -24,11 +24,11 @@ from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy,
 from engine.operations import TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
+from tests.helpers import KEY
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
-KEY = "queue.json"
 
 
 @pytest.fixture

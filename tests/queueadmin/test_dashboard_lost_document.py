@@ -9,9 +9,8 @@ from django.test import Client
 
 from engine import Broker, ObjectStore
 from engine.errors import DocumentMissing
-from tests.queueadmin.dashboard_fixtures import push, wait_until
-
-KEY = "queue.json"
+from tests.helpers import KEY, wait_for
+from tests.queueadmin.dashboard_fixtures import push
 
 
 @pytest.fixture
@@ -21,7 +20,7 @@ def lost(broker: Broker, store: ObjectStore) -> Broker:
     store.delete(KEY)
     with pytest.raises(DocumentMissing):
         push(broker, "q", [2])
-    wait_until(lambda: broker.document_missing is not None)
+    wait_for(lambda: broker.document_missing is not None)
     return broker
 
 

@@ -3,10 +3,8 @@ result or error, from the job's payload and its result object."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,18 +15,12 @@ from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.tasks.worker import TaskRunner
 from tests.e2e.sample_tasks import add, explode
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
 FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        threading.Event().wait(0.01)
 
 
 @pytest.fixture

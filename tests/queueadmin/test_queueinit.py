@@ -18,11 +18,11 @@ from engine import FileStore, GroupCommitter
 from engine.errors import DocumentMissing
 from engine.lineage import read_marker
 from queueadmin.models import AuditEntry
+from tests.helpers import KEY
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
-KEY = "queue.json"
 pytestmark = pytest.mark.django_db
 
 

@@ -6,8 +6,6 @@ system checks. Tasks are in ``tests/e2e/sample_tasks.py``."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -27,20 +25,13 @@ from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER
 from queueadmin.tasks.worker import TaskRunner, task_queues
 from tests.e2e import sample_tasks as st
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
 BACKEND = "queueadmin.tasks.ObjectStoreBackend"
 FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        tick.wait(0.01)
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from engine import DirectClient, FileStore, Policy, utc_now
 from engine.operations import push_op
 from engine.parsing import empty_state, parse_document
 from engine.transitions import apply_batch
+from tests.helpers import KEY
 
 PROCESSES = 8
 PUSHES = 200
-KEY = "queue.json"
 
 
 def _direct_pusher(root: str, n: int, start: multiprocessing.synchronize.Event) -> None:

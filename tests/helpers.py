@@ -1,0 +1,31 @@
+"""Small helpers every test folder shares: the document's key and a bounded
+wait on a condition.
+
+Import them as ``from tests.helpers import KEY, wait_for`` (pytest runs from
+the project root with ``--import-mode=importlib``, so ``tests`` is importable).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+# Where the queue document lives by default (engine.policy.DOCUMENT_KEY),
+# spelled out so that a change of the default shows up in the tests.
+KEY = "queue.json"
+
+POLL_SECONDS = 0.01
+DEFAULT_TIMEOUT = 10.0
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = DEFAULT_TIMEOUT, what: str = "condition") -> None:
+    """Return as soon as ``predicate()`` holds; fail the test after ``timeout`` seconds.
+
+    The timeout is a bound on a hang, not a pause: a passing test waits only
+    as long as the condition takes. Re-checks every few milliseconds.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL_SECONDS)
