@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
     from django.template.loader import render_to_string
     from django.test import RequestFactory
 
-    from engine.operations import claim_op, fail_op
+    from engine.ops import claim_op, fail_op
     from queueadmin import runtime
     from queueadmin.dashboard import pages, views
     from queueadmin.dashboard.snapshot import PartsDecoder, decode_document

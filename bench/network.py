@@ -72,8 +72,7 @@ import httpx
 from bench import report
 from bench.config import QUEUE, BenchConfig, payload
 from bench.results import percentile
-from engine import BrokerClient, ClaimedJob, EngineError, FailOutcome, Worker
-from engine.worker import WorkerOptions, WorkerStats
+from engine import BrokerClient, ClaimedJob, EngineError, FailOutcome, Worker, WorkerOptions, WorkerStats
 
 ROOT = Path(__file__).resolve().parent.parent
 # On a 2-core machine one daphne node drains ~110 jobs/s (its event loop is

@@ -16,7 +16,7 @@ from jqueue.domain.models import QueueState as JQueueState
 
 from bench.config import QUEUE, payload, payload_bytes
 from engine import Policy, QueueState, utc_now
-from engine.operations import push_op
+from engine.ops import push_op
 from engine.transitions import push
 
 SEED_BATCH = 1_000

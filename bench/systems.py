@@ -28,7 +28,7 @@ from bench.config import ENGINE_KEY, JQUEUE_KEY, QUEUE, payload, payload_bytes
 from bench.seed import Seeds
 from bench.stores import AbortableStore, JQueueStorage
 from engine import DirectClient, GroupCommitter, LatencyStore, MemoryStore
-from engine.operations import push_op
+from engine.ops import push_op
 
 
 class System(abc.ABC):

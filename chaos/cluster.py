@@ -25,7 +25,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from engine.stores.faults import STATS_SUFFIX, fault_store_url
+from engine.stores import STATS_SUFFIX, fault_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "chaos-token"

@@ -12,8 +12,7 @@ import orjson
 
 from chaos.cluster import Cluster
 from chaos.history import History, Version
-from engine import DOCUMENT_KEY, open_store
-from engine.errors import EngineError
+from engine import DOCUMENT_KEY, EngineError, open_store
 
 STORE_POLL_SECONDS = 0.05
 HEALTH_POLL_SECONDS = 0.25

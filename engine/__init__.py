@@ -15,25 +15,43 @@ Layers, bottom to top, each handed the one below in its constructor:
   every client, with failover between nodes;
 * the HTTP client and the worker (:class:`BrokerClient`, :class:`Worker`):
   reach the broker over HTTP; the worker runs handlers on claimed jobs.
+
+The public API is this package's ``__all__`` and four public submodules:
+
+* :mod:`engine.ops`: the operations (``Push``, ``Claim``, …) and their
+  validating builders (``push_op``, ``claim_op``, …);
+* :mod:`engine.transitions`: the pure transitions, for tools and tests that
+  drive a :class:`QueueState` directly;
+* :mod:`engine.wire`: the broker API's wire format, both directions;
+* :mod:`engine.stores`: the store backends and :func:`open_store`'s helpers.
+
+Everything else is internal and may change without notice; code outside
+``engine/`` imports only these (``tests/test_engine_boundary.py`` enforces it).
+Every error is an :class:`EngineError`; the tree is in :mod:`engine.errors`.
 """
 
 from __future__ import annotations
 
-from engine.broker import Broker
+from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS, Broker
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
-from engine.document import FORMAT, QueueState
+from engine.document import FORMAT, QueueState, counters_dict
 from engine.errors import (
     BrokerUnavailable,
     CommitterStopped,
+    CommitTimeout,
     DocumentError,
+    DocumentMissing,
     EngineError,
+    InitRefused,
     InvalidPayload,
     JobNotFound,
     LeaseLost,
+    MalformedJson,
     NotLeader,
+    OperationFailed,
     PayloadTooLarge,
     PreconditionFailed,
     QueueError,
@@ -43,14 +61,51 @@ from engine.errors import (
     Unauthorized,
     ValidationError,
 )
-from engine.http_client import BrokerClient
-from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, FailOutcome, Job, Lease, QueueCounters, utc_now
-from engine.parsing import parse_document
-from engine.policy import DOCUMENT_KEY, MAX_DELAY_SECONDS, Policy
-from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, open_store
-from engine.worker import Worker, WorkerOptions, WorkerStats, default_heartbeat_interval
+from engine.http_client import API_PREFIX, BrokerClient
+from engine.lineage import initialise, marker_key, read_marker
+from engine.model import (
+    Attempt,
+    BrokerInfo,
+    ClaimedJob,
+    DeadLetter,
+    FailOutcome,
+    Job,
+    Lease,
+    QueueCounters,
+    decode_payload,
+    new_job_id,
+    utc_now,
+)
+from engine.parsing import empty_state, parse_document
+from engine.policy import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DOCUMENT_KEY,
+    MAX_DELAY_SECONDS,
+    Policy,
+)
+from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
+from engine.worker import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_WAIT_SECONDS,
+    PermanentFailure,
+    Worker,
+    WorkerOptions,
+    WorkerStats,
+    default_heartbeat_interval,
+    new_worker_id,
+)
 
 __all__ = [
+    "API_PREFIX",
+    "DEFAULT_GRACE_SECONDS",
+    "DEFAULT_HEARTBEAT_SECONDS",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_TAKEOVER_SECONDS",
+    "DEFAULT_WAIT_SECONDS",
     "DOCUMENT_KEY",
     "FORMAT",
     "MAX_DELAY_SECONDS",
@@ -63,27 +118,33 @@ __all__ = [
     "BrokerUnavailable",
     "ClaimedJob",
     "CommitStats",
+    "CommitTimeout",
     "CommitterStopped",
     "DeadLetter",
     "DecodedDocument",
     "DirectClient",
     "DocumentDecoder",
     "DocumentError",
+    "DocumentMissing",
     "EngineError",
     "FailOutcome",
     "FaultyStore",
     "FileStore",
     "GroupCommitter",
+    "InitRefused",
     "InvalidPayload",
     "Job",
     "JobNotFound",
     "LatencyStore",
     "Lease",
     "LeaseLost",
+    "MalformedJson",
     "MemoryStore",
     "NotLeader",
     "ObjectStore",
+    "OperationFailed",
     "PayloadTooLarge",
+    "PermanentFailure",
     "Policy",
     "PreconditionFailed",
     "QueueClient",
@@ -98,9 +159,18 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "WorkerStats",
+    "check_key",
+    "counters_dict",
     "decode_document_json",
+    "decode_payload",
     "default_heartbeat_interval",
+    "empty_state",
+    "initialise",
+    "marker_key",
+    "new_job_id",
+    "new_worker_id",
     "open_store",
     "parse_document",
+    "read_marker",
     "utc_now",
 ]

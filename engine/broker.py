@@ -40,10 +40,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from engine.cas import state_of, write_state
-from engine.committer import CommitTimeout, GroupCommitter
+from engine.committer import GroupCommitter
 from engine.document import QueueState
 from engine.errors import (
     CommitterStopped,
+    CommitTimeout,
     DocumentError,
     DocumentMissing,
     EngineError,
@@ -53,7 +54,7 @@ from engine.errors import (
 )
 from engine.lineage import Presence
 from engine.model import BrokerInfo, new_process_id, utc_now
-from engine.operations import Operation, TakeOver, Tick
+from engine.ops import Operation, TakeOver, Tick
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.errors import QueueError
 from engine.model import ClaimedJob, FailOutcome
-from engine.operations import (
+from engine.ops import (
     Operation,
     claim_op,
     complete_op,

@@ -45,15 +45,21 @@ from engine.backoff import jittered
 from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
-from engine.errors import CommitterStopped, EngineError, OperationFailed, PreconditionFailed, StoreUnavailable
+from engine.errors import (
+    CommitterStopped,
+    CommitTimeout,
+    EngineError,
+    OperationFailed,
+    PreconditionFailed,
+    StoreUnavailable,
+)
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
-from engine.operations import Operation, push_op
+from engine.ops import Operation, push_op
 from engine.pending import (
     FAILED,
     Batches,
     CommitStats,
-    CommitTimeout,
     Pending,
     Write,
     answer,
@@ -66,8 +72,7 @@ from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
 
-# Defined in engine.pending and engine.errors, and part of this module's interface.
-__all__ = ["CommitStats", "CommitTimeout", "CommitterStopped", "GroupCommitter"]
+__all__ = ["CommitStats", "GroupCommitter"]
 
 DEFAULT_MAX_BATCH = 20_000
 DEFAULT_MAX_RETRIES = 50

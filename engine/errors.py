@@ -13,11 +13,14 @@ Every error the engine raises derives from :class:`EngineError`::
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     ├── Unauthorized               the broker refused the API token; fix it, retrying won't help
     ├── CommitterStopped           the group committer is not running; nothing was applied
+    ├── CommitTimeout              no answer within the caller's deadline; the operation may yet commit
+    ├── InitRefused                queueinit refused: a document exists or existed; nothing was written
     └── QueueError                 a queue operation was refused; nothing changed
         ├── JobNotFound            no job with that id
         ├── LeaseLost              the lease token is not the job's current lease
         ├── OperationFailed        one operation could not be applied or encoded; it alone was refused
         └── ValidationError        bad input: queue name, payload, numbers
+            ├── MalformedJson      a request body that is not JSON text (the broker API)
             ├── InvalidPayload     not JSON-serialisable
             └── PayloadTooLarge    encoded payload above the configured limit
 
@@ -145,6 +148,23 @@ class CommitterStopped(EngineError):
     code = "committer_stopped"
 
 
+class CommitTimeout(EngineError):
+    """No answer came within the caller's deadline (``execute(op, timeout=...)``).
+
+    The outcome is unknown: the operation is still queued or being written and
+    may yet commit. Treat it like an ambiguous write.
+    """
+
+    code = "commit_timeout"
+
+
+class InitRefused(EngineError):
+    """``initialise`` refused: a document exists, or one existed and
+    ``force`` was not given. Nothing was written."""
+
+    code = "init_refused"
+
+
 class QueueError(EngineError):
     """A queue operation was refused. Nothing was changed by it."""
 
@@ -190,6 +210,12 @@ class ValidationError(QueueError):
     """The operation's input is invalid: a bad queue name, number or state."""
 
     code = "invalid"
+
+
+class MalformedJson(ValidationError):
+    """The request body is not JSON text (``400 malformed_json``). Send JSON."""
+
+    code = "malformed_json"
 
 
 class InvalidPayload(ValidationError):

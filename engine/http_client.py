@@ -39,16 +39,14 @@ from engine import wire
 from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.discovery import LeaderDiscovery
-from engine.errors import BrokerUnavailable, EngineError, NotLeader, StoreUnavailable, Unauthorized, ValidationError
+from engine.errors import BrokerUnavailable, EngineError, NotLeader, StoreUnavailable, ValidationError
 from engine.model import ClaimedJob
-from engine.operations import Operation, claim_op
+from engine.ops import Operation, claim_op
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.wire import MAX_WAIT_SECONDS
 
-# BrokerUnavailable and Unauthorized (engine.errors) and MAX_WAIT_SECONDS
-# (engine.wire) were defined here once, and are still importable from here.
-__all__ = ["API_PREFIX", "MAX_WAIT_SECONDS", "BrokerClient", "BrokerUnavailable", "Unauthorized"]
+__all__ = ["API_PREFIX", "BrokerClient"]
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from engine.document import QueueState
-from engine.errors import DocumentMissing, EngineError, PreconditionFailed, StoreError, StoreUnavailable
+from engine.errors import DocumentMissing, InitRefused, PreconditionFailed, StoreError, StoreUnavailable
 from engine.model import BrokerInfo, utc_now
 from engine.policy import Policy
 from engine.stores.base import ObjectStore
@@ -245,13 +245,6 @@ class Presence:
         with self._lock:
             self._missing = missing
         return missing
-
-
-class InitRefused(EngineError):
-    """``initialise`` refused: a document exists, or one existed and
-    ``force`` was not given. Nothing was written."""
-
-    code = "init_refused"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

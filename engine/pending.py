@@ -17,17 +17,7 @@ from typing import Any
 
 from engine.document import QueueState
 from engine.errors import EngineError
-from engine.operations import Operation
-
-
-class CommitTimeout(EngineError):
-    """No answer came within the caller's deadline (``execute(op, timeout=...)``).
-
-    The outcome is unknown: the operation is still queued or being written and
-    may yet commit. Treat it like an ambiguous write.
-    """
-
-    code = "commit_timeout"
+from engine.ops import Operation
 
 
 @dataclass(slots=True)

@@ -9,6 +9,9 @@ each one's error from the others.
 Ordering rules (I7): claims take pending jobs in FIFO order. A job that goes
 back to pending — retried after ``fail``, returned by an expired lease, or
 requeued — moves to the back of its queue.
+
+A public module of the engine (see :mod:`engine`): the pure layer, for tests,
+tools and simulations that drive a :class:`~engine.QueueState` directly.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from engine.model import (
     decode_payload,
     new_lease_token,
 )
-from engine.operations import (
+from engine.ops import (
     Claim,
     Complete,
     Expire,
@@ -47,6 +50,24 @@ from engine.operations import (
     Tick,
 )
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
+
+__all__ = [
+    "apply",
+    "apply_batch",
+    "claim",
+    "complete",
+    "expire",
+    "fail",
+    "get_job",
+    "heartbeat",
+    "purge",
+    "push",
+    "requeue",
+    "set_paused",
+    "still_expected",
+    "take_over",
+    "tick",
+]
 
 
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:

@@ -46,7 +46,7 @@ from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, Unauthorized, ValidationError
 from engine.model import ClaimedJob, new_process_id
-from engine.operations import claim_op
+from engine.ops import claim_op
 from engine.wire import MAX_WAIT_SECONDS
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,16 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from engine import BrokerClient, ObjectStore, Policy, open_store
-from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS
-from engine.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from engine import (
+    DEFAULT_HEARTBEAT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_TAKEOVER_SECONDS,
+    BrokerClient,
+    ObjectStore,
+    Policy,
+    open_store,
+)
 
 #: The smallest default limit on a broker API request body (see :func:`default_max_request_bytes`).
 MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
-from engine.operations import Operation, pause_op, purge_op, requeue_op
+from engine.ops import Operation, pause_op, purge_op, requeue_op
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise  # installed with django-stubs (dev only)

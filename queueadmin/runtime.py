@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 from engine import Broker, ClaimedJob, QueueState
-from engine.operations import Claim
+from engine.ops import Claim
 from queueadmin import config
 
 log = logging.getLogger(__name__)

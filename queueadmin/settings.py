@@ -53,8 +53,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS
-from engine.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from engine import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TAKEOVER_SECONDS
 from queueadmin.config import DEFAULT_HTTP_IDLE_SECONDS, DEFAULT_RESULT_TTL_SECONDS, default_max_request_bytes
 
 BASE_DIR = Path(__file__).resolve().parent.parent

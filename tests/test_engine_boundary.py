@@ -1,18 +1,30 @@
-"""The engine boundary is mechanical: nothing under ``engine/`` imports the Django side.
+"""The engine boundary is mechanical, in both directions.
 
-``engine`` must stay usable as a plain library (workers, benchmarks, other
-frameworks), so it may not import django, channels, daphne, asgiref or
-queueadmin, not even under ``TYPE_CHECKING`` or inside a function.
+- Nothing under ``engine/`` imports the Django side. ``engine`` must stay usable
+  as a plain library (workers, benchmarks, other frameworks), so it may not
+  import django, channels, daphne, asgiref or queueadmin, not even under
+  ``TYPE_CHECKING`` or inside a function.
+- Nothing outside ``engine/`` (``queueadmin/``, ``bench/``, ``chaos/`` and the
+  tests outside ``tests/engine/``) imports an engine internal: only ``engine``
+  itself and the public submodules in :data:`PUBLIC_MODULES`, so the engine can
+  rearrange its insides without breaking its users.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
 
-ENGINE_DIR = Path(__file__).resolve().parent.parent / "engine"
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE_DIR = ROOT / "engine"
+# Code that uses the engine from outside; tests/engine/ tests the insides.
+OUTSIDE_DIRS = ("queueadmin", "bench", "chaos", "tests")
+INSIDE_TESTS = ROOT / "tests" / "engine"
+# The engine's public API: the package and the submodules its docstring documents.
+PUBLIC_MODULES = frozenset({"engine", "engine.ops", "engine.transitions", "engine.wire", "engine.stores"})
 BANNED = frozenset({"django", "channels", "daphne", "asgiref", "queueadmin"})
 # Calls that import a module named by a string argument.
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
@@ -121,3 +133,90 @@ def test_checker_catches(source: str) -> None:
 )
 def test_checker_allows(source: str, module: str, is_package: bool) -> None:
     assert banned_imports(source, module, is_package=is_package) == []
+
+
+def internal_engine_imports(source: str) -> list[str]:
+    """Return a description of each import of an engine internal in ``source``.
+
+    Allowed: ``import engine``, ``from engine import x`` and the same for the
+    modules in :data:`PUBLIC_MODULES`. Banned: any other ``engine.*`` module,
+    also through ``from engine import <internal module>`` and ``import_module``.
+    """
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [node.module]
+            if node.module in PUBLIC_MODULES:
+                # `from engine import operations` names a module, not an export.
+                targets += [f"{node.module}.{alias.name}" for alias in node.names if alias.name.islower()]
+        elif isinstance(node, ast.Call) and _called_name(node.func) in DYNAMIC_IMPORTERS and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                targets = [first.value]
+        for target in targets:
+            if target.split(".")[0] == "engine" and target not in PUBLIC_MODULES and _is_module(target):
+                found.append(f"line {node.lineno}: imports {target}")
+    return found
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module or package under engine/ (not an exported name)."""
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _outside_files() -> list[Path]:
+    files = [path for folder in OUTSIDE_DIRS for path in sorted((ROOT / folder).rglob("*.py"))]
+    return [path for path in files if INSIDE_TESTS not in path.parents]
+
+
+def test_outside_code_imports_only_the_public_engine_api() -> None:
+    files = _outside_files()
+    assert len(files) > 50, f"expected the queueadmin, bench, chaos and test files, found {len(files)}"
+    problems = []
+    for path in files:
+        problems += [f"{path.relative_to(ROOT)} {p}" for p in internal_engine_imports(path.read_text(encoding="utf-8"))]
+    assert not problems, "import these from `engine` or a public submodule:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from engine.document import QueueState",
+        "import engine.committer",
+        "from engine.stores.file import FileStore",
+        "from engine import committer",
+        "def f():\n    from engine.worker import Worker",
+        "import importlib\nimportlib.import_module('engine.http_client')",
+    ],
+)
+def test_public_checker_catches(source: str) -> None:
+    assert internal_engine_imports(source), source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import engine",
+        "from engine import Broker, QueueState, open_store",
+        "from engine.ops import push_op",
+        "from engine.stores import MemoryStore",
+        "from engine.transitions import apply",
+        "from engine import wire",
+        "import enginex.document",
+    ],
+)
+def test_public_checker_allows(source: str) -> None:
+    assert internal_engine_imports(source) == []
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_MODULES))
+def test_public_modules_export_what_they_declare(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    assert exported, f"{name} declares no __all__"
+    missing = [attr for attr in exported if not hasattr(module, attr)]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"

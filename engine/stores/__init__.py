@@ -1,4 +1,10 @@
-"""Object stores: one contract (:class:`ObjectStore`), three backends, chosen by URL."""
+"""Object stores: one contract (:class:`ObjectStore`), three backends, chosen by URL.
+
+A public module of the engine (see :mod:`engine`). ``S3Store`` lives in
+:mod:`engine.stores.s3` and is opened through :func:`open_store` (boto3 is
+slow to import, so only an ``s3://`` URL imports it); the fault-injecting
+wrapper for chaos runs is named by :func:`fault_store_url`.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,14 @@ import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from engine.errors import StoreConfigError
-from engine.stores.base import Blob, ObjectStore
+from engine.stores.base import Blob, ObjectStore, check_key
+from engine.stores.faults import STATS_SUFFIX, fault_store_url
 from engine.stores.file import FileStore
 from engine.stores.memory import MemoryStore, StoreStats
 from engine.stores.wrappers import FaultyStore, LatencyStore
 
 __all__ = [
+    "STATS_SUFFIX",
     "Blob",
     "FaultyStore",
     "FileStore",
@@ -19,6 +27,8 @@ __all__ = [
     "MemoryStore",
     "ObjectStore",
     "StoreStats",
+    "check_key",
+    "fault_store_url",
     "open_store",
 ]
 

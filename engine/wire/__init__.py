@@ -33,6 +33,7 @@ Pure: no I/O, no Django, no HTTP library; only :mod:`engine` and orjson.
 
 from __future__ import annotations
 
+from engine.errors import MalformedJson
 from engine.wire.answers import (
     HIDDEN_TOKEN,
     claimed_json,
@@ -51,7 +52,7 @@ from engine.wire.codes import (
     error_from_answer,
     error_json,
 )
-from engine.wire.reading import Fields, MalformedJson, check_url, json_type, loads, lone_surrogate_at, parse_time
+from engine.wire.reading import Fields, check_url, json_type, loads, lone_surrogate_at, parse_time
 from engine.wire.requests import (
     MAX_WAIT_SECONDS,
     Request,

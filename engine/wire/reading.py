@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from engine.errors import EngineError, ValidationError
+from engine.errors import EngineError, MalformedJson, ValidationError
 
 # orjson reads integers beyond 64 bits as floats, which would silently change
 # a payload. A run of 19+ digits can be such an integer, so those bodies are
@@ -34,12 +34,6 @@ _TYPE_NAMES = {
     float: "a number",
     type(None): "null",
 }
-
-
-class MalformedJson(ValidationError):
-    """The request body is not JSON text (``400 malformed_json``). Send JSON."""
-
-    code = "malformed_json"
 
 
 def json_type(value: object) -> str:

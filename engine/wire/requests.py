@@ -6,7 +6,7 @@
   :func:`complete_from` and :func:`fail_from` read a parsed body back into
   the operation, strictly: a missing field, a field of the wrong type and an
   unknown field are each refused with a message naming the field. Values
-  then go through the engine's builders (:mod:`engine.operations`), so
+  then go through the engine's builders (:mod:`engine.ops`), so
   ranges, queue names, ids and payloads follow exactly the engine's rules.
   Optional fields may be sent as ``null``, which means the same as leaving
   them out (clients built on dataclasses tend to send ``None``).
@@ -28,7 +28,7 @@ import orjson
 
 from engine.errors import EngineError, ValidationError
 from engine.model import decode_payload, new_job_id
-from engine.operations import (
+from engine.ops import (
     Claim,
     Complete,
     Fail,

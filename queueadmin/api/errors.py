@@ -6,7 +6,7 @@ Every answer under ``/api/`` is JSON; an error is
 ``payload_too_large``), with the status ``docs/api.md`` gives for its code.
 The codes, their statuses and the mapping of engine errors (by their stable
 ``code`` attribute, never by type ladders) are :mod:`engine.wire`'s, which
-clients read answers with too; :data:`STATUS_BY_CODE` is re-exported here.
+clients read answers with too.
 """
 
 from __future__ import annotations

@@ -36,10 +36,8 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from engine.errors import EngineError, NotLeader
-from engine.http_client import API_PREFIX
-from engine.operations import Operation
-from engine.policy import Policy
+from engine import API_PREFIX, EngineError, NotLeader, Policy
+from engine.ops import Operation
 from engine.wire import lone_surrogate_at
 from engine.wire import operator_from_json as decode  # what is signed, and read back (engine.wire)
 from engine.wire import operator_json as encode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from engine.http_client import API_PREFIX
+from engine import API_PREFIX
 from queueadmin.api import views
 
 app_name = "api"

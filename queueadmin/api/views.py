@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from engine import GroupCommitter, NotLeader, wire
-from engine.operations import get_job_op
+from engine.ops import get_job_op
 from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint

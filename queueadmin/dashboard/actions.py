@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
-from engine.operations import Operation, Push
+from engine.ops import Operation, Push
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard.snapshot import Doc, Snapshot

@@ -14,7 +14,7 @@ from django import forms
 
 from engine import MAX_DELAY_SECONDS
 from engine import ValidationError as EngineValidationError
-from engine.operations import QUEUE_NAME, push_op
+from engine.ops import QUEUE_NAME, push_op
 from queueadmin import config
 from queueadmin.models import AuditEntry
 

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 
 from django.core.management.base import CommandError
 
-from engine import DOCUMENT_KEY, EngineError, ObjectStore
-from engine.http_client import BrokerClient
+from engine import DOCUMENT_KEY, BrokerClient, EngineError, ObjectStore
 from queueadmin import config
 
 

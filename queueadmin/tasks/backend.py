@@ -41,9 +41,8 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from engine import EngineError, JobNotFound, ValidationError
-from engine.operations import ID_PATTERN, check_queue, get_job_op, push_op
-from engine.policy import DOCUMENT_KEY, MAX_DELAY_SECONDS
+from engine import DOCUMENT_KEY, MAX_DELAY_SECONDS, EngineError, JobNotFound, ValidationError
+from engine.ops import ID_PATTERN, check_queue, get_job_op, push_op
 from queueadmin import config
 from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
 from queueadmin.tasks.connection import BrokerLink

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import Broker, BrokerClient, NotLeader, ObjectStore, open_store
-from engine.operations import Operation
+from engine.ops import Operation
 from queueadmin import config, runtime
 
 _lock = threading.Lock()

@@ -35,8 +35,7 @@ from typing import Any, Literal
 
 import orjson
 
-from engine import ObjectStore, PreconditionFailed, StoreConfigError
-from engine.stores.base import check_key
+from engine import ObjectStore, PreconditionFailed, StoreConfigError, check_key
 from queueadmin.tasks.payload import TaskView, describe
 
 log = logging.getLogger(__name__)

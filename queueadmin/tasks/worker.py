@@ -27,8 +27,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from engine import ClaimedJob, EngineError, ObjectStore, QueueClient
-from engine.worker import PermanentFailure
+from engine import ClaimedJob, EngineError, ObjectStore, PermanentFailure, QueueClient
 from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
 from queueadmin.tasks.backend import ObjectStoreBackend, load_task
 from queueadmin.tasks.connection import default_results_store

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import FileStore, Policy
-from engine.parsing import parse_document
+from engine import FileStore, Policy, parse_document
 
 # The writer: many threads pushing through one GroupCommitter, printing each
 # id only after its push was acknowledged.

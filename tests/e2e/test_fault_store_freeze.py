@@ -12,8 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine.stores import FileStore
-from engine.stores.faults import fault_store_url
+from engine.stores import FileStore, fault_store_url
 from tests.engine.test_fault_store import _control, _writing
 from tests.helpers import wait_for
 

@@ -91,7 +91,7 @@ SCRIPT = textwrap.dedent('''
     from django.db import connection
     from django.contrib.auth.models import User
     from django.test import Client
-    from engine.operations import claim_op, fail_op, push_op
+    from engine.ops import claim_op, fail_op, push_op
     from queueadmin import runtime
     from queueadmin.models import AuditEntry
 

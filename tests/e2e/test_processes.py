@@ -12,9 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import DirectClient, FileStore, Policy, utc_now
-from engine.operations import push_op
-from engine.parsing import empty_state, parse_document
+from engine import DirectClient, FileStore, Policy, empty_state, parse_document, utc_now
+from engine.ops import push_op
 from engine.transitions import apply_batch
 from tests.helpers import KEY
 

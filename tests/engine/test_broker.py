@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from engine import Broker, MemoryStore, NotLeader, ObjectStore
-from engine.operations import Tick, claim_op, push_op
+from engine.ops import Tick, claim_op, push_op
 from engine.policy import Policy
 from tests.engine.simulated_wake import SimulatedWake
 from tests.helpers import KEY, wait_for

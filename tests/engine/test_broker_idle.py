@@ -17,7 +17,7 @@ import pytest
 from engine import Broker, MemoryStore, parsing
 from engine.direct import DirectClient
 from engine.errors import DocumentError
-from engine.operations import TakeOver, Tick
+from engine.ops import TakeOver, Tick
 from engine.parsing import parse_document
 from engine.policy import Policy
 from tests.engine.simulated_wake import SimulatedWake

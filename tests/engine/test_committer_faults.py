@@ -18,7 +18,7 @@ import pytest
 
 from engine import Broker, GroupCommitter, MemoryStore, ObjectStore, QueueState
 from engine.errors import OperationFailed
-from engine.operations import Operation, Tick, claim_op, complete_op, fail_op, push_op
+from engine.ops import Operation, Tick, claim_op, complete_op, fail_op, push_op
 from engine.policy import Policy
 from engine.stores.base import Blob
 from tests.helpers import KEY, wait_for

@@ -10,7 +10,7 @@ import pytest
 
 from engine import transitions
 from engine.errors import ValidationError
-from engine.operations import purge_op, requeue_op
+from engine.ops import purge_op, requeue_op
 from tests.engine.transitions.builders import T0, at, claim_one, kill, new_state, push
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine import DocumentDecoder, DocumentError, GroupCommitter, decode_document_json, open_store, transitions
 from engine.document import QueueState
-from engine.operations import claim_op, complete_op, fail_op, purge_op, push_op, requeue_op
+from engine.ops import claim_op, complete_op, fail_op, purge_op, push_op, requeue_op
 from engine.parsing import empty_state
 from engine.policy import Policy
 from engine.sequence import CHUNK_ITEMS

@@ -13,7 +13,7 @@ import pytest
 from engine import DirectClient, MemoryStore
 from engine.document import FORMAT
 from engine.errors import DocumentError
-from engine.operations import claim_op, complete_op, fail_op, purge_op, push_op
+from engine.ops import claim_op, complete_op, fail_op, purge_op, push_op
 from engine.parsing import empty_state, parse_document
 from engine.policy import DEDUP_WINDOW_IDS, DEDUP_WINDOW_SECONDS, Policy
 from engine.transitions import apply_batch

@@ -23,7 +23,7 @@ from engine import sequence, transitions
 from engine.document import FORMAT, RECENT_COMMITS, QueueState
 from engine.errors import DocumentError, EngineError
 from engine.model import Attempt, BrokerInfo, ClaimedJob, DeadLetter, Job, Lease, QueueCounters
-from engine.operations import claim_op, complete_op, fail_op, heartbeat_op, purge_op, push_op
+from engine.ops import claim_op, complete_op, fail_op, heartbeat_op, purge_op, push_op
 from engine.parsing import empty_state, parse_document
 from engine.policy import Policy
 from engine.sequence import CHUNK_ITEMS, EncodedSequence

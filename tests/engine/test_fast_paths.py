@@ -16,7 +16,7 @@ import pytest
 
 from engine import GroupCommitter, LatencyStore, MemoryStore, Policy, ValidationError, document, model, transitions
 from engine.model import Attempt, Job, Lease
-from engine.operations import NewJob, push_op
+from engine.ops import NewJob, push_op
 from engine.parsing import empty_state
 
 POLICY = Policy(max_attempts=3)
@@ -215,7 +215,7 @@ def test_many_submitters_from_threads_and_loops_are_all_answered() -> None:
 
 
 def test_queue_names_checked_once_are_remembered_and_bad_ones_never() -> None:
-    from engine import operations
+    from engine import ops as operations
 
     operations._CHECKED_QUEUES.clear()
     assert operations.check_queue("good.q") == "good.q"

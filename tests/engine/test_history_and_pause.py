@@ -16,7 +16,7 @@ from engine import transitions
 from engine.document import QueueState
 from engine.errors import DocumentError, ValidationError
 from engine.model import Attempt, ClaimedJob
-from engine.operations import (
+from engine.ops import (
     Expire,
     claim_op,
     complete_op,

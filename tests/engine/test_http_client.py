@@ -32,9 +32,10 @@ from engine import (
     ValidationError,
 )
 from engine.discovery import LeaderDiscovery
-from engine.http_client import BrokerClient, BrokerUnavailable, Unauthorized
+from engine.errors import BrokerUnavailable, Unauthorized
+from engine.http_client import BrokerClient
 from engine.model import ClaimedJob, FailOutcome
-from engine.operations import push_op
+from engine.ops import push_op
 from engine.worker import Worker, WorkerOptions
 
 TOKEN = "s3cret"

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import InvalidPayload, ValidationError
-from engine.operations import (
+from engine.ops import (
     MAX_PAYLOAD_DEPTH,
     claim_op,
     complete_op,

@@ -16,7 +16,7 @@ import pytest
 from engine import Broker, GroupCommitter, MemoryStore, ObjectStore
 from engine.errors import DocumentMissing
 from engine.lineage import InitRefused, initialise, marker_key, read_marker
-from engine.operations import push_op
+from engine.ops import push_op
 from engine.policy import Policy
 from tests.helpers import KEY, wait_for
 

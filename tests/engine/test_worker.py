@@ -22,7 +22,7 @@ from engine import (
     StoreUnavailable,
     ValidationError,
 )
-from engine.http_client import Unauthorized
+from engine.errors import Unauthorized
 from engine.worker import Worker, WorkerOptions, WorkerStats
 from tests.helpers import wait_for
 

@@ -2,7 +2,7 @@
 
 * Exactly one answer, in time (the driver raises NoAnswer otherwise).
 * A 2xx, or a documented 4xx: JSON ``{"error": code, "message": text}`` whose
-  code is in :data:`queueadmin.api.errors.STATUS_BY_CODE` with that status.
+  code is in :data:`engine.wire.STATUS_BY_CODE` with that status.
   Never a 5xx from a healthy leader on a memory store.
 * The stored document still parses (``engine.parse_document``).
 * A refusal changes nothing: the stored bytes are the same before and after.
@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from engine import Broker, parse_document
-from engine.operations import Tick
-from queueadmin.api.errors import STATUS_BY_CODE
+from engine.ops import Tick
+from engine.wire import STATUS_BY_CODE
 from tests.fuzz.asgi_driver import Answer, call
 from tests.fuzz.nodes import AUTH
 from tests.helpers import KEY

@@ -19,7 +19,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from engine import Broker
-from engine.operations import claim_op, push_op
+from engine.ops import claim_op, push_op
 from tests.fuzz.asgi_driver import Answer, call, client_path, job_path
 from tests.fuzz.checks import check_alive, check_answer, check_call, stored
 from tests.fuzz.nodes import AUTH, Nodes
@@ -458,7 +458,7 @@ def _plain(value: Any) -> Any:
 @given(queue=st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True), paused=st.booleans())
 def test_a_signed_operator_request_is_used_once(nodes: Nodes, settings: Any, queue: str, paused: bool) -> None:
     """Replaying the same signed request is refused (defect 9)."""
-    from engine.operations import pause_op
+    from engine.ops import pause_op
     from queueadmin.api.forward import sign
 
     settings.SECRET_KEY = SECRET
@@ -475,7 +475,7 @@ def test_a_signed_operator_request_is_used_once(nodes: Nodes, settings: Any, que
 @given(queue=st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True))
 def test_the_public_development_key_is_never_trusted(nodes: Nodes, settings: Any, queue: str) -> None:
     """Anyone can sign with the public development key: loopback alone is no proof (defect 9)."""
-    from engine.operations import pause_op
+    from engine.ops import pause_op
     from queueadmin.api.forward import sign
 
     settings.SECRET_KEY = DEV_KEY

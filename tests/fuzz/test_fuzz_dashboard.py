@@ -25,7 +25,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from engine import Broker
-from engine.operations import claim_op, fail_op, push_op
+from engine.ops import claim_op, fail_op, push_op
 from queueadmin.dashboard.forms import ACTIONS
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from tests.fuzz.asgi_driver import call, client_path, job_path

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engine import JobNotFound, LeaseLost, Policy, QueueError, QueueState, parse_document
-from engine.operations import (
+from engine.ops import (
     Expire,
     claim_op,
     complete_op,

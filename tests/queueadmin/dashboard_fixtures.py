@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.operations import claim_op, fail_op, push_op
+from engine.ops import claim_op, fail_op, push_op
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from tests.helpers import KEY, wait_for

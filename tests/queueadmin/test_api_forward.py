@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
-from engine.operations import pause_op, purge_op, push_op, requeue_op
+from engine.ops import pause_op, purge_op, push_op, requeue_op
 from queueadmin.api import forward
 from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce

@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, utc_now
-from engine.operations import TakeOver
+from engine.ops import TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
 from tests.helpers import KEY

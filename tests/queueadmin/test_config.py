@@ -15,9 +15,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from engine import FileStore, MemoryStore, Policy, open_store
-from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS
-from engine.policy import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES
+from engine import (
+    DEFAULT_HEARTBEAT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_TAKEOVER_SECONDS,
+    FileStore,
+    MemoryStore,
+    Policy,
+    open_store,
+)
 from queueadmin import config
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from engine import Broker, NotLeader, ObjectStore
-from engine.operations import claim_op
+from engine.ops import claim_op
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob

@@ -17,7 +17,7 @@ from django.middleware.csrf import _unmask_cipher_token
 from django.test import Client
 
 from engine import Broker, DocumentError
-from engine.operations import claim_op
+from engine.ops import claim_op
 from queueadmin.dashboard import source as source_module
 from queueadmin.dashboard.snapshot import decode_document, error_signature, sortable
 from tests.queueadmin.dashboard_fixtures import client_for, make_user, push

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from engine import Broker, ObjectStore
-from engine.errors import DocumentMissing
+from engine import Broker, DocumentMissing, ObjectStore
 from tests.helpers import KEY, wait_for
 from tests.queueadmin.dashboard_fixtures import push
 

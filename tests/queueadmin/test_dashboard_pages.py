@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.operations import claim_op, fail_op, heartbeat_op, pause_op
+from engine.ops import claim_op, fail_op, heartbeat_op, pause_op
 from queueadmin import runtime
 from queueadmin.dashboard import pages
 from queueadmin.dashboard.source import Rates, source

@@ -21,7 +21,7 @@ from django.core import signing
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.operations import claim_op, pause_op, purge_op, requeue_op
+from engine.ops import claim_op, pause_op, purge_op, requeue_op
 from queueadmin.api import forward
 from queueadmin.dashboard import plans
 from queueadmin.dashboard.snapshot import error_signature, group_key

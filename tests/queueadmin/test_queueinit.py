@@ -14,9 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from engine import FileStore, GroupCommitter
-from engine.errors import DocumentMissing
-from engine.lineage import read_marker
+from engine import DocumentMissing, FileStore, GroupCommitter, read_marker
 from queueadmin.models import AuditEntry
 from tests.helpers import KEY
 

@@ -18,8 +18,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable
-from engine.worker import Worker, WorkerOptions
+from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable, Worker, WorkerOptions
 from queueadmin import runtime
 from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER

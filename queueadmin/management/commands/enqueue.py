@@ -7,8 +7,7 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import EngineError
-from engine.policy import DEFAULT_MAX_ATTEMPTS
+from engine import DEFAULT_MAX_ATTEMPTS, EngineError
 from queueadmin.management import broker_client
 
 

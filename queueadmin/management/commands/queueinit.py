@@ -28,8 +28,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import DOCUMENT_KEY, EngineError
-from engine.lineage import InitRefused, initialise, marker_key
+from engine import DOCUMENT_KEY, EngineError, InitRefused, initialise, marker_key
 from queueadmin import config
 from queueadmin.management import open_document_store
 from queueadmin.models import AuditEntry

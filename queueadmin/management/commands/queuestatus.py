@@ -14,9 +14,18 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import DOCUMENT_KEY, EngineError, Policy, QueueCounters, QueueState, parse_document, utc_now
-from engine.document import counters_dict
-from engine.lineage import marker_key, read_marker
+from engine import (
+    DOCUMENT_KEY,
+    EngineError,
+    Policy,
+    QueueCounters,
+    QueueState,
+    counters_dict,
+    marker_key,
+    parse_document,
+    read_marker,
+    utc_now,
+)
 from queueadmin.management import open_document_store
 
 COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")

@@ -24,8 +24,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from engine import EngineError, ValidationError
-from engine.worker import DEFAULT_GRACE_SECONDS, DEFAULT_WAIT_SECONDS, Worker, WorkerOptions, new_worker_id
+from engine import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_WAIT_SECONDS,
+    EngineError,
+    ValidationError,
+    Worker,
+    WorkerOptions,
+    new_worker_id,
+)
 from queueadmin import config
 from queueadmin.management import broker_client
 from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores

@@ -14,7 +14,7 @@ from typing import Any
 from engine import transitions
 from engine.document import QueueState
 from engine.model import ClaimedJob, FailOutcome
-from engine.operations import (
+from engine.ops import (
     claim_op,
     complete_op,
     fail_op,

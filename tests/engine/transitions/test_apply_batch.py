@@ -17,7 +17,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import ClaimedJob
-from engine.operations import (
+from engine.ops import (
     Expire,
     Fail,
     claim_op,

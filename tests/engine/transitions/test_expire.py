@@ -10,7 +10,7 @@ from engine import transitions
 from engine.errors import (
     LeaseLost,
 )
-from engine.operations import (
+from engine.ops import (
     Expire,
     claim_op,
     complete_op,

@@ -11,7 +11,7 @@ from engine.errors import (
     JobNotFound,
     LeaseLost,
 )
-from engine.operations import (
+from engine.ops import (
     heartbeat_op,
 )
 from tests.engine.transitions.builders import (

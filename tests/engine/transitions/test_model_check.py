@@ -23,7 +23,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import FailOutcome
-from engine.operations import (
+from engine.ops import (
     Claim,
     Complete,
     Expire,

@@ -19,7 +19,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import FailOutcome
-from engine.operations import (
+from engine.ops import (
     Purge,
     claim_op,
     complete_op,

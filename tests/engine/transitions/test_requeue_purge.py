@@ -13,7 +13,7 @@ from engine.errors import (
     LeaseLost,
     ValidationError,
 )
-from engine.operations import (
+from engine.ops import (
     Expire,
     push_op,
 )

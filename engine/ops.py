@@ -1,4 +1,5 @@
-"""Operations: validated, immutable requests to change the queue.
+"""Operations: validated, immutable requests to change the queue. A public
+module of the engine (see :mod:`engine`): import from ``engine.ops``.
 
 Builders (``push_op``, ``claim_op``, …) check their input and raise
 :class:`~engine.errors.ValidationError` subclasses *before* anything is
@@ -20,6 +21,41 @@ import orjson
 from engine.errors import InvalidPayload, PayloadTooLarge, ValidationError
 from engine.model import exact, new_job_id
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
+
+__all__ = [
+    "ID_PATTERN",
+    "ID_RULE",
+    "MAX_PAYLOAD_DEPTH",
+    "MAX_WORKER_CHARS",
+    "QUEUE_NAME",
+    "Claim",
+    "Complete",
+    "Expire",
+    "Fail",
+    "GetJob",
+    "Heartbeat",
+    "NewJob",
+    "Operation",
+    "Purge",
+    "PurgeStatus",
+    "Push",
+    "Requeue",
+    "SetPaused",
+    "TakeOver",
+    "Tick",
+    "check_queue",
+    "check_text",
+    "claim_op",
+    "complete_op",
+    "encode_payload",
+    "fail_op",
+    "get_job_op",
+    "heartbeat_op",
+    "pause_op",
+    "purge_op",
+    "push_op",
+    "requeue_op",
+]
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 # Ids travel as URL path segments (/api/v1/jobs/<id>/...) and must arrive as
