@@ -49,10 +49,10 @@ from engine.errors import (
     CommitterStopped,
     CommitTimeout,
     EngineError,
-    OperationFailed,
     PreconditionFailed,
     StoreUnavailable,
 )
+from engine.isolation import reapply_alone
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
 from engine.ops import Operation, push_op
@@ -446,51 +446,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
 
     def _isolate(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
         """Something unexpected escaped while applying or encoding ``batch``
-        (I8), so the state may be half changed. Throw it away, read the
-        document again and re-apply the operations one by one; each one whose
-        transition raises, or after which the document no longer encodes, is
-        refused alone with OperationFailed. Returns the others, applied to the
-        new state (to be written). Raises what reading raises (the caller then
-        fails the whole batch: it cannot be written anyway).
-
-        Costs one read per culprit; it only runs after an unexpected error.
+        (I8), so the state may be half changed: throw it away and find the
+        culprits on a fresh read (:func:`~engine.isolation.reapply_alone`),
+        refusing each alone with OperationFailed. Returns the others, applied
+        to the new state (to be written). Raises what reading raises (the
+        caller then fails the whole batch: it cannot be written anyway).
         """
         log.error("group commit: a batch of %d operation(s) failed to apply or encode (%s); "
                   "isolating the culprit", len(batch), printable(repr(exc)), exc_info=exc)
-        remaining = list(batch)
-        probe = False  # encode after every operation (once a whole pass applied but did not encode)
-        while True:
-            self._state = None
-            state = self._state = self._load_retrying()
-            now = self.clock()
-            if probe:
-                state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)  # the base itself must encode
-            culprit: tuple[int, BaseException] | None = None
-            for i, pending in enumerate(remaining):
-                try:
-                    [pending.result] = apply_batch(state, [pending.op], now)
-                    if probe:
-                        state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
-                except Exception as raised:
-                    culprit = (i, raised)
-                    break
-            if culprit is None:
-                if probe or not state.dirty:
-                    return remaining
-                try:
-                    state.encode(seq=state.seq + 1, writer=self.writer_id, now=now)
-                    return remaining
-                except Exception:
-                    probe = True
-                    continue
-            index, error = culprit
-            bad = remaining.pop(index)
-            problem = printable(f"{type(error).__name__}: {error}")
-            log.error("group commit: refusing one %s operation alone: %s", type(bad.op).__name__, problem)
-            fail([bad], OperationFailed(
-                f"the {type(bad.op).__name__} operation could not be applied or encoded ({problem}); "
-                "it was refused and nothing of it was written"
-            ), self.stats)
+        self._state = None
+        self._state, remaining = reapply_alone(
+            batch, load=self._load_retrying, clock=self.clock, writer_id=self.writer_id,
+            refuse=lambda bad, error: fail([bad], error, self.stats),
+        )
+        return remaining
 
     def _start_write(self, batch: list[Pending]) -> Write | None:
         """Encode the state and start writing it for ``batch``. If nothing

@@ -88,9 +88,6 @@ class BrokerClient(QueueClient):
     endpoint: they raise EngineError.
     """
 
-    #: ``claim`` accepts ``wait_seconds`` (a long poll); the Worker checks this.
-    supports_wait = True
-
     def __init__(
         self,
         urls: Sequence[str] = (),
