@@ -1,5 +1,5 @@
-"""Small helpers every test folder shares: the document's key and a bounded
-wait on a condition.
+"""Small helpers every test folder shares: the document's key, a bounded
+wait on a condition, and worker options that keep tests quick.
 
 Import them as ``from tests.helpers import KEY, wait_for`` (pytest runs from
 the project root with ``--import-mode=importlib``, so ``tests`` is importable).
@@ -10,11 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from engine import WorkerOptions
+
 # Where the queue document lives by default (engine.policy.DOCUMENT_KEY),
 # spelled out so that a change of the default shows up in the tests.
 KEY = "queue.json"
 
 POLL_SECONDS = 0.01
+# A worker that polls and backs off in milliseconds, not seconds, so that
+# tests of the worker loop take as long as their jobs.
+FAST_WORKER = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
 DEFAULT_TIMEOUT = 10.0
 
 

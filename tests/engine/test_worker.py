@@ -24,14 +24,12 @@ from engine import (
 )
 from engine.errors import Unauthorized
 from engine.worker import Worker, WorkerOptions, WorkerStats
-from tests.helpers import wait_for
-
-FAST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
+from tests.helpers import FAST_WORKER, wait_for
 
 
 def fast(**changes: Any) -> WorkerOptions:
     """The fast test options, with ``changes``."""
-    return replace(FAST, **changes)
+    return replace(FAST_WORKER, **changes)
 TIMEOUT = 10.0
 
 
@@ -244,7 +242,7 @@ def test_transient_errors_are_retried_not_fatal(client: SpyCommitter) -> None:
 def test_claims_refused_for_good_end_the_worker(client: SpyCommitter) -> None:
     client.faults = {"claim": [Unauthorized("wrong token")]}
     with pytest.raises(Unauthorized):
-        Worker(client, queues=["q"], handler=print, options=FAST).run()
+        Worker(client, queues=["q"], handler=print, options=FAST_WORKER).run()
 
 
 def test_every_claim_asks_for_the_long_poll_wait() -> None:

@@ -12,13 +12,12 @@ import pytest
 
 from engine import ClaimedJob, GroupCommitter, MemoryStore, Policy
 from engine.worker import PermanentFailure, Worker, WorkerOptions
-
-FAST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01)
+from tests.helpers import FAST_WORKER
 
 
 def fast(**changes: Any) -> WorkerOptions:
     """The fast test options, with ``changes``."""
-    return replace(FAST, **changes)
+    return replace(FAST_WORKER, **changes)
 
 
 @pytest.fixture

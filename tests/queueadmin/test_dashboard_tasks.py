@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
 from django.test import Client
 
-from engine import Broker, Worker, WorkerOptions
+from engine import Broker, Worker
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.tasks.worker import TaskRunner
 from tests.e2e.sample_tasks import add, explode
-from tests.helpers import wait_for
+from tests.helpers import FAST_WORKER, wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
-FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
+FAST_BURST = replace(FAST_WORKER, burst=True)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,19 +19,19 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable, Worker, WorkerOptions
+from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable, Worker
 from queueadmin import runtime
 from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER
 from queueadmin.tasks.worker import TaskRunner, task_queues
 from tests.e2e import sample_tasks as st
-from tests.helpers import wait_for
+from tests.helpers import FAST_WORKER, wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
 
 BACKEND = "queueadmin.tasks.ObjectStoreBackend"
-FAST_BURST = WorkerOptions(poll_seconds=0.01, backoff_seconds=0.001, backoff_cap_seconds=0.01, burst=True)
+FAST_BURST = replace(FAST_WORKER, burst=True)
 
 
 @pytest.fixture
