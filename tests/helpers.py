@@ -1,5 +1,6 @@
-"""Small helpers every test folder shares: the document's key, a bounded
-wait on a condition, and worker options that keep tests quick.
+"""Small helpers every test folder shares: the document's key and what is
+stored under it, a bounded wait on a condition, and worker options that keep
+tests quick.
 
 Import them as ``from tests.helpers import KEY, wait_for`` (pytest runs from
 the project root with ``--import-mode=importlib``, so ``tests`` is importable).
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-from engine import WorkerOptions
+import orjson
+
+from engine import ObjectStore, WorkerOptions
 
 # Where the queue document lives by default (engine.policy.DOCUMENT_KEY),
 # spelled out so that a change of the default shows up in the tests.
@@ -34,3 +38,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float = DEFAULT_TIMEOUT, wh
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(POLL_SECONDS)
+
+
+def stored(store: ObjectStore) -> bytes:
+    """The document's bytes as stored; fails the test if there is none."""
+    blob = store.get(KEY)
+    assert blob is not None, f"no {KEY} in the store"
+    return blob.data
+
+
+def document(store: ObjectStore) -> dict[str, Any]:
+    """The stored document, parsed."""
+    return orjson.loads(stored(store))  # type: ignore[no-any-return]

@@ -21,16 +21,11 @@ from engine.errors import OperationFailed
 from engine.ops import Operation, Tick, claim_op, complete_op, fail_op, push_op
 from engine.policy import Policy
 from engine.stores.base import Blob
-from tests.helpers import KEY, wait_for
+from tests.helpers import KEY, document, wait_for
 
 POLICY = Policy()
 SURROGATE = "\ud800"
 
-
-def document(store: ObjectStore) -> dict[str, Any]:
-    blob = store.get(KEY)
-    assert blob is not None
-    return orjson.loads(blob.data)  # type: ignore[no-any-return]
 
 
 def smuggled(op: Operation, **fields: Any) -> Operation:

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
@@ -21,7 +20,7 @@ from engine import Broker, ObjectStore
 from engine.ops import claim_op, fail_op, push_op
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
-from tests.helpers import KEY, wait_for
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -54,14 +53,6 @@ def store(broker: Broker) -> ObjectStore:
     return broker.store
 
 
-def stored(store: ObjectStore) -> bytes:
-    blob = store.get(KEY)
-    assert blob is not None
-    return blob.data
-
-
-def document(store: ObjectStore) -> dict[str, Any]:
-    return orjson.loads(stored(store))  # type: ignore[no-any-return]
 
 
 def make_user(name: str, *perms: str, staff: bool = False, superuser: bool = False) -> User:

@@ -22,7 +22,7 @@ from django.test import AsyncClient, Client
 
 from engine import Broker, ObjectStore
 from queueadmin import runtime
-from tests.helpers import KEY, wait_for
+from tests.helpers import document, stored, wait_for
 
 if TYPE_CHECKING:
     from django.http import HttpResponse
@@ -79,16 +79,6 @@ def post(client: Client, path: str, body: object) -> HttpResponse:
 
 def raw_post(client: Client, path: str, data: bytes) -> HttpResponse:
     return client.post(path, data, content_type="application/json")
-
-
-def stored(store: ObjectStore) -> bytes:
-    blob = store.get(KEY)
-    assert blob is not None
-    return blob.data
-
-
-def document(store: ObjectStore) -> dict[str, Any]:
-    return orjson.loads(stored(store))  # type: ignore[no-any-return]
 
 
 def error_of(response: HttpResponse, status: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from tests.queueadmin.dashboard_fixtures import stored
+from tests.helpers import stored
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper

@@ -22,7 +22,8 @@ from engine.ops import pause_op, purge_op, push_op, requeue_op
 from queueadmin.api import forward
 from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce
-from tests.queueadmin.dashboard_fixtures import act, client_for, document, kill, make_user, stored
+from tests.helpers import document, stored
+from tests.queueadmin.dashboard_fixtures import act, client_for, kill, make_user
 
 POLICY = Policy()
 DEVELOPMENT_KEY = "django-insecure-queueadmin-local-development-only"

@@ -13,7 +13,7 @@ from django.test import Client
 from engine import Broker, ObjectStore
 from queueadmin.api import auth
 from queueadmin.models import ApiToken
-from tests.queueadmin.dashboard_fixtures import stored
+from tests.helpers import stored
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper

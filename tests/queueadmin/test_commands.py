@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, utc_now
+from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, Worker, utc_now
 from engine.ops import TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
@@ -189,10 +190,21 @@ def test_queueworker_burst_logs_one_line_per_outcome(committer: GroupCommitter) 
 
 def test_queueworker_stops_gracefully_on_sigterm(committer: GroupCommitter, monkeypatch: pytest.MonkeyPatch) -> None:
     _, second = committer.push("q", ["a", "b"])
+    # The signal is handled on the main thread, whenever it next gets the GIL;
+    # the job holds its slot until then, as a job that runs on would, so the
+    # claimer (another thread) cannot race the handler on a loaded machine.
+    stopped = threading.Event()
+    stop = Worker.stop
+
+    def stop_and_tell(self: Worker, grace_seconds: float | None = None) -> None:
+        stop(self, grace_seconds)
+        stopped.set()
 
     def handler(payload: Any) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while this job runs
+        assert stopped.wait(10), "SIGTERM was not handled"
 
+    monkeypatch.setattr(Worker, "stop", stop_and_tell)
     monkeypatch.setattr(demo, "noop", handler)
     previous = signal.getsignal(signal.SIGTERM)
     _, err = run("queueworker", "--queue", "q", "--handler", "queueadmin.demo:noop", "--token", "t")

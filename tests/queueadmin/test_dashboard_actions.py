@@ -18,17 +18,8 @@ from engine.ops import claim_op
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
-from tests.queueadmin.dashboard_fixtures import (
-    act,
-    client_for,
-    confirm,
-    document,
-    kill,
-    make_user,
-    preview,
-    push,
-    stored,
-)
+from tests.helpers import document, stored
+from tests.queueadmin.dashboard_fixtures import act, client_for, confirm, kill, make_user, preview, push
 
 
 def statuses(store: ObjectStore) -> dict[str, str]:

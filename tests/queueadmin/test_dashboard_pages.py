@@ -17,7 +17,8 @@ from engine.ops import claim_op, fail_op, heartbeat_op, pause_op
 from queueadmin import runtime
 from queueadmin.dashboard import pages
 from queueadmin.dashboard.source import Rates, source
-from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push, stored
+from tests.helpers import stored
+from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
 
 PAGES = ["/", "/jobs/", "/workers/", "/dead/", "/document/", "/submit/", "/audit/"]
 

@@ -26,16 +26,8 @@ from queueadmin.api import forward
 from queueadmin.dashboard import plans
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import ActionPlan, AuditEntry
-from tests.queueadmin.dashboard_fixtures import (
-    client_for,
-    confirm,
-    document,
-    kill,
-    make_user,
-    preview,
-    push,
-    stored,
-)
+from tests.helpers import document, stored
+from tests.queueadmin.dashboard_fixtures import client_for, confirm, kill, make_user, preview, push
 
 GROUP = group_key("q", error_signature("boom"))
 

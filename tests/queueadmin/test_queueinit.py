@@ -8,7 +8,6 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
@@ -16,7 +15,7 @@ from django.core.management.base import CommandError
 
 from engine import DocumentMissing, FileStore, GroupCommitter, read_marker
 from queueadmin.models import AuditEntry
-from tests.helpers import KEY
+from tests.helpers import KEY, document
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -37,11 +36,6 @@ def queueinit(*args: str) -> str:
     return out.getvalue()
 
 
-def stored(store: FileStore) -> dict[str, object]:
-    blob = store.get(KEY)
-    assert blob is not None
-    return orjson.loads(blob.data)  # type: ignore[no-any-return]
-
 
 def lose_a_document(store: FileStore) -> int:
     """A document that a node used, then deleted under it; returns its last seq."""
@@ -57,7 +51,7 @@ def lose_a_document(store: FileStore) -> int:
 def test_a_fresh_store_is_initialised_without_force_and_audited(store: FileStore) -> None:
     out = queueinit()
     assert "fresh store" in out
-    assert stored(store)["seq"] == 1 and stored(store)["jobs"] == []
+    assert document(store)["seq"] == 1 and document(store)["jobs"] == []
     assert read_marker(store, KEY) is not None
     [entry] = AuditEntry.objects.all()
     assert entry.action == "init" and entry.outcome == "ok" and entry.seq == 1
@@ -89,7 +83,7 @@ def test_force_re_creates_above_the_lost_seq_and_records_who_and_why(store: File
     lost = lose_a_document(store)
     out = queueinit("--force", "--reason", "bucket lifecycle rule deleted it", "--user", "ops")
     assert "re-created" in out
-    assert stored(store)["seq"] > lost
+    assert document(store)["seq"] > lost
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.outcome, entry.username) == ("init", "ok", "ops")
     assert entry.reason == "bucket lifecycle rule deleted it" and entry.target == "queue.json --force"
@@ -97,7 +91,7 @@ def test_force_re_creates_above_the_lost_seq_and_records_who_and_why(store: File
     # A committer resumes on the new document.
     with GroupCommitter(store) as committer:
         committer.push("q", ["again"])
-    assert stored(store)["seq"] > lost + 1
+    assert document(store)["seq"] > lost + 1
 
 
 def test_queuestatus_reports_a_lost_document(store: FileStore) -> None:
