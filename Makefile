@@ -108,7 +108,8 @@ test: venv
 	$(VENV)/bin/pytest
 
 test-fast: venv
-	$(VENV)/bin/pytest -q -m "$(FAST_TESTS)"
+	@# One pytest worker per core (pytest-xdist): the unit tests share no ports or files.
+	$(VENV)/bin/pytest -q -n auto -m "$(FAST_TESTS)"
 
 $(BENCH_STAMP): requirements/bench.lock $(DEV_STAMP)
 	$(call INSTALL_LOCK,requirements/bench.lock)
