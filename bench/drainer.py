@@ -25,14 +25,15 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
 from bench.children import own_cpu_seconds, say, wait_for
-from engine import BrokerClient, ClaimedJob, FailOutcome, QueueError, Worker, WorkerOptions, WorkerStats
+from engine import BrokerClient, ClaimedJob, EngineError, FailOutcome, QueueError, Worker, WorkerOptions, WorkerStats
+from engine.ops import Complete, Fail, Heartbeat, Operation
 
 PROGRESS_SECONDS = 0.2
 GO_TIMEOUT_SECONDS = 120.0
@@ -87,11 +88,33 @@ class TimedBrokerClient(BrokerClient):
         try:
             super().complete(job_id, lease)
         except QueueError as exc:  # lease_lost, job_not_found: the job is someone else's now
-            with self.tally.lock:
-                self.tally.refused[job_id] = f"{type(exc).__name__}: {exc}"
+            self._record_complete(job_id, exc)
             raise
+        self._record_complete(job_id, None)
+
+    def execute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """The batching worker's acknowledgements and heartbeats (``POST /ack``,
+        ``POST /heartbeat``, where BrokerClient has ``execute_many``): sent as
+        usual, then each outcome recorded like :meth:`complete`'s and
+        :meth:`heartbeat`'s. Only a worker with ``WorkerOptions(batch=True)`` calls it."""
+        ops = list(ops)
+        outcomes: list[Any] = super().execute_many(ops)  # type: ignore[misc]  # the batching protocol's call
+        for op, outcome in zip(ops, outcomes, strict=True):
+            error = outcome if isinstance(outcome, EngineError) else None
+            if isinstance(op, Complete):
+                self._record_complete(op.job_id, error)
+            elif error is None and isinstance(op, Heartbeat | Fail):
+                with self.tally.lock:
+                    self.tally.heartbeats += isinstance(op, Heartbeat)
+                    self.tally.fails += isinstance(op, Fail)
+        return outcomes
+
+    def _record_complete(self, job_id: str, error: EngineError | None) -> None:
         now = time.monotonic()
         with self.tally.lock:
+            if error is not None:
+                self.tally.refused[job_id] = f"{type(error).__name__}: {error}"
+                return
             claimed = self.tally.claimed_at.pop(job_id, None)
             if claimed is not None:
                 self.tally.latencies.append(now - claimed)
