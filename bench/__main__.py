@@ -4,8 +4,10 @@ Without a command, runs every (depth, submitters, system) combination, prints
 the machine facts, a Markdown table and the target checks to stdout (progress
 goes to stderr), then the memory check unless ``--no-memory``.
 ``python -m bench memory`` runs only the memory check.
-``python -m bench network [options]`` runs the broker over HTTP instead
-(one daphne node, batch pushes, Workers draining): see :mod:`bench.network`.
+``python -m bench network [options]`` runs the broker over HTTP instead (the
+trivial-app limit, single-job pushes, unbatched and batched drains, on a
+``file://`` and a 50 ms store, load from separate processes; it needs no
+jqueue): see :mod:`bench.network`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
-from bench import memory, network, report
+from bench import memory, network
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
-from bench.results import RunResult
-from bench.runner import run_matrix
+
+if TYPE_CHECKING:
+    from bench.results import RunResult
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -99,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["network"]:
         return network.main(argv[1:])
+    # Imported here: they need jqueue (the bench extra), which the network benchmark does not.
+    from bench import report
+    from bench.runner import run_matrix
+
     command, cfg, args = parse_args(argv)
     facts = report.machine_facts()
     print(report.header(cfg, facts, runs=command == "run"))

@@ -9,14 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import platform
-import subprocess
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig
+from bench.facts import num
 from bench.results import RunResult
 
 # The group committer's performance targets, at 50 ms store latency with
@@ -26,58 +22,6 @@ TARGET_SUBMITTERS = 2048
 # Below this many commits in the window, ops/s is coarse (whole batches land
 # in or out of it); the notes then add the Little's-law figure.
 FEW_COMMITS = 5
-
-
-def machine_facts() -> dict[str, Any]:
-    """nproc, CPU model, memory, OS and the versions that matter."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        with open("/proc/meminfo") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-        mem_gib = round(kib / 1024**2, 1)
-    except (OSError, StopIteration, ValueError):
-        pass
-
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu": model,
-        "memory_gib": mem_gib,
-        "os": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "jqueue": version("jqueue"),
-        "orjson": version("orjson"),
-        "pydantic": version("pydantic"),
-        "git": _git_revision(),
-    }
-
-
-def _git_revision() -> str:
-    """The checkout's commit, with "-dirty" when it has uncommitted changes."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return done.stdout.strip() or "unknown"
 
 
 def header(cfg: BenchConfig, facts: dict[str, Any], *, runs: bool = True) -> str:
@@ -109,11 +53,6 @@ def add_ratios(results: list[RunResult]) -> None:
         base = broker.get((r.depth, r.submitters))
         if base and not r.skipped and not r.failed:
             r.vs_jqueue_broker = r.ops_per_s / base
-
-
-def num(value: float | None, fmt: str) -> str:
-    """A table cell: ``value`` formatted with ``fmt``, or a dash when it was not measured."""
-    return "—" if value is None else format(value, fmt)
 
 
 def _notes(r: RunResult) -> str:

@@ -23,11 +23,11 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 from bench.config import BenchConfig
+from bench.facts import percentile
 from bench.submitters import Clock, Tally
 from bench.systems import System
 from bench.watchdog import Watchdog
@@ -62,13 +62,6 @@ class RunResult:
     failed: str | None = None
     vs_jqueue_broker: float | None = None
     vs_limit: float | None = None
-
-
-def percentile(ordered: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of sorted seconds, in milliseconds."""
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
 
 
 class Window:

@@ -16,7 +16,7 @@ from engine.stores.base import Blob, ObjectStore, check_key
 from engine.stores.faults import STATS_SUFFIX, fault_store_url
 from engine.stores.file import FileStore
 from engine.stores.memory import MemoryStore, StoreStats
-from engine.stores.wrappers import FaultyStore, LatencyStore
+from engine.stores.wrappers import FaultyStore, LatencyStore, open_latency_store
 
 __all__ = [
     "STATS_SUFFIX",
@@ -46,6 +46,10 @@ def open_store(url: str) -> ObjectStore:
       store; credentials come from boto3's usual chain.
     * ``faults+<one of the above>&fault_control=/abs/file`` — that store,
       with faults injected as the control file says (for chaos tests).
+    * ``latency+<one of the above>[?latency_seconds=0.05]`` — that store, with
+      the given seconds (default 0.05) added to each call, like a remote store
+      (for benchmarks: ``latency+memory://name`` lets one daphne node behave as
+      if it wrote to S3).
 
     Raises StoreConfigError for an unknown scheme or a malformed URL.
     """
@@ -55,6 +59,8 @@ def open_store(url: str) -> ObjectStore:
         from engine.stores.faults import open_fault_store
 
         return open_fault_store(url, open_store)
+    if url.startswith("latency+"):
+        return open_latency_store(url, open_store)
     parts = urlsplit(url)
     if parts.scheme == "memory":
         name = parts.netloc + parts.path
@@ -71,4 +77,7 @@ def open_store(url: str) -> ObjectStore:
 
         options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         return S3Store(bucket=parts.netloc, prefix=parts.path.lstrip("/"), **S3Store.parse_options(options))
-    raise StoreConfigError(f"unknown store scheme {parts.scheme!r} in {url!r}; use memory://, file:// or s3://")
+    raise StoreConfigError(
+        f"unknown store scheme {parts.scheme!r} in {url!r}; use memory://, file:// or s3://"
+        " (optionally behind faults+ or latency+)"
+    )

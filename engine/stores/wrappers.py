@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
+from urllib.parse import parse_qsl, urlencode
 
-from engine.errors import PreconditionFailed, StoreUnavailable
+from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
 from engine.stores.base import Blob, ObjectStore
 
 DEFAULT_LATENCY_SECONDS = 0.050  # close to an S3 PUT in the same region
+LATENCY_PREFIX = "latency+"
+LATENCY_PARAMETER = "latency_seconds"
+MAX_LATENCY_SECONDS = 60.0  # a typo (ms for s) should fail loudly, not hang every request
 
 Fault = Literal["conflict", "lost", "landed"]
 
@@ -55,6 +60,34 @@ class LatencyStore(ObjectStore):
 
     def describe(self) -> str:
         return f"{self.inner.describe()} (+{self.latency * 1000:.0f} ms)"
+
+
+def open_latency_store(url: str, open_inner: Callable[[str], ObjectStore]) -> LatencyStore:
+    """Open ``latency+<inner URL>[?latency_seconds=s]``: the inner store (opened
+    with ``open_inner``, without ``latency_seconds``) with ``s`` seconds (default
+    :data:`DEFAULT_LATENCY_SECONDS`) added to each call. Does no I/O beyond the
+    inner store's opening. Raises StoreConfigError for a malformed URL or a
+    latency outside 0 to :data:`MAX_LATENCY_SECONDS`."""
+    if not url.startswith(LATENCY_PREFIX):
+        raise StoreConfigError(f"a latency store URL starts with {LATENCY_PREFIX}, got {url!r}")
+    base, _, raw_query = url[len(LATENCY_PREFIX) :].partition("?")
+    query = parse_qsl(raw_query, keep_blank_values=True)
+    values = [value for name, value in query if name == LATENCY_PARAMETER]
+    if len(values) > 1:
+        raise StoreConfigError(f"a latency store URL takes {LATENCY_PARAMETER} at most once, got {url!r}")
+    latency = DEFAULT_LATENCY_SECONDS
+    if values:
+        try:
+            latency = float(values[0])
+        except ValueError:
+            latency = math.nan
+        if not (math.isfinite(latency) and 0 <= latency <= MAX_LATENCY_SECONDS):
+            raise StoreConfigError(
+                f"{LATENCY_PARAMETER} must be seconds between 0 and {MAX_LATENCY_SECONDS:g}, got {values[0]!r}"
+            )
+    rest = [(name, value) for name, value in query if name != LATENCY_PARAMETER]
+    # Plain string work: urlunsplit would drop the "//" of schemes it does not know (memory://).
+    return LatencyStore(open_inner(f"{base}?{urlencode(rest)}" if rest else base), latency=latency)
 
 
 class FaultyStore(ObjectStore):

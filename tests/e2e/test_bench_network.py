@@ -1,0 +1,69 @@
+"""``python -m bench network``: a tiny run end to end, and its exactly-once check.
+
+The benchmark is a tool, never a timed test: these tests check that it runs,
+prints every row and accounts for every job, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.netreport import check_exactly_once
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "--quick", "--clients", "1,4", "--slots", "2", "--duration", "0.3", "--warmup", "0.1",
+    "--drain-jobs", "20", "--worker-processes", "2", "--timeout", "60",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_tiny_quick_run_prints_every_row_and_passes_the_exactly_once_check() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "network", *TINY],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split("|")[1:4] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    found = {tuple(cell.strip() for cell in row) for row in rows[1:]}  # rows[0] is the header
+    expected = {("—", "trivial app", "1"), ("—", "trivial app", "4")}
+    for store in ("file://", "memory+50ms"):
+        expected |= {(store, "push", "1"), (store, "push", "4")}
+        expected |= {(store, "drain unbatched", "2"), (store, "drain batched", "2")}
+    assert found == expected
+    out = done.stdout
+    assert "file://: exactly once: PASS" in out
+    assert "memory+50ms: exactly once: PASS" in out
+    assert out.count("document: PASS") == 2
+
+
+def _result(claimed: list[tuple[str, int]], completed: list[str], refused: dict[str, str] | None = None) -> dict:
+    return {"claimed": claimed, "completed": completed, "refused": refused or {}}
+
+
+def test_exactly_once_passes_and_explains_a_redelivery() -> None:
+    verdict = check_exactly_once(
+        ["a", "b"],
+        [_result([("a", 1), ("b", 1)], ["b"], {"a": "LeaseLost: lease expired"}), _result([("a", 2)], ["a"])],
+    )
+
+    assert verdict.ok
+    assert "PASS" in verdict.lines[0] and "1 redelivered" in verdict.lines[0]
+    assert "a: claimed at attempts [1, 2]" in verdict.lines[1] and "LeaseLost" in verdict.lines[1]
+
+
+def test_exactly_once_fails_on_a_missing_a_double_and_a_stray_completion() -> None:
+    verdict = check_exactly_once(["a", "b", "c"], [_result([("a", 1), ("b", 1)], ["a", "a", "b", "z"])])
+
+    assert not verdict.ok
+    assert "1 never completed: c" in verdict.lines[0]
+    assert "1 completed more than once: a" in verdict.lines[0]
+    assert "1 completed but never pushed: z" in verdict.lines[0]
