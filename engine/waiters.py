@@ -78,6 +78,7 @@ class WaitingClaims:
         # Per queue, its waiters in arrival order (a dict is an ordered set).
         self._lines: dict[str, dict[int, _Waiter]] = {}
         self._ids: dict[_Waiter, int] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, int] = {}  # waiters per event loop
         # Per queue: claimable jobs the last count found that no parked waiter
         # was woken for, and the due times of its delayed jobs (earliest first).
         self._surplus: dict[str, int] = {}
@@ -127,6 +128,7 @@ class WaitingClaims:
         with self._lock:
             ticket = next(self._tickets)
             self._ids[waiter] = ticket
+            self._loops[loop] = self._loops.get(loop, 0) + 1
             earliest: datetime | None = None
             for queue in op.queues:
                 self._lines.setdefault(queue, {})[ticket] = waiter
@@ -177,7 +179,9 @@ class WaitingClaims:
                 # Cancelled after it was woken, before it claimed: the jobs
                 # counted for it go to the next in line.
                 self._wake_line(waiter.woken_for, waiter.op.max_jobs)
-            if not any(w.loop is waiter.loop for w in self._ids):
+            left = self._loops[waiter.loop] = self._loops[waiter.loop] - 1
+            if not left:
+                del self._loops[waiter.loop]
                 alarm = self._alarms.pop(waiter.loop, None)
                 if alarm is not None:
                     alarm[1].cancel()  # we are on that loop
@@ -256,7 +260,7 @@ class WaitingClaims:
 
     def _set_alarms(self, when: datetime) -> None:
         """Have every loop with waiters run :meth:`_due_reached` at ``when``."""
-        for loop in {w.loop for w in self._ids}:
+        for loop in self._loops:
             armed = self._alarms.get(loop)
             if armed is None or when < armed[0]:
                 with contextlib.suppress(RuntimeError):
