@@ -86,6 +86,7 @@ from engine.policy import (
     Policy,
 )
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
+from engine.waiters import WaitingClaims
 from engine.worker import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_WAIT_SECONDS,
@@ -156,6 +157,7 @@ __all__ = [
     "StoreUnavailable",
     "Unauthorized",
     "ValidationError",
+    "WaitingClaims",
     "Worker",
     "WorkerOptions",
     "WorkerStats",

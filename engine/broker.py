@@ -59,6 +59,7 @@ from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply
+from engine.waiters import WaitingClaims
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class Broker:
         self.clock = clock
         self.monotonic = monotonic
         self.on_commit = on_commit
+        #: Long-poll claims waiting for work on this node (woken by its commits).
+        self.waiters = WaitingClaims(clock=clock)
         self.role: Role = "stopped"
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
@@ -147,6 +150,7 @@ class Broker:
         if committer is not None:
             committer.stop(timeout=timeout)
         self.role = "stopped"
+        self.waiters.close(NotLeader(None))
 
     @property
     def committer(self) -> GroupCommitter | None:
@@ -320,7 +324,7 @@ class Broker:
             clock=self.clock,
             writer_id=f"{self.id}/{secrets.token_hex(4)}",
             on_load=self._check_named,
-            on_commit=self.on_commit,
+            on_commit=self._committed,
             presence=self.presence,
         )
         try:
@@ -330,6 +334,16 @@ class Broker:
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
         self._committer = committer
         self.role = "leader"
+
+    def _committed(self, state: QueueState) -> None:
+        """The committer's on_commit (its writer thread): wake long-poll
+        claims for what became claimable, then tell ``on_commit``."""
+        try:
+            self.waiters.committed(state)
+        except Exception:  # a bug there must neither break commits nor starve on_commit
+            log.exception("broker %s: waking long-poll claims failed", self.id)
+        if self.on_commit is not None:
+            self.on_commit(state)
 
     def _check_named(self, state: QueueState) -> None:
         """Runs on every read of the leader's committer: fence if replaced."""
@@ -346,6 +360,7 @@ class Broker:
         log.warning("broker %s steps down: %s", self.id, why)
         self.role = "standby"
         self.last_error = why
+        self.waiters.close(error or NotLeader(self.leader.url))
         committer, self._committer = self._committer, None
         if committer is not None:
             # Bounded: a writer stuck in a store call must not hold the

@@ -183,6 +183,48 @@ class QueueState:
             if job is not None and job.not_before == not_before:
                 heapq.heappush(self._ready.setdefault(queue, []), (pos, job_id))
 
+    def claimable(self, queue: str, now: datetime, limit: int) -> int:
+        """How many jobs of ``queue`` a claim at ``now`` could lease, counted up
+        to ``limit`` (the paused flag aside). Never walks much more than
+        ``limit`` index entries: with many stale entries it may answer
+        ``limit`` when fewer are claimable (an overestimate, never an
+        underestimate). Changes no job; tidies the indexes as a claim would."""
+        self._promote_due(queue, now)
+        if limit <= 0 or self._ready_head(queue) is None:
+            return 0
+        count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
+        for pos, job_id in self._ready[queue]:
+            if budget == 0:
+                return limit
+            budget -= 1
+            if self._is_current(job_id, pos) is not None:
+                count += 1
+                if count == limit:
+                    break
+        return count
+
+    def due_times(self, queue: str, limit: int) -> list[datetime]:
+        """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
+        first, in O(limit log limit) whatever the backlog. Entries may be stale
+        (the job changed since): each one is a wake-up that may find nothing."""
+        heap = self._delayed.get(queue)
+        if not heap or limit <= 0:
+            return []
+        times: list[datetime] = []
+        frontier = [(heap[0], 0)]  # a heap's smallest entries, found from its root
+        while frontier and len(times) < limit:
+            (not_before, _, _), i = heapq.heappop(frontier)
+            times.append(not_before)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return times
+
+    def next_due(self) -> dict[str, datetime]:
+        """Per queue with delayed jobs, the earliest not_before indexed (it may
+        be stale: the job changed since). O(queues)."""
+        return {queue: heap[0][0] for queue, heap in self._delayed.items() if heap}
+
     def pop_expired(self, now: datetime) -> Iterator[Job]:
         """Yield running jobs whose lease expired at or before ``now``."""
         seen: set[str] = set()  # a heartbeat can index the same deadline twice

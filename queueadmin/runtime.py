@@ -8,10 +8,12 @@ Only the serving process imports the ASGI module (daphne, or runserver's
 serving child), so ``migrate``, ``check``, the autoreloader's parent and the
 test suite never start a broker unless they ask for one.
 
-It also holds the commit notifier (:data:`commits`) that long-poll claims wait
-on: the committer calls :meth:`CommitNotifier.notify` on its writer thread
-after every landed write, and the notifier wakes waiting coroutines on
-whichever event loops they run on.
+It also holds the commit notifier (:data:`commits`) that the dashboard's live
+updates wait on: the committer calls :meth:`CommitNotifier.notify` on its
+writer thread after every landed write, and the notifier wakes waiting
+coroutines on whichever event loops they run on. Long-poll claims do not use
+it: :func:`long_poll_claim` waits in the broker's own line of claims, which
+wakes only as many of them as there are jobs to claim.
 """
 
 from __future__ import annotations
@@ -28,12 +30,6 @@ from engine.ops import Claim
 from queueadmin import config
 
 log = logging.getLogger(__name__)
-
-# A long-poll claim re-runs at least this often even with no commit, because
-# time alone makes jobs claimable: a delayed push's not_before passes, a lease
-# expires (the leader's expiry commit wakes waiters too, but not a due delay).
-POLL_SECONDS = 1.0
-
 
 class CommitNotifier:
     """Wakes coroutines waiting for "something was committed".
@@ -213,23 +209,12 @@ def stop_broker(timeout: float | None = None) -> None:
 async def long_poll_claim(broker: Broker, op: Claim, wait: float) -> list[ClaimedJob]:
     """Run ``op`` until it leases a job or ``wait`` seconds have passed.
 
-    Between attempts it sleeps until the next landed commit (a push, a fail,
-    an expired lease may have made a job claimable) or for at most
-    :data:`POLL_SECONDS` (time alone makes delayed jobs due). Each
-    attempt is a real claim through the committer, so a lease is only ever
-    handed out by a landed commit. Raises what the broker raises (NotLeader
-    when this node stops leading meanwhile).
+    It claims once at once; after that it waits in ``broker``'s line
+    (:class:`engine.WaitingClaims`) and claims again only when a landed
+    commit, or a delayed job's due time, made a job claimable for it: many
+    waiting workers never turn one commit into a claim each. Every attempt is
+    a real claim through the committer, so a lease is only ever handed out by
+    a landed commit (I1). Raises what the broker raises (NotLeader when this
+    node stops leading meanwhile, also while waiting).
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    with commits.listen() as committed:
-        while True:
-            # Cleared before the attempt: a commit during it sets the event
-            # again, so it is not missed while we were not yet waiting.
-            committed.clear()
-            jobs: list[ClaimedJob] = await broker.aexecute(op)
-            remaining = deadline - loop.time()
-            if jobs or remaining <= 0:
-                return jobs
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(committed.wait(), timeout=min(remaining, POLL_SECONDS))
+    return await broker.waiters.claim(broker.aexecute, op, wait)

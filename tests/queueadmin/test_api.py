@@ -421,8 +421,7 @@ def test_a_bug_is_a_json_500_not_an_html_page(api: Client, broker: Broker, monke
 
 
 def test_a_waiting_claim_returns_soon_after_a_push(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Without the commit notification only this timer would wake the claim.
-    monkeypatch.setattr(runtime, "POLL_SECONDS", 30.0)
+    # No timer wakes a waiting claim (no job is delayed): only the push's commit can.
 
     async def scenario() -> tuple[Any, float]:
         # Headers per request: AsyncClient(headers=...) mangles their names in Django 6.1.
@@ -460,11 +459,8 @@ def test_a_waiting_claim_returns_soon_after_a_push(broker: Broker, monkeypatch: 
     assert elapsed < 3
 
 
-def test_a_waiting_claim_is_woken_from_another_event_loop(
-    api: Client, broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_waiting_claim_is_woken_from_another_event_loop(api: Client, broker: Broker) -> None:
     # The sync test client runs each request on an event loop of its own.
-    monkeypatch.setattr(runtime, "POLL_SECONDS", 30.0)
     result: dict[str, Any] = {}
 
     def waiting_claim() -> None:
@@ -475,13 +471,13 @@ def test_a_waiting_claim_is_woken_from_another_event_loop(
 
     thread = threading.Thread(target=waiting_claim)
     thread.start()
-    wait_for(lambda: runtime.commits.waiting() == 1)
+    wait_for(lambda: broker.waiters.parked() == 1)
     push_one(api, "from another loop")
     thread.join(10)
 
     assert [j["payload"] for j in result["response"].json()["jobs"]] == ["from another loop"]
     assert result["elapsed"] < 3
-    assert runtime.commits.waiting() == 0
+    assert broker.waiters.waiting() == 0
 
 
 @pytest.mark.slow
@@ -492,7 +488,7 @@ def test_an_empty_waiting_claim_answers_an_empty_list_when_time_runs_out(api: Cl
 
     assert jobs == []
     assert 0.9 <= elapsed < 3
-    assert runtime.commits.waiting() == 0
+    assert broker.waiters.waiting() == 0
 
 
 @pytest.mark.slow
