@@ -32,7 +32,6 @@ from engine.ops import Complete, Fail, Heartbeat, Operation
 from engine.worker import Worker, WorkerOptions, WorkerStats
 from tests.helpers import FAST_WORKER, wait_for
 
-
 PROTOCOL = {"batch": True}
 
 
