@@ -5,18 +5,38 @@ outcome; one bad item changes nothing and fails nothing else; a body that is
 not a batch is refused whole and changes nothing; answers come only after
 the commit landed (I1)."""
 
+# ruff: noqa: F811
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
+import httpx
 import orjson
 import pytest
+from django.core.wsgi import get_wsgi_application
 from django.test import Client
 
-from engine import Broker, ObjectStore, wire
+from engine import (
+    Broker,
+    BrokerClient,
+    FailOutcome,
+    JobNotFound,
+    LeaseLost,
+    NotLeader,
+    ObjectStore,
+    Unauthorized,
+    wire,
+)
+from engine.ops import complete_op, fail_op, get_job_op, heartbeat_op
 from tests.helpers import document, stored
-from tests.queueadmin.test_api import (  # noqa: F401  (fixtures)
+
+# The fixtures of test_api.py, imported so that these tests run on the same
+# node; a test naming one as an argument is not redefining it (F811).
+from tests.queueadmin.test_api import (  # noqa: F401
+    TOKEN,
     api,
     broker,
     claim,
@@ -194,3 +214,95 @@ def test_the_answer_comes_only_after_the_commit_landed(
     assert events == ["landed", "answered"]
     assert [r.get("ok") for r in results(response[0])] == [True, True]
     assert document(store)["jobs"] == []
+
+
+# -- BrokerClient.execute_many against these endpoints --------------------------------------------
+
+
+@pytest.fixture
+def broker_client(broker: Broker) -> Iterator[BrokerClient]:
+    """A BrokerClient reaching this node's real views (through Django's WSGI handler)."""
+    transport = httpx.WSGITransport(app=get_wsgi_application())
+    client = BrokerClient(["http://testserver"], token=TOKEN, transport=transport, retry_seconds=1)
+    yield client
+    client.close()
+
+
+def test_broker_client_acknowledges_in_one_request_with_per_item_errors(
+    broker_client: BrokerClient, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pushed = broker_client.push("q", ["a", "b", "c"])
+    done, failed, stolen = broker_client.claim("w", ["q"], max_jobs=3)
+    sent: list[str] = []
+    send = broker_client._send
+    monkeypatch.setattr(broker_client, "_send", lambda method, url, *a: sent.append(url) or send(method, url, *a))
+    ops = [
+        complete_op(done.id, done.lease),
+        fail_op(failed.id, failed.lease, error="boom", retry_in_seconds=None, policy=broker_client.policy,
+                give_up=True),
+        complete_op(stolen.id, "not-the-lease"),
+        complete_op("0" * 32, "x"),
+    ]
+
+    outcomes = broker_client.execute_many(ops)
+
+    assert sent == ["http://testserver/api/v1/ack"]
+    assert outcomes[0] is None
+    assert outcomes[1] == FailOutcome(status="dead", not_before=None)
+    assert type(outcomes[2]) is LeaseLost and outcomes[2].job_id == stolen.id
+    assert type(outcomes[3]) is JobNotFound and outcomes[3].job_id == "0" * 32
+    assert [j["id"] for j in document(store)["jobs"]] == [stolen.id] and len(pushed) == 3
+
+
+def test_broker_client_heartbeats_in_one_request_and_sends_other_ops_singly(
+    broker_client: BrokerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker_client.push("q", ["a", "b"])
+    first, second = broker_client.claim("w", ["q"], max_jobs=2, lease_seconds=10)
+    sent: list[str] = []
+    send = broker_client._send
+    monkeypatch.setattr(broker_client, "_send", lambda method, url, *a: sent.append(url) or send(method, url, *a))
+
+    outcomes = broker_client.execute_many([
+        heartbeat_op(first.id, first.lease, lease_seconds=60),
+        get_job_op(second.id),
+        heartbeat_op(second.id, "stale", lease_seconds=60),
+        heartbeat_op(second.id, second.lease),  # another lease length: another request
+    ])
+
+    assert sorted(sent) == sorted(["http://testserver/api/v1/heartbeat"] * 2 + [
+        f"http://testserver/api/v1/jobs/{second.id}"])
+    assert isinstance(outcomes[0], datetime) and outcomes[0] > first.lease_expires_at
+    assert outcomes[1]["status"] == "running"
+    assert type(outcomes[2]) is LeaseLost
+    assert isinstance(outcomes[3], datetime)
+
+
+def test_broker_client_splits_a_large_batch(
+    broker_client: BrokerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wire.batches, "MAX_BATCH_ITEMS", 2)  # the broker refuses more, and
+    monkeypatch.setattr(wire, "MAX_BATCH_ITEMS", 2)  # the client splits there
+    broker_client.push("q", list(range(5)))
+    jobs = broker_client.claim("w", ["q"], max_jobs=5)
+    sent: list[str] = []
+    send = broker_client._send
+    monkeypatch.setattr(broker_client, "_send", lambda method, url, *a: sent.append(url) or send(method, url, *a))
+
+    outcomes = broker_client.execute_many([complete_op(j.id, j.lease) for j in jobs])
+
+    assert outcomes == [None] * 5 and len(sent) == 3
+
+
+def test_broker_client_raises_a_whole_request_failure(
+    broker: Broker, broker_client: BrokerClient, node_settings: Any
+) -> None:
+    node_settings.ALLOWED_HOSTS = ["testserver", "node-a.test"]  # the leader a stopped node names
+    broker_client.push("q", ["a"])
+    [job] = broker_client.claim("w", ["q"])
+    with pytest.raises(Unauthorized):
+        BrokerClient(["http://testserver"], token="wrong", transport=httpx.WSGITransport(
+            app=get_wsgi_application())).execute_many([complete_op(job.id, job.lease)])
+    broker.stop()  # no node leads: a NotLeader for the whole request, after the retry budget
+    with pytest.raises(NotLeader):
+        broker_client.execute_many([complete_op(job.id, job.lease)])
