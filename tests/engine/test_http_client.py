@@ -30,8 +30,8 @@ from engine import (
     QueueError,
     StoreUnavailable,
     ValidationError,
+    wire,
 )
-from engine import wire
 from engine.discovery import LeaderDiscovery
 from engine.errors import BrokerUnavailable, Unauthorized
 from engine.http_client import BrokerClient
