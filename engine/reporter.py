@@ -135,7 +135,7 @@ class AckReporter:
             self._retry(ack, outcome)
         elif isinstance(ack.op, Complete):
             w._release(ack.record, "completed")
-            log.debug("job %s (%s, attempt %d) completed in %.3fs", job.id, job.queue, job.attempt, ack.took)
+            log.info("job %s (%s, attempt %d) completed in %.3fs", job.id, job.queue, job.attempt, ack.took)
         else:
             dead = isinstance(outcome, FailOutcome) and outcome.status == "dead"
             w._release(ack.record, "failed", dead=dead)
