@@ -24,7 +24,10 @@ from tests.e2e.harness import TOKEN, Cluster
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-JOBS = 800
+JOBS = 480
+# Each job runs longer than an acknowledgement takes, so that a worker that
+# acknowledged a job before its handler finished would be caught by the kill.
+JOB_SECONDS = 0.1
 LEASE_SECONDS = "2"
 START = re.compile(r"start (\d+) pid=(\d+)")
 
@@ -47,10 +50,10 @@ def test_a_batching_worker_killed_mid_run_loses_no_acknowledged_job(
     node = cluster.node()
     wait_for(lambda: node.role() == "leader", 15, "the node to lead")
     with BrokerClient([node.url], token=TOKEN) as client:
-        for first in range(0, JOBS, 200):
-            client.push("q", [{"n": n, "seconds": 0.01} for n in range(first, first + 200)])
+        for first in range(0, JOBS, 160):
+            client.push("q", [{"n": n, "seconds": JOB_SECONDS} for n in range(first, first + 160)])
     record = tmp_path / "record.txt"
-    argv = ["--queue", "q", "--handler", "tests.e2e.handlers:slow", "--concurrency", "8", "--broker", node.url]
+    argv = ["--queue", "q", "--handler", "tests.e2e.handlers:slow", "--concurrency", "16", "--broker", node.url]
 
     victim = cluster.worker(*argv, E2E_RECORD=str(record))
     wait_for(lambda: sum(finished(record).values()) >= JOBS // 4, 60, "a quarter of the jobs to finish")
