@@ -16,7 +16,17 @@ such as a GroupCommitter, in tests). Threads, all daemons:
 * the heartbeat thread extends every running job's lease every
   ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
   JobNotFound) keeps running, since a thread cannot be killed, but its result
-  is never sent.
+  is never sent;
+* with ``batch`` (the default), a reporter thread (:mod:`engine.reporter`)
+  sends the handlers' results in batches through the client's
+  ``execute_many`` (``POST /api/v1/ack``), and the heartbeat thread extends
+  all due leases in one ``execute_many`` (``POST /api/v1/heartbeat``). A
+  handler thread takes its next job as soon as it has handed its result over.
+  Without ``batch``, each handler thread reports its own job, one call each.
+
+Either way a job is counted completed only once the client confirmed that
+the commit holding its result landed; each per-job outcome is handled the
+same way.
 
 Transient errors (NotLeader, StoreUnavailable, connection trouble, anything
 unexpected) are logged and retried with backoff; they never end the worker.
@@ -24,8 +34,8 @@ Only a refused token or invalid claim arguments do.
 
 Tunables come in one frozen :class:`WorkerOptions`.
 
-``stop()`` stops claiming; running jobs get ``grace_seconds`` to finish and
-report, then ``run()`` returns. Jobs still running then are abandoned: not
+``stop()`` stops claiming and sends waiting results at once (no linger);
+running jobs get ``grace_seconds`` to finish and report, then ``run()`` returns. Jobs still running then are abandoned: not
 completed, their leases expire and the broker hands them out again. A long
 poll in flight at ``stop()`` is waited for (its jobs are run, within the
 grace period) for at most ``wait_seconds`` plus a small margin.
