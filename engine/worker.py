@@ -35,10 +35,12 @@ Only a refused token or invalid claim arguments do.
 Tunables come in one frozen :class:`WorkerOptions`.
 
 ``stop()`` stops claiming and sends waiting results at once (no linger);
-running jobs get ``grace_seconds`` to finish and report, then ``run()`` returns. Jobs still running then are abandoned: not
-completed, their leases expire and the broker hands them out again. A long
-poll in flight at ``stop()`` is waited for (its jobs are run, within the
-grace period) for at most ``wait_seconds`` plus a small margin.
+running jobs get ``grace_seconds`` to finish and report, then ``run()``
+returns. Jobs still running then are abandoned: not completed, their leases
+expire and the broker hands them out again. A result still unconfirmed then
+is abandoned too (never counted completed). A long poll in flight at
+``stop()`` is waited for (its jobs are run, within the grace period) for at
+most ``wait_seconds`` plus a small margin.
 """
 
 from __future__ import annotations
