@@ -88,6 +88,7 @@ from engine.policy import (
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import (
+    DEFAULT_ACK_LINGER_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_WAIT_SECONDS,
     PermanentFailure,
@@ -100,6 +101,7 @@ from engine.worker import (
 
 __all__ = [
     "API_PREFIX",
+    "DEFAULT_ACK_LINGER_SECONDS",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_HEARTBEAT_SECONDS",
     "DEFAULT_LEASE_SECONDS",

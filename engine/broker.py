@@ -35,7 +35,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -206,6 +206,18 @@ class Broker:
             return await self._leading().aexecute(op)
         except CommitterStopped as exc:
             raise NotLeader(self.leader.url) from exc
+
+    async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Submit every operation of ``ops`` to this node's committer at once
+        and await them all: one outcome per operation, in order, its result
+        or the EngineError it failed with (returned), each answered only after
+        its commit landed (I1). Raises NotLeader if not leading."""
+        try:
+            outcomes = await self._leading().aexecute_many(ops)
+        except CommitterStopped as exc:
+            raise NotLeader(self.leader.url) from exc
+        # Stopped under our feet (a step down): to a client that is "not the leader".
+        return [NotLeader(self.leader.url) if isinstance(o, CommitterStopped) else o for o in outcomes]
 
     # -- election --------------------------------------------------------------
 

@@ -10,11 +10,12 @@ has landed (I1).
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from engine.errors import QueueError
+from engine.errors import EngineError, QueueError, Unauthorized
 from engine.model import ClaimedJob, FailOutcome
 from engine.ops import (
     Operation,
@@ -39,6 +40,30 @@ class QueueClient(abc.ABC):
     @abc.abstractmethod
     def execute(self, op: Operation) -> Any:
         """Commit ``op`` and return its outcome, or raise its QueueError / StoreError."""
+
+    def execute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Commit every operation of ``ops`` and return one outcome per
+        operation, in order: its result, or the EngineError it failed with
+        (returned, not raised). Each is returned only after the commit
+        holding it landed (I1); one operation's error never affects the others.
+
+        This default runs :meth:`execute` once per operation, in order (so an
+        error such as StoreUnavailable stops nothing: the next operation is
+        still tried). Subclasses carry the operations together where they
+        can: the group committer submits them at once, the HTTP client sends
+        them as batch calls. Raises only for a failure of the whole call
+        (Unauthorized, or NotLeader/BrokerUnavailable from a BrokerClient
+        that could not reach a leader).
+        """
+        outcomes: list[Any] = []
+        for op in ops:
+            try:
+                outcomes.append(self.execute(op))
+            except EngineError as exc:
+                if isinstance(exc, Unauthorized):
+                    raise
+                outcomes.append(exc)
+        return outcomes
 
     @abc.abstractmethod
     def document(self) -> dict[str, Any]:
@@ -141,6 +166,17 @@ class AsyncQueueMethods(abc.ABC):
     @abc.abstractmethod
     async def aexecute(self, op: Operation) -> Any:
         """Commit ``op`` and return its outcome, or raise its error."""
+
+    async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """As :meth:`QueueClient.execute_many`, awaiting without blocking the
+        loop. This default awaits :meth:`aexecute` for every operation at
+        once (they may share a commit) and returns each one's outcome or
+        EngineError; any other exception is raised."""
+        outcomes = await asyncio.gather(*(self.aexecute(op) for op in ops), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, EngineError):
+                raise outcome
+        return list(outcomes)
 
     async def apush(
         self,

@@ -244,6 +244,35 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             raise pending.result
         return pending.result
 
+    def execute_many(self, ops: Sequence[Operation], *, timeout: float | None = None) -> list[Any]:
+        """Submit ``ops`` at once (they ride one commit, up to ``max_batch``)
+        and return one outcome per operation, in order: its result or its
+        EngineError (returned, not raised), each after its commit landed (I1).
+        Raises CommitterStopped (nothing submitted) or CommitTimeout (as execute)."""
+        pendings = [Pending(op) for op in ops]
+        self._submit_all(pendings)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for pending in pendings:
+            assert pending.lock is not None
+            if not pending.lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
+                raise CommitTimeout(f"{len(ops)} operations: no answer within {timeout} s; they may still commit")
+        return [pending.result for pending in pendings]
+
+    async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """As :meth:`execute_many`, awaiting without blocking the event loop."""
+        pendings = [Pending(op, asyncio.get_running_loop()) for op in ops]
+        self._submit_all(pendings)
+        return list(await asyncio.gather(*(p.future for p in pendings if p.future), return_exceptions=True))
+
+    def _submit_all(self, pendings: list[Pending]) -> None:
+        with self._lock:  # all or none: a stopped committer takes none of them
+            if not self._running:
+                raise CommitterStopped("the committer is not running; call start()")
+            was_empty = not self._queue
+            self._queue.extend(pendings)
+            if was_empty and pendings:
+                self._cond.notify()
+
     async def aexecute(self, op: Operation) -> Any:
         """Commit ``op`` and await its outcome without blocking the event loop.
 

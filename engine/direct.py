@@ -8,8 +8,9 @@ the correctness and benchmark baseline.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,8 @@ from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 1000
 DEFAULT_BACKOFF_SECONDS = 0.002
@@ -73,6 +76,30 @@ class DirectClient(QueueClient):
         return state_of(self.key, self.store.get(self.key), policy=self.policy, presence=self.presence)
 
     def execute(self, op: Operation) -> Any:
+        [result] = self._commit([op])
+        return unwrap(result)
+
+    def execute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Apply every operation of ``ops`` in one read and one conditional
+        write (retried as a whole on a lost race), and return one outcome per
+        operation: its result or the QueueError it was refused with. Should
+        an operation fail unexpectedly while applied (I8), the operations are
+        run one by one instead (the default :meth:`QueueClient.execute_many`),
+        so that it alone is refused. Raises StoreError when the write could
+        not be made within the retries, and DocumentError, as execute does."""
+        ops = list(ops)
+        if not ops:
+            return []
+        try:
+            return self._commit(ops)
+        except EngineError:  # the store's or the document's: the whole call failed
+            raise
+        except Exception:
+            log.exception("DirectClient: a batch of %d operations failed; running them one by one", len(ops))
+            return super().execute_many(ops)
+
+    def _commit(self, ops: list[Operation]) -> list[Any]:
+        """One read, change and conditional write for ``ops``; their outcomes."""
         # Each call writes under its own writer id: threads sharing this client
         # must never mistake one another's commit for their own.
         writer = f"{self.writer_id}/{next(self._calls)}"
@@ -85,24 +112,24 @@ class DirectClient(QueueClient):
             state = self._read()
             for seq, earlier in unsettled.items():
                 if state.has_commit(writer, seq):
-                    return unwrap(earlier)
+                    return earlier  # type: ignore[no-any-return]
             now = self.clock()
             seq = state.seq + 1
-            [result] = apply_batch(state, [op], now)
+            results = apply_batch(state, ops, now)
             if not state.dirty:
-                return unwrap(result)
+                return results
             parts = state.encode(seq=seq, writer=writer, now=now)
             try:
                 write_state(self.store, self.key, parts, etag=state.etag)
             except (PreconditionFailed, StoreUnavailable) as exc:
-                unsettled[seq] = result
+                unsettled[seq] = results
                 last_error = exc
                 self.lost_races += isinstance(exc, PreconditionFailed)
                 self._sleep(attempt)
                 continue
             if state.etag is None:
                 self.presence.found(seq=seq)  # we created it: write its creation marker
-            return unwrap(result)
+            return results
         kind = type(last_error) if isinstance(last_error, StoreUnavailable) else PreconditionFailed
         raise kind(f"{self.key}: gave up after {self.max_retries} retries: {last_error}")
 

@@ -25,6 +25,7 @@ ids), so retrying them is always safe; see docs/api.md for the others.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -39,9 +40,17 @@ from engine import wire
 from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.discovery import LeaderDiscovery
-from engine.errors import BrokerUnavailable, EngineError, NotLeader, StoreUnavailable, ValidationError
+from engine.errors import (
+    BrokerUnavailable,
+    EngineError,
+    NotLeader,
+    QueueError,
+    StoreUnavailable,
+    Unauthorized,
+    ValidationError,
+)
 from engine.model import ClaimedJob
-from engine.ops import Operation, claim_op
+from engine.ops import Complete, Fail, Heartbeat, Operation, claim_op
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.wire import MAX_WAIT_SECONDS
@@ -184,6 +193,77 @@ class BrokerClient(QueueClient):
     def execute(self, op: Operation) -> Any:
         """Send one validated operation to the leader and return its outcome."""
         return self._execute(op, wire.request_for(op))
+
+    def execute_many(self, ops: Sequence[Operation]) -> list[Any]:
+        """Carry ``ops`` in as few requests as the API allows and return one
+        outcome per operation, in order: its result, or the EngineError its
+        item was refused with (LeaseLost, JobNotFound, ... returned, not raised).
+
+        Complete and Fail operations go in ``POST /ack`` requests, Heartbeat
+        operations (grouped by lease length) in ``POST /heartbeat`` requests,
+        at most :data:`~engine.wire.MAX_BATCH_ITEMS` per request; any other
+        operation is sent on its own. The requests are sent one after the
+        other, acks first, so operations of different kinds are not applied
+        in the order given. Each request is retried like a single call.
+        Every outcome comes from the broker's answer, given only after the
+        commit holding its item landed (I1).
+
+        Raises Unauthorized at once. Raises a request's failure (NotLeader,
+        BrokerUnavailable, StoreUnavailable, ... after the retry budget) if
+        no earlier request of this call was answered; once one was, the
+        operations of a failed request get that error as their outcome
+        instead, so that no answered outcome is dropped.
+        """
+        ops = list(ops)
+        outcomes: list[Any] = [None] * len(ops)
+        answered = False
+        for indices, send in self._batches(ops):
+            chunk = [ops[i] for i in indices]
+            try:
+                results = send(chunk)
+            except Unauthorized:
+                raise
+            except EngineError as exc:
+                if not answered:
+                    raise
+                results = [exc] * len(chunk)
+            answered = True
+            for index, result in zip(indices, results, strict=True):
+                outcomes[index] = result
+        return outcomes
+
+    def _batches(self, ops: list[Operation]) -> list[tuple[list[int], Callable[[list[Operation]], list[Any]]]]:
+        """The requests that carry ``ops``: each as the indices of its
+        operations and the function that sends them and reads the outcomes."""
+        acks: list[int] = []
+        beats: dict[float | None, list[int]] = {}
+        singles: list[int] = []
+        for index, op in enumerate(ops):
+            if isinstance(op, Complete | Fail):
+                acks.append(index)
+            elif isinstance(op, Heartbeat):
+                beats.setdefault(op.lease_seconds, []).append(index)
+            else:
+                singles.append(index)
+        step = wire.MAX_BATCH_ITEMS
+        plan: list[tuple[list[int], Callable[[list[Operation]], list[Any]]]] = []
+        for group, build in [(acks, wire.ack_request), *((b, wire.heartbeats_request) for b in beats.values())]:
+            for start in range(0, len(group), step):
+                plan.append((group[start:start + step], functools.partial(self._send_batch, build)))
+        plan.extend(([index], self._send_single) for index in singles)
+        return plan
+
+    def _send_batch(self, build: Callable[[Any], wire.Request], ops: list[Operation]) -> list[Any]:
+        request = build(ops)
+        answer = self._call(request.method, request.path, request.body)
+        return wire.batch_results_from(answer, ops, key=self.key)
+
+    def _send_single(self, ops: list[Operation]) -> list[Any]:
+        [op] = ops
+        try:
+            return [self.execute(op)]
+        except QueueError as exc:  # refused alone; anything else fails the request
+            return [exc]
 
     def _execute(self, op: Operation, request: wire.Request) -> Any:
         answer = self._call(

@@ -16,7 +16,17 @@ such as a GroupCommitter, in tests). Threads, all daemons:
 * the heartbeat thread extends every running job's lease every
   ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
   JobNotFound) keeps running, since a thread cannot be killed, but its result
-  is never sent.
+  is never sent;
+* with ``batch`` (the default), a reporter thread (:mod:`engine.reporter`)
+  sends the handlers' results in batches through the client's
+  ``execute_many`` (``POST /api/v1/ack``), and the heartbeat thread extends
+  all due leases in one ``execute_many`` (``POST /api/v1/heartbeat``). A
+  handler thread takes its next job as soon as it has handed its result over.
+  Without ``batch``, each handler thread reports its own job, one call each.
+
+Either way a job is counted completed only once the client confirmed that
+the commit holding its result landed; each per-job outcome is handled the
+same way.
 
 Transient errors (NotLeader, StoreUnavailable, connection trouble, anything
 unexpected) are logged and retried with backoff; they never end the worker.
@@ -24,11 +34,13 @@ Only a refused token or invalid claim arguments do.
 
 Tunables come in one frozen :class:`WorkerOptions`.
 
-``stop()`` stops claiming; running jobs get ``grace_seconds`` to finish and
-report, then ``run()`` returns. Jobs still running then are abandoned: not
-completed, their leases expire and the broker hands them out again. A long
-poll in flight at ``stop()`` is waited for (its jobs are run, within the
-grace period) for at most ``wait_seconds`` plus a small margin.
+``stop()`` stops claiming and sends waiting results at once (no linger);
+running jobs get ``grace_seconds`` to finish and report, then ``run()``
+returns. Jobs still running then are abandoned: not completed, their leases
+expire and the broker hands them out again. A result still unconfirmed then
+is abandoned too (never counted completed). A long poll in flight at
+``stop()`` is waited for (its jobs are run, within the grace period) for at
+most ``wait_seconds`` plus a small margin.
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ from engine.backoff import jittered
 from engine.client import QueueClient
 from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, Unauthorized, ValidationError
 from engine.model import ClaimedJob, new_process_id
-from engine.ops import claim_op
+from engine.ops import claim_op, complete_op, fail_op, heartbeat_op
+from engine.reporter import AckReporter
 from engine.wire import MAX_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -66,6 +79,9 @@ MAX_WAIT_STEP_SECONDS = 0.5
 # After stop(), with no job running, how much longer than one long poll run()
 # waits for a claim still in flight (whose jobs it would run) before leaving it.
 CLAIM_STOP_MARGIN_SECONDS = 2.0
+# A batching worker's finished jobs wait this long (at most) for others to
+# join their acknowledgement request: a few ms, far below a commit's latency.
+DEFAULT_ACK_LINGER_SECONDS = 0.005
 # Errors that retrying cannot fix: a wrong token, claim arguments refused.
 FATAL_ERRORS: tuple[type[EngineError], ...] = (Unauthorized, ValidationError)
 
@@ -134,7 +150,15 @@ class WorkerOptions:
       running; delayed jobs (retry backoff, delayed pushes) are left for later;
     * ``grace_seconds`` — after ``stop()``, how long running jobs may finish;
     * ``backoff_seconds`` / ``backoff_cap_seconds`` — the jittered backoff
-      (:func:`~engine.backoff.jittered`) after a failed claim or report.
+      (:func:`~engine.backoff.jittered`) after a failed claim or report;
+    * ``batch`` — acknowledge and heartbeat in batches through the client's
+      ``execute_many`` (one ``POST /api/v1/ack`` for many finished jobs, one
+      ``POST /api/v1/heartbeat`` per beat for all leases; see
+      :mod:`engine.reporter`). False: one request per acknowledgement and per
+      heartbeat, as before (the single-job calls). Either way a claim asks
+      for as many jobs as there are free handler threads;
+    * ``ack_linger_seconds`` — with ``batch``, how long a finished job's
+      acknowledgement may wait for others to join it.
 
     Raises ValueError for a value no worker could use; ``heartbeat_interval``
     is checked against the lease by the :class:`Worker`, which knows it.
@@ -149,6 +173,8 @@ class WorkerOptions:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
     backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
+    batch: bool = True
+    ack_linger_seconds: float = DEFAULT_ACK_LINGER_SECONDS
 
     def __post_init__(self) -> None:
         concurrency = self.concurrency
@@ -156,6 +182,8 @@ class WorkerOptions:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if not 0 <= self.wait_seconds <= MAX_WAIT_SECONDS or self.poll_seconds <= 0 or self.grace_seconds < 0:
             raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
+        if not isinstance(self.batch, bool) or not 0 <= self.ack_linger_seconds <= 1:
+            raise ValueError("need batch to be a bool and 0 <= ack_linger_seconds <= 1")
 
 
 class Worker:
@@ -219,7 +247,9 @@ class Worker:
         self._stopped_at: float | None = None
         self._claimer_done = False
         self._finished = 0  # jobs whose handling ended; a burst claims again after any
+        self._busy = 0  # jobs dispatched whose handler has not returned (free slots: concurrency - busy)
         self._started = False
+        self._reporter = AckReporter(self, linger_seconds=options.ack_linger_seconds) if options.batch else None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -238,6 +268,8 @@ class Worker:
                    for i in range(self.concurrency)]
         threads.append(threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True))
         threads.append(threading.Thread(target=self._claim_loop, name="claimer", daemon=True))
+        if self._reporter is not None:
+            threads.append(threading.Thread(target=self._reporter.run, name="reporter", daemon=True))
         for thread in threads:
             thread.start()
         abandoned: list[_Running] = []
@@ -328,9 +360,9 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while len(self._running) >= self.concurrency and not self._stopping.is_set():
+                    while self._busy >= self.concurrency and not self._stopping.is_set():
                         self._cond.wait(MAX_WAIT_STEP_SECONDS)
-                    free = self.concurrency - len(self._running)
+                    free = self.concurrency - self._busy
                 if self._stopping.is_set():
                     break
                 started = self.monotonic()
@@ -392,23 +424,29 @@ class Worker:
                 self._running[job.id] = record
                 self._inbox.put(record)
             self.stats.claimed += len(jobs)
+            self._busy += len(jobs)
             self._cond.notify_all()
 
     # -- handling --------------------------------------------------------------
 
     def _handle_loop(self) -> None:
         while (record := self._inbox.get()) is not None:
+            handed_off = False
             try:
-                self._handle(record)
+                handed_off = self._handle(record)
             except Exception:  # a bug here must not cost a handler slot
                 log.exception("worker %s: job %s: unexpected error", self.worker_id, record.job.id)
             finally:
                 with self._cond:
-                    self._running.pop(record.job.id, None)
-                    self._finished += 1
+                    self._busy -= 1
+                    if not handed_off:  # else the reporter releases it once its ack is settled
+                        self._running.pop(record.job.id, None)
+                        self._finished += 1
                     self._cond.notify_all()
 
-    def _handle(self, record: _Running) -> None:
+    def _handle(self, record: _Running) -> bool:
+        """Run the handler on ``record``'s job and report the outcome: itself,
+        or (batching) by handing it to the reporter, then True."""
         job = record.job
         started = self.monotonic()
         error: str | None = None
@@ -423,12 +461,20 @@ class Worker:
         took = self.monotonic() - started
         if record.lost:
             self._count_lost(record, f"finished after its lease was lost ({took:.3f}s); result not sent")
-            return
+            return False
+        if self._reporter is not None:
+            op = complete_op(job.id, job.lease) if error is None else fail_op(
+                job.id, job.lease, error=error, retry_in_seconds=None, policy=self.client.policy, give_up=give_up)
+            with self._cond:
+                if self._exit.is_set():
+                    return False  # past the grace period: counted as abandoned, nothing is sent
+                self._reporter.put(record, op, took)
+            return True
         failures = 0
         while True:
             with self._cond:
                 if self._exit.is_set():
-                    return  # past the grace period: counted as abandoned, nothing is sent
+                    return False  # past the grace period: counted as abandoned, nothing is sent
                 record.reporting = True
             try:
                 if error is None:
@@ -445,10 +491,10 @@ class Worker:
                     then = "dead" if outcome.status == "dead" else "will retry"
                     log.info("job %s (%s, attempt %d) failed in %.3fs, %s: %s",
                              job.id, job.queue, job.attempt, took, then, last_line)
-                return
+                return False
             except QueueError as exc:  # LeaseLost, JobNotFound, ...: retrying won't help
                 self._count_lost(record, f"its result was refused: {exc}")
-                return
+                return False
             except Exception as exc:  # transient: retry while the lease may still hold
                 failures += 1
                 delay = self._backoff(failures)
@@ -460,9 +506,24 @@ class Worker:
                         deadline = min(deadline, self._deadline)
                 if self.monotonic() + delay >= deadline:
                     self._count_lost(record, f"its result could not be reported before its lease ran out: {exc}")
-                    return
+                    return False
                 log.warning("job %s: reporting failed (%s); retrying in %.1fs", job.id, exc, delay)
                 self._exit.wait(delay)
+
+    def _release(self, record: _Running, outcome: Literal["completed", "failed", "lost"], why: str = "", *,
+                 dead: bool = False) -> None:
+        """Settle a handed-off ``record`` (batching) and free it: its job is no
+        longer running here. ``why`` is logged for a lost one."""
+        with self._cond:
+            counted = self._settle(record, outcome)
+            if counted and dead:
+                self.stats.dead += 1
+            self._running.pop(record.job.id, None)
+            self._finished += 1
+            self._cond.notify_all()
+        if counted and outcome == "lost":
+            job = record.job
+            log.warning("job %s (%s, attempt %d) lost: %s", job.id, job.queue, job.attempt, why)
 
     def _count_lost(self, record: _Running, why: str) -> None:
         with self._cond:
@@ -478,7 +539,9 @@ class Worker:
             now = self.monotonic()
             with self._cond:
                 due = [r for r in self._running.values() if r.next_beat <= now and not (r.lost or r.reporting)]
-            for record in due:
+            if self._reporter is not None and due:
+                self._beat_all(due)
+            for record in due if self._reporter is None else ():
                 if self._exit.is_set():
                     return
                 self._beat(record)
@@ -487,11 +550,31 @@ class Worker:
             until = min(beats, default=self.monotonic() + self.heartbeat_interval)
             self._exit.wait(self._wait_step(until))
 
-    def _beat(self, record: _Running) -> None:
-        job = record.job
+    def _beat_all(self, records: list[_Running]) -> None:
+        """Heartbeat every lease of ``records`` in one ``execute_many``."""
         sent = self.monotonic()
         try:
-            self.client.heartbeat(job.id, job.lease)
+            outcomes = self.client.execute_many([heartbeat_op(r.job.id, r.job.lease) for r in records])
+        except Exception as exc:  # the whole call failed: each lease is retried soon
+            outcomes = [exc] * len(records)
+        for record, outcome in zip(records, outcomes, strict=True):
+            self._beaten(record, sent, outcome)
+
+    def _beat(self, record: _Running) -> None:
+        sent = self.monotonic()
+        try:
+            outcome: Any = self.client.heartbeat(record.job.id, record.job.lease)
+        except Exception as exc:
+            outcome = exc
+        self._beaten(record, sent, outcome)
+
+    def _beaten(self, record: _Running, sent: float, outcome: Any) -> None:
+        """Settle one heartbeat sent at ``sent`` whose outcome (a deadline,
+        or the exception it failed with) is ``outcome``."""
+        job = record.job
+        try:
+            if isinstance(outcome, BaseException):
+                raise outcome
         except (LeaseLost, JobNotFound) as exc:
             with self._cond:
                 if record.reporting or job.id not in self._running:

@@ -17,6 +17,13 @@ operator action to the leader, in both directions and in one place.
   (:data:`STATUS_BY_CODE`); an engine error becomes its code and body
   (:func:`error_code`, :func:`error_json`), and an error answer becomes the
   engine error again (:func:`error_from_answer`, :data:`ERROR_BY_CODE`).
+* **Batches** (:mod:`engine.wire.batches`): ``POST /ack`` and ``POST
+  /heartbeat`` carry up to :data:`MAX_BATCH_ITEMS` items, each answered on
+  its own. The broker reads them with :func:`ack_from` and
+  :func:`heartbeats_from` (an item refused alone is an :class:`InvalidItem`)
+  and answers with :func:`batch_results_json`; a client sends
+  :func:`ack_request` or :func:`heartbeats_request` and reads the answer
+  with :func:`batch_results_from` (one result or EngineError per operation).
 * **Reading JSON** (:mod:`engine.wire.reading`): :func:`loads` parses a
   body exactly, :class:`Fields` reads one object field by field.
 
@@ -42,6 +49,17 @@ from engine.wire.answers import (
     hide_tokens,
     outcome_from,
     outcome_json,
+)
+from engine.wire.batches import (
+    MAX_BATCH_ITEMS,
+    InvalidItem,
+    TooManyItems,
+    ack_from,
+    ack_request,
+    batch_results_from,
+    batch_results_json,
+    heartbeats_from,
+    heartbeats_request,
 )
 from engine.wire.codes import (
     ENGINE_ALIASES,
@@ -71,12 +89,19 @@ __all__ = [
     "ENGINE_ALIASES",
     "ERROR_BY_CODE",
     "HIDDEN_TOKEN",
+    "MAX_BATCH_ITEMS",
     "MAX_WAIT_SECONDS",
     "RETRY_STATUSES",
     "STATUS_BY_CODE",
     "Fields",
+    "InvalidItem",
     "MalformedJson",
     "Request",
+    "TooManyItems",
+    "ack_from",
+    "ack_request",
+    "batch_results_from",
+    "batch_results_json",
     "check_url",
     "claim_from",
     "claimed_json",
@@ -87,6 +112,8 @@ __all__ = [
     "fail_from",
     "health_from",
     "heartbeat_from",
+    "heartbeats_from",
+    "heartbeats_request",
     "hide_token",
     "hide_tokens",
     "job_path",

@@ -16,8 +16,8 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from engine import GroupCommitter, NotLeader, wire
-from engine.ops import get_job_op
+from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
+from engine.ops import Operation, get_job_op
 from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
@@ -70,6 +70,38 @@ async def fail(request: HttpRequest, job_id: str) -> HttpResponse:
     op = wire.fail_from(job_id, await _body(request), broker.policy)
     outcome = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, outcome))
+
+
+@endpoint("POST")
+async def ack(request: HttpRequest) -> HttpResponse:
+    """200 ``{"results": [...]}``, one per item of ``acks`` in order, once every
+    valid item's commit landed: ``{"id", "ok": true}`` for a complete,
+    ``{"id", "status", "not_before"}`` for a fail, ``{"id", "error",
+    "message"}`` for an item refused alone (it changed nothing)."""
+    broker = runtime.get_broker()
+    return json_response(await _batch(broker, wire.ack_from(await _body(request), broker.policy)))
+
+
+@endpoint("POST")
+async def heartbeats(request: HttpRequest) -> HttpResponse:
+    """200 ``{"results": [...]}``, one per item of ``leases`` in order:
+    ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""
+    broker = runtime.get_broker()
+    return json_response(await _batch(broker, wire.heartbeats_from(await _body(request))))
+
+
+async def _batch(broker: Broker, items: list[Operation | ValidationError]) -> dict[str, Any]:
+    """Submit every valid item at once (they ride the same commit) and answer
+    each after its commit landed (I1); an invalid item is its own answer and
+    is never submitted. If every submitted item failed for a reason of the
+    whole node (not leading, store down), that is the answer to the request."""
+    ops = [item for item in items if not isinstance(item, ValidationError)]
+    done = iter(await broker.aexecute_many(ops) if ops else [])
+    outcomes = [item if isinstance(item, ValidationError) else next(done) for item in items]
+    failed = [o for o in outcomes if isinstance(o, EngineError) and not isinstance(o, QueueError)]
+    if ops and len(failed) == len(ops):
+        raise failed[0]
+    return wire.batch_results_json(items, outcomes)
 
 
 @endpoint("GET")

@@ -3,14 +3,18 @@ the same: same methods, same outcomes, same refusals that change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from engine import (
+    CommitterStopped,
     DirectClient,
+    FailOutcome,
     FaultyStore,
     GroupCommitter,
     InvalidPayload,
@@ -25,6 +29,7 @@ from engine import (
     ValidationError,
     open_store,
 )
+from engine.ops import complete_op, fail_op, heartbeat_op
 from tests.helpers import KEY
 
 
@@ -166,3 +171,78 @@ def test_threads_sharing_one_direct_client_lose_nothing() -> None:
         t.join()
     stored = {job["id"] for job in client.document()["jobs"]}
     assert len(acked) == 160 and set(acked) <= stored
+
+
+def test_execute_many_answers_each_operation_in_one_commit(make_client: Callable[..., QueueClient]) -> None:
+    store = MemoryStore()
+    client = make_client(store, policy=Policy(max_attempts=2, backoff_base_seconds=0))
+    client.push("q", [1, 2, 3])
+    done, failed, stolen = client.claim("w", ["q"], max_jobs=3)
+    writes = store.writes
+    ops = [
+        complete_op(done.id, done.lease),
+        fail_op(failed.id, failed.lease, error="boom", retry_in_seconds=None, policy=client.policy),
+        complete_op(stolen.id, "not-the-lease"),
+        heartbeat_op(stolen.id, stolen.lease),
+        complete_op("0" * 32, "x"),
+    ]
+
+    outcomes = client.execute_many(ops)
+
+    assert store.writes == writes + 1  # all of them in one write
+    assert outcomes[0] is None and outcomes[1] == FailOutcome(status="pending", not_before=outcomes[1].not_before)
+    assert type(outcomes[2]) is LeaseLost and outcomes[2].job_id == stolen.id
+    assert isinstance(outcomes[3], datetime)
+    assert type(outcomes[4]) is JobNotFound
+    assert {(j["id"], j["status"]) for j in client.document()["jobs"]} == {
+        (failed.id, "pending"), (stolen.id, "running")}
+    assert client.execute_many([]) == []
+
+
+def test_execute_many_on_a_failing_store_fails_the_call_and_changes_nothing() -> None:
+    store = FaultyStore(MemoryStore())
+    client = DirectClient(store, max_retries=2, backoff_seconds=0, backoff_cap_seconds=0)
+    [job_id] = client.push("q", [1])
+    [job] = client.claim("w", ["q"])
+    store.inject("lost", "lost", "lost")
+    with pytest.raises(StoreUnavailable):
+        client.execute_many([complete_op(job_id, job.lease)])
+    assert client.get_job(job_id)["status"] == "running"
+
+
+def test_a_committer_stopped_takes_none_of_a_batch() -> None:
+    committer = GroupCommitter(MemoryStore())
+    with pytest.raises(CommitterStopped):
+        committer.execute_many([complete_op("a", "l")])
+
+
+def test_aexecute_many_awaits_every_outcome_in_one_commit() -> None:
+    store = MemoryStore()
+    with GroupCommitter(store) as committer:
+        committer.push("q", [1, 2])
+        first, second = committer.claim("w", ["q"], max_jobs=2)
+        writes = store.writes
+        outcomes = asyncio.run(committer.aexecute_many(
+            [complete_op(first.id, first.lease), complete_op(second.id, "stale")]))
+        assert outcomes[0] is None and type(outcomes[1]) is LeaseLost
+        assert store.writes == writes + 1
+
+
+def test_the_default_execute_many_runs_each_operation_and_returns_its_error() -> None:
+    class OneByOne(QueueClient):
+        def __init__(self, inner: QueueClient) -> None:
+            self.inner, self.policy, self.calls = inner, inner.policy, 0
+
+        def execute(self, op: Any) -> Any:
+            self.calls += 1
+            return self.inner.execute(op)
+
+        def document(self) -> dict[str, Any]:
+            return self.inner.document()
+
+    client = OneByOne(DirectClient(MemoryStore()))
+    client.push("q", [1])
+    [job] = client.claim("w", ["q"])
+    calls = client.calls
+    outcomes = client.execute_many([complete_op(job.id, "stale"), complete_op(job.id, job.lease)])
+    assert type(outcomes[0]) is LeaseLost and outcomes[1] is None and client.calls == calls + 2

@@ -30,12 +30,13 @@ from engine import (
     QueueError,
     StoreUnavailable,
     ValidationError,
+    wire,
 )
 from engine.discovery import LeaderDiscovery
 from engine.errors import BrokerUnavailable, Unauthorized
 from engine.http_client import BrokerClient
 from engine.model import ClaimedJob, FailOutcome
-from engine.ops import push_op
+from engine.ops import complete_op, push_op
 from engine.worker import Worker, WorkerOptions
 
 TOKEN = "s3cret"
@@ -106,6 +107,11 @@ class Cluster:
                  "lease_expires_at": j.lease_expires_at.isoformat()} for j in claimed]})
         if path == "/document":
             return _json(200, c.document())
+        if path in ("/ack", "/heartbeat"):
+            items = wire.ack_from(body, c.policy) if path == "/ack" else wire.heartbeats_from(body)
+            done = iter(c.execute_many([i for i in items if not isinstance(i, ValidationError)]))
+            outcomes = [i if isinstance(i, ValidationError) else next(done) for i in items]
+            return _json(200, wire.batch_results_json(items, outcomes))
         _, _, job_id, *action = path.split("/")
         if not action:
             return _json(200, c.get_job(job_id))
@@ -360,8 +366,9 @@ def test_bad_configuration_is_refused(kwargs: dict[str, Any]) -> None:
         BrokerClient(**{"token": TOKEN, **kwargs})
 
 
+@pytest.mark.parametrize("batch", [True, False], ids=["batch", "single"])
 def test_a_worker_drains_through_the_client_across_a_leader_change(
-    cluster: Cluster, make_client: Callable[..., Any]
+    cluster: Cluster, make_client: Callable[..., Any], batch: bool
 ) -> None:
     client = make_client([A, B])
     ids = client.push("q", [{"n": n} for n in range(6)])
@@ -370,9 +377,11 @@ def test_a_worker_drains_through_the_client_across_a_leader_change(
         if payload["n"] == 2:
             cluster.leader = B  # a takeover while jobs run: A refuses from now on
 
-    options = WorkerOptions(burst=True, concurrency=2, lease_seconds=30, backoff_seconds=0.001)
+    options = WorkerOptions(burst=True, concurrency=2, lease_seconds=30, backoff_seconds=0.001, batch=batch)
     stats = Worker(client, queues=["q"], handler=handler, options=options).run()
     assert (stats.completed, stats.lost) == (6, 0)
+    acks = [r.url.path for r in cluster.log if r.url.path.endswith(("/ack", "/complete"))]
+    assert {path.rsplit("/", 1)[1] for path in acks} == ({"ack"} if batch else {"complete"})
     assert client.leader_url == B
     doc = cluster.committer.document()
     assert doc["jobs"] == [] and doc["queues"]["q"]["completed"] == len(ids)
@@ -403,3 +412,28 @@ def test_leader_discovery_on_its_own_follows_names_and_forgets_only_the_leader_i
         discovery.target()
     discovery.follow(C, forget=None)  # a not_leader answer named C
     assert discovery.target() == C
+
+
+def test_execute_many_keeps_answered_outcomes_when_a_later_request_fails(
+    cluster: Cluster, make_client: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wire, "MAX_BATCH_ITEMS", 1)  # one request per operation
+    client = make_client([A], retry_seconds=0.05)
+    client.push("q", [1, 2])
+    first, second = client.claim("w", ["q"], max_jobs=2)
+    acks = 0
+
+    def second_ack_unreachable(request: httpx.Request) -> httpx.Response | None:
+        nonlocal acks
+        if request.url.path.endswith("/ack"):
+            acks += 1
+            if acks > 1:
+                raise httpx.ConnectError("connection refused", request=request)
+        return None
+
+    cluster.faults.append(second_ack_unreachable)
+    done, unknown = client.execute_many([complete_op(first.id, first.lease), complete_op(second.id, second.lease)])
+    assert done is None and isinstance(unknown, BrokerUnavailable)
+    with pytest.raises(BrokerUnavailable):  # nothing of the call answered: it raises
+        client.execute_many([complete_op(second.id, second.lease)])
+    assert [j["id"] for j in cluster.committer.document()["jobs"]] == [second.id]

@@ -318,3 +318,163 @@ def test_loads_is_exact_and_refuses_what_is_not_json_text() -> None:
             wire.loads(body)
         assert caught.value.code == "malformed_json" and wire.STATUS_BY_CODE[wire.error_code(caught.value)] == 400
     assert wire.lone_surrogate_at({"a": [1, {"b\ud800": 2}]}) == "a key of body.a[1]"
+
+
+# -- batches: POST /ack and POST /heartbeat ------------------------------------------------------
+
+ACKS = [
+    complete_op("j1", "l1"),
+    fail_op("j2", "l2", error="boom", retry_in_seconds=None, policy=POLICY),
+    fail_op("j3", "l3", error="later", retry_in_seconds=2.5, policy=POLICY),
+    fail_op("j4", "l4", error="never", retry_in_seconds=None, policy=POLICY, give_up=True),
+]
+
+
+def test_acks_come_back_from_their_request_in_order() -> None:
+    request = wire.ack_request(ACKS)
+    assert (request.method, request.path) == ("POST", "/ack")
+    assert wire.ack_from(over_the_wire(request.body), POLICY) == ACKS
+
+
+@pytest.mark.parametrize("lease_seconds", [None, 42.5])
+def test_heartbeats_come_back_from_their_request_with_one_lease_length(lease_seconds: float | None) -> None:
+    ops = [heartbeat_op(f"j{i}", f"l{i}", lease_seconds=lease_seconds) for i in range(3)]
+    request = wire.heartbeats_request(ops)
+    assert (request.method, request.path) == ("POST", "/heartbeat")
+    assert request.body is not None and ("lease_seconds" in request.body) == (lease_seconds is not None)
+    assert wire.heartbeats_from(over_the_wire(request.body)) == ops
+
+
+def test_a_batch_request_refuses_what_it_cannot_carry() -> None:
+    with pytest.raises(ValueError, match="cannot be acknowledged"):
+        wire.ack_request([heartbeat_op("j", "l")])
+    with pytest.raises(ValueError, match="one lease length"):
+        wire.heartbeats_request([heartbeat_op("a", "l"), heartbeat_op("b", "l", lease_seconds=5)])
+    with pytest.raises(ValueError, match="1 to 1000"):
+        wire.ack_request([])
+    with pytest.raises(ValueError, match="1 to 1000"):
+        wire.ack_request([complete_op(f"j{i}", "l") for i in range(wire.MAX_BATCH_ITEMS + 1)])
+
+
+def test_each_bad_item_is_refused_alone_and_named() -> None:
+    items = wire.ack_from(
+        {
+            "acks": [
+                {"id": "ok", "lease": "l", "outcome": "complete"},
+                {"id": "x", "lease": "l", "outcome": "finish"},
+                {"id": "y", "lease": "l", "outcome": "fail"},  # no error text
+                {"lease": "l", "outcome": "complete"},
+                {"id": 7, "lease": "l", "outcome": "complete"},
+                "not an object",
+                {"id": "z", "lease": "l", "outcome": "complete", "extra": 1},
+                {"id": "w", "lease": "l", "outcome": "fail", "error": "e", "give_up": "yes"},
+            ]
+        },
+        POLICY,
+    )
+    assert items[0] == complete_op("ok", "l")
+    bad = items[1:]
+    assert all(isinstance(item, wire.InvalidItem) and item.code == "invalid" for item in bad)
+    assert [item.job_id for item in bad] == ["x", "y", None, None, None, "z", "w"]  # type: ignore[union-attr]
+    messages = [str(item) for item in bad]
+    assert messages[0].startswith("acks[1]: ") and "'outcome'" in messages[0]
+    assert "'error'" in messages[1] and "'id'" in messages[2] and "'id'" in messages[3]
+    assert "JSON object" in messages[4] and "'extra'" in messages[5] and "give_up" in messages[6]
+
+
+def test_a_heartbeat_item_may_not_ask_for_its_own_lease_length() -> None:
+    [item] = wire.heartbeats_from({"leases": [{"id": "a", "lease": "l", "lease_seconds": 5}]})
+    assert isinstance(item, wire.InvalidItem) and "'lease_seconds'" in str(item)
+
+
+@pytest.mark.parametrize(
+    ("read", "body", "match"),
+    [
+        ("ack", [], "JSON object"),
+        ("ack", {}, "missing field 'acks'"),
+        ("ack", {"acks": {}}, "must be an array"),
+        ("ack", {"acks": []}, "at least one"),
+        ("ack", {"acks": [{"id": "a", "lease": "l", "outcome": "complete"}], "more": 1}, "unknown field 'more'"),
+        ("heartbeat", {"leases": []}, "at least one"),
+        ("heartbeat", {"leases": [{"id": "a", "lease": "l"}], "lease_seconds": -1}, "lease_seconds"),
+        ("heartbeat", {"leases": [{"id": "a", "lease": "l"}], "lease_seconds": "5"}, "lease_seconds"),
+    ],
+)
+def test_a_body_that_is_not_a_batch_is_refused_whole(read: str, body: Any, match: str) -> None:
+    with pytest.raises(ValidationError, match=match) as caught:
+        wire.ack_from(body, POLICY) if read == "ack" else wire.heartbeats_from(body)
+    assert not isinstance(caught.value, wire.TooManyItems)
+
+
+def test_more_than_the_limit_is_refused_whole_as_too_large() -> None:
+    items = [{"id": f"j{i}", "lease": "l"} for i in range(wire.MAX_BATCH_ITEMS + 1)]
+    with pytest.raises(wire.TooManyItems, match="limit is 1000") as caught:
+        wire.heartbeats_from({"leases": items})
+    assert wire.error_code(caught.value) == "payload_too_large"
+    assert wire.STATUS_BY_CODE[wire.error_code(caught.value)] == 413
+    assert len(wire.heartbeats_from({"leases": items[:-1]})) == wire.MAX_BATCH_ITEMS
+
+
+def test_batch_results_come_back_one_per_operation_with_their_errors() -> None:
+    ops = [*ACKS, complete_op("gone", "l"), complete_op("stolen", "l"), complete_op("down", "l")]
+    not_before = NOW + timedelta(seconds=2.5)
+    outcomes: list[Any] = [
+        None,
+        FailOutcome(status="pending", not_before=None),
+        FailOutcome(status="pending", not_before=not_before),
+        FailOutcome(status="dead", not_before=None),
+        JobNotFound("gone"),
+        LeaseLost("stolen", "the lease expired"),
+        NotLeader("http://b:8000"),
+    ]
+    answer = over_the_wire(wire.batch_results_json(ops, outcomes))
+    assert [r["id"] for r in answer["results"]] == ["j1", "j2", "j3", "j4", "gone", "stolen", "down"]
+    assert answer["results"][0] == {"id": "j1", "ok": True}
+    assert answer["results"][5] == {"id": "stolen", "error": "lease_lost", "message": "job 'stolen': the lease expired"}
+    back = wire.batch_results_from(answer, ops)
+    assert back[:4] == outcomes[:4]
+    gone, stolen, down = back[4:]
+    assert type(gone) is JobNotFound and gone.job_id == "gone"
+    assert type(stolen) is LeaseLost and stolen.job_id == "stolen" and str(stolen) == "job 'stolen': the lease expired"
+    assert type(down) is NotLeader and down.leader_url == "http://b:8000"
+
+
+def test_heartbeat_results_come_back_as_deadlines() -> None:
+    ops = [heartbeat_op("a", "l"), heartbeat_op("b", "l")]
+    answer = over_the_wire(wire.batch_results_json(ops, [NOW, LeaseLost("b")]))
+    assert answer == {"results": [{"id": "a", "lease_expires_at": "2025-01-02T03:04:05.678901Z"},
+                                  {"id": "b", "error": "lease_lost", "message": "job 'b': lease is not current"}]}
+    at, lost = wire.batch_results_from(answer, ops)
+    assert at == NOW and isinstance(lost, LeaseLost)
+
+
+def test_an_invalid_item_is_answered_with_its_own_id_and_message() -> None:
+    items = wire.ack_from({"acks": [{"id": "a", "lease": "l", "outcome": "?"}, {"lease": "l"}]}, POLICY)
+    answer = wire.batch_results_json(items, items)
+    assert [(r["id"], r["error"]) for r in answer["results"]] == [("a", "invalid"), (None, "invalid")]
+    assert answer["results"][0]["message"].startswith("acks[0]: ")
+    with pytest.raises(ValueError, match="2 items but 1 outcomes"):
+        wire.batch_results_json(items, items[:1])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        {"results": {}},
+        {"results": [{"id": "a", "ok": True}]},  # one result for two operations
+        {"results": [{"id": "b", "ok": True}, {"id": "a", "ok": True}]},  # out of order
+        {"results": [{"id": "a", "ok": True}, "b"]},
+        {"results": [{"id": "a", "ok": True}, {"id": "b", "status": "gone"}]},
+    ],
+)
+def test_a_batch_answer_that_does_not_match_is_an_engine_error(answer: Any) -> None:
+    ops = [complete_op("a", "l"), fail_op("b", "l", error="e", retry_in_seconds=None, policy=POLICY)]
+    with pytest.raises(EngineError, match="broker"):
+        wire.batch_results_from(answer, ops)
+
+
+def test_an_unknown_item_code_is_a_plain_engine_error_not_a_success() -> None:
+    [outcome] = wire.batch_results_from({"results": [{"id": "a", "error": "weird", "message": "m"}]},
+                                        [complete_op("a", "l")])
+    assert type(outcome) is EngineError and "weird" in str(outcome)

@@ -225,3 +225,18 @@ def test_demo_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
         demo.work({"seconds": 0, "fail_rate": 1})
     with pytest.raises(ValueError, match="seconds must be a number"):
         demo.work({"seconds": "soon"})
+
+
+@pytest.mark.parametrize(("flags", "batched"), [((), True), (("--no-batch",), False)])
+def test_queueworker_batches_unless_told_not_to(
+    committer: GroupCommitter, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], batched: bool
+) -> None:
+    calls: list[str] = []
+    many, single = committer.execute_many, committer.complete
+    monkeypatch.setattr(committer, "execute_many", lambda ops: calls.append("many") or many(ops))
+    monkeypatch.setattr(committer, "complete", lambda *a: calls.append("complete") or single(*a))
+    committer.push("q", [1, 2])
+    _, err = run("queueworker", "--queue", "q", "--handler", "queueadmin.demo:noop", "--burst", "--token", "t",
+                 "--concurrency", "2", *flags)
+    assert "claimed 2, completed 2" in err
+    assert ("many" in calls, "complete" in calls) == (batched, not batched)

@@ -8,7 +8,8 @@ and deletes expired task results now and then.
 SIGTERM or SIGINT stops claiming and gives running jobs ``--grace-seconds``
 to finish; a second signal exits at once (running jobs are then left to
 expire, and the broker hands them out again). One line per job outcome goes
-to stderr.
+to stderr. Finished jobs are acknowledged in batches (``POST /api/v1/ack``)
+and leases heartbeated together, unless ``--no-batch`` asks for one request each.
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ class Command(BaseCommand):
         parser.add_argument("--wait-seconds", type=float, default=DEFAULT_WAIT_SECONDS,
                             help=f"long-poll time of one claim, 0-30 ({DEFAULT_WAIT_SECONDS:g})")
         parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
+        parser.add_argument("--no-batch", action="store_false", dest="batch",
+                            help="one request per acknowledgement and per heartbeat (the single-job calls "
+                                 "POST /api/v1/jobs/<id>/complete, /fail and /heartbeat) instead of batching "
+                                 "finished jobs into POST /api/v1/ack and all leases into POST /api/v1/heartbeat; "
+                                 "for brokers older than these calls")
 
     def handle(self, *args: Any, **options: Any) -> None:
         tasks = options["handler"] is None  # no handler: run Django tasks
@@ -134,6 +140,7 @@ class Command(BaseCommand):
                     wait_seconds=options["wait_seconds"],
                     burst=options["burst"],
                     grace_seconds=options["grace_seconds"],
+                    batch=options["batch"],
                 ),
             )
         except (ValueError, ValidationError) as exc:
