@@ -47,19 +47,18 @@ from urllib.parse import unquote, urlsplit
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from django.conf import settings
-from django.urls import Resolver404, resolve
 from twisted.web import http
 
 from queueadmin import config
 from queueadmin.api.auth import refusal_without_io
 from queueadmin.api.errors import ApiError, encode_json, too_large
+from queueadmin.api.routing import PREFIX as API_PREFIX
+from queueadmin.api.urls import router
 
 log = logging.getLogger(__name__)
 
 #: How long a refused connection keeps draining what the client still sends.
 LINGER_SECONDS = 2.0
-
-API_PREFIX = "/api/"
 
 
 def body_limit(path: str) -> int:
@@ -80,12 +79,14 @@ def refusal(method: str, path: str, authorization: str | None, length: int | Non
         return too_large(limit, length)
     if length == 0 or not path.startswith(API_PREFIX):
         return None
-    try:
-        view = resolve(path).func
-    except Resolver404:
+    # The API application's own route table (queueadmin.api.urls): an
+    # unknown path is left to its 404.
+    found = router.resolve(path)
+    if found is None:
         return None
-    # Only where the view itself would answer 401: its method, and a token needed.
-    if method in getattr(view, "api_methods", ()) and getattr(view, "api_token", False):
+    endpoint = found[0].endpoint
+    # Only where the endpoint itself would answer 401: its method, and a token needed.
+    if method in endpoint.methods and endpoint.token:
         return refusal_without_io(authorization)
     return None
 
