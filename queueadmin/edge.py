@@ -20,7 +20,9 @@ soon as the headers are in:
   can tell without the database (no or a malformed ``Authorization``
   header, or a token that is neither ``QUEUE_API_TOKEN`` nor a database
   token read in the last few seconds); otherwise the body is read, up to the
-  limit, and the view decides as before;
+  limit, and the endpoint decides as before. Which paths are endpoints, and
+  which need a token, is the API application's own route table
+  (:mod:`queueadmin.api.urls`), so the two never disagree;
 * a body that stalls for ``QUEUE_HTTP_IDLE_SECONDS`` gets
   ``408 request_timeout``. The connection's own idle limit (slow headers, an
   idle keep-alive connection) is twice that, so the 408 always comes first.
@@ -132,7 +134,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
         try:
             error = refusal(method, path, authorization.decode("latin-1") if authorization is not None else None,
                             length)
-        except Exception:  # a bug here must not drop the connection: the views check everything again
+        except Exception:  # a bug here must not drop the connection: the endpoints check everything again
             log.exception("the edge check failed for %s %s; reading the body as usual", method, path)
             error = None
         if error is not None:

@@ -160,14 +160,6 @@ class Response:
         self.status_code = status
         self.headers: dict[str, str] = dict(headers) if headers else {}
 
-    def __getitem__(self, name: str) -> str:
-        """A header's value as it will be sent (case-insensitive), as Django's responses offer."""
-        wanted = name.lower()
-        for key, value in self.raw_headers():
-            if key.decode("latin-1") == wanted:
-                return value.decode("latin-1")
-        raise KeyError(name)
-
     def raw_headers(self) -> list[tuple[bytes, bytes]]:
         """Every header of the answer, as ASGI sends them."""
         headers = [

@@ -75,10 +75,3 @@ class Router:
             if match is not None:
                 return route, match.groupdict()
         return None
-
-    def by_name(self, name: str) -> Route:
-        """The route called ``name`` (tests patch endpoints through it). Raises KeyError."""
-        for route in self.routes:
-            if route.name == name:
-                return route
-        raise KeyError(name)
