@@ -6,8 +6,9 @@ operations, and outcomes answers, through :mod:`engine.wire`.
 Each view looks the broker up per request with :func:`runtime.get_broker`.
 A view is ``async def view(request: Request, **parameters) -> Response``
 (:mod:`queueadmin.api.http`), made an endpoint by :func:`endpoint` and
-routed in :mod:`queueadmin.api.urls`; none runs anything on a thread, except
-the operator endpoint's one database write (see :func:`operator`).
+routed in :mod:`queueadmin.api.urls`. Two run something on a thread: the
+operator endpoint its one database write (:func:`operator`), and the
+document endpoint the encoding of a possibly large document (:func:`document`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ async def claim(request: Request) -> Response:
     runtime.seen_workers.note(op.worker)
     poll = runtime.long_poll_claim(broker, op, wait)
     # A worker that hangs up while it waits stops waiting (as Django's handler
-    # cancelled a view on a disconnect): no job is leased to nobody.
+    # cancelled a view on a disconnect), so no job is leased to a worker that is gone.
     jobs = await (request.unless_disconnected(poll) if wait > 0 else poll)
     return json_response(wire.outcome_json(op, jobs))
 
