@@ -13,10 +13,12 @@ API needs, all on the event loop:
    (``413``) and answers once its commit has landed (I1).
 
 Every answer is JSON with a ``Content-Length``; a bug anywhere is a logged
-``500 internal_error``. Nothing here uses Django's middleware, its request
-signals or a thread (the token cache's database read and the operator
-endpoint's nonce are the exceptions, each on a thread and each closing its
-connection: see :mod:`queueadmin.api.auth` and :mod:`queueadmin.api.views`).
+``500 internal_error``. Nothing here uses Django's middleware or its request
+signals, and nothing hops to a thread per request: only the token cache's
+database read (at most once per cache window), the operator endpoint's
+nonce and the document endpoint's encoding run on one, and the two database
+calls close their connection themselves (:mod:`queueadmin.api.auth`,
+:mod:`queueadmin.api.views`).
 """
 
 from __future__ import annotations
