@@ -197,10 +197,13 @@ def test_a_body_longer_than_declared_is_cut_at_the_limit(store: ObjectStore, dec
     assert stored(store) == before
 
 
-def test_a_body_at_the_limit_is_read(store: ObjectStore) -> None:
+@pytest.mark.parametrize("declared", [True, None])
+def test_a_body_at_the_limit_is_read_whole_in_one_piece_or_many(store: ObjectStore, declared: bool | None) -> None:
     body = orjson.dumps({"queue": "q", "payload": "x"})
     body += b" " * (LIMIT - len(body))
-    assert call("POST", "/api/v1/jobs", body, headers=AUTH).status == 201
+    pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    answer = call("POST", "/api/v1/jobs", pieces, headers=AUTH, content_length=declared)
+    assert answer.status == 201 and answer.body_read == LIMIT
 
 
 def test_malformed_json_is_400_and_changes_nothing(store: ObjectStore) -> None:
