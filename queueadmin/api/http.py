@@ -125,7 +125,7 @@ class Request:
                     pending.cancel()
             if not task.done():
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task  # let it unwind (it leaves the committer's waiters) before answering
+                    await task  # let it unwind (it stops listening for commits) before going on
         if not task.cancelled() and task.done():
             return task.result()
         raise ClientGone
