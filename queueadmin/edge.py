@@ -20,7 +20,9 @@ soon as the headers are in:
   can tell without the database (no or a malformed ``Authorization``
   header, or a token that is neither ``QUEUE_API_TOKEN`` nor a database
   token read in the last few seconds); otherwise the body is read, up to the
-  limit, and the view decides as before;
+  limit, and the endpoint decides as before. Which paths are endpoints, and
+  which need a token, is the API application's own route table
+  (:mod:`queueadmin.api.urls`), so the two never disagree;
 * a body that stalls for ``QUEUE_HTTP_IDLE_SECONDS`` gets
   ``408 request_timeout``. The connection's own idle limit (slow headers, an
   idle keep-alive connection) is twice that, so the 408 always comes first.
@@ -47,19 +49,18 @@ from urllib.parse import unquote, urlsplit
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from django.conf import settings
-from django.urls import Resolver404, resolve
 from twisted.web import http
 
 from queueadmin import config
 from queueadmin.api.auth import refusal_without_io
 from queueadmin.api.errors import ApiError, encode_json, too_large
+from queueadmin.api.routing import PREFIX as API_PREFIX
+from queueadmin.api.urls import router
 
 log = logging.getLogger(__name__)
 
 #: How long a refused connection keeps draining what the client still sends.
 LINGER_SECONDS = 2.0
-
-API_PREFIX = "/api/"
 
 
 def body_limit(path: str) -> int:
@@ -80,12 +81,14 @@ def refusal(method: str, path: str, authorization: str | None, length: int | Non
         return too_large(limit, length)
     if length == 0 or not path.startswith(API_PREFIX):
         return None
-    try:
-        view = resolve(path).func
-    except Resolver404:
+    # The API application's own route table (queueadmin.api.urls): an
+    # unknown path is left to its 404.
+    found = router.resolve(path)
+    if found is None:
         return None
-    # Only where the view itself would answer 401: its method, and a token needed.
-    if method in getattr(view, "api_methods", ()) and getattr(view, "api_token", False):
+    endpoint = found[0].endpoint
+    # Only where the endpoint itself would answer 401: its method, and a token needed.
+    if method in endpoint.methods and endpoint.token:
         return refusal_without_io(authorization)
     return None
 
@@ -131,7 +134,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
         try:
             error = refusal(method, path, authorization.decode("latin-1") if authorization is not None else None,
                             length)
-        except Exception:  # a bug here must not drop the connection: the views check everything again
+        except Exception:  # a bug here must not drop the connection: the endpoints check everything again
             log.exception("the edge check failed for %s %s; reading the body as usual", method, path)
             error = None
         if error is not None:

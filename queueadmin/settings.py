@@ -190,10 +190,9 @@ INSTALLED_APPS = [
     "queueadmin",
 ]
 
+# The broker API under /api/ never goes through these: queueadmin/asgi.py
+# serves it with its own application (queueadmin.api.app) before Django.
 MIDDLEWARE = [
-    # First: every answer under /api/ is JSON, even a refusal by Django itself
-    # (a Host not in ALLOWED_HOSTS) or by a middleware below.
-    "queueadmin.api.middleware.ApiJsonMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (CSS, htmx, the live script) straight from daphne, with
     # DEBUG on or off. ServeStatic (a WhiteNoise fork) is async-native: a

@@ -1,5 +1,9 @@
-"""URL routes for queueadmin: the dashboard at the root, sign-in, the admin,
-the health check and the broker API."""
+"""URL routes for queueadmin: the dashboard at the root, sign-in, the admin
+and the health check.
+
+The broker API under ``/api/`` is not here: queueadmin/asgi.py serves it with
+its own application (queueadmin.api.app) before Django's stack.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,4 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
-    # The broker HTTP API (docs/api.md); every answer under /api/ is JSON.
-    path("api/", include("queueadmin.api.urls")),
 ]

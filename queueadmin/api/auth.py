@@ -24,12 +24,16 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest
+from django.db import close_old_connections
 
 from queueadmin import config
 from queueadmin.api.errors import ApiError
+
+if TYPE_CHECKING:
+    from queueadmin.api.http import Request
 
 TOKEN_CACHE_SECONDS = 5.0
 RETRY_SECONDS = 1.0
@@ -75,9 +79,22 @@ class TokenDigests:
 
 
 def _read_digests() -> frozenset[str]:
+    """The digests of the unrevoked tokens. Database I/O: run it on a thread.
+
+    The API is served without Django's request handling
+    (:mod:`queueadmin.api.app`), so no ``request_started``/``request_finished``
+    signal closes this thread's connection: this function does what they
+    would, before and after its query. With ``CONN_MAX_AGE`` 0 (settings.py)
+    the connection is closed after each read (at most one read per
+    :data:`TOKEN_CACHE_SECONDS`); a broken one is never reused.
+    """
     from queueadmin.models import ApiToken  # models load after the app registry
 
-    return frozenset(ApiToken.objects.filter(revoked_at__isnull=True).values_list("digest", flat=True))
+    close_old_connections()
+    try:
+        return frozenset(ApiToken.objects.filter(revoked_at__isnull=True).values_list("digest", flat=True))
+    finally:
+        close_old_connections()
 
 
 #: The process-wide cache of database token digests.
@@ -130,9 +147,13 @@ def refusal_without_io(header: str | None) -> ApiError | None:
     return _refused(known)
 
 
-async def check_token(request: HttpRequest) -> None:
-    """Return if ``request`` carries a good token; else raise ApiError 401."""
-    token = _bearer(request.headers.get("Authorization", ""))
+async def check_token(request: Request) -> None:
+    """Return if ``request`` carries a good token; else raise ApiError 401.
+
+    No I/O for the settings token, or while the database tokens read last
+    are fresh; otherwise one database read on a thread (:class:`TokenDigests`).
+    """
+    token = _bearer(request.headers.get("authorization", ""))
     if token is None:
         raise _missing()
     if _settings_token_matches(token):

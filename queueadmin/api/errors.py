@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from django.http import HttpResponse
 
 from engine import EngineError
 from engine.wire import STATUS_BY_CODE, error_json
+from queueadmin.api.http import Response
 
 
 def encode_json(data: Any) -> bytes:
@@ -26,22 +26,15 @@ def encode_json(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_UTC_Z)
 
 
-def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> HttpResponse:
+def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """``data`` as a JSON response (see :func:`encode_json`), never cached."""
-    return encoded_json_response(encode_json(data), status, headers)
+    return Response(encode_json(data), status, headers)
 
 
-def encoded_json_response(
-    content: bytes, status: int = 200, headers: Mapping[str, str] | None = None
-) -> HttpResponse:
-    """A JSON response with ``content`` already encoded, never cached."""
-    response = HttpResponse(content, status=status, content_type="application/json", headers=headers)
-    # Queue state changes every commit; no proxy may serve a stale answer.
-    response["Cache-Control"] = "no-store"
-    # Set here, not left to CommonMiddleware: answers made before the middleware
-    # stack runs (a disallowed Host) would otherwise go out chunked.
-    response["Content-Length"] = str(len(content))
-    return response
+def encoded_json_response(content: bytes, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON response with ``content`` already encoded, never cached (see
+    :class:`~queueadmin.api.http.Response` for the headers every answer has)."""
+    return Response(content, status, headers)
 
 
 class ApiError(Exception):
@@ -61,7 +54,7 @@ class ApiError(Exception):
         self.headers = headers
         self.extra = extra
 
-    def response(self) -> HttpResponse:
+    def response(self) -> Response:
         return json_response(
             {"error": self.code, "message": self.message, **self.extra}, status=self.status, headers=self.headers
         )

@@ -1,17 +1,19 @@
-"""Routes under ``/api/``: version 1, and a JSON 404 for everything else."""
+"""Routes under ``/api/``: version 1 (docs/api.md). Any other path under
+``/api/`` answers ``404 not_found`` JSON (:mod:`queueadmin.api.app`).
+
+Django-style route strings, matched by :mod:`queueadmin.api.routing`, not by
+Django's URL resolver: the API is served before Django (queueadmin/asgi.py).
+"""
 
 from __future__ import annotations
 
-from django.urls import path, re_path
-
 from engine import API_PREFIX
 from queueadmin.api import views
+from queueadmin.api.routing import PREFIX, Router, path
 
-app_name = "api"
-
-# queueadmin/urls.py mounts these routes under /api/; the version below it is
-# the engine's (BrokerClient calls API_PREFIX, "/api/v1"): the engine owns the wire.
-VERSION = API_PREFIX.removeprefix("/api/")
+# The version below /api/ is the engine's (BrokerClient calls API_PREFIX,
+# "/api/v1"): the engine owns the wire.
+VERSION = API_PREFIX.removeprefix(PREFIX)
 
 urlpatterns = [
     path(f"{VERSION}/jobs", views.push, name="push"),
@@ -25,6 +27,7 @@ urlpatterns = [
     path(f"{VERSION}/document", views.document, name="document"),
     path(f"{VERSION}/health", views.health, name="health"),
     path(f"{VERSION}/operator", views.operator, name="operator"),
-    # Last: any other path under /api/ answers JSON, never an HTML page.
-    re_path(r"^.*$", views.not_found, name="not-found"),
 ]
+
+#: What the API application and daphne's early refusals (queueadmin.edge) resolve paths with.
+router = Router(urlpatterns)

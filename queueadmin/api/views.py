@@ -4,6 +4,11 @@ thread, and answers only after that commit landed (I1). Bodies become
 operations, and outcomes answers, through :mod:`engine.wire`.
 
 Each view looks the broker up per request with :func:`runtime.get_broker`.
+A view is ``async def view(request: Request, **parameters) -> Response``
+(:mod:`queueadmin.api.http`), made an endpoint by :func:`endpoint` and
+routed in :mod:`queueadmin.api.urls`. Two run something on a thread: the
+operator endpoint its one database write (:func:`operator`), and the
+document endpoint the encoding of a possibly large document (:func:`document`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core import signing
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.db import close_old_connections
 
 from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
 from engine.ops import Operation, get_job_op
@@ -22,14 +26,15 @@ from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
+from queueadmin.api.http import Request, Response
 
 
-async def _body(request: HttpRequest) -> Any:
-    return parsing.read_json(request, config.max_request_bytes())
+async def _body(request: Request) -> Any:
+    return await parsing.read_json(request, config.max_request_bytes())
 
 
 @endpoint("POST")
-async def push(request: HttpRequest) -> HttpResponse:
+async def push(request: Request) -> Response:
     """201 ``{"ids": [...]}``, in request order, once every job is committed."""
     broker = runtime.get_broker()
     op = wire.push_from(await _body(request), broker.policy)
@@ -38,17 +43,20 @@ async def push(request: HttpRequest) -> HttpResponse:
 
 
 @endpoint("POST")
-async def claim(request: HttpRequest) -> HttpResponse:
+async def claim(request: Request) -> Response:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
     op, wait = wire.claim_from(await _body(request), broker.policy)
     runtime.seen_workers.note(op.worker)
-    jobs = await runtime.long_poll_claim(broker, op, wait)
+    poll = runtime.long_poll_claim(broker, op, wait)
+    # A worker that hangs up while it waits stops waiting (as Django's handler
+    # cancelled a view on a disconnect), so no job is leased to a worker that is gone.
+    jobs = await (request.unless_disconnected(poll) if wait > 0 else poll)
     return json_response(wire.outcome_json(op, jobs))
 
 
 @endpoint("POST")
-async def heartbeat(request: HttpRequest, job_id: str) -> HttpResponse:
+async def heartbeat(request: Request, job_id: str) -> Response:
     """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
     op = wire.heartbeat_from(job_id, await _body(request))
     expires_at = await runtime.get_broker().aexecute(op)
@@ -56,7 +64,7 @@ async def heartbeat(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 @endpoint("POST")
-async def complete(request: HttpRequest, job_id: str) -> HttpResponse:
+async def complete(request: Request, job_id: str) -> Response:
     """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
     op = wire.complete_from(job_id, await _body(request))
     await runtime.get_broker().aexecute(op)
@@ -64,7 +72,7 @@ async def complete(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 @endpoint("POST")
-async def fail(request: HttpRequest, job_id: str) -> HttpResponse:
+async def fail(request: Request, job_id: str) -> Response:
     """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
     broker = runtime.get_broker()
     op = wire.fail_from(job_id, await _body(request), broker.policy)
@@ -105,7 +113,7 @@ async def _batch(broker: Broker, items: list[Operation | ValidationError]) -> di
 
 
 @endpoint("GET")
-async def job(request: HttpRequest, job_id: str) -> HttpResponse:
+async def job(request: Request, job_id: str) -> Response:
     """200 the job as in the document (status pending, running or dead), no lease token."""
     op = get_job_op(job_id)
     view: dict[str, Any] = await runtime.get_broker().aexecute(op)
@@ -113,7 +121,7 @@ async def job(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 @endpoint("GET")
-async def document(request: HttpRequest) -> HttpResponse:
+async def document(request: Request) -> Response:
     """200 the committed ``queue.json``, lease tokens replaced; 503 on a standby."""
     broker = runtime.get_broker()
     committer = broker.committer
@@ -132,7 +140,7 @@ def _redacted_document(committer: GroupCommitter) -> bytes:
 
 
 @endpoint("GET", token=False)
-async def health(request: HttpRequest) -> HttpResponse:
+async def health(request: Request) -> Response:
     """200 this node's role, the leader as it knows it, itself, the last seq it
     saw, and the state of the document: ``ok``, ``missing`` (it existed and is
     gone: nothing is written until an operator runs ``queueinit``, I10) or
@@ -156,14 +164,8 @@ async def health(request: HttpRequest) -> HttpResponse:
     )
 
 
-@csrf_exempt
-async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """404 JSON for every unknown URL under ``/api/``, whatever the method."""
-    return ApiError("not_found", f"no such API endpoint: {request.path}; see docs/api.md").response()
-
-
 @endpoint("POST", token=False)
-async def operator(request: HttpRequest) -> HttpResponse:
+async def operator(request: Request) -> Response:
     """An operator action a standby node forwards to the leader (see
     :mod:`queueadmin.api.forward`): authenticated by its signature, made
     with the nodes' shared secret key, not by an API token. 200
@@ -175,7 +177,7 @@ async def operator(request: HttpRequest) -> HttpResponse:
         raise ApiError("forbidden", "this node runs with the public development secret key, so it accepts no "
                                     "forwarded operator actions; set DJANGO_SECRET_KEY on every node")
     broker = runtime.get_broker()
-    body = parsing.read_body(request, config.max_request_bytes())
+    body = await parsing.read_body(request, config.max_request_bytes())
     try:
         signed = forward.unsign(body.decode("ascii", "replace"), policy=broker.policy)
     except signing.BadSignature as exc:  # SignatureExpired included
@@ -184,8 +186,20 @@ async def operator(request: HttpRequest) -> HttpResponse:
         raise ApiError("invalid", f"malformed operator request: {exc}") from None
     # Recorded before it runs, in the database every node shares: a replay of
     # this request, here or on a later leader, is refused (even if this run fails).
-    if not await sync_to_async(forward.use_nonce)(signed.nonce):
+    # The API's one hop to a thread: operator actions are rare, and the
+    # database has no async driver here.
+    if not await sync_to_async(_use_nonce)(signed.nonce):
         raise ApiError("forbidden", "this signed operator request was already used; a replayed request is never "
                                     "run twice (the standby signs a new one for each action)")
     result = await broker.aexecute(signed.op)
     return json_response({"result": result, "seq": broker.seq})
+
+
+def _use_nonce(nonce: str) -> bool:
+    """:func:`forward.use_nonce`, closing the thread's database connection as
+    Django's request signals would (they do not fire on the API's path)."""
+    close_old_connections()
+    try:
+        return forward.use_nonce(nonce)
+    finally:
+        close_old_connections()

@@ -140,8 +140,49 @@ def test_ordinary_requests_are_untouched(node: Node) -> None:
     assert response.status_code == 201, response.text
     # The health check needs no token, and its (odd) body is not refused for that.
     assert api(node, "GET", "/api/v1/health", token=None).status_code == 200
-    # A body for a path that does not exist is Django's 404 as before, not a 401.
+    # A body for a path that does not exist is the API's 404, not a 401.
     assert api(node, "POST", "/api/v1/nope", {"a": 1}, token=None).status_code == 404
     # A Host not in ALLOWED_HOSTS is a JSON 400 too, not Django's HTML page.
     foreign = httpx.get(f"{node.url}/api/v1/health", headers={"Host": "evil.example"}, timeout=30)
     assert foreign.status_code == 400 and foreign.json()["error"] == "disallowed_host"
+
+
+def test_the_api_is_served_by_its_own_application_and_the_dashboard_by_django(node: Node) -> None:
+    # Django's middleware marks every answer it makes (X-Frame-Options); the
+    # API's answers never pass through it, the dashboard's always do.
+    health = httpx.get(f"{node.url}/api/v1/health", timeout=30)
+    assert health.status_code == 200 and "x-frame-options" not in health.headers
+    assert health.headers["content-length"] == str(len(health.content))
+    login = httpx.get(f"{node.url}/login/", timeout=30)
+    assert login.status_code == 200 and login.headers["x-frame-options"] == "DENY"
+    # The refusals the application makes itself, each JSON: the method, then the token.
+    wrong_method = api(node, "GET", "/api/v1/claim", token=None)
+    assert (wrong_method.status_code, wrong_method.json()["error"]) == (405, "method_not_allowed")
+    assert wrong_method.headers["allow"] == "POST"
+    no_token = api(node, "GET", "/api/v1/document", token=None)
+    assert (no_token.status_code, no_token.json()["error"]) == (401, "unauthorized")
+    unknown = api(node, "DELETE", "/api/v1/jobs/x/y/z")
+    assert (unknown.status_code, unknown.json()["error"]) == (404, "not_found")
+
+
+def test_a_database_token_works_until_it_is_revoked(cluster_factory: Callable[..., Cluster]) -> None:
+    # The token cache reads the table on a thread of daphne's, closing its
+    # connection each time (no Django request signals on the API's path).
+    cluster = cluster_factory()
+    assert cluster.manage("migrate", "--verbosity", "0").returncode == 0
+    made = cluster.manage("shell", "-c", "from queueadmin.models import ApiToken; row = ApiToken(name='fleet'); "
+                                         "print(row.issue()); row.save()")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.decode().split()[-1]  # after the shell's own notice of its imports
+    node = cluster.node()
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
+    assert api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": 1}, token=token).status_code == 201
+    revoked = cluster.manage("shell", "-c", "from django.utils import timezone; from queueadmin.models import "
+                                            "ApiToken; ApiToken.objects.update(revoked_at=timezone.now())")
+    assert revoked.returncode == 0, revoked.stderr
+    # Refused within the token cache's window (5 s), and the refusal is JSON.
+    wait_for(lambda: api(node, "GET", "/api/v1/document", token=token).status_code == 401, 20,
+             "the revoked token to be refused")
+    refused = api(node, "POST", "/api/v1/jobs", {"queue": "q", "payload": 2}, token=token)
+    assert refused.json()["error"] == "unauthorized"
+    assert [job["payload"] for job in cluster.document()["jobs"]] == [1]

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from django.test import AsyncClient, Client
 
 from engine import Broker, ObjectStore
 from queueadmin import runtime
 from tests.helpers import document, stored, wait_for
+from tests.queueadmin.api_client import AsyncClient, Client, TestResponse
 
 if TYPE_CHECKING:
-    from django.http import HttpResponse
     from pytest_django.fixtures import Settings as SettingsWrapper
 
 TOKEN = "test-token-0123456789"
@@ -73,15 +72,15 @@ def api(broker: Broker) -> Client:
     return Client(headers=AUTH)
 
 
-def post(client: Client, path: str, body: object) -> HttpResponse:
+def post(client: Client, path: str, body: object) -> TestResponse:
     return client.post(path, orjson.dumps(body), content_type="application/json")
 
 
-def raw_post(client: Client, path: str, data: bytes) -> HttpResponse:
+def raw_post(client: Client, path: str, data: bytes) -> TestResponse:
     return client.post(path, data, content_type="application/json")
 
 
-def error_of(response: HttpResponse, status: int) -> dict[str, Any]:
+def error_of(response: TestResponse, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json"
     body: dict[str, Any] = orjson.loads(response.content)
@@ -424,7 +423,6 @@ def test_a_waiting_claim_returns_soon_after_a_push(broker: Broker, monkeypatch: 
     # No timer wakes a waiting claim (no job is delayed): only the push's commit can.
 
     async def scenario() -> tuple[Any, float]:
-        # Headers per request: AsyncClient(headers=...) mangles their names in Django 6.1.
         client = AsyncClient()
         # Push only once the claim has tried and found nothing, so that only
         # the commit notification (or the 30 s timer) can wake it.

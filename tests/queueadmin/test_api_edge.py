@@ -1,5 +1,6 @@
-"""The API's edge in Django: what no view should ever see, and answers that
-stay JSON whatever refuses the request (issue 9, defects 3 and 10b).
+"""The API's edge in its own application (queueadmin.api.app): what no view
+should ever see, and answers that stay JSON whatever refuses the request
+(issue 9, defects 3 and 10b).
 
 A lone UTF-16 surrogate escape (``"\\ud800"``) is valid JSON syntax that the
 standard parser accepts but no UTF-8 encoder can write: it must be refused
@@ -13,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from django.test import Client
 
 from engine import Broker, ObjectStore
 from tests.helpers import stored
+from tests.queueadmin.api_client import Client
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -129,20 +130,18 @@ def test_unknown_paths_and_wrong_methods_are_json(api: Client, method: str, path
     assert json_error(getattr(api, method)(path), status)["error"] == code
 
 
-# ServeStatic warns when its middleware is built with DEBUG on outside runserver.
-@pytest.mark.filterwarnings("ignore:Django checks for ServeStatic")
-def test_an_error_page_from_outside_the_views_becomes_json(api: Client, monkeypatch: pytest.MonkeyPatch,
-                                                           settings: SettingsWrapper) -> None:
-    # A bug outside the endpoint wrapper: Django answers its own 500 page
-    # (DEBUG off) or its technical page (DEBUG on), unless the middleware steps in.
-    from queueadmin.api import urls
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_bug_outside_the_endpoints_is_a_logged_json_500(api: Client, monkeypatch: pytest.MonkeyPatch,
+                                                          settings: SettingsWrapper, debug: bool,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # A bug before any endpoint runs (in the Host check, say): never Django's
+    # HTML 500 or technical page, whatever DEBUG says.
+    from queueadmin.api import app
 
-    def broken(request: object, *args: object, **kwargs: object) -> None:
+    def broken(request: object) -> None:
         raise RuntimeError("a bug outside any endpoint")
 
-    [catch_all] = [p for p in urls.urlpatterns if p.name == "not-found"]
-    monkeypatch.setattr(catch_all, "callback", broken)
-    for debug in (False, True):
-        settings.DEBUG = debug
-        client = Client(raise_request_exception=False, headers=AUTH)
-        assert json_error(client.get("/api/v1/nope"), 500)["error"] == "internal_error"
+    settings.DEBUG = debug
+    monkeypatch.setattr(app, "refused_host", broken)
+    assert json_error(api.get("/api/v1/health"), 500)["error"] == "internal_error"
+    assert "a bug outside any endpoint" in caplog.text

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from engine import Broker, QueueState
 from tests.helpers import wait_for
+from tests.queueadmin.api_client import Client
 from tests.queueadmin.node_fixtures import TOKEN
 
 

@@ -23,6 +23,7 @@ from queueadmin.api import forward
 from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce
 from tests.helpers import document, stored
+from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import act, client_for, kill, make_user
 
 POLICY = Policy()
@@ -68,7 +69,7 @@ def test_an_altered_or_stale_signature_is_refused(monkeypatch: pytest.MonkeyPatc
 
 
 def post_operator(body: str) -> Any:
-    return Client().post("/api/v1/operator", body, content_type="text/plain")
+    return ApiClient().post("/api/v1/operator", body, content_type="text/plain")
 
 
 def test_the_leader_runs_a_signed_operation(broker: Broker, store: ObjectStore) -> None:
@@ -111,7 +112,7 @@ def test_an_api_token_does_not_make_an_operator_request(broker: Broker, store: O
     settings.QUEUE_API_TOKEN = "worker-token"
     kill(broker)
     before = stored(store)
-    response = Client().post("/api/v1/operator", '{"kind": "purge", "queue": "q", "status": "dead"}',
+    response = ApiClient().post("/api/v1/operator", '{"kind": "purge", "queue": "q", "status": "dead"}',
                              content_type="application/json", headers={"Authorization": "Bearer worker-token"})
     assert response.status_code == 403
     assert stored(store) == before
@@ -222,7 +223,7 @@ def test_with_the_public_development_key_nothing_is_forwarded_even_from_loopback
     settings.SECRET_KEY = DEVELOPMENT_KEY
     dead = kill(broker)
     before = stored(store)
-    response = Client(REMOTE_ADDR=remote_addr).post("/api/v1/operator", forward.sign(requeue_op([dead])),
+    response = ApiClient(REMOTE_ADDR=remote_addr).post("/api/v1/operator", forward.sign(requeue_op([dead])),
                                                     content_type="text/plain")
     assert response.status_code == 403 and "development secret key" in response.json()["message"]
     assert stored(store) == before

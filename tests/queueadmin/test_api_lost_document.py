@@ -4,10 +4,10 @@ refused with a JSON 503 ``document_missing``, and nothing re-creates it."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from engine import Broker
 from tests.helpers import KEY, wait_for
+from tests.queueadmin.api_client import Client
 from tests.queueadmin.node_fixtures import AUTH
 
 

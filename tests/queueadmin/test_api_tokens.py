@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pytest
-from django.test import Client
 
 from engine import Broker, ObjectStore
 from queueadmin.api import auth
 from queueadmin.models import ApiToken
 from tests.helpers import stored
+from tests.queueadmin.api_client import Client
 
 if TYPE_CHECKING:
+    from django.test import Client as DjangoClient
     from pytest_django.fixtures import SettingsWrapper
 
 ENV_TOKEN = "env-token-0123456789"
@@ -91,7 +92,7 @@ def test_when_the_database_cannot_be_read_the_last_tokens_read_still_work(
     assert push_with(ENV_TOKEN) == 201
 
 
-def test_admin_makes_a_token_shows_it_once_and_revokes_it(broker: Broker, admin_client_: Client,
+def test_admin_makes_a_token_shows_it_once_and_revokes_it(broker: Broker, admin_client_: DjangoClient,
                                                           settings: SettingsWrapper) -> None:
     settings.QUEUE_API_TOKEN = ENV_TOKEN
     response = admin_client_.post("/admin/queueadmin/apitoken/add/", {"name": "reports workers"}, follow=True)

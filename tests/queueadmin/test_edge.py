@@ -14,6 +14,7 @@ from queueadmin import edge
 from queueadmin.api import auth
 from queueadmin.api.errors import ApiError
 from queueadmin.models import ApiToken
+from tests.queueadmin.api_client import Client
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -104,7 +105,7 @@ def test_an_early_answer_is_a_whole_json_response_that_closes() -> None:
 
 
 @pytest.mark.parametrize("length", [2**53, 2**64, 10**30])
-def test_a_declared_length_too_large_for_json_is_still_answered(length: int, client: object) -> None:
+def test_a_declared_length_too_large_for_json_is_still_answered(length: int) -> None:
     """A Content-Length past 2**64 cannot be put in a JSON answer (orjson
     refuses it): the 413 says it in its message, and is still encoded (I8),
     at daphne's edge and in the view alike."""
@@ -112,8 +113,6 @@ def test_a_declared_length_too_large_for_json_is_still_answered(length: int, cli
     assert error is not None and "size" not in error.extra and str(length) in error.message
     assert orjson.loads(error.response().content)["error"] == "payload_too_large"
 
-    response = client.post(  # type: ignore[attr-defined]
-        "/api/v1/jobs", b"{}", content_type="application/json",
-        CONTENT_LENGTH=str(length), HTTP_AUTHORIZATION=f"Bearer {TOKEN}",
-    )
+    response = Client().post("/api/v1/jobs", b"{}", content_type="application/json",
+                             CONTENT_LENGTH=str(length), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 413 and response.json()["error"] == "payload_too_large"
