@@ -144,6 +144,19 @@ class Client:
         return response
 
 
+class Transport(httpx.BaseTransport):
+    """An httpx transport that sends each request through the ASGI
+    application as :class:`Client` does, so that an engine client (a
+    :class:`~engine.BrokerClient`) reaches the real API with no server."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers.raw}
+        headers.pop("Content-Length", headers.pop("content-length", None))  # the client sets it from the body
+        answer = Client().generic(request.method, request.url.raw_path.decode("ascii"), request.read(),
+                                  headers=headers)
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
 async def _call(scope: dict[str, Any], body: bytes) -> TestResponse:
     from queueadmin.asgi import application  # imported late: it sets Django up
 

@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import httpx
 import orjson
 import pytest
-from django.core.wsgi import get_wsgi_application
-from django.test import Client
 
 from engine import (
     Broker,
@@ -32,6 +29,7 @@ from engine import (
 )
 from engine.ops import complete_op, fail_op, get_job_op, heartbeat_op
 from tests.helpers import document, stored
+from tests.queueadmin.api_client import Client, Transport
 
 # The fixtures of test_api.py, imported so that these tests run on the same
 # node; a test naming one as an argument is not redefining it (F811).
@@ -221,8 +219,8 @@ def test_the_answer_comes_only_after_the_commit_landed(
 
 @pytest.fixture
 def broker_client(broker: Broker) -> Iterator[BrokerClient]:
-    """A BrokerClient reaching this node's real views (through Django's WSGI handler)."""
-    transport = httpx.WSGITransport(app=get_wsgi_application())
+    """A BrokerClient reaching this node's real API application (tests.queueadmin.api_client)."""
+    transport = Transport()
     client = BrokerClient(["http://testserver"], token=TOKEN, transport=transport, retry_seconds=1)
     yield client
     client.close()
@@ -301,8 +299,8 @@ def test_broker_client_raises_a_whole_request_failure(
     broker_client.push("q", ["a"])
     [job] = broker_client.claim("w", ["q"])
     with pytest.raises(Unauthorized):
-        BrokerClient(["http://testserver"], token="wrong", transport=httpx.WSGITransport(
-            app=get_wsgi_application())).execute_many([complete_op(job.id, job.lease)])
+        BrokerClient(["http://testserver"], token="wrong", transport=Transport()).execute_many(
+            [complete_op(job.id, job.lease)])
     broker.stop()  # no node leads: a NotLeader for the whole request, after the retry budget
     with pytest.raises(NotLeader):
         broker_client.execute_many([complete_op(job.id, job.lease)])
