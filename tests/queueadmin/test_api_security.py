@@ -19,7 +19,6 @@ import pytest
 from django.core.signals import request_finished, request_started
 
 from engine import Broker, ObjectStore
-from queueadmin import runtime
 from queueadmin.api import auth
 from queueadmin.models import ApiToken
 from tests.fuzz.asgi_driver import Answer, call
@@ -274,7 +273,7 @@ def test_an_unknown_path_is_404_json_whatever_the_method_and_token(path: str) ->
 # -- a long poll whose client hangs up -----------------------------------------------------------
 
 
-def test_a_waiting_claim_whose_client_hangs_up_stops_and_leases_nothing(store: ObjectStore) -> None:
+def test_a_waiting_claim_whose_client_hangs_up_stops_and_leases_nothing(node: Broker, store: ObjectStore) -> None:
     from queueadmin.asgi import application
 
     async def scenario() -> list[dict[str, Any]]:
@@ -296,13 +295,13 @@ def test_a_waiting_claim_whose_client_hangs_up_stops_and_leases_nothing(store: O
                  "headers": [(b"host", b"testserver"), *[(k.encode(), v.encode()) for k, v in AUTH.items()]],
                  "server": ("testserver", 80)}
         task = asyncio.ensure_future(application(scope, receive, send))
-        await asyncio.to_thread(wait_for, lambda: runtime.commits.waiting() == 1)
+        await asyncio.to_thread(wait_for, lambda: node.waiters.parked() == 1)
         hang_up.set()
         await asyncio.wait_for(task, 5)  # it stops at once, not after 20 s
         return sent
 
     assert asyncio.run(scenario()) == []  # nobody to answer
-    assert runtime.commits.waiting() == 0
+    assert node.waiters.waiting() == 0
     # A job pushed now goes to the next claim, not to the worker that left.
     assert call("POST", "/api/v1/jobs", PUSH, headers=AUTH).status == 201
     claimed = call("POST", "/api/v1/claim", b'{"worker": "w", "queues": ["q"]}', headers=AUTH).json()["jobs"]
