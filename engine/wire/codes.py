@@ -41,9 +41,8 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "malformed_json": 400,
     "invalid": 400,
     "invalid_payload": 400,
-    # Refused before any view runs (queueadmin.api.middleware, queueadmin.edge).
+    # Refused before any view runs (the API application's Host check).
     "disallowed_host": 400,
-    "bad_request": 400,
     "unauthorized": 401,
     "forbidden": 403,
     "job_not_found": 404,

@@ -81,7 +81,7 @@ async def fail(request: Request, job_id: str) -> Response:
 
 
 @endpoint("POST")
-async def ack(request: HttpRequest) -> HttpResponse:
+async def ack(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``acks`` in order, once every
     valid item's commit landed: ``{"id", "ok": true}`` for a complete,
     ``{"id", "status", "not_before"}`` for a fail, ``{"id", "error",
@@ -91,7 +91,7 @@ async def ack(request: HttpRequest) -> HttpResponse:
 
 
 @endpoint("POST")
-async def heartbeats(request: HttpRequest) -> HttpResponse:
+async def heartbeats(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``leases`` in order:
     ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""
     broker = runtime.get_broker()
