@@ -11,9 +11,12 @@ RUNS = ("limit", "push", "unbatched", "batched")
 STORES = ("file", "latency")
 DEFAULT_CLIENTS = (1, 8, 64)
 DEFAULT_SLOTS = (16, 64)
+# Batched drains also run with this many slots: one worker process claims and
+# acknowledges hundreds of jobs per request, which is what batching is for.
+DEFAULT_BATCHED_SLOTS = (256,)
 DEFAULT_DURATION_SECONDS = 3.0
 DEFAULT_WARMUP_SECONDS = 0.5
-DEFAULT_DRAIN_JOBS = 3_000
+DEFAULT_DRAIN_JOBS = 6_000
 DEFAULT_LATENCY_MS = 50.0
 DEFAULT_WORKER_PROCESSES = 4
 # A drain may take the larger of this and drain_jobs ÷ MIN_JOBS_PER_SECOND.
@@ -30,6 +33,7 @@ class NetworkConfig:
     stores: tuple[str, ...] = STORES
     clients: tuple[int, ...] = DEFAULT_CLIENTS
     slots: tuple[int, ...] = DEFAULT_SLOTS
+    batched_slots: tuple[int, ...] = DEFAULT_BATCHED_SLOTS
     duration: float = DEFAULT_DURATION_SECONDS
     warmup: float = DEFAULT_WARMUP_SECONDS
     drain_jobs: int = DEFAULT_DRAIN_JOBS
@@ -91,6 +95,8 @@ def parse_args(argv: list[str], *, description: str | None = None) -> NetworkCon
                         help="concurrent push clients, per limit and push run (default: 1,8,64)")
     parser.add_argument("--slots", type=_counts, default=DEFAULT_SLOTS,
                         help="worker slots, per drain run (default: 16,64)")
+    parser.add_argument("--batched-slots", type=_counts, default=DEFAULT_BATCHED_SLOTS,
+                        help="more worker slots for the batched drains only (default: 256)")
     parser.add_argument("--duration", type=_positive_float,
                         help=f"measured seconds per push run (default: {DEFAULT_DURATION_SECONDS:g})")
     parser.add_argument("--warmup", type=float, help=f"unmeasured seconds before each push window "
@@ -123,6 +129,7 @@ def parse_args(argv: list[str], *, description: str | None = None) -> NetworkCon
         stores=args.stores,
         clients=args.clients,
         slots=args.slots,
+        batched_slots=args.batched_slots,
         duration=float(pick(args.duration, "duration", DEFAULT_DURATION_SECONDS)),  # type: ignore[arg-type]
         warmup=float(pick(args.warmup, "warmup", DEFAULT_WARMUP_SECONDS)),  # type: ignore[arg-type]
         drain_jobs=drain_jobs,

@@ -128,7 +128,7 @@ def _measure_store(runner: Runner, node: Node, store: str, cfg: NetworkConfig, l
     for mode in ("unbatched", "batched"):
         if mode not in cfg.runs:
             continue
-        for slots in cfg.slots:
+        for slots in cfg.slots if mode == "unbatched" else sorted({*cfg.slots, *cfg.batched_slots}):
             row, ids, got = runner.drain(node, label=label, mode=mode, slots=slots, queue=f"drain-{mode}-{slots}")
             rows.append(row)
             pushed += ids

@@ -17,7 +17,7 @@ from bench.netreport import check_exactly_once
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "--quick", "--clients", "1,4", "--slots", "2", "--duration", "0.3", "--warmup", "0.1",
+    "--quick", "--clients", "1,4", "--slots", "2", "--batched-slots", "3", "--duration", "0.3", "--warmup", "0.1",
     "--drain-jobs", "20", "--worker-processes", "2", "--timeout", "60",
 ]
 
@@ -37,7 +37,7 @@ def test_a_tiny_quick_run_prints_every_row_and_passes_the_exactly_once_check() -
     expected = {("—", "trivial app", "1"), ("—", "trivial app", "4")}
     for store in ("file://", "memory+50ms"):
         expected |= {(store, "push", "1"), (store, "push", "4")}
-        expected |= {(store, "drain unbatched", "2"), (store, "drain batched", "2")}
+        expected |= {(store, "drain unbatched", "2"), (store, "drain batched", "2"), (store, "drain batched", "3")}
     assert found == expected
     out = done.stdout
     assert "file://: exactly once: PASS" in out
