@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench [memory | network] [options]``.
+"""Command line: ``python -m bench [memory | network | idle] [options]``.
 
 Without a command, runs every (depth, submitters, system) combination, prints
 the machine facts, a Markdown table and the target checks to stdout (progress
@@ -8,6 +8,9 @@ goes to stderr), then the memory check unless ``--no-memory``.
 trivial-app limit, single-job pushes, unbatched and batched drains, on a
 ``file://`` and a 50 ms store, load from separate processes; it needs no
 jqueue): see :mod:`bench.network`.
+``python -m bench idle [options]`` measures one broker node's idle cost: its
+CPU and commits while ``--workers`` long-polling workers wait on an empty
+queue (issue 11's idle target; it needs no jqueue either): see :mod:`bench.idle`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from bench import memory, network
+from bench import idle, memory, network
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 
 if TYPE_CHECKING:
@@ -47,7 +50,14 @@ def parse_args(argv: list[str]) -> tuple[str, BenchConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", nargs="?", choices=("run", "memory"), default="run")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=("run", "memory"),
+        default="run",
+        help="run (default) or memory; `network` and `idle` take options of their own "
+        "(python -m bench network --help, python -m bench idle --help)",
+    )
     parser.add_argument("--systems", type=_systems, help=f"comma list (default: {','.join(SYSTEMS)})")
     parser.add_argument("--submitters", type=_ints, help="concurrent submitters (default: 1,16,256,2048)")
     parser.add_argument("--depths", type=_ints, help="pending jobs before measuring (default: 0,10000,50000,100000)")
@@ -103,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["network"]:
         return network.main(argv[1:])
-    # Imported here: they need jqueue (the bench extra), which the network benchmark does not.
+    if argv[:1] == ["idle"]:
+        return idle.main(argv[1:])
+    command, cfg, args = parse_args(argv)
+    # Imported here: they need jqueue (the bench extra), which the network and idle benchmarks do not.
     from bench import report
     from bench.runner import run_matrix
 
-    command, cfg, args = parse_args(argv)
     facts = report.machine_facts()
     print(report.header(cfg, facts, runs=command == "run"))
     print(flush=True)
