@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from bench import idle, memory, network
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
+from bench.facts import machine_facts
 
 if TYPE_CHECKING:
     from bench.results import RunResult
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import report
     from bench.runner import run_matrix
 
-    facts = report.machine_facts()
+    facts = machine_facts()
     print(report.header(cfg, facts, runs=command == "run"))
     print(flush=True)
     results: list[RunResult] = []
