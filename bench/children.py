@@ -186,3 +186,9 @@ def own_cpu_seconds() -> float:
     """User + system CPU seconds of this process so far."""
     times = os.times()
     return times.user + times.system
+
+
+def interrupt_on_sigterm(signum: int, frame: object) -> None:
+    """A SIGTERM handler that stops a benchmark as Ctrl-C does, so that its
+    ``finally`` blocks kill every child process."""
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -35,13 +35,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import orjson
 
 from bench import facts
-from bench.children import Child, ChildError
+from bench.children import Child, ChildError, interrupt_on_sigterm
 from bench.node import ROOT, Node, NodeError
 
 CPU_TARGET_PERCENT = 5.0
@@ -217,9 +216,6 @@ def notes(m: Measured) -> list[str]:
     return lines
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
 
 def run(cfg: IdleConfig, out: Callable[[str], None] = print) -> int:
     """Run, print the report; 0 once the window was measured."""
@@ -244,7 +240,7 @@ def run(cfg: IdleConfig, out: Callable[[str], None] = print) -> int:
 def main(argv: list[str]) -> int:
     """``python -m bench idle [options]``."""
     cfg = parse_args(argv, description=__doc__)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         return run(cfg, lambda line: print(line, flush=True))
     except KeyboardInterrupt:

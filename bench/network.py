@@ -45,11 +45,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bench import facts
-from bench.children import ChildError
+from bench.children import ChildError, interrupt_on_sigterm
 from bench.netargs import NetworkConfig, parse_args
 from bench.netreport import LEGEND, Row, check_exactly_once, table, target_lines
 from bench.netruns import RunAbort, Runner, check_document
@@ -179,9 +178,6 @@ def measure(cfg: NetworkConfig, tmp: Path) -> Outcome:
     return total
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
 
 def run(cfg: NetworkConfig, out: Callable[[str], None] = print) -> int:
     """Run, print the report; 0 if every run finished and every check passed."""
@@ -209,7 +205,7 @@ def run(cfg: NetworkConfig, out: Callable[[str], None] = print) -> int:
 def main(argv: list[str]) -> int:
     """``python -m bench network [options]``."""
     cfg = parse_args(argv, description=__doc__)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         return run(cfg, lambda line: print(line, flush=True))
     except KeyboardInterrupt:

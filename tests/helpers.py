@@ -8,13 +8,14 @@ the project root with ``--import-mode=importlib``, so ``tests`` is importable).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from engine import ObjectStore, WorkerOptions
+from engine import ObjectStore, Worker, WorkerOptions, WorkerStats
 
 # Where the queue document lives by default (engine.policy.DOCUMENT_KEY),
 # spelled out so that a change of the default shows up in the tests.
@@ -50,3 +51,18 @@ def stored(store: ObjectStore) -> bytes:
 def document(store: ObjectStore) -> dict[str, Any]:
     """The stored document, parsed."""
     return orjson.loads(stored(store))  # type: ignore[no-any-return]
+
+
+def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
+    """Run ``worker`` on a daemon thread; its stats (or what it raised) land in the list."""
+    result: list[WorkerStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(worker.run())
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result

@@ -30,7 +30,7 @@ from engine import (
 from engine.errors import Unauthorized
 from engine.ops import Complete, Fail, Heartbeat, Operation
 from engine.worker import Worker, WorkerOptions, WorkerStats
-from tests.helpers import FAST_WORKER, wait_for
+from tests.helpers import FAST_WORKER, start, wait_for
 
 PROTOCOL = {"batch": True}
 
@@ -119,19 +119,6 @@ def client() -> Iterator[SpyCommitter]:
     yield committer
     committer.stop()
 
-
-def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
-    result: list[WorkerStats | BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(worker.run())
-        except BaseException as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
 
 
 def test_burst_completes_every_job_then_exits(client: SpyCommitter) -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from engine import GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
 from engine.ops import Complete, Fail, Heartbeat, Operation
-from engine.worker import PermanentFailure, Worker, WorkerOptions, WorkerStats
-from tests.helpers import FAST_WORKER, wait_for
+from engine.worker import PermanentFailure, Worker, WorkerOptions
+from tests.helpers import FAST_WORKER, start, wait_for
 
 TIMEOUT = 10.0
 NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat"}
@@ -77,19 +77,6 @@ def client() -> Iterator[Spy]:
     yield spy
     spy.stop()
 
-
-def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseException]]:
-    result: list[WorkerStats | BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(worker.run())
-        except BaseException as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
 
 
 def test_jobs_that_finish_together_are_acknowledged_in_one_call(client: Spy) -> None:
