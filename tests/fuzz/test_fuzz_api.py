@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from engine import Broker
 from engine.ops import claim_op, push_op
+from engine.wire import STATUS_BY_CODE
 from tests.fuzz.asgi_driver import Answer, call, client_path, job_path
 from tests.fuzz.checks import check_alive, check_answer, check_call, stored
 from tests.fuzz.nodes import AUTH, Nodes
@@ -485,3 +486,66 @@ def test_the_public_development_key_is_never_trusted(nodes: Nodes, settings: Any
                       headers={"content-type": "text/plain"})
         check_call(answer, before, broker, "operator signed with the development key")
         assert answer.status == 403, f"a request signed with the public key was answered {answer.status}"
+
+
+# -- the batch calls: POST /api/v1/ack and POST /api/v1/heartbeat ------------------------------------
+
+ACK_ITEM = {
+    "complete": st.just({"outcome": "complete"}),
+    "fail": st.fixed_dictionaries({"outcome": st.just("fail"), "error": st.just("boom")},
+                                  optional={"retry_in_seconds": st.sampled_from([0, 2.5]), "give_up": st.booleans()}),
+}
+ACK_HOSTILE = {"outcome": st.one_of(hostile_text, wrong_types), "error": st.one_of(hostile_text, wrong_types),
+               "retry_in_seconds": numbers, "give_up": wrong_types, "id": st.one_of(odd_ids, wrong_types),
+               "lease": st.one_of(hostile_text, wrong_types)}
+
+
+@st.composite
+def batch_items(draw: st.DrawFn, heartbeat: bool) -> list[tuple[str, str, dict[str, Any]]]:
+    """One to five (which job, which lease, item) triples; an item's ``id`` and
+    ``lease`` are placeholders, replaced by the real ones unless mutated."""
+    count = draw(st.integers(1, 5))
+    items = []
+    for _ in range(count):
+        job = draw(st.sampled_from(["a", "b", "a", "pending", "unknown"]))
+        lease = draw(st.sampled_from(["real", "real", "wrong", "other"]))
+        valid = st.just({}) if heartbeat else draw(st.sampled_from([ACK_ITEM["complete"], ACK_ITEM["fail"]]))
+        item = draw(mutated(st.builds(lambda b: {"id": "ID", "lease": "LEASE", **b}, valid), ACK_HOSTILE))
+        items.append((job, lease, item))
+    return items
+
+
+@given(heartbeat=st.booleans(), data=st.data())
+def test_batch_calls(nodes: Nodes, heartbeat: bool, data: st.DataObject) -> None:
+    """Every item gets exactly one result, in order, with its own outcome; an
+    item refused alone changes nothing of its job; the node serves on."""
+    items = data.draw(batch_items(heartbeat))
+    extra = data.draw(st.one_of(st.just({}), st.fixed_dictionaries({"lease_seconds": numbers}))) if heartbeat else {}
+    with nodes.fresh() as broker:
+        [pending, *_] = seeded(broker, 4)
+        a, b = broker.execute(claim_op("w1", ["q"], policy=broker.policy, max_jobs=2))
+        [other] = broker.execute(claim_op("w2", ["q"], policy=broker.policy))
+        jobs = {"a": a, "b": b}
+        sent = []
+        for which, lease, item in items:
+            job = jobs.get(which)
+            if item.get("id") == "ID":
+                item["id"] = job.id if job else {"pending": pending}.get(which, "no-such-job")
+            if item.get("lease") == "LEASE":
+                item["lease"] = {"real": job.lease if job else "0" * 24, "wrong": "0" * 24,
+                                 "other": other.lease}[lease]
+            sent.append(item)
+        body = {"leases": sent, **extra} if heartbeat else {"acks": sent}
+        before = stored(broker)
+        answer = post("/api/v1/heartbeat" if heartbeat else "/api/v1/ack", body)
+        result = check_call(answer, before, broker, "heartbeat batch" if heartbeat else "ack")
+        if answer.status == 200:
+            results = result["results"]
+            assert len(results) == len(sent), f"{len(sent)} items, {len(results)} results: {results}"
+            for item, got in zip(sent, results, strict=True):
+                if "error" in got:
+                    assert got["error"] in STATUS_BY_CODE, got
+                    assert STATUS_BY_CODE[got["error"]] < 500, f"an item failed with a server error: {got}"
+                else:
+                    assert got["id"] == item["id"], (item, got)
+        check_alive(broker, "batch")
