@@ -10,7 +10,7 @@ trivial-app limit, single-job pushes, unbatched and batched drains, on a
 jqueue): see :mod:`bench.network`.
 ``python -m bench idle [options]`` measures one broker node's idle cost: its
 CPU and commits while ``--workers`` long-polling workers wait on an empty
-queue (issue 11's idle target; it needs no jqueue either): see :mod:`bench.idle`.
+queue (the idle target; it needs no jqueue either): see :mod:`bench.idle`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -188,7 +188,19 @@ def own_cpu_seconds() -> float:
     return times.user + times.system
 
 
-def interrupt_on_sigterm(signum: int, frame: object) -> None:
-    """A SIGTERM handler that stops a benchmark as Ctrl-C does, so that its
-    ``finally`` blocks kill every child process."""
+def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_interruptibly(run: Callable[[Callable[[str], None]], int]) -> int:
+    """``run(out)``, printing each line at once; SIGTERM stops it as Ctrl-C
+    does, so that its ``finally`` blocks kill every child process. Returns
+    its exit status, or 130 when interrupted."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run(lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted; every child process was stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,4 +1,4 @@
-"""``python -m bench idle``: the idle cost of one broker node (issue 11's idle
+"""``python -m bench idle``: the idle cost of one broker node (the idle
 target: "one node with 100 long-polling workers and no jobs uses less than
 5 % CPU and commits at most once per heartbeat interval").
 
@@ -28,7 +28,6 @@ import argparse
 import math
 import os
 import shlex
-import signal
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from typing import Any
 import orjson
 
 from bench import facts
-from bench.children import Child, ChildError, interrupt_on_sigterm
+from bench.children import Child, ChildError, run_interruptibly
 from bench.node import ROOT, Node, NodeError
 
 CPU_TARGET_PERCENT = 5.0
@@ -232,7 +231,7 @@ def run(cfg: IdleConfig, out: Callable[[str], None] = print) -> int:
     out("")
     out("\n".join(notes(m)))
     out("")
-    out("targets (issue 11, idle):")
+    out("targets (idle):")
     out("\n".join(target_lines(cfg, m)))
     return 0
 
@@ -240,14 +239,7 @@ def run(cfg: IdleConfig, out: Callable[[str], None] = print) -> int:
 def main(argv: list[str]) -> int:
     """``python -m bench idle [options]``."""
     cfg = parse_args(argv, description=__doc__)
-    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
-    try:
-        return run(cfg, lambda line: print(line, flush=True))
-    except KeyboardInterrupt:
-        print("interrupted; every child process was stopped", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return run_interruptibly(lambda out: run(cfg, out))
 
 
 __all__ = ["main", "measure", "run"]

@@ -1,4 +1,4 @@
-"""The results of ``python -m bench network``: rows, the table, the issue's
+"""The results of ``python -m bench network``: rows, the table, the
 targets, and the exactly-once check. Pure functions of what was measured."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _verdict(ok: bool) -> str:
 
 
 def target_lines(rows: Sequence[Row], *, file_store: str, latency_store: str) -> list[str]:
-    """The issue's targets side by side with this run's measurements."""
+    """The targets side by side with this run's measurements."""
     out = []
     pushes = _find(rows, kind="push", width=64)
     for r in pushes:

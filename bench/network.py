@@ -39,7 +39,6 @@ the table (:data:`bench.netreport.LEGEND`) and in docs/benchmark.md.
 
 from __future__ import annotations
 
-import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import facts
-from bench.children import ChildError, interrupt_on_sigterm
+from bench.children import ChildError, run_interruptibly
 from bench.netargs import NetworkConfig, parse_args
 from bench.netreport import LEGEND, Row, check_exactly_once, table, target_lines
 from bench.netruns import RunAbort, Runner, check_document
@@ -194,7 +193,7 @@ def run(cfg: NetworkConfig, out: Callable[[str], None] = print) -> int:
     out("")
     out(LEGEND)
     out("")
-    out("targets (issue 11, this 2-core machine):")
+    out("targets (this 2-core machine):")
     out("\n".join(target_lines(outcome.rows, file_store=FILE_STORE, latency_store=store_label("latency", cfg))))
     out("")
     out("checks:")
@@ -205,14 +204,7 @@ def run(cfg: NetworkConfig, out: Callable[[str], None] = print) -> int:
 def main(argv: list[str]) -> int:
     """``python -m bench network [options]``."""
     cfg = parse_args(argv, description=__doc__)
-    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
-    try:
-        return run(cfg, lambda line: print(line, flush=True))
-    except KeyboardInterrupt:
-        print("interrupted; every child process was stopped", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return run_interruptibly(lambda out: run(cfg, out))
 
 
 __all__ = ["main", "measure", "run"]
