@@ -20,6 +20,7 @@ from engine import Broker, ObjectStore
 from engine.ops import claim_op, fail_op, push_op
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
+from queueadmin.models import ApiToken
 from tests.helpers import wait_for
 
 if TYPE_CHECKING:
@@ -124,3 +125,11 @@ def act(client: Client, *, reason: str = "r", confirm_text: str = "", next: str 
     if plan is None or not plan.token:
         return dry
     return confirm(client, plan.token, reason=reason, confirm_text=confirm_text, next=next)
+
+
+def make_token(name: str) -> tuple[ApiToken, str]:
+    """A saved database API token named ``name``, and its secret (shown once)."""
+    row = ApiToken(name=name)
+    token = row.issue()
+    row.save()
+    return row, token

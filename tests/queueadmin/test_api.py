@@ -84,6 +84,7 @@ def error_of(response: TestResponse, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json"
     body: dict[str, Any] = orjson.loads(response.content)
+    assert isinstance(body["error"], str)
     assert isinstance(body["message"], str) and body["message"]
     return body
 

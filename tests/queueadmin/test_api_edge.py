@@ -10,7 +10,7 @@ with a 400 before it reaches the engine, wherever it is in the body.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from engine import Broker, ObjectStore
 from tests.helpers import stored
 from tests.queueadmin.api_client import Client
+from tests.queueadmin.test_api import error_of, raw_post
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -32,16 +33,6 @@ def api(broker: Broker, settings: SettingsWrapper) -> Client:
     return Client(headers=AUTH)
 
 
-def raw_post(client: Client, path: str, body: bytes) -> Any:
-    return client.post(path, body, content_type="application/json")
-
-
-def json_error(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/json"
-    body: dict[str, Any] = orjson.loads(response.content)
-    assert isinstance(body["error"], str) and body["message"]
-    return body
 
 
 # -- lone surrogates (defect 3, the edge half) -----------------------------------
@@ -67,7 +58,7 @@ def test_a_lone_surrogate_anywhere_is_refused_and_changes_nothing(
 ) -> None:
     before = stored(store)
 
-    error = json_error(raw_post(api, path, body), 400)
+    error = error_of(raw_post(api, path, body), 400)
 
     assert error["error"] == "malformed_json"
     assert where in error["message"] and "surrogate" in error["message"]
@@ -86,7 +77,7 @@ def test_a_lone_surrogate_in_a_running_jobs_call_is_refused(
     body = {"lease": job["lease"] if fields else "\ud800", **fields}
     encoded = json.dumps(body, ensure_ascii=True).encode()  # "\ud800" escaped, as a hostile client sends it
 
-    error = json_error(raw_post(api, f"/api/v1/jobs/j1/{action}", encoded), 400)
+    error = error_of(raw_post(api, f"/api/v1/jobs/j1/{action}", encoded), 400)
 
     assert error["error"] == "malformed_json"
     assert stored(store) == before
@@ -107,7 +98,7 @@ def test_a_well_formed_surrogate_pair_is_text_and_accepted(api: Client) -> None:
 def test_a_disallowed_host_gets_a_json_400(api: Client, path: str) -> None:
     for response in (api.get(path, headers={"Host": "evil.example"}),
                      api.post(path, b"{}", content_type="application/json", headers={"Host": "evil.example:8000"})):
-        error = json_error(response, 400)
+        error = error_of(response, 400)
         assert error["error"] == "disallowed_host" and "evil.example" in error["message"]
         # Answered before the rest of the middleware: its length must still be
         # declared, or daphne sends it chunked (found by tests/fuzz/test_fuzz_daphne.py).
@@ -127,7 +118,7 @@ def test_the_dashboard_keeps_djangos_own_answer_for_a_disallowed_host(db: None) 
 ])
 def test_unknown_paths_and_wrong_methods_are_json(api: Client, method: str, path: str, status: int,
                                                   code: str) -> None:
-    assert json_error(getattr(api, method)(path), status)["error"] == code
+    assert error_of(getattr(api, method)(path), status)["error"] == code
 
 
 @pytest.mark.parametrize("debug", [False, True])
@@ -143,5 +134,5 @@ def test_a_bug_outside_the_endpoints_is_a_logged_json_500(api: Client, monkeypat
 
     settings.DEBUG = debug
     monkeypatch.setattr(app, "refused_host", broken)
-    assert json_error(api.get("/api/v1/health"), 500)["error"] == "internal_error"
+    assert error_of(api.get("/api/v1/health"), 500)["error"] == "internal_error"
     assert "a bug outside any endpoint" in caplog.text

@@ -20,9 +20,9 @@ from django.core.signals import request_finished, request_started
 
 from engine import Broker, ObjectStore
 from queueadmin.api import auth
-from queueadmin.models import ApiToken
 from tests.fuzz.asgi_driver import Answer, call
-from tests.helpers import stored, wait_for
+from tests.helpers import stored
+from tests.queueadmin.dashboard_fixtures import make_token, wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -63,12 +63,6 @@ class Clock:
     def monotonic(self) -> float:
         return self.now
 
-
-def make_token(name: str) -> tuple[ApiToken, str]:
-    row = ApiToken(name=name)
-    token = row.issue()
-    row.save()
-    return row, token
 
 
 # -- the token -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from queueadmin.api import auth
 from queueadmin.models import ApiToken
 from tests.helpers import stored
 from tests.queueadmin.api_client import Client
+from tests.queueadmin.dashboard_fixtures import make_token
 
 if TYPE_CHECKING:
     from django.test import Client as DjangoClient
@@ -35,12 +36,6 @@ def push_with(token: str) -> int:
                              content_type="application/json", headers={"Authorization": f"Bearer {token}"})
     return response.status_code
 
-
-def make_token(name: str) -> tuple[ApiToken, str]:
-    row = ApiToken(name=name)
-    token = row.issue()
-    row.save()
-    return row, token
 
 
 def test_a_database_token_works_beside_the_settings_token(broker: Broker, settings: SettingsWrapper,
