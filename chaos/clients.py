@@ -22,6 +22,7 @@ import orjson
 
 from chaos.cluster import LEASE_SECONDS, TOKEN
 from chaos.history import Call, History
+from engine.wire import STATUS_BY_CODE
 
 QUEUE = "chaos"
 REQUEST_TIMEOUT = 3.0
@@ -42,6 +43,7 @@ class Behaviour:
     odd_strings: float = 0.0  # a worker sends a lone surrogate in a fail's error or its name
     deep_payloads: float = 0.0  # a producer pushes a payload nested close to JSON's depth limit
     peek: float = 0.1  # a worker reads its job (GET /jobs/<id>) before working on it
+    batch: float = 0.5  # a worker acknowledges the jobs of one claim in one POST /ack
 
 
 class Router:
@@ -185,6 +187,16 @@ class Producer(Client):
         return "gave up"
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A complete or fail to send: its op, path, recorded args (with ``job``) and raw body, if any."""
+
+    op: str
+    path: str
+    body: dict[str, Any]
+    raw: bytes | None
+
+
 class Worker(Client):
     """Claims (long poll), works, heartbeats, completes or fails; retries a
     complete or fail whose outcome is unknown until it gets a clear answer."""
@@ -211,10 +223,16 @@ class Worker(Client):
             attempt = 0
             if self.drop(call):
                 continue  # the leases were given to nobody: they expire and the jobs come back
-            for job in call.answer.get("jobs", []):
-                self.work(str(job["id"]), str(job["lease"]))
+            jobs = call.answer.get("jobs", [])
+            batched = len(jobs) > 1 and self.rng.random() < self.behaviour.batch
+            finished = [self.work(str(job["id"]), str(job["lease"]), defer=batched) for job in jobs]
+            if batched:
+                self.finish_batch([item for item in finished if item is not None])
 
-    def work(self, job_id: str, lease: str) -> None:
+    def work(self, job_id: str, lease: str, *, defer: bool = False) -> Finish | None:
+        """Work on one job, then complete or fail it; with ``defer``, return the
+        acknowledgement to send in a batch instead (unless it carries a lone
+        surrogate, which only a single call sends)."""
         path = f"/jobs/{job_id}"
         if self.rng.random() < self.behaviour.peek:
             self.send("get", path, None, args={"job": job_id})
@@ -234,9 +252,41 @@ class Worker(Client):
             if error.endswith("\ud800"):
                 raw = json.dumps(body).encode()
                 body = {**body, "error": repr(error)}
-            self.finish("fail", f"{path}/fail", {**body, "job": job_id}, raw)
+            finish = Finish("fail", f"{path}/fail", {**body, "job": job_id}, raw)
         else:
-            self.finish("complete", f"{path}/complete", {"job": job_id, "lease": lease}, None)
+            finish = Finish("complete", f"{path}/complete", {"job": job_id, "lease": lease}, None)
+        if defer and finish.raw is None:
+            return finish
+        self.finish(finish.op, finish.path, finish.body, finish.raw)
+        return None
+
+    def finish_batch(self, items: list[Finish]) -> None:
+        """Acknowledge ``items`` in one ``POST /ack``; each item is recorded as
+        its own complete or fail with its own result. Items without a clear
+        answer (the call failed, or its answer was dropped) are retried one by
+        one, as single calls are."""
+        if not items:
+            return
+        acks = [{"id": i.body["job"], "outcome": i.op, **{k: v for k, v in i.body.items() if k != "job"}}
+                for i in items]
+        call = self.send("ack", "/ack", {"acks": acks}, args={"jobs": [i.body["job"] for i in items]})
+        results = call.answer.get("results") if call.ok and isinstance(call.answer, dict) else None
+        dropped = results is not None and self.drop(call)
+        for index, item in enumerate(items):
+            result = results[index] if isinstance(results, list) and index < len(results) else None
+            if isinstance(result, dict) and "error" in result:
+                status: int | None = STATUS_BY_CODE.get(str(result["error"]), 400)
+            elif isinstance(result, dict):
+                status = 200
+            else:  # no per-item answer: the outcome is unknown
+                status = None if call.status is None or call.ok else call.status
+                result = call.answer
+            args = {**item.body, "dropped": True} if dropped and status == 200 else item.body
+            # The batch call itself carries a timeout (and is checked for it); its items only point to it.
+            error = None if status is not None else f"ack call {call.id}: {call.error or 'no result for this item'}"
+            part = self.history.part_of(call, item.op, args, status=status, answer=result, error=error)
+            if dropped or (not part.ok and self.retryable(part)):
+                self.finish(item.op, item.path, item.body, item.raw)
 
     def finish(self, op: str, path: str, body: dict[str, Any], raw: bytes | None) -> None:
         deadline = time.monotonic() + RETRY_BUDGET_SECONDS

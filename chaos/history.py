@@ -107,6 +107,17 @@ class History:
             self.calls.append(call)
         return call
 
+    def part_of(self, batch: Call, op: str, args: dict[str, Any], *, status: int | None, answer: Any,
+                error: str | None) -> Call:
+        """Record one item of the finished ``batch`` call (``POST /ack``) as a
+        call of its own kind, sent and answered when the batch was, so that
+        the checker reads a batched complete or fail as it reads a single one."""
+        with self._lock:
+            call = Call(id=len(self.calls), client=batch.client, op=op, node=batch.node, args=args,
+                        start=batch.start, end=batch.end, status=status, answer=answer, error=error)
+            self.calls.append(call)
+        return call
+
     @staticmethod
     def finish(call: Call, *, status: int | None = None, answer: Any = None, error: str | None = None) -> None:
         call.status, call.answer, call.error = status, answer, error

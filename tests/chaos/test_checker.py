@@ -266,3 +266,22 @@ def test_a_dumped_history_checks_the_same_when_loaded(tmp_path: Path) -> None:
 
     assert check(loaded).failures == check(history).failures
     assert check(loaded).figures == check(history).figures
+
+
+def test_items_of_a_batched_ack_are_checked_as_single_completions() -> None:
+    r = clean()
+    r.claim("j3", "L3")
+    r.claim("j3", "L4")  # L3 expired and the job was leased again...
+    batch = r.call("ack", {"jobs": ["j3", "j2"]}, answer={"results": [{"id": "j3", "ok": True},
+                                                                      {"id": "j2", "error": "lease_lost"}]})
+    r.history.part_of(batch, "complete", {"job": "j3", "lease": "L3"}, status=200, answer={"id": "j3", "ok": True},
+                      error=None)  # ...and the old lease's batched complete was still accepted
+    lost = r.history.part_of(batch, "complete", {"job": "j2", "lease": "L2"}, status=409,
+                             answer={"id": "j2", "error": "lease_lost", "message": "gone"}, error=None)
+
+    verdict = check(r.final(jobs=["j2"]))
+
+    assert lost.start == batch.start and lost.end == batch.end and lost.code == "lease_lost"
+    assert len(verdict.failures["stale_completions"]) == 1
+    assert "L3" in verdict.failures["stale_completions"][0]
+    assert not verdict.failures["unanswered"]
