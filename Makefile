@@ -26,7 +26,7 @@ help:
 	@echo "make test-fast  the unit tests only (no e2e, slow or fuzz tests), in under a minute"
 	@echo "make lock       re-resolve requirements/*.lock from pyproject.toml (UPGRADE=1: newest allowed versions)"
 	@echo "make bench      install the bench extra and run python -m bench"
-	@echo "make screenshots  run the browser test and save its pages to docs/screenshots/"
+	@echo "make screenshots  run the browser tests and save its pages to docs/screenshots/"
 	@echo "make clean      remove .venv, caches and build files (keeps var/, the local queue and DB)"
 
 # Creates $(VENV) from Python 3.12 unless it is already a working 3.12 venv;
@@ -118,7 +118,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench
 
 screenshots: venv
-	QUEUEADMIN_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_dashboard_browser.py
+	QUEUEADMIN_SCREENSHOTS=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_dashboard_browser*.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .ruff_cache .mypy_cache

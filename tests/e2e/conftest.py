@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.browser import browser, node  # noqa: F401  (fixtures for the browser test files)
 from tests.e2e.harness import Cluster, base_env
 
 

@@ -8,111 +8,20 @@ page reloading. Then a job that fails ends in the dead letters; the operator
 requeues it with a reason and finds the action in the audit log and in
 Django admin. Purge on one dead job's page removes that job only.
 
-With ``QUEUEADMIN_SCREENSHOTS=<folder>`` the test also saves the pages it
-visits there (``make screenshots`` writes docs/screenshots/).
+The fixtures (``browser``, ``node``) and helpers are in tests/e2e/browser.py;
+tests/e2e/conftest.py makes the fixtures visible to every browser test file.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
-
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
-from tests.e2e.harness import ROOT, Cluster, Node, api
+from tests.e2e.browser import HIDE, SHOTS, SHOW, USER, push, shot, signed_in, submit
+from tests.e2e.harness import Cluster, Node, api
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
-
-USER = "operator"
-PASSWORD = "e2e-operator-password"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# What the environment guide says headless Chromium needs on this machine:
-# no sandbox as root, and no background traffic to a closed network.
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]
-SHOTS = os.environ.get("QUEUEADMIN_SCREENSHOTS")
-# Headless pages are always "visible"; these make the page believe otherwise.
-HIDE = ("Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
-        "document.dispatchEvent(new Event('visibilitychange'))")
-SHOW = ("Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
-        "document.dispatchEvent(new Event('visibilitychange'))")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium; .ci/run does)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
-    cluster = cluster_factory()
-    migrate = cluster.manage("migrate", "--noinput")
-    assert migrate.returncode == 0, migrate.stderr.decode()
-    made = subprocess.run(
-        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", USER, "--email", "op@example.com"],
-        cwd=ROOT, env={**cluster.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}, capture_output=True, timeout=60,
-    )
-    assert made.returncode == 0, made.stderr.decode()
-    return cluster, cluster.node()
-
-
-@contextmanager
-def signed_in(browser: Browser, server: Node, **context_options: Any) -> Iterator[Page]:
-    """A new browser context (1280 px wide unless told), signed in on ``server``'s overview."""
-    context = browser.new_context(**{"viewport": {"width": 1280, "height": 860}, **context_options})
-    try:
-        page = context.new_page()
-        sign_in(page, server.url)
-        yield page
-    finally:
-        context.close()
-
-
-def shot(page: Page, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-def sign_in(page: Page, url: str) -> None:
-    page.goto(f"{url}/")
-    expect(page).to_have_url(f"{url}/login/?next=/")
-    page.get_by_label("Username").fill(USER)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
-    expect(page.locator("#live-state")).to_have_attribute("data-state", "live")
-
-
-def push(server: Node, queue: str, payloads: list[object], **fields: object) -> None:
-    jobs = [{"payload": p, **fields} for p in payloads]
-    assert api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": jobs}).status_code == 201
-
-
-def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "") -> str:
-    page.goto(f"{url}/submit/")
-    page.locator("#id_queue").fill(queue)
-    page.locator("#id_payload").fill(payload)
-    page.locator("#id_max_attempts").fill(max_attempts)
-    page.get_by_role("button", name="Submit").click()
-    created = page.get_by_test_id("created-id")
-    expect(created).to_be_visible()
-    return created.inner_text()
 
 
 def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser, node: tuple[Cluster, Node]) -> None:
@@ -135,8 +44,9 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         # A marker that a reload would wipe: the page must update in place.
         page.evaluate("window.__stillTheSamePage = true")
 
-        worker = cluster.worker("--queue", "browser", "--handler", "queueadmin.demo:work", "--worker-id",
-                                "browser-worker")
+        worker = cluster.worker(
+            "--queue", "browser", "--handler", "queueadmin.demo:work", "--worker-id", "browser-worker"
+        )
         expect(status).to_have_text("running", timeout=15_000)
         expect(page.get_by_text("claimed by browser-worker")).to_be_visible()
         shot(page, "job-running")
@@ -207,8 +117,7 @@ def test_the_dashboard_is_usable_on_a_phone(browser: Browser, node: tuple[Cluste
         shot(page, "overview-phone")
 
 
-def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Browser,
-                                                                   node: tuple[Cluster, Node]) -> None:
+def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Browser, node: tuple[Cluster, Node]) -> None:
     _, server = node
     with signed_in(browser, server) as page:
         push(server, "sel", [1, 2, 3])
@@ -231,8 +140,7 @@ def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Brows
         expect(note).to_be_hidden()
 
 
-def test_the_live_connection_reconnects_after_the_server_restarts(browser: Browser,
-                                                                  node: tuple[Cluster, Node]) -> None:
+def test_the_live_connection_reconnects_after_the_server_restarts(browser: Browser, node: tuple[Cluster, Node]) -> None:
     cluster, server = node
     with signed_in(browser, server) as page:
         state = page.locator("#live-state")
@@ -247,8 +155,11 @@ def test_the_live_connection_reconnects_after_the_server_restarts(browser: Brows
         cluster.node(port=server.port)  # the same address; the session lives in the shared database
         expect(state).to_have_attribute("data-state", "live", timeout=30_000)
         # Updates flow again on the new connection (once the new node has taken over).
-        wait_for(lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
-                   30, "the restarted node to lead")
+        wait_for(
+            lambda: api(server, "POST", "/api/v1/jobs", {"queue": "after", "payload": 1}).status_code == 201,
+            30,
+            "the restarted node to lead",
+        )
         expect(page.locator('tr[data-row="after"]')).to_be_visible(timeout=30_000)
 
 
@@ -261,8 +172,10 @@ def test_an_action_on_a_standby_node_runs_on_the_leader(browser: Browser, node: 
     # A job that failed its only attempt.
     push(leader, "fwd", [{"n": 1}], max_attempts=1)
     [job] = api(leader, "POST", "/api/v1/claim", {"worker": "w", "queues": ["fwd"]}).json()["jobs"]
-    assert api(leader, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"}).json()[
-        "status"] == "dead"
+    assert (
+        api(leader, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"}).json()["status"]
+        == "dead"
+    )
 
     with signed_in(browser, standby) as page:
         page.goto(f"{standby.url}/jobs/{job['id']}/")

@@ -1,0 +1,118 @@
+"""Browser fixtures shared by the dashboard's browser tests: headless Chromium
+(Debian's package, driven by Playwright through ``executable_path``), a node
+with a superuser, and a signed-in page.
+
+With ``QUEUEADMIN_SCREENSHOTS=<folder>`` the tests save the pages they visit
+there through ``shot`` (``make screenshots`` writes docs/screenshots/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.harness import ROOT, Cluster, Node, api
+
+USER = "operator"
+PASSWORD = "e2e-operator-password"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# What the environment guide says headless Chromium needs on this machine:
+# no sandbox as root, and no background traffic to a closed network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = os.environ.get("QUEUEADMIN_SCREENSHOTS")
+# Headless pages are always "visible"; these make the page believe otherwise.
+HIDE = (
+    "Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+    "document.dispatchEvent(new Event('visibilitychange'))"
+)
+SHOW = (
+    "Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+    "document.dispatchEvent(new Event('visibilitychange'))"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
+    cluster = cluster_factory()
+    migrate = cluster.manage("migrate", "--noinput")
+    assert migrate.returncode == 0, migrate.stderr.decode()
+    made = subprocess.run(
+        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", USER, "--email", "op@example.com"],
+        cwd=ROOT,
+        env={**cluster.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
+        capture_output=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr.decode()
+    return cluster, cluster.node()
+
+
+@contextmanager
+def signed_in(browser: Browser, server: Node, **context_options: Any) -> Iterator[Page]:
+    """A new browser context (1280 px wide unless told), signed in on ``server``'s overview."""
+    context = browser.new_context(**{"viewport": {"width": 1280, "height": 860}, **context_options})
+    try:
+        page = context.new_page()
+        sign_in(page, server.url)
+        yield page
+    finally:
+        context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Page, url: str) -> None:
+    page.goto(f"{url}/")
+    expect(page).to_have_url(f"{url}/login/?next=/")
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "live")
+
+
+def push(server: Node, queue: str, payloads: list[object], **fields: object) -> None:
+    jobs = [{"payload": p, **fields} for p in payloads]
+    assert api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": jobs}).status_code == 201
+
+
+def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "") -> str:
+    page.goto(f"{url}/submit/")
+    page.locator("#id_queue").fill(queue)
+    page.locator("#id_payload").fill(payload)
+    page.locator("#id_max_attempts").fill(max_attempts)
+    page.get_by_role("button", name="Submit").click()
+    created = page.get_by_test_id("created-id")
+    expect(created).to_be_visible()
+    return created.inner_text()
