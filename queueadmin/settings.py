@@ -39,6 +39,10 @@ QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
 QUEUE_TASK_RESULT_TTL_SECONDS
                             how long a finished Django task's result is kept
                             under results/ in the store, seconds (604800)
+QUEUE_FINISHED_RETENTION_SECONDS
+                            how long a job that left queue.json (completed,
+                            purged, dropped from the dead letters) stays
+                            findable on its page, seconds (604800)
 =========================== ====================================================
 """
 
@@ -54,7 +58,12 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TAKEOVER_SECONDS
-from queueadmin.config import DEFAULT_HTTP_IDLE_SECONDS, DEFAULT_RESULT_TTL_SECONDS, default_max_request_bytes
+from queueadmin.config import (
+    DEFAULT_FINISHED_RETENTION_SECONDS,
+    DEFAULT_HTTP_IDLE_SECONDS,
+    DEFAULT_RESULT_TTL_SECONDS,
+    default_max_request_bytes,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -283,6 +292,9 @@ QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", DEFAULT_HTTP_ID
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
+# A job that left queue.json keeps a row in the database this long, for its
+# page (queueadmin.history); the leader writes the rows off the commit path.
+QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS)
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader
