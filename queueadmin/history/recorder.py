@@ -4,9 +4,10 @@ The leader's committer reports, after each landed write, the jobs that
 write removed (:class:`engine.Departure`, through the broker's
 ``on_departures`` hook). :meth:`FinishedRecorder.offer` runs on the
 committer's writer thread, so it only appends them to a bounded backlog and
-wakes the recorder's own thread, which turns them into rows and
-bulk-inserts them (:mod:`queueadmin.history.records`), and now and then
-deletes rows older than the retention. The commit never waits for the
+wakes the recorder's own thread, which turns them into rows and inserts
+them, the departures of a quarter of a second in one transaction
+(:mod:`queueadmin.history.records`), and now and then deletes rows older
+than the retention. The commit never waits for the
 database: throughput does not change, and a database that is down or slow
 costs finished-job rows, never commits.
 
@@ -32,7 +33,7 @@ from datetime import datetime, timedelta
 from django import db
 
 from engine import Departure, utc_now
-from queueadmin.history.records import FinishedJob, row_of
+from queueadmin.history.records import FinishedJob, Row, insert_rows, row_of
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +43,13 @@ DEFAULT_MAX_BACKLOG = 100_000
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 #: Rows per INSERT.
 DEFAULT_BATCH_ROWS = 1_000
+#: How long departures wait for more to join them in one transaction.
+DEFAULT_LINGER_SECONDS = 0.25
 #: How often rows past the retention are deleted.
 DEFAULT_PRUNE_SECONDS = 600.0
 #: Waits between tries while the database fails: from the first to the cap.
 RETRY_FIRST_SECONDS = 0.5
 RETRY_CAP_SECONDS = 30.0
-
-_UPDATE_FIELDS = [f.name for f in FinishedJob._meta.concrete_fields if not f.primary_key]
-
-
-def insert_rows(rows: list[FinishedJob]) -> None:
-    """Insert ``rows``; a job id already recorded (a job id pushed again once
-    the dedup window had forgotten it) keeps its latest finish."""
-    latest = {row.job_id: row for row in rows}  # one row per id in a statement (PostgreSQL requires it)
-    FinishedJob.objects.bulk_create(
-        list(latest.values()), update_conflicts=True, unique_fields=["job_id"], update_fields=_UPDATE_FIELDS
-    )
 
 
 def prune(*, older_than: datetime) -> int:
@@ -94,13 +86,15 @@ class FinishedRecorder:
         max_backlog: int = DEFAULT_MAX_BACKLOG,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         prune_seconds: float = DEFAULT_PRUNE_SECONDS,
+        linger_seconds: float = DEFAULT_LINGER_SECONDS,
         clock: Callable[[], datetime] = utc_now,
-        write: Callable[[list[FinishedJob]], None] = insert_rows,
+        write: Callable[[list[Row]], None] = insert_rows,
     ) -> None:
         self.retention_seconds = retention_seconds
         self.max_backlog = max_backlog
         self.batch_rows = batch_rows
         self.prune_seconds = prune_seconds
+        self.linger_seconds = linger_seconds
         self.clock = clock
         self.write = write
         self.stats = RecorderStats()
@@ -110,6 +104,7 @@ class FinishedRecorder:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._next_prune = 0.0
+        self._flushing = 0  # callers waiting in flush(): write at once
 
     def offer(self, departures: list[Departure]) -> None:
         """Queue ``departures`` to be recorded. The broker's ``on_departures``:
@@ -127,7 +122,7 @@ class FinishedRecorder:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="finished-jobs", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            self._cond.notify_all()  # the thread, and flush() callers share the condition
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every departure offered so far is written (or dropped).
@@ -135,11 +130,16 @@ class FinishedRecorder:
         deadline = time.monotonic() + timeout
         with self._cond:
             target = self.stats.offered
-            while self._settled < target:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._settled < target:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
         return True
 
     def stop(self, timeout: float | None = 10.0) -> None:
@@ -164,6 +164,18 @@ class FinishedRecorder:
             with self._cond:
                 while not self._backlog and not self._stopping and time.monotonic() < self._next_prune:
                     self._cond.wait(self._next_prune - time.monotonic())
+                # Gather the departures of a few commits into one transaction,
+                # unless someone waits for them (flush) or we stop.
+                linger_until = time.monotonic() + self.linger_seconds
+                while (
+                    self._backlog
+                    and len(self._backlog) < self.batch_rows
+                    and not self._stopping
+                    and not self._flushing
+                    and not failures
+                    and time.monotonic() < linger_until
+                ):
+                    self._cond.wait(linger_until - time.monotonic())
                 if self._stopping and (not self._backlog or failures):
                     if self._backlog:  # stopping while the database fails: give up on them
                         self._drop(len(self._backlog))

@@ -19,11 +19,12 @@ is a primary-key read, whatever the traffic; pruning deletes by the indexed
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import orjson
-from django.db import models
+from django.db import connections, models, router, transaction
 
 from engine import Attempt, DeadLetter, Departure, Job
 
@@ -92,8 +93,30 @@ def _attempt(a: Attempt) -> dict[str, Any]:
     }
 
 
-def row_of(departure: Departure) -> FinishedJob:
-    """The (unsaved) row for one departure. Pure; no I/O."""
+#: A row as :func:`row_of` builds it: the values of :data:`COLUMNS`, in order.
+Row = tuple[Any, ...]
+#: The fields :func:`insert_rows` writes, the primary key first.
+COLUMNS = (
+    "job_id",
+    "queue",
+    "how",
+    "finished_at",
+    "was",
+    "enqueued_at",
+    "attempts",
+    "max_attempts",
+    "worker",
+    "last_error",
+    "history",
+    "payload",
+    "payload_bytes",
+)
+
+
+def row_of(departure: Departure) -> Row:
+    """The row for one departure, as plain values (:data:`COLUMNS`). Pure; no
+    I/O. Plain tuples rather than model instances: the recorder writes every
+    finished job, and building a model instance per row costs several times more."""
     item, at = departure.item, departure.at
     history = [_attempt(a) for a in item.history]
     worker = history[-1]["worker"] if history else ""
@@ -114,24 +137,65 @@ def row_of(departure: Departure) -> FinishedJob:
                     "error": None,
                 }
             )
-    payload = item.payload.decode("utf-8", errors="replace")
-    if len(payload) > PAYLOAD_CHARS:
-        payload = payload[:PAYLOAD_CHARS]
-    return FinishedJob(
-        job_id=item.id,
-        queue=item.queue,
-        how=departure.how,
-        finished_at=at,
-        was=was,
-        enqueued_at=item.enqueued_at,
-        attempts=item.attempts,
-        max_attempts=item.max_attempts,
-        worker=worker,
-        last_error=last_error,
-        history=history,
-        payload=payload,
-        payload_bytes=len(item.payload),
+    payload = item.payload[: 4 * PAYLOAD_CHARS].decode("utf-8", errors="replace")[:PAYLOAD_CHARS]
+    return (
+        item.id,
+        item.queue,
+        departure.how,
+        at,
+        was,
+        item.enqueued_at,
+        item.attempts,
+        item.max_attempts,
+        worker,
+        last_error,
+        history,
+        payload,
+        len(item.payload),
     )
+
+
+def _sqlite_moment(value: datetime) -> str:
+    """As Django stores an aware datetime in SQLite: naive UTC, ``str()``."""
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return str(value.replace(tzinfo=None))
+
+
+def _sqlite_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def insert_rows(rows: list[Row]) -> None:
+    """Insert ``rows`` (:func:`row_of`) in one transaction, one statement
+    executed for all; a job id already recorded (an id pushed again once the
+    dedup window had forgotten it) keeps its latest finish. Raw SQL (an
+    upsert both SQLite and PostgreSQL take): ``bulk_create`` costs ~100 us a
+    row in Python, which the recorder's thread would take from the committer's."""
+    using = router.db_for_write(FinishedJob)
+    connection = connections[using]
+    ops = connection.ops
+    quote = ops.quote_name
+    names = [quote(name) for name in COLUMNS]  # no field sets db_column: columns are named as fields
+    sql = (
+        f"INSERT INTO {quote(FinishedJob._meta.db_table)} ({', '.join(names)}) "
+        f"VALUES ({', '.join(['%s'] * len(names))}) "
+        f"ON CONFLICT ({names[0]}) DO UPDATE SET {', '.join(f'{n} = excluded.{n}' for n in names[1:])}"
+    )
+    at, enqueued, history = COLUMNS.index("finished_at"), COLUMNS.index("enqueued_at"), COLUMNS.index("history")
+    moment: Callable[[datetime], Any] = ops.adapt_datetimefield_value
+    as_json: Callable[[Any], Any] = lambda value: ops.adapt_json_value(value, None)  # noqa: E731
+    if connection.vendor == "sqlite":  # what Django's adapters give there, at a fifth of their cost
+        moment, as_json = _sqlite_moment, _sqlite_json
+    latest: dict[str, list[Any]] = {}  # one row per id in a statement (PostgreSQL requires it)
+    for row in rows:
+        values = list(row)
+        values[at] = moment(values[at])
+        values[enqueued] = moment(values[enqueued])
+        values[history] = as_json(values[history])
+        latest[values[0]] = values
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.executemany(sql, list(latest.values()))
 
 
 def pretty_payload(row: FinishedJob) -> str:

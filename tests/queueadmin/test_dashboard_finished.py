@@ -11,6 +11,7 @@ gets a recorder of its own (elsewhere, tests record nothing: see
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,13 +21,13 @@ import orjson
 import pytest
 from django.test import Client
 
-from engine import Broker, Policy, utc_now
+from engine import Broker, Departure, Job, Policy, utc_now
 from engine.ops import claim_op, fail_op
 from queueadmin import config, runtime
 from queueadmin.dashboard.source import source
 from queueadmin.history import recorder as recorder_module
 from queueadmin.history.recorder import FinishedRecorder, prune
-from queueadmin.history.records import FinishedJob, find
+from queueadmin.history.records import FinishedJob, Row, find, insert_rows, row_of
 from tests.helpers import wait_for
 from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import act, kill, push
@@ -204,13 +205,13 @@ def test_a_failing_database_never_breaks_commits(
     calls: list[int] = []
     working = recorder.write
 
-    def down(rows: list[FinishedJob]) -> None:
+    def down(rows: list[Row]) -> None:
         calls.append(len(rows))
         raise RuntimeError("the database is down")
 
     recorder.write = down
     job_id = complete_one(broker)
-    wait_for(lambda: calls)
+    wait_for(lambda: bool(calls))
     assert broker.committer is not None
     assert broker.committer.document()["jobs"] == []
     assert broker.committer.document()["queues"]["q"]["completed"] == 1
@@ -218,3 +219,35 @@ def test_a_failing_database_never_breaks_commits(
     recorded()
     assert find(job_id, retention_seconds=60, now=utc_now()) is not None
     assert recorder.stats.failures >= 1
+
+
+def departure(job_id: str, how: str = "completed") -> Departure:
+    job = Job(id=job_id, queue="q", payload=b'"x"', status="pending", attempts=0, max_attempts=3, enqueued_at=utc_now())
+    return Departure(how, utc_now(), job)  # type: ignore[arg-type]
+
+
+def test_a_full_backlog_drops_the_oldest_and_counts_them(db: None) -> None:
+    gate, written = threading.Event(), list[str]()
+
+    def slow(rows: list[Row]) -> None:
+        assert gate.wait(10)
+        written.extend(row[0] for row in rows)
+
+    recorder = FinishedRecorder(retention_seconds=60, max_backlog=2, linger_seconds=0, write=slow)
+    try:
+        recorder.offer([departure("a")])
+        wait_for(lambda: recorder.stats.offered == 1 and not recorder._backlog)  # "a" is being written
+        recorder.offer([departure("b"), departure("c"), departure("d")])
+        gate.set()
+        assert recorder.flush(10)
+    finally:
+        recorder.stop()
+    assert written == ["a", "c", "d"]
+    assert (recorder.stats.dropped, recorder.stats.written) == (1, 3)
+
+
+def test_a_job_id_that_finishes_again_keeps_its_latest_finish(db: None) -> None:
+    insert_rows([row_of(departure("again", "purged"))])
+    insert_rows([row_of(departure("again", "completed")), row_of(departure("other"))])
+    assert FinishedJob.objects.get(pk="again").how == "completed"
+    assert FinishedJob.objects.count() == 2
