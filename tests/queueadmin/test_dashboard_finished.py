@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -21,14 +22,16 @@ import orjson
 import pytest
 from django.test import Client
 
-from engine import Broker, Departure, Job, Policy, utc_now
+from engine import Broker, Departure, Job, Policy, Worker, utc_now
 from engine.ops import claim_op, fail_op
 from queueadmin import config, runtime
 from queueadmin.dashboard.source import source
 from queueadmin.history import recorder as recorder_module
 from queueadmin.history.recorder import FinishedRecorder, prune
 from queueadmin.history.records import FinishedJob, Row, find, insert_rows, row_of
-from tests.helpers import wait_for
+from queueadmin.tasks.worker import TaskRunner
+from tests.e2e.sample_tasks import add
+from tests.helpers import FAST_WORKER, wait_for
 from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import act, kill, push
 
@@ -251,3 +254,39 @@ def test_a_job_id_that_finishes_again_keeps_its_latest_finish(db: None) -> None:
     insert_rows([row_of(departure("again", "completed")), row_of(departure("other"))])
     assert FinishedJob.objects.get(pk="again").how == "completed"
     assert FinishedJob.objects.count() == 2
+
+
+@pytest.fixture
+def task_node(settings: SettingsWrapper) -> Iterator[Broker]:
+    """This process's broker, leading on a fresh memory store, serving TASKS and the dashboard."""
+    runtime.stop_broker()
+    settings.QUEUE_STORE_URL = f"memory://finished-tasks-{uuid.uuid4().hex}"
+    settings.QUEUE_ADVERTISE_URL = None
+    settings.QUEUE_API_TOKEN = None
+    settings.TASKS = {"default": {"BACKEND": "queueadmin.tasks.ObjectStoreBackend", "OPTIONS": {"MAX_ATTEMPTS": 1}}}
+    broker = runtime.start_broker()
+    wait_for(lambda: broker.role == "leader")
+    source.reset()
+    yield broker
+    runtime.stop_broker()
+    source.reset()
+
+
+def test_a_finished_task_shows_its_record_and_its_return_value(task_node: Broker, viewer: Client) -> None:
+    result = add.enqueue(2, 3)
+    assert task_node.committer is not None
+    client = task_node.committer
+    Worker(
+        client,
+        queues=["default"],
+        handler=TaskRunner(client, worker_id="w-tasks"),
+        pass_job=True,
+        worker_id="w-tasks",
+        options=replace(FAST_WORKER, burst=True),
+    ).run()
+    recorded()
+
+    body = viewer.get(f"/jobs/{result.id}/").content.decode()
+    assert 'data-testid="job-status">completed<' in body
+    assert 'data-testid="finished-worker">w-tasks<' in body
+    assert 'data-testid="task-status">SUCCESSFUL' in body and 'data-testid="task-return">5' in body
