@@ -203,7 +203,12 @@ class FinishedRecorder:
                         self._backlog.popleft()
                     if excess > 0:
                         self._drop(excess)
-                    self._cond.wait(min(RETRY_FIRST_SECONDS * 2 ** (failures - 1), RETRY_CAP_SECONDS))
+                    # A deadline, not one wait: every commit's offer wakes the
+                    # condition, and a database that is down must not be retried
+                    # at the commit rate.
+                    retry_at = time.monotonic() + min(RETRY_FIRST_SECONDS * 2 ** (failures - 1), RETRY_CAP_SECONDS)
+                    while not self._stopping and time.monotonic() < retry_at:
+                        self._cond.wait(retry_at - time.monotonic())
                 continue
             failures = 0
             with self._cond:
