@@ -30,6 +30,7 @@ from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
+from queueadmin.metrics import exporter as metrics_exporter  # noqa: E402
 
 # daphne (its CLI and runserver) imports the application before it serves:
 # from here on its server refuses an oversized, unauthenticated or stalled
@@ -62,6 +63,9 @@ async def http_application(scope: Scope, receive: Receive, send: Send) -> None:
     admin, static files) to Django's full stack, unchanged."""
     if scope["path"].startswith(API_PREFIX):
         await api_app.application(scope, receive, send)
+    elif scope["path"] == metrics_exporter.PATH:
+        # Prometheus scrapes with a bearer token, like the API: no Django stack either.
+        await metrics_exporter.application(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
 
