@@ -31,6 +31,7 @@ from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
 from queueadmin.metrics import exporter as metrics_exporter  # noqa: E402
+from queueadmin.metrics import sampler  # noqa: E402
 
 # daphne (its CLI and runserver) imports the application before it serves:
 # from here on its server refuses an oversized, unauthenticated or stalled
@@ -43,6 +44,8 @@ edge.install()
 # the node answers 503 not_leader until it has won the election.
 if config.broker_autostart():
     runtime.start_broker()
+    # The metrics history: recorded while this node leads (queueadmin.metrics.sampler).
+    sampler.start_sampler()
 
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).
 websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]
