@@ -158,6 +158,11 @@ def sparkline(points: Sequence[Point], *, title: str, width: int = 120, height: 
             lambda t: (t - first) / span * (width - 2) + 1,
             lambda v: height - 1 - max(v, 0.0) / peak * (height - 2),
         )
+        # The area under the line too, so that a flat line still reads as a level, not a border.
+        stretches = [stretch for stretch in d.split("M") if stretch]
+        for stretch in stretches:
+            xs = [float(xy.split(",")[0]) for xy in stretch.replace("L", " ").split()]
+            out.append(f'<path class="area" d="M{stretch.strip()} L{xs[-1]:.1f},{height} L{xs[0]:.1f},{height} Z"/>')
         out.append(f'<path class="line" d="{d}"/>')
     out.append("</svg>")
     return mark_safe("".join(out))
