@@ -86,6 +86,7 @@ from engine.policy import (
     MAX_DELAY_SECONDS,
     Policy,
 )
+from engine.readiness import Readiness
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import (
@@ -156,6 +157,7 @@ __all__ = [
     "QueueCounters",
     "QueueError",
     "QueueState",
+    "Readiness",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",

@@ -150,11 +150,13 @@ def test_api_requests_are_counted_by_route_name_and_status(node: Broker) -> None
 
 
 def test_a_standby_reports_its_role_and_what_it_reads_from_the_document(
-    node: Broker, monkeypatch: pytest.MonkeyPatch
+    node: Broker, monkeypatch: pytest.MonkeyPatch, settings: SettingsWrapper
 ) -> None:
     api = Client(headers=AUTH)
     assert api.post("/api/v1/jobs", {"queue": "mail", "jobs": [{"payload": 1}, {"payload": 2}]}).status_code == 201
-    standby = runtime.build_broker().start()  # same store: the leader is named there
+    # Same store, another address (a node on the leader's own address would take over at once, as a restart).
+    settings.QUEUE_ADVERTISE_URL = "http://node-b.test:8000"
+    standby = runtime.build_broker().start()
     try:
         wait_for(lambda: standby.leader.id == node.id)
         monkeypatch.setattr(runtime, "get_broker", lambda: standby)
@@ -168,3 +170,4 @@ def test_a_standby_reports_its_role_and_what_it_reads_from_the_document(
     assert value(samples, "queueadmin_queue_pending", queue="mail") == 2
     assert value(samples, "queueadmin_queue_pushed_total", queue="mail") == 2
     assert value(samples, "queueadmin_commit_duration_seconds_count") == 0  # it has committed nothing
+    assert node.role == "leader"
