@@ -41,7 +41,7 @@ from queueadmin.api.errors import ApiError
 from queueadmin.api.http import ClientGone, Receive, Request, Scope, Send
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
-from queueadmin.metrics.requests import registry
+from queueadmin.metrics.requests import bound_label, registry
 
 log = logging.getLogger(__name__)
 
@@ -192,12 +192,8 @@ def _histogram(name: str, text: str, buckets: Buckets) -> HistogramMetricFamily:
     # Read the total once, from the +Inf bucket, so that the family stays
     # consistent while the writer thread observes meanwhile.
     family = HistogramMetricFamily(name, text)
-    family.add_metric([], [(_bound(b), float(n)) for b, n in cumulative], buckets.sum)
+    family.add_metric([], [(bound_label(b), float(n)) for b, n in cumulative], buckets.sum)
     return family
-
-
-def _bound(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(bound)
 
 
 collector = QueueCollector()
