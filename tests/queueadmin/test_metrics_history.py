@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from engine import Broker
+from engine import Broker, MemoryStore
 from engine.ops import claim_op, complete_op
 from queueadmin.dashboard.source import source
+from queueadmin.metrics.exporter import render
 from queueadmin.metrics.records import MINUTE, RAW, TEN_MINUTES, MetricPoint, floor_time
 from queueadmin.metrics.sampler import Sampler, points_of, prune, record
 from tests.queueadmin.dashboard_fixtures import push
@@ -120,3 +121,18 @@ def test_the_thread_samples_every_interval(broker: Broker) -> None:
         sampler.stop()
         sampler.stop()  # idempotent
     assert MetricPoint.objects.filter(step=RAW, queue="q", pending=2).count() >= 2
+
+
+def test_sampling_and_scraping_on_the_leader_touch_neither_the_store_nor_the_commits(broker: Broker) -> None:
+    store = broker.store
+    assert isinstance(store, MemoryStore)
+    push(broker, "q", [1, 2])
+    sampler = Sampler(interval=10, broker=lambda: broker)
+    source.reset()
+    reads, writes, seq = store.reads, store.writes, broker.seq
+    assert sampler.step()
+    source.reset()
+    assert b'queueadmin_queue_pending{queue="q"} 2.0' in render()
+    # Both read the committed document from the committer's memory: no store
+    # request, and no operation submitted to the committer.
+    assert (store.reads, store.writes, broker.seq) == (reads, writes, seq)
