@@ -28,6 +28,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -172,11 +173,14 @@ class QueueCollector(Collector):
             )
         }
         written: dict[str, Any] = snapshot.header.get("queues") or {}
+        # Now, not when the snapshot was decoded: an unchanged document (no
+        # leader writing) is served from cache, and its jobs keep ageing.
+        now = datetime.now(UTC)
         for name, q in snapshot.queues.items():
             for key, family in gauges.items():
                 family.add_metric([name], float(getattr(q, key)))
             paused.add_metric([name], 1.0 if q.paused else 0.0)
-            age = (snapshot.taken_at - q.oldest_pending_at).total_seconds() if q.oldest_pending_at else 0.0
+            age = (now - q.oldest_pending_at).total_seconds() if q.oldest_pending_at else 0.0
             oldest.add_metric([name], max(age, 0.0))
             kept = written.get(name) or {}
             for key, counter in counters.items():

@@ -3,7 +3,7 @@ application daphne serves, with the token, after real API traffic."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -171,3 +171,25 @@ def test_a_standby_reports_its_role_and_what_it_reads_from_the_document(
     assert value(samples, "queueadmin_queue_pushed_total", queue="mail") == 2
     assert value(samples, "queueadmin_commit_duration_seconds_count") == 0  # it has committed nothing
     assert node.role == "leader"
+
+
+def test_the_oldest_pending_age_keeps_growing_while_the_document_does_not_change(
+    node: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from queueadmin.metrics import exporter
+
+    assert Client(headers=AUTH).post("/api/v1/jobs", {"queue": "mail", "payload": 1}).status_code == 201
+    source.reset()
+    assert value(scrape(), "queueadmin_queue_oldest_pending_age_seconds", queue="mail") < 60
+    later = datetime.now(UTC) + timedelta(hours=1)
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return later
+
+    monkeypatch.setattr(exporter, "datetime", Later)
+    # The same version, served from the dashboard's cache: the job is an hour older all the same.
+    assert value(scrape(), "queueadmin_queue_oldest_pending_age_seconds", queue="mail") >= 3600
