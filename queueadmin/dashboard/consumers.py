@@ -145,14 +145,14 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 try:
                     snapshot = await asyncio.to_thread(source.current)
                 except EngineError as exc:
-                    await self.send_json({"type": "error", "error": f"{type(exc).__name__}: {exc}", "as_of": _now()})
+                    await self.send_json({"type": "error", "error": f"{type(exc).__name__}: {exc}",
+                                          "as_of": _now()})
                 else:
                     version = (snapshot.seq, snapshot.etag)
                     if version != last:
                         fragments = await self._render(snapshot)
-                        await self.send_json(
-                            {"type": "update", "seq": snapshot.seq, "as_of": _now(), "fragments": fragments}
-                        )
+                        await self.send_json({"type": "update", "seq": snapshot.seq, "as_of": _now(),
+                                              "fragments": fragments})
                         last = version
                     else:
                         await self.send_json({"type": "tick", "seq": snapshot.seq, "as_of": _now()})
