@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
@@ -119,7 +120,8 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
                                    f"{config.takeover_seconds():g} s."))
     for q in snapshot.queues.values():
         if q.paused:
-            found.append(Alert("info", f"Queue {q.name} is paused: {q.pending} pending job(s) wait for a resume."))
+            waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
+            found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
     return found
 
 

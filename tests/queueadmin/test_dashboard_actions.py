@@ -10,11 +10,13 @@ with its dry run (I9) is tested in test_dashboard_plans.py.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
 from engine import Broker, NotLeader, ObjectStore
-from engine.ops import claim_op
+from engine.ops import claim_op, pause_op
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
@@ -264,6 +266,38 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
     assert document(store)["queues"]["q"]["paused"] is False
     assert len(broker.execute(claim_op("w", ["q"], policy=broker.policy))) == 1
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pause", "resume"]
+
+
+def test_the_audit_log_shows_no_job_count_for_pause_and_resume_and_plural_counts_for_jobs(
+    broker: Broker, operator: Client, store: ObjectStore
+) -> None:
+    push(broker, "q", [1])
+    act(operator, action="pause", queue="q", reason="deploying")
+    act(operator, action="resume", queue="q", reason="deployed")
+    one = kill(broker, "d")  # another queue: a claim on q would take q's pending job
+    act(operator, action="requeue", ids=one, reason="one")
+    two = [kill(broker, "d"), kill(broker, "d")]
+    act(operator, action="purge", ids=" ".join(two), reason="two")
+
+    page = operator.get("/audit/").content.decode()
+    cells = {
+        action: re.search(rf'<tr data-entry="{pk}">.*?data-testid="audit-jobs">(.*?)</td>', page, re.S)[1]  # type: ignore[index]
+        for pk, action in AuditEntry.objects.values_list("pk", "action")
+    }
+    assert "0:" not in cells["pause"] and "—" in cells["pause"]
+    assert "0:" not in cells["resume"] and "—" in cells["resume"]
+    assert cells["requeue"].startswith("1 job: ")
+    assert cells["purge"].startswith("2 jobs: ")
+
+
+def test_the_paused_queue_notice_uses_proper_plurals(broker: Broker, operator: Client) -> None:
+    push(broker, "one", [1])
+    push(broker, "two", [1, 2])
+    broker.execute(pause_op("one", paused=True))
+    broker.execute(pause_op("two", paused=True))
+    body = operator.get("/").content.decode()
+    assert "1 pending job waits for a resume" in body and "2 pending jobs wait for a resume" in body
+    assert "job(s)" not in body
 
 
 # -- bad input ---------------------------------------------------------------------------------------
