@@ -292,6 +292,13 @@ def submit(op: Push, *, user: User | AnonymousUser, reason: str) -> tuple[str | 
     return str(created), None
 
 
+def already_submitted(job_id: str) -> bool:
+    """Whether a submit of ``job_id`` was already acknowledged (and audited):
+    the same Submit form posted again. Reads the database."""
+    return AuditJob.objects.filter(job_id=job_id, entry__action=Action.SUBMIT,
+                                   entry__outcome=AuditEntry.Outcome.OK).exists()
+
+
 def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, target: str,
           ids: list[str], ok: bool, detail: str, seq: int | None = None) -> AuditEntry:
     """Write one audit entry and its job index rows, together."""

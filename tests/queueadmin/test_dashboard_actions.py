@@ -359,6 +359,58 @@ def test_submit_pushes_a_job_and_shows_its_id(broker: Broker, operator: Client, 
         "submit", "ok", [created])
 
 
+def submit_form(client: Client) -> dict[str, str]:
+    """The Submit page's form as a browser would post it: its hidden fields included."""
+    page = client.get("/submit/").content.decode()
+    return dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', page))
+
+
+def test_the_same_submit_form_posted_twice_makes_one_job(broker: Broker, operator: Client,
+                                                         store: ObjectStore) -> None:
+    form = {**submit_form(operator), "queue": "q", "payload": '{"n": 1}'}
+    assert form["push_id"]
+    first = operator.post("/submit/", form)
+    second = operator.post("/submit/", form)  # a second click, or a reload that re-posts
+
+    assert [j["id"] for j in document(store)["jobs"]] == [first.context["created"]] == [form["push_id"]]
+    assert second.status_code == 200 and second.context["created"] == form["push_id"]
+    assert "was already submitted from this form" in second.content.decode()
+    assert AuditEntry.objects.filter(action="submit").count() == 1
+
+
+def test_the_broker_dedups_a_form_posted_again_while_the_first_post_is_in_flight(
+    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queueadmin.dashboard import actions
+
+    # The second post arrives before the first one is audited: it reaches the broker, which dedups it.
+    monkeypatch.setattr(actions, "already_submitted", lambda job_id: False)
+    form = {**submit_form(operator), "queue": "q", "payload": "1"}
+    operator.post("/submit/", form)
+    operator.post("/submit/", form)
+    assert [j["id"] for j in document(store)["jobs"]] == [form["push_id"]]
+
+
+def test_after_a_submit_the_form_is_fresh(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    form = {**submit_form(operator), "queue": "emails", "payload": '{"secret": "pasted"}'}
+    response = operator.post("/submit/", form, headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert response.context["created"] in body
+    assert "pasted" not in body  # the payload is cleared
+    fresh = response.context["form"]
+    assert fresh["push_id"].value() != form["push_id"] and fresh["push_id"].value() in body
+    assert fresh["queue"].value() == "emails"
+    # Every page render gets its own id.
+    assert submit_form(operator)["push_id"] not in (form["push_id"], fresh["push_id"].value())
+
+
+def test_an_altered_submit_id_is_refused(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    before = stored(store)
+    response = operator.post("/submit/", {"queue": "q", "payload": "1", "push_id": "../x y"})
+    assert response.status_code == 422 and b"altered" in response.content
+    assert stored(store) == before
+
+
 def test_submit_with_a_delay_sets_not_before(broker: Broker, operator: Client, store: ObjectStore) -> None:
     operator.post("/submit/", {"queue": "q", "payload": "1", "delay_seconds": "600"})
     assert document(store)["jobs"][0]["not_before"] is not None
