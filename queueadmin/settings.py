@@ -43,6 +43,11 @@ QUEUE_FINISHED_RETENTION_SECONDS
                             how long a job that left queue.json (completed,
                             purged, dropped from the dead letters) stays
                             findable on its page, seconds (604800)
+QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
+                            the API tokens (unset)
+QUEUE_METRICS_SAMPLE_SECONDS
+                            how often the leader records the metrics history
+                            for the charts, seconds (10)
 =========================== ====================================================
 """
 
@@ -62,6 +67,7 @@ from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
     DEFAULT_HTTP_IDLE_SECONDS,
     DEFAULT_RESULT_TTL_SECONDS,
+    DEFAULT_SAMPLE_SECONDS,
     default_max_request_bytes,
 )
 
@@ -193,6 +199,10 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # ServeStatic's app registers its configuration checks (`manage.py check`
+    # runs them); without it the middleware warns at every start. Below
+    # daphne, so `runserver` stays daphne's.
+    "servestatic",
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
@@ -295,6 +305,10 @@ QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
 # A job that left queue.json keeps a row in the database this long, for its
 # page (queueadmin.history); the leader writes the rows off the commit path.
 QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS)
+# /metrics (docs/metrics.md) accepts the API tokens and this one, which reads nothing else.
+QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
+# The leader records a point of the metrics history this often (queueadmin.metrics.sampler).
+QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS)
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader
