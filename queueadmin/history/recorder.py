@@ -47,6 +47,8 @@ DEFAULT_BATCH_ROWS = 1_000
 DEFAULT_LINGER_SECONDS = 0.25
 #: How often rows past the retention are deleted.
 DEFAULT_PRUNE_SECONDS = 600.0
+#: After this many failures in a row, a batch is written row by row (see _write_alone).
+ALONE_AFTER_FAILURES = 3
 #: Waits between tries while the database fails: from the first to the cap.
 RETRY_FIRST_SECONDS = 0.5
 RETRY_CAP_SECONDS = 30.0
@@ -188,7 +190,11 @@ class FinishedRecorder:
                 continue
             try:
                 db.close_old_connections()  # a connection broken by an outage is replaced
-                self.write([row_of(d) for d in batch])
+                refused = 0
+                if failures >= ALONE_AFTER_FAILURES:
+                    refused = self._write_alone(batch)
+                else:
+                    self.write([row_of(d) for d in batch])
             except Exception:
                 failures += 1
                 self.stats.failures += 1
@@ -212,10 +218,29 @@ class FinishedRecorder:
                 continue
             failures = 0
             with self._cond:
-                self.stats.written += len(batch)
+                self.stats.written += len(batch) - refused
+                self.stats.dropped += refused
                 self._settled += len(batch)
                 self._cond.notify_all()
         db.connections.close_all()  # this thread's connections
+
+    def _write_alone(self, batch: list[Departure]) -> int:
+        """Write ``batch`` row by row, after it failed as a whole several
+        times: a row the database refuses while it answers otherwise (a value
+        it cannot store) is dropped and logged, so it cannot hold back the
+        rows behind it forever. Returns how many were refused; raises when
+        the database does not answer."""
+        refused = 0
+        for departure in batch:
+            try:
+                self.write([row_of(departure)])
+            except Exception:
+                FinishedJob.objects.exists()  # raises if the database is down: the caller retries them all
+                refused += 1
+                log.exception(
+                    "finished-job records: the database refuses the record of job %s; dropped", departure.item.id
+                )
+        return refused
 
     def _prune(self) -> None:
         """Delete rows past the retention; a failure waits for the next round."""

@@ -82,14 +82,20 @@ def _moment(value: datetime) -> str:
     return value.isoformat()
 
 
+def _text(value: str) -> str:
+    """``value`` without NUL characters, which PostgreSQL's text and jsonb
+    refuse (the engine takes any text a JSON document can hold)."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
 def _attempt(a: Attempt) -> dict[str, Any]:
     return {
-        "worker": a.worker,
+        "worker": _text(a.worker),
         "claimed_at": _moment(a.claimed_at),
         "heartbeat_at": _moment(a.heartbeat_at),
         "ended_at": _moment(a.ended_at),
         "end": a.end,
-        "error": a.error,
+        "error": None if a.error is None else _text(a.error),
     }
 
 
@@ -121,12 +127,12 @@ def row_of(departure: Departure) -> Row:
     history = [_attempt(a) for a in item.history]
     worker = history[-1]["worker"] if history else ""
     if isinstance(item, DeadLetter):
-        was, last_error = "dead", item.error
+        was, last_error = "dead", _text(item.error)
     else:
         job: Job = item
-        was, last_error = job.status, job.last_error or ""
+        was, last_error = job.status, _text(job.last_error or "")
         if job.lease is not None:  # the running attempt ends here: completed, or purged under its worker
-            worker = job.lease.worker
+            worker = _text(job.lease.worker)
             history.append(
                 {
                     "worker": worker,

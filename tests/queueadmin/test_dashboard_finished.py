@@ -28,7 +28,7 @@ from queueadmin import config, runtime
 from queueadmin.dashboard.source import source
 from queueadmin.history import recorder as recorder_module
 from queueadmin.history.recorder import FinishedRecorder, prune
-from queueadmin.history.records import FinishedJob, Row, find, insert_rows, row_of
+from queueadmin.history.records import COLUMNS, FinishedJob, Row, find, insert_rows, row_of
 from queueadmin.tasks.worker import TaskRunner
 from tests.e2e.sample_tasks import add
 from tests.helpers import FAST_WORKER, wait_for
@@ -293,3 +293,39 @@ def test_a_finished_task_shows_its_record_and_its_return_value(task_node: Broker
     assert 'data-testid="job-status">completed<' in body
     assert 'data-testid="finished-worker">w-tasks<' in body
     assert 'data-testid="task-status">SUCCESSFUL' in body and 'data-testid="task-return">5' in body
+
+
+def test_a_row_the_database_refuses_is_dropped_alone(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorder_module, "RETRY_FIRST_SECONDS", 0.01)
+    written: list[str] = []
+
+    def picky(rows: list[Row]) -> None:
+        if any(row[0] == "bad" for row in rows):
+            raise ValueError("a value this database cannot store")
+        written.extend(row[0] for row in rows)
+
+    recorder = FinishedRecorder(retention_seconds=60, linger_seconds=0, write=picky)
+    try:
+        recorder.offer([departure("a"), departure("bad"), departure("c")])
+        assert recorder.flush(10)
+        recorder.offer([departure("d")])
+        assert recorder.flush(10)
+    finally:
+        recorder.stop()
+    assert written == ["a", "c", "d"]
+    assert (recorder.stats.written, recorder.stats.dropped) == (3, 1)
+
+
+def test_nul_characters_are_kept_out_of_the_row() -> None:
+    job = Job(
+        id="j",
+        queue="q",
+        payload=b'"x"',
+        status="pending",
+        attempts=1,
+        max_attempts=3,
+        enqueued_at=utc_now(),
+        last_error="bad\x00byte",
+    )
+    row = dict(zip(COLUMNS, row_of(Departure("purged", utc_now(), job)), strict=True))
+    assert row["last_error"] == "bad\ufffdbyte"
