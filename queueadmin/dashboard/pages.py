@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from django.db import DatabaseError
 from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
@@ -324,8 +325,12 @@ def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, An
     retention, with the purge's audit entry (who and why) and a timeline;
     otherwise only the retention, to say how far back the lookup reaches."""
     retention = config.finished_retention_seconds()
-    context: dict[str, Any] = {"finished": None, "retention_seconds": retention}
-    row = find(job_id, retention_seconds=retention, now=now)
+    context: dict[str, Any] = {"finished": None, "retention_seconds": retention, "finished_error": None}
+    try:
+        row = find(job_id, retention_seconds=retention, now=now)
+    except DatabaseError as exc:  # shown on the page: the queue itself does not need the database
+        context["finished_error"] = f"{type(exc).__name__}: {exc}"
+        return context
     if row is None:
         return context
     # The purge's audit entry is written just after its commit: the latest ok one is it.

@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pytest
+from django.db import OperationalError
 from django.test import Client
 
 from engine import Broker, Departure, Job, Policy, Worker, utc_now
 from engine.ops import claim_op, fail_op
 from queueadmin import config, runtime
+from queueadmin.dashboard import pages
 from queueadmin.dashboard.source import source
 from queueadmin.history import recorder as recorder_module
 from queueadmin.history.recorder import FinishedRecorder, prune
@@ -329,3 +331,16 @@ def test_nul_characters_are_kept_out_of_the_row() -> None:
     )
     row = dict(zip(COLUMNS, row_of(Departure("purged", utc_now(), job)), strict=True))
     assert row["last_error"] == "bad\ufffdbyte"
+
+
+def test_the_job_page_says_so_when_the_records_cannot_be_read(
+    broker: Broker, operator: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: object, **kwargs: object) -> None:
+        raise OperationalError("the database is locked")
+
+    monkeypatch.setattr(pages, "find", down)
+    response = operator.get("/jobs/gone-or-unknown/")
+    assert response.status_code == 200
+    assert 'data-testid="finished-error"' in response.content.decode()
+    assert "the database is locked" in response.content.decode()
