@@ -45,6 +45,8 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_BATCH_ROWS = 1_000
 #: How long departures wait for more to join them in one transaction.
 DEFAULT_LINGER_SECONDS = 0.25
+#: Rows deleted per statement when pruning.
+PRUNE_CHUNK_ROWS = 10_000
 #: How often rows past the retention are deleted.
 DEFAULT_PRUNE_SECONDS = 600.0
 #: After this many failures in a row, a batch is written row by row (see _write_alone).
@@ -54,11 +56,18 @@ RETRY_FIRST_SECONDS = 0.5
 RETRY_CAP_SECONDS = 30.0
 
 
-def prune(*, older_than: datetime) -> int:
-    """Delete rows that finished before ``older_than``; returns how many. One
-    indexed DELETE."""
-    deleted, _ = FinishedJob.objects.filter(finished_at__lt=older_than).delete()
-    return deleted
+def prune(*, older_than: datetime, chunk: int = PRUNE_CHUNK_ROWS) -> int:
+    """Delete rows that finished before ``older_than``; returns how many.
+    Indexed DELETEs of at most ``chunk`` rows each, so that a large backlog of
+    expired rows (after a long stop) never holds the database's write lock
+    for long."""
+    total = 0
+    while True:
+        oldest = FinishedJob.objects.filter(finished_at__lt=older_than).order_by().values("pk")[:chunk]
+        deleted, _ = FinishedJob.objects.filter(pk__in=oldest).delete()
+        total += deleted
+        if deleted < chunk:
+            return total
 
 
 @dataclass(slots=True)

@@ -179,7 +179,7 @@ def test_rows_past_the_retention_are_not_shown_and_are_pruned(
 
     assert 'data-testid="job-unknown"' in operator.get(f"/jobs/{old}/").content.decode()
     assert 'data-testid="finished"' in operator.get(f"/jobs/{new}/").content.decode()
-    assert prune(older_than=utc_now() - timedelta(seconds=config.finished_retention_seconds())) == 1
+    assert prune(older_than=utc_now() - timedelta(seconds=config.finished_retention_seconds()), chunk=1) == 1
     assert list(FinishedJob.objects.values_list("job_id", flat=True)) == [new]
 
 
