@@ -12,16 +12,19 @@ database: throughput does not change, and a database that is down or slow
 costs finished-job rows, never commits.
 
 What a crash can lose: the backlog lives in the leader's memory, so a
-leader that dies between a commit and the insert of its rows (normally a
-few milliseconds; as long as the database is down) loses those rows; the
-jobs themselves left the queue as they should, and their queue's counters
-count them. A backlog over ``max_backlog`` (the database down for long)
-drops its oldest departures, counted in :attr:`RecorderStats.dropped` and
-logged. Nothing here can lose or delay a job in ``queue.json``.
+leader that dies between a commit and the insert of its rows (up to a
+quarter of a second; as long as the database is down) loses those rows. A
+process that exits normally writes them first (for up to
+:data:`EXIT_SECONDS`). The jobs themselves left the queue as they should,
+and their queue's counters count them. A backlog over ``max_backlog`` (the
+database down for long) drops its oldest departures, counted in
+:attr:`RecorderStats.dropped` and logged. Nothing here can lose or delay a
+job in ``queue.json``.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -39,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Departures held in memory at most while the database lags or is down.
 DEFAULT_MAX_BACKLOG = 100_000
+#: How long a process that exits normally waits for its backlog to be written.
+EXIT_SECONDS = 5.0
 #: Until a retention is given (queueadmin.config's default is the same).
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 #: Rows per INSERT.
@@ -273,6 +278,9 @@ def shared_recorder(*, retention_seconds: float | None = None) -> FinishedRecord
     with _lock:
         if _shared is None:
             _shared = FinishedRecorder(retention_seconds=retention_seconds or DEFAULT_RETENTION_SECONDS)
+            # A process that exits normally (daphne stopped by a signal it
+            # handles) writes what it holds first; only a crash loses it.
+            atexit.register(_shared.stop, timeout=EXIT_SECONDS)
         if retention_seconds is not None:
             _shared.retention_seconds = retention_seconds
         return _shared

@@ -11,11 +11,16 @@ gets a recorder of its own (elsewhere, tests record nothing: see
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -41,6 +46,8 @@ if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOKEN = "test-token-0123456789"
 
@@ -344,3 +351,29 @@ def test_the_job_page_says_so_when_the_records_cannot_be_read(
     assert response.status_code == 200
     assert 'data-testid="finished-error"' in response.content.decode()
     assert "the database is locked" in response.content.decode()
+
+
+AT_EXIT = """
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from engine import Departure, Job, utc_now
+from queueadmin.history.recorder import shared_recorder
+recorder = shared_recorder()
+recorder.linger_seconds = 600  # it would wait for more departures far longer than this process lives
+job = Job(id="written-at-exit", queue="q", payload=b"1", status="pending", attempts=0, max_attempts=3,
+          enqueued_at=utc_now())
+recorder.offer([Departure("purged", utc_now(), job)])
+"""
+
+
+def test_a_process_that_exits_normally_writes_its_backlog_first(tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_", "DATABASE_URL"))}
+    env.update(DATABASE_URL=f"sqlite:///{database}", DJANGO_SETTINGS_MODULE="queueadmin.settings", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", AT_EXIT], env=env, cwd=ROOT, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT job_id, how FROM queueadmin_finishedjob").fetchall()
+    assert rows == [("written-at-exit", "purged")]
