@@ -1,7 +1,8 @@
 """Finished jobs stay findable, in a real browser against a real daphne node
 and a real worker process: a job completes, leaves queue.json, and its page
-still shows how it finished, on which worker, after how many attempts; an
-id that never existed says so and names the retention.
+still shows how it finished, on which worker, after how many attempts; a job
+purged from its page shows who purged it and why; an id that never existed
+says so and names the retention.
 
 The fixtures (``browser``, ``node``) and helpers are in tests/e2e/browser.py.
 """
@@ -12,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.e2e.browser import shot, signed_in, submit
-from tests.e2e.harness import Cluster, Node
+from tests.e2e.harness import Cluster, Node, api
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -43,6 +44,18 @@ def test_a_completed_job_keeps_its_page(browser: Browser, node: tuple[Cluster, N
         expect(page.get_by_text("completed by finished-worker")).to_be_visible()
         expect(page.get_by_test_id("finished-payload")).to_contain_text("ada@example.com")
         shot(page, "job-finished")
+
+        # Purged from its own page: the page then says by whom and why.
+        [pending_id] = api(server, "POST", "/api/v1/jobs", {"queue": "finished", "jobs": [{"payload": 1}]}).json()[
+            "ids"
+        ]
+        page.goto(f"{server.url}/jobs/{pending_id}/")
+        expect(page.get_by_test_id("job-status")).to_have_text("pending")
+        page.get_by_role("button", name="Purge", exact=True).click()
+        page.get_by_test_id("reason").fill("pushed by mistake")
+        page.get_by_test_id("run-action").click()
+        expect(page.get_by_test_id("job-status")).to_have_text("purged", timeout=10_000)
+        expect(page.get_by_test_id("finished-purge")).to_contain_text("“pushed by mistake”")
 
         page.goto(f"{server.url}/jobs/never-was-a-job/")
         expect(page.get_by_test_id("job-status")).to_have_text("not in the document")
