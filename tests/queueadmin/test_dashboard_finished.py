@@ -368,6 +368,7 @@ recorder.offer([Departure("purged", utc_now(), job)])
 """
 
 
+@pytest.mark.slow  # a Python process that migrates a database
 def test_a_process_that_exits_normally_writes_its_backlog_first(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite3"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_", "DATABASE_URL"))}
