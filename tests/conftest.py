@@ -21,7 +21,12 @@ TESTS = Path(__file__).resolve().parent
 # (``make test-fast``) never depends on a module remembering its pytestmark.
 MARKERS_BY_FOLDER = {TESTS / "e2e": "e2e", TESTS / "fuzz": "fuzz"}
 
-pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures", "tests.queueadmin.node_fixtures"]
+pytest_plugins = [
+    "tests.s3_fixtures",
+    "tests.cloud_fixtures",
+    "tests.queueadmin.dashboard_fixtures",
+    "tests.queueadmin.node_fixtures",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
