@@ -302,7 +302,8 @@ class AzureBlobStore(ObjectStore):
 
 def _error_code(exc: HttpResponseError) -> str:
     # Set by azure-storage-blob's error handling, not declared on azure-core's class.
-    return str(getattr(exc, "error_code", None) or "")
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")  # a StorageErrorCode (a str enum) or a plain string
 
 
 def _parse_connection_string(text: str) -> dict[str, str]:

@@ -273,6 +273,11 @@ class GCSStore(ObjectStore):
                 self._client = storage.Client(
                     project=project or PLACEHOLDER_PROJECT, credentials=credentials, client_options=options
                 )
+                # google-cloud-storage 3.x fetches bucket metadata in a background
+                # thread, for trace attributes only: an extra request (and an IAM
+                # permission, storage.buckets.get) the engine neither needs nor
+                # counts (I11). The library checks this attribute before fetching.
+                self._client._bucket_metadata_cache = None
                 self._bucket = self._client.bucket(self.bucket)
             return self._client
 
@@ -280,6 +285,11 @@ class GCSStore(ObjectStore):
         """Raise the engine error for a google-cloud-storage failure, chained to it."""
         where = f"{op} {key or '(all)'} in {self.describe()}"
         if isinstance(exc, auth_exc.DefaultCredentialsError):
+            if self.anonymous:  # a 401 makes the session refresh anonymous credentials, which can't
+                raise StoreConfigError(
+                    f"{where}: the store refused anonymous access to bucket {self.bucket!r} "
+                    "(anonymous=true is for emulators)"
+                ) from exc
             raise StoreConfigError(f"{_NO_CREDENTIALS} ({where})") from exc
         if isinstance(exc, _TRANSIENT_ERRORS):
             landed = "; the write may have landed" if op == "put" else ""

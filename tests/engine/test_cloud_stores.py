@@ -1,0 +1,704 @@
+"""What the contract suite cannot show about the ``gs://`` and ``az://`` stores.
+
+* The emulators themselves refuse stale conditional writes: single raw HTTP
+  requests, with no client library in between (so a refusal is the
+  emulator's, not client-side logic).
+* Concurrent conditional writers on one object: exactly one wins per version.
+* Error mapping the emulators cannot produce (503, 429, 403, timeouts, a
+  write whose response is lost) against a scripted HTTP server on 127.0.0.1,
+  and that a write is sent exactly once (never retried by the library).
+* URLs, options, missing buckets and containers.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
+from engine.stores import ObjectStore, open_store
+from engine.stores.azure import AzureBlobStore
+from engine.stores.gcs import GCSStore
+from tests.cloud_fixtures import AZURITE_ACCOUNT, AZURITE_KEY, AzureTarget, azurite_connection_string
+
+WRITERS = 8
+ROUNDS = 12
+
+# -- the emulators enforce the preconditions on single requests -------------------------
+
+
+def _gcs_upload(endpoint: str, bucket: str, name: str, data: bytes, generation: int) -> httpx.Response:
+    """One multipart upload (the kind google-cloud-storage sends for documents up to 8 MiB) with
+    ``ifGenerationMatch``. fake-gcs-server ignores the condition on ``uploadType=media``, which
+    this store never sends; it honours it on multipart and resumable uploads."""
+    boundary = "queueadmin-boundary"
+    body = (
+        (
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
+            f"{json.dumps({'name': name})}\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return httpx.post(
+        f"{endpoint}/upload/storage/v1/b/{bucket}/o",
+        params={"uploadType": "multipart", "ifGenerationMatch": str(generation)},
+        content=body,
+        headers={"Content-Type": f"multipart/related; boundary={boundary}"},
+        timeout=10,
+    )
+
+
+def test_fake_gcs_server_refuses_a_second_create_and_a_stale_generation(fake_gcs_server: str, gcs_bucket: str) -> None:
+    created = _gcs_upload(fake_gcs_server, gcs_bucket, "q/queue.json", b"v1", 0)
+    assert created.status_code == 200, created.text
+    first = int(created.json()["generation"])
+
+    again = _gcs_upload(fake_gcs_server, gcs_bucket, "q/queue.json", b"v1 again", 0)
+    replaced = _gcs_upload(fake_gcs_server, gcs_bucket, "q/queue.json", b"v2", first)
+    stale = _gcs_upload(fake_gcs_server, gcs_bucket, "q/queue.json", b"v3", first)
+
+    assert again.status_code == 412
+    assert replaced.status_code == 200 and int(replaced.json()["generation"]) != first
+    assert stale.status_code == 412
+    store = GCSStore(bucket=gcs_bucket, prefix="q", endpoint_url=fake_gcs_server)
+    blob = store.get("queue.json")
+    assert blob is not None and (blob.data, blob.etag) == (b"v2", replaced.json()["generation"])
+    store.close()
+
+
+def _azure_sas(endpoint: str) -> str:
+    return generate_account_sas(
+        AZURITE_ACCOUNT,
+        AZURITE_KEY,
+        resource_types=ResourceTypes(object=True),
+        permission=AccountSasPermissions(read=True, write=True, create=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+
+
+def _azure_put(endpoint: str, container: str, name: str, data: bytes, **conditions: str) -> httpx.Response:
+    headers = {"x-ms-blob-type": "BlockBlob", "x-ms-version": "2025-01-05", "Content-Type": "application/octet-stream"}
+    headers.update({k.replace("_", "-").title(): v for k, v in conditions.items()})
+    return httpx.put(f"{endpoint}/{container}/{name}?{_azure_sas(endpoint)}", content=data, headers=headers, timeout=10)
+
+
+def test_azurite_refuses_create_over_an_existing_blob_and_a_stale_if_match(azure_target: AzureTarget) -> None:
+    endpoint, container = azure_target.endpoint, azure_target.container
+
+    created = _azure_put(endpoint, container, "q/queue.json", b"v1", if_none_match="*")
+    assert created.status_code == 201, created.text
+    first = created.headers["ETag"]
+    again = _azure_put(endpoint, container, "q/queue.json", b"v1 again", if_none_match="*")
+    replaced = _azure_put(endpoint, container, "q/queue.json", b"v2", if_match=first)
+    stale = _azure_put(endpoint, container, "q/queue.json", b"v3", if_match=first)
+    missing = _azure_put(endpoint, container, "q/other.json", b"v3", if_match=first)
+
+    assert again.status_code == 409 and again.headers["x-ms-error-code"] == "BlobAlreadyExists"
+    assert replaced.status_code == 201 and replaced.headers["ETag"] != first
+    assert stale.status_code == 412 and stale.headers["x-ms-error-code"] == "ConditionNotMet"
+    assert missing.status_code in (404, 412)
+    store = AzureBlobStore(container=container, prefix="q", connection_string=azure_target.connection_string)
+    blob = store.get("queue.json")
+    assert blob is not None and (blob.data, blob.etag) == (b"v2", replaced.headers["ETag"])
+    assert store.get("other.json") is None
+    store.close()
+
+
+# -- concurrent writers: one winner per version -------------------------------------------
+
+
+@pytest.fixture(params=["gcs", "azure"])
+def cloud_store_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[], ObjectStore]]:
+    """Makes independent stores (own clients, own connections) on one fresh bucket or container."""
+    opened: list[ObjectStore] = []
+    if request.param == "gcs":
+        url = request.getfixturevalue("gcs_url")
+
+        def make() -> ObjectStore:
+            opened.append(open_store(url))
+            return opened[-1]
+    else:
+        target: AzureTarget = request.getfixturevalue("azure_target")
+
+        def make() -> ObjectStore:
+            opened.append(open_store(target.url, azure_connection_string=target.connection_string))
+            return opened[-1]
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+def test_concurrent_conditional_writers_one_winner_per_version(cloud_store_factory: Callable[[], ObjectStore]) -> None:
+    """WRITERS stores race a replace of the same version, ROUNDS times.
+
+    Both emulators serialise conditional writes on one object (fake-gcs-server
+    under a lock, Azurite on Node's one thread with the condition checked in
+    the same metadata transaction as the write), so exactly one writer wins
+    each round. Real GCS and Azure guarantee this by their documented
+    preconditions; the emulators are the stand-ins checked here.
+    """
+    stores = [cloud_store_factory() for _ in range(WRITERS)]
+    etag = stores[0].put("queue.json", b"round-0", if_none_match=True)
+    barrier = threading.Barrier(WRITERS)
+
+    def attempt(index: int, expected: str, round_: int) -> str | None:
+        barrier.wait()
+        try:
+            return stores[index].put("queue.json", f"round-{round_}-writer-{index}".encode(), if_match=expected)
+        except PreconditionFailed:
+            return None
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        for round_ in range(1, ROUNDS + 1):
+            results = list(pool.map(attempt, range(WRITERS), [etag] * WRITERS, [round_] * WRITERS))
+            winners = [(i, new) for i, new in enumerate(results) if new is not None]
+            assert len(winners) == 1, f"round {round_}: {len(winners)} writers won"
+            ((winner, etag),) = winners
+            blob = stores[0].get("queue.json")
+            assert blob is not None
+            assert (blob.data, blob.etag) == (f"round-{round_}-writer-{winner}".encode(), etag)
+
+
+def test_concurrent_creates_one_winner(cloud_store_factory: Callable[[], ObjectStore]) -> None:
+    stores = [cloud_store_factory() for _ in range(WRITERS)]
+    barrier = threading.Barrier(WRITERS)
+
+    def attempt(index: int) -> bool:
+        barrier.wait()
+        try:
+            stores[index].put("queue.json", f"writer-{index}".encode(), if_none_match=True)
+        except PreconditionFailed:
+            return False
+        return True
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        won = list(pool.map(attempt, range(WRITERS)))
+
+    assert won.count(True) == 1
+    blob = stores[0].get("queue.json")
+    assert blob is not None and blob.data == f"writer-{won.index(True)}".encode()
+
+
+# -- missing bucket or container, URLs --------------------------------------------------
+
+
+def test_gcs_missing_bucket_is_a_config_error(fake_gcs_server: str) -> None:
+    store = GCSStore(bucket="no-such-bucket-here", endpoint_url=fake_gcs_server)
+    try:
+        for call in (lambda: store.put("queue.json", b"x", if_none_match=True), lambda: store.list()):
+            with pytest.raises(StoreConfigError, match="no-such-bucket-here"):
+                call()
+    finally:
+        store.close()
+
+
+def test_azure_missing_container_is_a_config_error(azurite: str) -> None:
+    store = AzureBlobStore(container="no-such-container", connection_string=azurite_connection_string(azurite))
+    try:
+        for call in (
+            lambda: store.get("queue.json"),
+            lambda: store.etag("queue.json"),
+            lambda: store.put("queue.json", b"x", if_none_match=True),
+            lambda: store.list(),
+            lambda: store.delete("queue.json"),
+        ):
+            with pytest.raises(StoreConfigError, match="no-such-container"):
+                call()
+    finally:
+        store.close()
+
+
+def test_azure_wrong_key_is_a_config_error_without_echoing_it(azure_target: AzureTarget) -> None:
+    wrong = azure_target.connection_string.replace(AZURITE_KEY, "d3Jvbmcta2V5LWh1bnRlcjI=")
+    store = AzureBlobStore(container=azure_target.container, connection_string=wrong, max_attempts=1)
+    try:
+        with pytest.raises(StoreConfigError, match="refused access") as info:
+            store.get("queue.json")
+        assert "d3Jvbmcta2V5" not in str(info.value)
+    finally:
+        store.close()
+
+
+def test_gcs_without_credentials_is_a_config_error(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.setenv("NO_GCE_CHECK", "true")  # never probe a metadata server
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    store = GCSStore(bucket="some-bucket", endpoint_url="https://storage.example.invalid")
+    try:
+        with pytest.raises(StoreConfigError, match="no Google Cloud credentials found"):
+            store.get("queue.json")
+    finally:
+        store.close()
+
+
+def test_open_store_opens_gcs_and_azure() -> None:
+    gcs = open_store("gs://my-bucket/queues/prod?endpoint_url=http%3A%2F%2F127.0.0.1%3A4443&read_retry_seconds=0")
+    assert isinstance(gcs, GCSStore)
+    assert (gcs.bucket, gcs.prefix, gcs.endpoint_url, gcs.anonymous) == (
+        "my-bucket",
+        "queues/prod/",
+        "http://127.0.0.1:4443",
+        True,
+    )
+    assert gcs.describe() == "gs://my-bucket/queues/prod at http://127.0.0.1:4443"
+    real = open_store("gs://my-bucket/q?project=my-project")
+    assert isinstance(real, GCSStore) and not real.anonymous and real.endpoint_url is None
+    az = open_store("az://my-container/q?account=myaccount")
+    assert isinstance(az, AzureBlobStore)
+    assert az.describe() == "az://my-container/q at https://myaccount.blob.core.windows.net"
+    secret = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=aHVudGVyMi1zZWNyZXQ=;EndpointSuffix=x"
+    with_string = open_store("az://my-container/q", azure_connection_string=secret)
+    assert "aHVudGVy" not in with_string.describe()
+    for store in (gcs, real, az, with_string):
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("gs://bucket/p?colour=blue", "colour"),
+        ("gs://bucket/p?anonymous=maybe", "anonymous"),
+        ("gs://bucket/p?read_timeout=-1", "read_timeout"),
+        ("gs://bucket/p?endpoint_url=ftp://host", "endpoint_url"),
+        ("gs://Bucket/p", "bucket"),
+        ("gs:///p", "bucket"),
+        ("gs://bucket/a/../b", "prefix"),
+        ("az://container/p", "account"),
+        ("az://container/p?account=ab", "account"),
+        ("az://container/p?account=acct&endpoint_url=http://127.0.0.1:1", "not both"),
+        ("az://Container/p?account=acct", "container"),
+        ("az://container/p?account=acct&max_attempts=0", "max_attempts"),
+        ("az://container/p?account=acct&colour=blue", "colour"),
+    ],
+)
+def test_bad_cloud_urls_are_config_errors(url: str, message: str) -> None:
+    with pytest.raises(StoreConfigError, match=message):
+        open_store(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "gs://hunter2-secret:x@bucket/prefix",
+        "gs://bucket/prefix?endpoint_url=http://user:hunter2-secret@127.0.0.1:4443",
+        "az://hunter2-secret:x@container/prefix",
+        "az://container/prefix?endpoint_url=http://user:hunter2-secret@127.0.0.1:10000",
+    ],
+)
+def test_credentials_in_cloud_urls_are_refused_without_echoing_them(url: str) -> None:
+    with pytest.raises(StoreConfigError) as info:
+        open_store(url)
+    assert "hunter2" not in str(info.value)
+    assert "credentials" in str(info.value)
+
+
+def test_a_malformed_connection_string_is_not_echoed() -> None:
+    with pytest.raises(StoreConfigError) as info:
+        open_store("az://container/p", azure_connection_string="AccountKeyhunter2-secret")
+    assert "hunter2" not in str(info.value)
+
+
+# -- error mapping against a scripted server ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """One scripted HTTP answer. ``drop``: read the request, then close without answering."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0
+    drop: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class Script:
+    replies: deque[Reply]
+    seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
+            reply = script.replies.popleft() if script.replies else Reply(status=500, body=b"unexpected request")
+            if reply.delay:
+                script.release.wait(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                return
+            try:
+                self.send_response(reply.status)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply.body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., tuple[Script, str]]]:
+    """Start a scripted HTTP server on 127.0.0.1; return its script and endpoint."""
+    started: list[tuple[ThreadingHTTPServer, threading.Thread, Script]] = []
+
+    def start(*replies: Reply) -> tuple[Script, str]:
+        script = Script(deque(replies))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        started.append((server, thread, script))
+        return script, f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server, thread, script in started:
+        script.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+Scripted = Callable[..., tuple[Script, str]]
+
+
+def _gcs_error(status: int, reason: str = "") -> Reply:
+    body = json.dumps({"error": {"code": status, "message": reason or "scripted", "errors": [{"reason": reason}]}})
+    return Reply(status=status, body=body.encode(), headers=(("Content-Type", "application/json"),))
+
+
+def _gcs_uploaded(generation: int) -> Reply:
+    body = json.dumps({"bucket": "bucket", "name": "q/queue.json", "generation": str(generation), "size": "1"})
+    return Reply(status=200, body=body.encode(), headers=(("Content-Type", "application/json"),))
+
+
+def _gcs_store(endpoint: str, **kwargs: float) -> GCSStore:
+    options: dict[str, float] = {"read_retry_seconds": 0, "read_timeout": 5.0, **kwargs}
+    return GCSStore(bucket="bucket", prefix="q", endpoint_url=endpoint, **options)
+
+
+def test_gcs_get_takes_the_generation_from_the_download(scripted: Scripted) -> None:
+    script, endpoint = scripted(Reply(status=200, body=b"document", headers=(("x-goog-generation", "42"),)))
+    store = _gcs_store(endpoint)
+
+    blob = store.get("queue.json")
+
+    assert blob is not None and (blob.data, blob.etag) == (b"document", "42")
+    assert [(s.method, urlsplit(s.path).path) for s in script.seen] == [
+        ("GET", "/download/storage/v1/b/bucket/o/q%2Fqueue.json")
+    ]
+    store.close()
+
+
+def test_gcs_put_sends_the_generation_conditions_once(scripted: Scripted) -> None:
+    script, endpoint = scripted(_gcs_uploaded(7), _gcs_uploaded(8), _gcs_uploaded(9))
+    store = _gcs_store(endpoint)
+
+    assert store.put("queue.json", b"a", if_none_match=True) == "7"
+    assert store.put("queue.json", b"b", if_match="7") == "8"
+    assert store.put("queue.json", b"c") == "9"
+
+    queries = [parse_qs(urlsplit(s.path).query) for s in script.seen]
+    assert [s.method for s in script.seen] == ["POST"] * 3
+    assert [q.get("ifGenerationMatch") for q in queries] == [["0"], ["7"], None]
+    store.close()
+
+
+def test_gcs_etag_is_one_metadata_request(scripted: Scripted) -> None:
+    body = json.dumps({"bucket": "bucket", "name": "q/queue.json", "generation": "5"}).encode()
+    script, endpoint = scripted(Reply(status=200, body=body, headers=(("Content-Type", "application/json"),)))
+    store = _gcs_store(endpoint)
+
+    assert store.etag("queue.json") == "5"
+
+    (seen,) = script.seen
+    assert seen.method == "GET" and urlsplit(seen.path).path == "/storage/v1/b/bucket/o/q%2Fqueue.json"
+    assert "alt=media" not in seen.path
+    store.close()
+
+
+@pytest.mark.parametrize("status", [412, 409])
+def test_gcs_refused_condition_is_precondition_failed(scripted: Scripted, status: int) -> None:
+    _, endpoint = scripted(_gcs_error(status, "conditionNotMet"), _gcs_error(status, "conditionNotMet"))
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(PreconditionFailed):
+        store.put("queue.json", b"x", if_match="3")
+    with pytest.raises(PreconditionFailed):
+        store.put("queue.json", b"x", if_none_match=True)
+    store.close()
+
+
+def test_gcs_a_foreign_etag_matches_nothing(scripted: Scripted) -> None:
+    script, endpoint = scripted()
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(PreconditionFailed):
+        store.put("queue.json", b"x", if_match='"d41d8cd98f00b204e9800998ecf8427e"')
+    assert script.seen == []
+    store.close()
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+def test_gcs_transient_errors_are_unavailable_and_writes_are_sent_once(scripted: Scripted, status: int) -> None:
+    script, endpoint = scripted(*[_gcs_error(status)] * 3)
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match="3")
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable):
+        store.list()
+    assert len(script.seen) == 3  # each once: writes are never retried, reads were told not to be
+    store.close()
+
+
+# google-cloud-storage's download retry drops the failed (streamed) response without
+# closing it; its socket is closed when collected. Collect it here, not in a later test.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_gcs_reads_are_retried_within_their_budget(scripted: Scripted) -> None:
+    script, endpoint = scripted(_gcs_error(503), Reply(status=200, body=b"doc", headers=(("x-goog-generation", "4"),)))
+    store = _gcs_store(endpoint, read_retry_seconds=10)
+
+    blob = store.get("queue.json")
+
+    assert blob is not None and blob.etag == "4"
+    assert [s.method for s in script.seen] == ["GET", "GET"]
+    store.close()
+    gc.collect()
+
+
+def test_gcs_a_write_whose_response_is_lost_is_ambiguous(scripted: Scripted) -> None:
+    script, endpoint = scripted(Reply(drop=True), _gcs_error(412))
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match="3")
+    assert len(script.seen) == 1  # not retried: a retry would see our own write as a lost race
+    store.close()
+
+
+def test_gcs_read_timeout_is_unavailable(scripted: Scripted) -> None:
+    _, endpoint = scripted(Reply(delay=5, body=b"late", headers=(("x-goog-generation", "1"),)), Reply(delay=5))
+    store = _gcs_store(endpoint, read_timeout=0.3)
+
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match="3")
+    store.close()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gcs_refused_access_is_a_config_error(scripted: Scripted, status: int) -> None:
+    _, endpoint = scripted(*[_gcs_error(status)] * 2)
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(StoreConfigError, match="'bucket'"):
+        store.get("queue.json")
+    with pytest.raises(StoreConfigError, match="'bucket'"):
+        store.put("queue.json", b"x")
+    store.close()
+
+
+def test_gcs_other_client_errors_are_store_errors(scripted: Scripted) -> None:
+    _, endpoint = scripted(_gcs_error(400, "invalid"))
+    store = _gcs_store(endpoint)
+
+    with pytest.raises(StoreError) as info:
+        store.put("queue.json", b"x")
+    assert type(info.value) is StoreError
+    store.close()
+
+
+def test_gcs_connection_refused_is_unavailable() -> None:
+    store = _gcs_store(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_none_match=True)
+    store.close()
+
+
+def _azure_error(status: int, code: str) -> Reply:
+    body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>scripted</Message></Error>'
+    return Reply(
+        status=status, body=body.encode(), headers=(("Content-Type", "application/xml"), ("x-ms-error-code", code))
+    )
+
+
+def _azure_created(etag: str) -> Reply:
+    return Reply(status=201, headers=(("ETag", etag), ("Last-Modified", "Tue, 01 Dec 2026 00:00:00 GMT")))
+
+
+def _azure_store(endpoint: str, **kwargs: float) -> AzureBlobStore:
+    options: dict[str, float] = {"max_attempts": 1, "read_timeout": 5.0, **kwargs}
+    return AzureBlobStore(
+        container="ctr",
+        prefix="q",
+        connection_string=azurite_connection_string(f"{endpoint}/{AZURITE_ACCOUNT}"),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_azure_put_sends_the_conditions_once(scripted: Scripted) -> None:
+    script, endpoint = scripted(_azure_created('"e1"'), _azure_created('"e2"'), _azure_created('"e3"'))
+    store = _azure_store(endpoint)
+
+    assert store.put("queue.json", b"a", if_none_match=True) == '"e1"'
+    assert store.put("queue.json", b"b", if_match='"e1"') == '"e2"'
+    assert store.put("queue.json", b"c") == '"e3"'
+
+    assert [(s.method, s.path) for s in script.seen] == [("PUT", f"/{AZURITE_ACCOUNT}/ctr/q/queue.json")] * 3
+    create, replace, plain = (s.headers for s in script.seen)
+    assert create.get("If-None-Match") == "*" and "If-Match" not in create
+    assert replace.get("If-Match") == '"e1"' and "If-None-Match" not in replace
+    assert "If-Match" not in plain and "If-None-Match" not in plain
+    store.close()
+
+
+def test_azure_etag_is_one_head_request(scripted: Scripted) -> None:
+    script, endpoint = scripted(Reply(status=200, headers=(("ETag", '"e9"'), ("x-ms-blob-type", "BlockBlob"))))
+    store = _azure_store(endpoint)
+
+    assert store.etag("queue.json") == '"e9"'
+    assert [s.method for s in script.seen] == ["HEAD"]
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "create"),
+    [(412, "ConditionNotMet", False), (409, "BlobAlreadyExists", True), (412, "ConditionNotMet", True)],
+)
+def test_azure_refused_condition_is_precondition_failed(
+    scripted: Scripted, status: int, code: str, create: bool
+) -> None:
+    _, endpoint = scripted(_azure_error(status, code))
+    store = _azure_store(endpoint)
+
+    with pytest.raises(PreconditionFailed):
+        if create:
+            store.put("queue.json", b"x", if_none_match=True)
+        else:
+            store.put("queue.json", b"x", if_match='"old"')
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(503, "ServerBusy"), (500, "InternalError"), (429, "TooManyRequests"), (408, "OperationTimedOut")],
+)
+def test_azure_transient_errors_are_unavailable_and_writes_are_sent_once(
+    scripted: Scripted, status: int, code: str
+) -> None:
+    script, endpoint = scripted(*[_azure_error(status, code)] * 4)
+    store = _azure_store(endpoint, max_attempts=2)
+
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match='"old"')
+    assert len(script.seen) == 1  # a write is never retried, even with max_attempts=2
+    with pytest.raises(StoreUnavailable):
+        store.etag("queue.json")
+    if status >= 500:
+        assert len(script.seen) == 3  # reads get their two attempts
+    store.close()
+
+
+def test_azure_a_write_whose_response_is_lost_is_ambiguous(scripted: Scripted) -> None:
+    script, endpoint = scripted(Reply(drop=True), _azure_error(412, "ConditionNotMet"))
+    store = _azure_store(endpoint, max_attempts=3)
+
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match='"old"')
+    assert len(script.seen) == 1
+    store.close()
+
+
+def test_azure_read_timeout_is_unavailable(scripted: Scripted) -> None:
+    _, endpoint = scripted(Reply(delay=5), Reply(delay=5))
+    store = _azure_store(endpoint, read_timeout=0.3)
+
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_match='"old"')
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(403, "AuthenticationFailed"), (403, "AuthorizationPermissionMismatch"), (404, "ContainerNotFound")],
+)
+def test_azure_refused_access_is_a_config_error(scripted: Scripted, status: int, code: str) -> None:
+    _, endpoint = scripted(*[_azure_error(status, code)] * 3)
+    store = _azure_store(endpoint)
+
+    for call in (lambda: store.get("queue.json"), lambda: store.put("queue.json", b"x"), lambda: store.list()):
+        with pytest.raises(StoreConfigError, match="'ctr'") as info:
+            call()
+        assert AZURITE_KEY not in str(info.value)
+    store.close()
+
+
+def test_azure_other_client_errors_are_store_errors(scripted: Scripted) -> None:
+    _, endpoint = scripted(_azure_error(400, "InvalidHeaderValue"))
+    store = _azure_store(endpoint)
+
+    with pytest.raises(StoreError, match="InvalidHeaderValue") as info:
+        store.put("queue.json", b"x")
+    assert type(info.value) is StoreError
+    store.close()
+
+
+def test_azure_connection_refused_is_unavailable() -> None:
+    store = _azure_store(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(StoreUnavailable):
+        store.get("queue.json")
+    with pytest.raises(StoreUnavailable, match="may have landed"):
+        store.put("queue.json", b"x", if_none_match=True)
+    store.close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
