@@ -42,6 +42,7 @@ import threading
 from typing import Any, Final, NoReturn
 
 from azure.core import MatchConditions
+from azure.core.credentials import AzureSasCredential
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
@@ -112,7 +113,9 @@ class AzureBlobStore(ObjectStore):
                 "or give a connection string (AZURE_STORAGE_CONNECTION_STRING)"
             )
         if self.endpoint_url is None and self._connection is not None:
-            self.endpoint_url = self._connection.get("BlobEndpoint")
+            endpoint = _setting(self._connection, "BlobEndpoint")
+            if endpoint:
+                self.endpoint_url = endpoint.rstrip("/")
         if not connect_timeout > 0 or not read_timeout > 0:
             raise StoreConfigError("Azure connect_timeout and read_timeout must be positive")
         if max_attempts < 1:
@@ -252,11 +255,18 @@ class AzureBlobStore(ObjectStore):
     def _make_service(self, key: str) -> BlobServiceClient:
         try:
             if self._connection is not None:
-                connection = dict(self._connection)
-                if self.endpoint_url is not None:
-                    connection["BlobEndpoint"] = self.endpoint_url
-                text = ";".join(f"{k}={v}" for k, v in connection.items())
-                return BlobServiceClient.from_connection_string(text, **self._client_args)
+                text = ";".join(f"{k}={v}" for k, v in self._connection.items())
+                base = BlobServiceClient.from_connection_string(text, **self._client_args)
+                if self.endpoint_url is None or base.url.rstrip("/") == self.endpoint_url:
+                    return base
+                # endpoint_url overrides where the connection string points (an
+                # emulator on another port); its key or SAS still signs in.
+                credential: Any = base.credential
+                base.close()
+                sas = _setting(self._connection, "SharedAccessSignature")
+                if credential is None and sas:
+                    credential = AzureSasCredential(sas)
+                return BlobServiceClient(self.endpoint_url, credential=credential, **self._client_args)
             try:
                 from azure.identity import DefaultAzureCredential
             except ImportError as exc:
@@ -304,6 +314,14 @@ def _error_code(exc: HttpResponseError) -> str:
     # Set by azure-storage-blob's error handling, not declared on azure-core's class.
     code = getattr(exc, "error_code", None)
     return str(getattr(code, "value", code) or "")  # a StorageErrorCode (a str enum) or a plain string
+
+
+def _setting(connection: dict[str, str], name: str) -> str | None:
+    """A connection string setting by name, ignoring case as Azure does."""
+    for key, value in connection.items():
+        if key.lower() == name.lower():
+            return value
+    return None
 
 
 def _parse_connection_string(text: str) -> dict[str, str]:

@@ -702,3 +702,23 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("shape", ["development", "endpoint"])
+def test_azure_endpoint_url_overrides_the_connection_string(azure_target: AzureTarget, shape: str) -> None:
+    """``UseDevelopmentStorage=true`` (Azurite's default port) or a string naming another
+    endpoint, with ``endpoint_url`` pointing at the Azurite the tests run: its key still signs in."""
+    if shape == "development":
+        connection = "UseDevelopmentStorage=true"
+    else:
+        connection = azure_target.connection_string.replace(
+            azure_target.endpoint, "http://127.0.0.1:9/devstoreaccount1"
+        )
+    store = AzureBlobStore(
+        container=azure_target.container, endpoint_url=azure_target.endpoint, connection_string=connection
+    )
+    try:
+        etag = store.put("queue.json", b"x", if_none_match=True)
+        assert store.etag("queue.json") == etag
+    finally:
+        store.close()
