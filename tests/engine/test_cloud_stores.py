@@ -145,11 +145,11 @@ def cloud_store_factory(request: pytest.FixtureRequest) -> Iterator[Callable[[],
 def test_concurrent_conditional_writers_one_winner_per_version(cloud_store_factory: Callable[[], ObjectStore]) -> None:
     """WRITERS stores race a replace of the same version, ROUNDS times.
 
-    Both emulators serialise conditional writes on one object (fake-gcs-server
-    under a lock, Azurite on Node's one thread with the condition checked in
-    the same metadata transaction as the write), so exactly one writer wins
-    each round. Real GCS and Azure guarantee this by their documented
-    preconditions; the emulators are the stand-ins checked here.
+    Both emulators proved atomic here: exactly one writer wins every round,
+    the others get PreconditionFailed, and the object holds the winner's
+    bytes under the winner's ETag; a non-atomic emulator would show two
+    winners in some round. Real GCS and Azure Blob document their
+    preconditions as atomic; the emulators stand in for them here.
     """
     stores = [cloud_store_factory() for _ in range(WRITERS)]
     etag = stores[0].put("queue.json", b"round-0", if_none_match=True)
