@@ -1,6 +1,7 @@
 """A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
-folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite): real daphne nodes, producers and workers on the HTTP
-API, every fault kind, and every check of chaos/checker.py must hold.
+folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite):
+real daphne nodes, producers and workers on the HTTP API, every fault kind
+(three on the cloud stores), and every check of chaos/checker.py must hold.
 
 The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
 its figures are in docs/reliability.md.
