@@ -722,3 +722,13 @@ def test_azure_endpoint_url_overrides_the_connection_string(azure_target: AzureT
         assert store.etag("queue.json") == etag
     finally:
         store.close()
+
+
+def test_an_empty_object_round_trips(cloud_store_factory: Callable[[], ObjectStore]) -> None:
+    store = cloud_store_factory()
+    etag = store.put("empty.json", b"", if_none_match=True)
+
+    blob = store.get("empty.json")
+
+    assert blob is not None and (blob.data, blob.etag) == (b"", etag)
+    assert store.etag("empty.json") == etag
