@@ -53,7 +53,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
 from engine.stores.base import (
@@ -70,6 +70,9 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 10.0
 #: Attempts for reads, listing and delete (writes get exactly one).
 DEFAULT_MAX_ATTEMPTS: Final = 3
+#: Seconds between read attempts, give or take the jitter (the library takes whole seconds).
+RETRY_BACKOFF_SECONDS: Final = 1
+RETRY_JITTER_SECONDS: Final = 1
 _CONTAINER_MISSING: Final = "ContainerNotFound"
 _CONDITION_CODES: Final = frozenset({"ConditionNotMet", "BlobAlreadyExists", "TargetConditionNotMet"})
 _TRANSIENT_ERRORS: Final = (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError)
@@ -121,7 +124,11 @@ class AzureBlobStore(ObjectStore):
         if max_attempts < 1:
             raise StoreConfigError(f"Azure max_attempts must be at least 1, got {max_attempts}")
         self._client_args: dict[str, Any] = {
-            "retry_total": max_attempts - 1,
+            # The library's default waits 15 s and more between attempts, far
+            # beyond a standby's takeover interval; reads retry after about a second.
+            "retry_policy": LinearRetry(
+                backoff=RETRY_BACKOFF_SECONDS, random_jitter_range=RETRY_JITTER_SECONDS, retry_total=max_attempts - 1
+            ),
             "connection_timeout": connect_timeout,
             "read_timeout": read_timeout,
         }
