@@ -1,8 +1,11 @@
-"""Object stores: one contract (:class:`ObjectStore`), three backends, chosen by URL.
+"""Object stores: one contract (:class:`ObjectStore`), five backends, chosen by URL.
 
-A public module of the engine (see :mod:`engine`). ``S3Store`` lives in
-:mod:`engine.stores.s3` and is opened through :func:`open_store` (boto3 is
-slow to import, so only an ``s3://`` URL imports it); the fault-injecting
+A public module of the engine (see :mod:`engine`). ``S3Store``
+(:mod:`engine.stores.s3`), ``GCSStore`` (:mod:`engine.stores.gcs`) and
+``AzureBlobStore`` (:mod:`engine.stores.azure`) are opened through
+:func:`open_store`, which imports each only for its own URL scheme (their
+libraries are slow to import, and the GCS and Azure ones are optional
+extras); the fault-injecting
 wrapper for chaos runs is named by :func:`fault_store_url`.
 """
 
