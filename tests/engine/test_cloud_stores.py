@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import gc
 import json
+import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -732,3 +734,19 @@ def test_an_empty_object_round_trips(cloud_store_factory: Callable[[], ObjectSto
 
     assert blob is not None and (blob.data, blob.etag) == (b"", etag)
     assert store.etag("empty.json") == etag
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("gs://bucket/p", "engine.stores.gcs", "queueadmin[gcs]"),
+        ("az://ctr/p?account=acct", "engine.stores.azure", "queueadmin[azure]"),
+    ],
+)
+def test_a_missing_extra_is_a_config_error_saying_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, url: str, module: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if its library were not installed
+
+    with pytest.raises(StoreConfigError, match=re.escape(f"pip install '{extra}'")):
+        open_store(url)
