@@ -3,7 +3,8 @@
 * The emulators themselves refuse stale conditional writes: single raw HTTP
   requests, with no client library in between (so a refusal is the
   emulator's, not client-side logic).
-* Concurrent conditional writers on one object: exactly one wins per version.
+* Concurrent conditional writers on one object, as threads and as OS
+  processes: exactly one wins per version.
 * Error mapping the emulators cannot produce (503, 429, 403, timeouts, a
   write whose response is lost) against a scripted HTTP server on 127.0.0.1,
   and that a write is sent exactly once (never retried by the library).
@@ -14,15 +15,19 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
+import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -750,3 +755,68 @@ def test_a_missing_extra_is_a_config_error_saying_what_to_install(
 
     with pytest.raises(StoreConfigError, match=re.escape(f"pip install '{extra}'")):
         open_store(url)
+
+
+_RACER = """
+import sys, time
+from pathlib import Path
+from engine.errors import PreconditionFailed
+from engine.stores import open_store
+
+url, connection, etag, go, name = sys.argv[1:6]
+store = open_store(url, azure_connection_string=connection or None)
+store.etag("queue.json")  # connect first, so that the race is the writes
+Path(go).with_suffix("." + name).touch()
+while not Path(go).exists():
+    time.sleep(0.002)
+try:
+    print(store.put("queue.json", name.encode(), if_match=etag))
+except PreconditionFailed:
+    print("lost")
+store.close()
+"""
+PROCESSES = 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["gcs", "azure"])
+def test_concurrent_writer_processes_one_winner(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> None:
+    """The same race with writers in separate OS processes, as separate broker nodes would be."""
+    if backend == "gcs":
+        url, connection = request.getfixturevalue("gcs_url"), ""
+    else:
+        target: AzureTarget = request.getfixturevalue("azure_target")
+        url, connection = target.url, target.connection_string
+    store = open_store(url, azure_connection_string=connection or None)
+    etag = store.put("queue.json", b"start", if_none_match=True)
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, url, connection, etag, str(go), f"p{i}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(PROCESSES)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("go.p*"))) < PROCESSES:
+            assert time.monotonic() < deadline, "the racers did not start"
+            assert all(p.poll() is None for p in racers), "a racer died"
+            time.sleep(0.02)
+        go.touch()
+        outputs = [p.communicate(timeout=60)[0].strip() for p in racers]
+    finally:
+        for p in racers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    winners = [(i, out) for i, out in enumerate(outputs) if out != "lost"]
+    assert len(winners) == 1, outputs
+    ((winner, new_etag),) = winners
+    blob = store.get("queue.json")
+    assert blob is not None and (blob.data, blob.etag) == (f"p{winner}".encode(), new_etag)
+    store.close()
