@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import string
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,7 +94,14 @@ class Node:
         self.stop()
 
     def start(self) -> None:
-        """Start daphne and wait until it answers (the broker: until it leads)."""
+        """Start daphne and wait until it answers (the broker: until it leads).
+        A broker node's database is migrated first, as in production: the
+        leader records finished jobs there."""
+        if self.is_broker:
+            migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env(),
+                                     capture_output=True, timeout=STARTUP_TIMEOUT_SECONDS)
+            if migrate.returncode != 0:
+                raise NodeError(f"{self.name}: migrate failed: {migrate.stderr.decode(errors='replace')[-2000:]}")
         argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), self.app]
         self.child = Child(self.name, argv, log_path=self.log_path, env=self.env(), pipes=False)
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS

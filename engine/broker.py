@@ -53,7 +53,7 @@ from engine.errors import (
     StoreError,
 )
 from engine.lineage import Presence
-from engine.model import BrokerInfo, new_process_id, utc_now
+from engine.model import BrokerInfo, Departure, new_process_id, utc_now
 from engine.ops import Operation, TakeOver, Tick
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
@@ -97,6 +97,7 @@ class Broker:
         clock: Callable[[], datetime] = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         on_commit: Callable[[QueueState], None] | None = None,
+        on_departures: Callable[[list[Departure]], None] | None = None,
     ) -> None:
         if not 0 < heartbeat_seconds < takeover_seconds:
             raise ValueError("need 0 < heartbeat_seconds < takeover_seconds")
@@ -110,6 +111,10 @@ class Broker:
         self.clock = clock
         self.monotonic = monotonic
         self.on_commit = on_commit
+        #: Given to each committer while this node leads: the jobs each landed
+        #: commit removed (see :class:`~engine.model.Departure`). Runs on the
+        #: writer thread: it must only hand them over, never block.
+        self.on_departures = on_departures
         #: Long-poll claims waiting for work on this node (woken by its commits).
         self.waiters = WaitingClaims(clock=clock)
         self.role: Role = "stopped"
@@ -359,6 +364,7 @@ class Broker:
             writer_id=f"{self.id}/{secrets.token_hex(4)}",
             on_load=self._check_named,
             on_commit=self._committed,
+            on_departures=self.on_departures,
             presence=self.presence,
             stats=self.stats,
         )

@@ -16,6 +16,11 @@ A failed write is settled by re-reading the document:
   the same operations (job ids are fixed in the operations, so pushes are not
   duplicated). A lost race is counted and reported to ``on_lost_race``.
 
+Listeners (``on_commit``, ``on_departures``) run on the writer thread after a
+write lands, before its callers are answered: they must be quick and must
+not block (hand work to another thread). One that raises is logged and
+ignored; commits go on.
+
 A document that cannot be parsed is never overwritten (I6): the batch fails
 with DocumentError and the committer keeps refusing until it can read it. A
 document that this node read (or whose creation marker exists) and that is
@@ -54,7 +59,7 @@ from engine.errors import (
 )
 from engine.isolation import reapply_alone
 from engine.lineage import Presence
-from engine.model import new_writer_id, utc_now
+from engine.model import Departure, new_writer_id, utc_now
 from engine.ops import Operation, push_op
 from engine.pending import (
     FAILED,
@@ -120,6 +125,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_lost_race: Callable[[QueueState], None] | None = None,
         on_load: Callable[[QueueState], None] | None = None,
         on_commit: Callable[[QueueState], None] | None = None,
+        on_departures: Callable[[list[Departure]], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
         presence: Presence | None = None,
@@ -136,6 +142,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_lost_race = on_lost_race
         self.on_load = on_load
         self.on_commit = on_commit
+        # Jobs that left the document, per landed write (completed, purged,
+        # dead letters dropped); only kept when someone listens.
+        self.on_departures = on_departures
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
         # Whether the document existed (I10); a broker shares one across its committers.
@@ -514,6 +523,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
         self._last_seq = seq
         write = Write(batch, seq, parts, state)
+        write.departures = state.take_departures()
         if_match = state.etag
         write.created = if_match is None
         state.encoded(seq=seq, writer=self.writer_id)
@@ -559,6 +569,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
                     self.on_commit(done.state)
                 except Exception:  # a listener's bug must not break commits
                     log.exception("on_commit listener failed")
+            self._report_departures(done)
             return staged, done.batch
         if not isinstance(done.error, PreconditionFailed | StoreUnavailable):
             raise done.error
@@ -587,6 +598,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._unsettled.clear()
             self._state = fresh
             durable = landed.batch
+            self._report_departures(landed)
             answered = set(map(id, durable))
             redo = [p for p in redo if id(p) not in answered]
         else:
@@ -599,11 +611,21 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             redo = self._apply([], redo)
         return redo, durable
 
+    def _report_departures(self, write: Write) -> None:
+        """Hand ``write``'s departures to ``on_departures`` (it has landed)."""
+        if self.on_departures is not None and write.departures:
+            try:
+                self.on_departures(write.departures)
+            except Exception:  # a listener's bug must not break commits
+                log.exception("on_departures listener failed")
+
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)
         self.stats.reads += 1
         # Raises DocumentError (I6), or DocumentMissing for a document that existed (I10).
         state = state_of(self.key, blob, policy=self.policy, presence=self.presence, seq=self.committed_seq)
+        if self.on_departures is not None:
+            state.departures = []
         if blob is None:  # a fresh store: the first write creates the document
             self._committed = None
             self.committed_seq = 0

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from engine.finished import FinishedIds
-from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
+from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
 from engine.sequence import EncodedSequence
 
@@ -54,6 +54,9 @@ class QueueState:
         self.dead: dict[str, DeadLetter] = {}
         # Ids of jobs that left the document recently: the dedup window.
         self.finished = FinishedIds()
+        # Jobs that left since the last encoding, when someone listens for
+        # them (a committer with on_departures sets a list); None: not kept.
+        self.departures: list[Departure] | None = None
         self.dirty = False
         # Encoded jobs and dead letters, in document order. A job's slot in
         # _encoded_jobs is also its FIFO position.
@@ -108,8 +111,10 @@ class QueueState:
         self._encoded_dead.append(dead.id, encode_dead(dead))
         while len(self.dead) > self.policy.dead_letter_limit:
             oldest = next(iter(self.dead))
-            self.counters(self.remove_dead(oldest).queue).dead_dropped += 1
+            dropped = self.remove_dead(oldest)
+            self.counters(dropped.queue).dead_dropped += 1
             self.add_finished(oldest, dead.died_at)
+            self.departed("dropped", dropped, dead.died_at)
         self.dirty = True
 
     def remove_dead(self, job_id: str) -> DeadLetter:
@@ -117,6 +122,21 @@ class QueueState:
         self._encoded_dead.remove(job_id)
         self.dirty = True
         return dead
+
+    def departed(self, how: DepartureHow, item: Job | DeadLetter, at: datetime) -> None:
+        """Note that ``item`` left the document (see :class:`~engine.model.Departure`),
+        if departures are kept. Costs one append: it runs inside transitions."""
+        if self.departures is not None:
+            self.departures.append(Departure(how, at, item))
+
+    def take_departures(self) -> list[Departure]:
+        """The departures noted since the last call, and start a new list
+        (empty when departures are not kept)."""
+        taken = self.departures
+        if not taken:
+            return []
+        self.departures = []
+        return taken
 
     def add_finished(self, job_id: str, at: datetime) -> None:
         """Remember that ``job_id`` left the document at ``at`` (the dedup

@@ -147,6 +147,33 @@ class DeadLetter(NamedTuple):
     history: tuple[Attempt, ...] = ()
 
 
+#: Why a job left the document (see :class:`Departure`).
+DepartureHow = Literal["completed", "purged", "dropped"]
+
+
+class Departure(NamedTuple):
+    """A job that left the document, as the commit that removed it saw it last.
+
+    ``how`` says why it left, and ``item`` is what the document held just
+    before:
+
+    * ``completed``: its worker completed it; ``item`` is the running
+      :class:`Job`, whose ``lease`` is the attempt that succeeded;
+    * ``purged``: an operator's Purge removed it; ``item`` is the
+      :class:`Job` (pending or running) or the :class:`DeadLetter`;
+    * ``dropped``: a dead letter pushed out of the full list (the oldest
+      goes first, see ``Policy.dead_letter_limit``); ``item`` is the
+      :class:`DeadLetter`.
+
+    ``at`` is the leader's clock when it left. Reported, only once the commit
+    has landed, to a committer's ``on_departures`` listener.
+    """
+
+    how: DepartureHow
+    at: datetime
+    item: Job | DeadLetter
+
+
 @dataclass(slots=True, kw_only=True)
 class QueueCounters:
     """Running totals for one queue, kept in the document.

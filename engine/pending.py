@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.document import QueueState
 from engine.errors import EngineError
+from engine.model import Departure
 from engine.ops import Operation
 
 #: Upper bounds of :attr:`CommitStats.latency`'s buckets, in seconds.
@@ -133,7 +134,7 @@ FAILED = object()
 class Write:
     """One conditional PUT, run on the I/O thread."""
 
-    __slots__ = ("batch", "created", "done", "error", "etag", "parts", "seq", "started", "state")
+    __slots__ = ("batch", "created", "departures", "done", "error", "etag", "parts", "seq", "started", "state")
 
     def __init__(self, batch: list[Pending], seq: int, parts: list[bytes], state: QueueState) -> None:
         self.batch = batch
@@ -145,6 +146,8 @@ class Write:
         self.done = False
         self.etag: str | None = None
         self.error: EngineError | None = None
+        # The jobs this write removes from the document, reported once it lands.
+        self.departures: list[Departure] = []
 
 
 @dataclass(slots=True, eq=False)

@@ -147,6 +147,7 @@ def complete(state: QueueState, op: Complete, now: datetime) -> None:
     state.remove_job(job.id)
     state.add_finished(job.id, now)
     state.counters(job.queue).completed += 1
+    state.departed("completed", job, now)
 
 
 def _ended(job: Job, end: str, now: datetime, error: str | None = None) -> tuple[Attempt, ...]:
@@ -280,6 +281,7 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
+        state.departed("purged", removed, now)
     return ids
 
 

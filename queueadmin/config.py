@@ -37,6 +37,8 @@ MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_HTTP_IDLE_SECONDS = 30.0
 #: Default for ``QUEUE_TASK_RESULT_TTL_SECONDS`` and the tasks backend's ``RESULT_TTL_SECONDS``: a week.
 DEFAULT_RESULT_TTL_SECONDS = 7 * 24 * 3600.0
+#: Default for ``QUEUE_FINISHED_RETENTION_SECONDS``: a week.
+DEFAULT_FINISHED_RETENTION_SECONDS = 7 * 24 * 3600.0
 #: Default for ``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records the metrics history.
 DEFAULT_SAMPLE_SECONDS = 10.0
 
@@ -156,6 +158,13 @@ def policy() -> Policy:
     engine refuses.
     """
     return Policy(lease_seconds=lease_seconds(), max_payload_bytes=max_payload_bytes())
+
+
+def finished_retention_seconds() -> float:
+    """``QUEUE_FINISHED_RETENTION_SECONDS``: how long a job that left the
+    document stays findable by id (:data:`DEFAULT_FINISHED_RETENTION_SECONDS`
+    when absent)."""
+    return float(getattr(settings, "QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS))
 
 
 # -- the HTTP edge -------------------------------------------------------------------------

@@ -11,6 +11,8 @@ is on record as failed. The jobs an action touched are rows of
 beside the ``QUEUE_API_TOKEN`` setting. :class:`ForwardNonce` rows make each
 operator action a standby forwards to the leader usable once, on every node.
 :class:`ActionPlan` rows hold dry runs until they are run (I9).
+:class:`~queueadmin.history.records.FinishedJob` rows keep jobs that left
+``queue.json`` findable for a while (defined in :mod:`queueadmin.history`).
 
 :class:`AuditEntry.Action` names every audited action, once: its stored
 value and, for the dashboard, everything else about it (:class:`ActionSpec`).
@@ -38,6 +40,7 @@ from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine.ops import Operation, pause_op, purge_op, requeue_op
+from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise  # installed with django-stubs (dev only)

@@ -146,13 +146,17 @@ _broker: Broker | None = None
 
 def build_broker() -> Broker:
     """A new, unstarted Broker configured from the current Django settings
-    (through :mod:`queueadmin.config`), reporting its commits to :data:`commits`.
+    (through :mod:`queueadmin.config`), reporting its commits to :data:`commits`
+    and the jobs that leave the document to the finished-job recorder.
 
     Opens the store (no I/O except creating a local folder); raises
     StoreConfigError for a bad ``QUEUE_STORE_URL``. Tests call it after
     overriding settings to get a broker of their own.
     """
+    from queueadmin.history.recorder import shared_recorder  # a model module: imported once apps are ready
+
     policy = config.policy()
+    recorder = shared_recorder(retention_seconds=config.finished_retention_seconds())
     return Broker(
         config.open_queue_store(),
         url=config.advertise_url(),  # None: a single node that advertises nothing
@@ -160,6 +164,8 @@ def build_broker() -> Broker:
         heartbeat_seconds=config.heartbeat_seconds(),
         takeover_seconds=config.takeover_seconds(),
         on_commit=commits.notify,
+        # Jobs leaving the document are recorded off the commit path (queueadmin.history).
+        on_departures=recorder.offer,
     )
 
 

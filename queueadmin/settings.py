@@ -42,6 +42,10 @@ QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
 QUEUE_TASK_RESULT_TTL_SECONDS
                             how long a finished Django task's result is kept
                             under results/ in the store, seconds (604800)
+QUEUE_FINISHED_RETENTION_SECONDS
+                            how long a job that left queue.json (completed,
+                            purged, dropped from the dead letters) stays
+                            findable on its page, seconds (604800)
 QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
                             the API tokens (unset)
 QUEUE_METRICS_SAMPLE_SECONDS
@@ -63,6 +67,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from engine import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TAKEOVER_SECONDS
 from queueadmin.config import (
+    DEFAULT_FINISHED_RETENTION_SECONDS,
     DEFAULT_HTTP_IDLE_SECONDS,
     DEFAULT_RESULT_TTL_SECONDS,
     DEFAULT_SAMPLE_SECONDS,
@@ -302,6 +307,9 @@ QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", DEFAULT_HTTP_ID
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
+# A job that left queue.json keeps a row in the database this long, for its
+# page (queueadmin.history); the leader writes the rows off the commit path.
+QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS)
 # /metrics (docs/metrics.md) accepts the API tokens and this one, which reads nothing else.
 QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
 # The leader records a point of the metrics history this often (queueadmin.metrics.sampler).

@@ -72,3 +72,22 @@ def _no_real_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
     # The same for Google's chain (gcloud's folder, the GCE metadata server).
     monkeypatch.setenv("CLOUDSDK_CONFIG", os.devnull)
     monkeypatch.setenv("NO_GCE_CHECK", "true")
+
+
+class _NoRecorder:
+    """Stands in for the finished-job recorder (queueadmin.history): takes departures, records nothing."""
+
+    def offer(self, departures: object) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _finished_jobs_unrecorded(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brokers built in a test record no finished jobs unless it uses the
+    ``finished_recorder`` fixture: the recorder's thread writes to the
+    database outside the test's transaction (and after it, while it retries)."""
+    if "finished_recorder" in request.fixturenames:
+        return
+    from queueadmin.history import recorder
+
+    monkeypatch.setattr(recorder, "shared_recorder", lambda **kwargs: _NoRecorder())

@@ -9,12 +9,13 @@ a page and its live update cannot disagree.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from django.db import DatabaseError
 from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
@@ -22,6 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
+from queueadmin.history.records import FinishedJob, find, pretty_payload
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
 
 PAGE_SIZE = 50
@@ -233,7 +235,9 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
                 "result": result, "result_error": result_error,
                 "task": result.task if result is not None else None,
-                "task_call": task_call(result.task) if result is not None else None}
+                "task_call": task_call(result.task) if result is not None else None,
+                # Its finished-job record, if it left within the retention (overrides "events").
+                **finished_job(job_id, actions, snapshot.taken_at)}
     item, status = found
     # A job submitted from the dashboard: say who did it on the enqueue itself
     # (the audit entry is written just after the commit, so it sorts later).
@@ -242,16 +246,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     who = f" by {submitted.username}" if submitted is not None else ""
     events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
                                  f"enqueued on {item['queue']}{who}", submitted.reason if submitted else None)]
-    for attempt in item.get("history") or ():
-        events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
-                            f"claimed by {attempt['worker']}"))
-        if attempt["heartbeat_at"] != attempt["claimed_at"]:
-            events.append(Event(moment(attempt["heartbeat_at"]), "heartbeat",  # type: ignore[arg-type]
-                                f"last heartbeat from {attempt['worker']}"))
-        end = attempt["end"]
-        text = {"failed": "attempt failed", "expired": "lease expired", "requeued": "requeued by an operator"}[end]
-        events.append(Event(moment(attempt["ended_at"]), end, text, attempt.get("error"),  # type: ignore[arg-type]
-                            "warn" if end == "requeued" else "bad"))
+    events.extend(attempt_events(item.get("history") or ()))
     lease = item.get("lease")
     now = snapshot.taken_at
     lease_view = None
@@ -290,12 +285,95 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     }
 
 
+def attempt_events(history: Iterable[Doc]) -> list[Event]:
+    """The timeline of a job's finished attempts (the document's ``history``
+    entries, or a finished job's): each claim, last heartbeat and end. An
+    attempt that ended by leaving the document (completed, purged) has no end
+    event here: the caller says how the job finished."""
+    events = []
+    for attempt in history:
+        events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
+                            f"claimed by {attempt['worker']}"))
+        if attempt["heartbeat_at"] != attempt["claimed_at"]:
+            events.append(Event(moment(attempt["heartbeat_at"]), "heartbeat",  # type: ignore[arg-type]
+                                f"last heartbeat from {attempt['worker']}"))
+        end = attempt["end"]
+        text = {"failed": "attempt failed", "expired": "lease expired", "requeued": "requeued by an operator"}.get(end)
+        if text is not None:
+            events.append(Event(moment(attempt["ended_at"]), end, text, attempt.get("error"),  # type: ignore[arg-type]
+                                "warn" if end == "requeued" else "bad"))
+    return events
+
+
 def _action_events(actions: list[Any]) -> list[Event]:
     return [
         Event(a.created_at, "action", f"{a.action} by {a.username}" + ("" if a.outcome == "ok" else " (failed)"),
               a.reason, "warn" if a.outcome == "ok" else "bad")
         for a in actions
     ]
+
+
+# -- a finished job ----------------------------------------------------------------------------
+
+#: How each way of finishing shows: its badge tone.
+FINISHED_TONES = {"completed": "ok", "purged": "warn", "dropped": "bad"}
+
+
+def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, Any]:
+    """What the page of a job that is not in the document shows: its
+    finished-job record (:mod:`queueadmin.history`) when it left within the
+    retention, with the purge's audit entry (who and why) and a timeline;
+    otherwise only the retention, to say how far back the lookup reaches."""
+    retention = config.finished_retention_seconds()
+    context: dict[str, Any] = {"finished": None, "retention_seconds": retention, "finished_error": None}
+    try:
+        row = find(job_id, retention_seconds=retention, now=now)
+    except DatabaseError as exc:  # shown on the page: the queue itself does not need the database
+        context["finished_error"] = f"{type(exc).__name__}: {exc}"
+        return context
+    if row is None:
+        return context
+    # The purge's audit entry is written just after its commit: the latest ok one is it.
+    purge = next((a for a in reversed(actions) if a.action == "purge" and a.outcome == "ok"), None)
+    if row.how != FinishedJob.How.PURGED:
+        purge = None
+    submitted = next((a for a in actions if a.action == "submit" and a.outcome == "ok"), None)
+    others = [a for a in actions if a is not submitted and a is not purge]
+    who = f" by {submitted.username}" if submitted is not None else ""
+    events = [Event(row.enqueued_at, "enqueued", f"enqueued on {row.queue}{who}",
+                    submitted.reason if submitted else None)]
+    events.extend(attempt_events(row.history))
+    events.append(_finish_event(row, purge))
+    events.extend(_action_events(others))
+    events.sort(key=lambda e: e.at)
+    last_run = None  # how long the attempt that completed it ran
+    if row.history and row.history[-1]["end"] == "completed":
+        claimed = moment(row.history[-1]["claimed_at"])
+        last_run = (row.finished_at - claimed).total_seconds() if claimed is not None else None
+    context.update(
+        finished=row,
+        finished_tone=FINISHED_TONES.get(row.how, ""),
+        purge=purge,
+        events=events,
+        duration=row.duration.total_seconds(),
+        last_run=last_run,
+        kept_until=row.finished_at + timedelta(seconds=retention),
+        finished_payload=pretty_payload(row),
+        finished_attempts=[dict(a, **{k: moment(a[k]) for k in ("claimed_at", "heartbeat_at", "ended_at")})
+                           for a in row.history],
+    )
+    return context
+
+
+def _finish_event(row: FinishedJob, purge: Any) -> Event:
+    if row.how == FinishedJob.How.COMPLETED:
+        return Event(row.finished_at, "completed", f"completed by {row.worker or 'a worker'}", None, "ok")
+    if row.how == FinishedJob.How.PURGED:
+        if purge is None:
+            return Event(row.finished_at, "purged", "purged (not from the dashboard: no audit entry)", None, "warn")
+        return Event(row.finished_at, "purged", f"purged by {purge.username}", purge.reason, "warn")
+    return Event(row.finished_at, "dropped", "dropped from the dead letters (the list was full; the oldest goes "
+                 "first)", row.last_error or None, "bad")
 
 
 # -- leases and workers -----------------------------------------------------------------------
