@@ -236,6 +236,9 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
         "snapshot": snapshot,
         "queues": list(snapshot.queues),
         "statuses": STATUSES,
+        # Suggestions for the worker and error filters (workers seen lately, dead-letter signatures).
+        "worker_names": [w.name for w in snapshot.workers()],
+        "signatures": sorted({g.signature for g in snapshot.dead_groups()}),
         "filters": filters,
         "filter_query": filter_query,
         "filtered": any(filters.values()),

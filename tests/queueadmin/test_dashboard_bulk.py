@@ -364,3 +364,11 @@ def test_forget_on_a_standby_runs_on_the_leader(
         assert entry.outcome == "ok" and "on the leader http://leader.test:8000" in entry.detail
         assert "old" not in document(store)["queues"]
     assert actions.Action(entry.action) is actions.Action.FORGET
+
+
+def test_the_worker_and_error_filters_suggest_known_values(broker: Broker, viewer: Client) -> None:
+    fail_by(broker, "worker-7", error="KeyError: 'a'")
+    page = html.unescape(viewer.get("/jobs/").content.decode())
+    assert '<option value="worker-7">' in page
+    signature = error_signature("KeyError: 'a'")
+    assert f'<option value="{signature}">' in page
