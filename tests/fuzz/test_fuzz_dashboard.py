@@ -108,8 +108,9 @@ odd_payloads = st.one_of(
 odd_job_ids = st.one_of(st.sampled_from([".", "..", "...", "-", "a.", "x" * 200, ":", "_"]),
                         st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True))
 page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "page", "action", "outcome", "user",
-                                               "job"]),
-                              st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300]),
+                                               "job", "worker", "error", "sort"]),
+                              st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300, "w-fuzz",
+                                                         "boom", "age", "-attempts"]),
                                         st.text(max_size=10)), max_size=3)
 
 
