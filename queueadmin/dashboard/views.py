@@ -29,6 +29,7 @@ from queueadmin.dashboard import actions, pages, plans
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
+from queueadmin.metrics import history
 from queueadmin.models import AuditEntry
 
 VIEW = "queueadmin.view_dashboard"
@@ -80,6 +81,33 @@ def _job(snapshot: Snapshot, request: HttpRequest, job_id: str) -> dict[str, Any
     return pages.job(snapshot, job_id, job_actions(job_id))
 
 
+def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    context = pages.overview(snapshot)
+    sparks = history.sparklines([row["q"].name for row in context["rows"]], snapshot.taken_at)
+    for row in context["rows"]:
+        row["spark"] = sparks.get(row["q"].name)
+    return context
+
+
+def _queue(snapshot: Snapshot, request: HttpRequest, name: str) -> dict[str, Any]:
+    """One queue's page: its numbers now, and its charts over the chosen range."""
+    span = history.RANGES.get(request.GET.get("range") or "") or history.RANGES[history.DEFAULT_RANGE]
+    q = snapshot.queues.get(name)
+    oldest = q.oldest_pending_at if q is not None else None
+    step = history.seconds_per_step(span.step)
+    return {
+        "snapshot": snapshot,
+        "name": name,
+        "q": q,
+        "oldest_age": (snapshot.taken_at - oldest).total_seconds() if oldest is not None else None,
+        "range": span,
+        "ranges": list(history.RANGES.values()),
+        "resolution": pages.age_text(step),
+        "sample_seconds": history.seconds_per_step(history.RAW),
+        "charts": history.charts(name, span.key, snapshot.taken_at),
+    }
+
+
 def job_actions(job_id: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(jobs__job_id=job_id).order_by("created_at")[:200])
 
@@ -91,8 +119,9 @@ def _snapshot_only(build: Callable[[Snapshot], dict[str, Any]]) -> Callable[...,
 
 #: The live pages, by URL name: the views below and the live consumer both use this.
 LIVE_PAGES: dict[str, LivePage] = {
-    "overview": LivePage("queueadmin/dashboard/overview.html", _snapshot_only(pages.overview),
+    "overview": LivePage("queueadmin/dashboard/overview.html", _overview,
                          ("live-alerts", "live-queues", "live-broker")),
+    "queue": LivePage("queueadmin/dashboard/queue.html", _queue, ("live-queue",)),
     "jobs": LivePage("queueadmin/dashboard/jobs.html", _jobs, ("live-jobs",)),
     "job": LivePage("queueadmin/dashboard/job.html", _job, ("live-job",)),
     "workers": LivePage("queueadmin/dashboard/workers.html", _snapshot_only(pages.workers), ("live-workers",)),
@@ -120,6 +149,7 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
 
 
 overview = live_view("overview")
+queue = live_view("queue")
 jobs = live_view("jobs")
 job = live_view("job")
 workers = live_view("workers")
@@ -136,6 +166,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     can_submit = request.user.has_perm(AuditEntry.Action.SUBMIT.permission)
     form = SubmitForm(request.POST or None)
     created = None
+    again = False
     if request.method == "POST":
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
@@ -143,16 +174,26 @@ def submit(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             op = form.cleaned_data["op"]
             reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
-            created, refusal = actions.submit(op, user=request.user, reason=reason)
+            # The form's idempotency id is the job's id: a form posted again
+            # (double click, reload) pushes nothing more. Once its first post
+            # is audited it is not even sent again; while that post is still
+            # in flight the broker's dedup makes the second push a no-op.
+            again = actions.already_submitted(op.jobs[0].id)
+            if again:
+                created, refusal = op.jobs[0].id, None
+            else:
+                created, refusal = actions.submit(op, user=request.user, reason=reason)
             if refusal is not None:
                 form.add_error(None, refusal)
             else:
-                form = SubmitForm(initial={"queue": op.queue, "payload": request.POST.get("payload", "")})
+                # A fresh form: a new idempotency id, an empty payload.
+                form = SubmitForm(initial={"queue": op.queue, "payload": ""})
     status = 422 if request.method == "POST" and form.errors else 200
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
-    return render(request, template, {"form": form, "created": created, "can_submit": can_submit}, status=status)
+    return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit},
+                  status=status)
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queueadmin', '0005_audit_init'),
+        ('queueadmin', '0006_metric_point'),
     ]
 
     operations = [
