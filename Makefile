@@ -97,10 +97,12 @@ run: $(RUN_STAMP)
 	: "not exec'd by bash as the last command: it must be a job of its own"
 
 # Three nodes on one store under var/cluster/, two workers, demo jobs (manage.py cluster
-# says what runs where). The command stops everything itself on Ctrl-C; make is
-# told to ignore the interrupt so that it waits for that, and exits 0.
+# says what runs where). The command stops everything itself on Ctrl-C; set -m
+# makes it a foreground job of its own, as for make run, so the Ctrl-C reaches
+# it and not make, which exits 0.
 cluster: $(RUN_STAMP)
-	@trap '' INT; $(PY) manage.py cluster --port $(PORT)
+	@set -m; $(PY) manage.py cluster --port $(PORT); \
+	: "not exec'd by bash as the last command: it must be a job of its own"
 
 test: venv
 	mkdir -p var
