@@ -32,6 +32,7 @@ __all__ = [
     "Complete",
     "Expire",
     "Fail",
+    "ForgetQueue",
     "GetJob",
     "Heartbeat",
     "NewJob",
@@ -49,6 +50,7 @@ __all__ = [
     "complete_op",
     "encode_payload",
     "fail_op",
+    "forget_op",
     "get_job_op",
     "heartbeat_op",
     "pause_op",
@@ -165,6 +167,15 @@ class SetPaused:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetQueue:
+    """Remove an empty queue's entry (its counters and paused flag) from the
+    document. Refused, changing nothing, if the queue holds any job (pending,
+    running or dead) when the operation commits; see :func:`forget_op`."""
+
+    queue: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GetJob:
     """Read one job (pending, running or dead). Changes nothing; answered once
     every write before it has landed, so it never shows uncommitted state."""
@@ -189,7 +200,19 @@ class TakeOver:
 
 
 Operation = (
-    Push | Claim | Heartbeat | Complete | Fail | Expire | Requeue | Purge | SetPaused | GetJob | Tick | TakeOver
+    Push
+    | Claim
+    | Heartbeat
+    | Complete
+    | Fail
+    | Expire
+    | Requeue
+    | Purge
+    | SetPaused
+    | ForgetQueue
+    | GetJob
+    | Tick
+    | TakeOver
 )
 
 
@@ -428,6 +451,15 @@ def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
     if not isinstance(paused, bool):
         raise ValidationError(f"paused must be true or false, got {paused!r}")
     return SetPaused(queue=check_queue(queue), paused=paused)
+
+
+def forget_op(queue: str) -> ForgetQueue:
+    """Forget the empty queue ``queue``: its line of counters and its paused
+    flag leave the document. The emptiness check happens in the commit, so a
+    job pushed after an operator's dry run makes the operation fail (with a
+    ValidationError) instead of orphaning the job's counters. A later push
+    to the queue starts it again from zero."""
+    return ForgetQueue(queue=check_queue(queue))
 
 
 def purge_op(

@@ -39,6 +39,7 @@ from engine.ops import (
     Complete,
     Expire,
     Fail,
+    ForgetQueue,
     GetJob,
     Heartbeat,
     Operation,
@@ -58,6 +59,7 @@ __all__ = [
     "complete",
     "expire",
     "fail",
+    "forget_queue",
     "get_job",
     "heartbeat",
     "purge",
@@ -304,6 +306,26 @@ def set_paused(state: QueueState, op: SetPaused, now: datetime) -> bool:
     return was
 
 
+def forget_queue(state: QueueState, op: ForgetQueue, now: datetime) -> bool:
+    """Remove the queue's entry (counters and paused flag) from the document;
+    returns False if it had none (already forgotten, or never used). Raises
+    ValidationError, changing nothing, if any job or dead letter of the
+    queue is in the document: its counters are still in use."""
+    # A scan, not an index: forgetting is a rare operator action, and a hit stops it early.
+    queue = op.queue
+    if any(j.queue == queue for j in state.jobs.values()) or any(d.queue == queue for d in state.dead.values()):
+        held = sum(1 for j in state.jobs.values() if j.queue == queue)
+        held += sum(1 for d in state.dead.values() if d.queue == queue)
+        raise ValidationError(
+            f"queue {op.queue!r} is not empty: it holds {held} job{'' if held == 1 else 's'} "
+            "(pending, running or dead), and only an empty queue can be forgotten"
+        )
+    if state.queues.pop(op.queue, None) is None:
+        return False
+    state.dirty = True
+    return True
+
+
 def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
     """The job as the document shows it, with ``status`` pending, running or
     dead, and without its lease token (a secret of the lease holder)."""
@@ -354,6 +376,7 @@ _TRANSITIONS: dict[type, Any] = {
     Requeue: requeue,
     Purge: purge,
     SetPaused: set_paused,
+    ForgetQueue: forget_queue,
     GetJob: get_job,
     Tick: tick,
     TakeOver: take_over,

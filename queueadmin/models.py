@@ -24,7 +24,7 @@ in the admin like any other:
 * ``submit_job``: push a job from the Submit page;
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
-* ``pause_queue``: pause and resume queues.
+* ``pause_queue``: pause and resume queues, and forget empty ones.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
-from engine.ops import Operation, pause_op, purge_op, requeue_op
+from engine.ops import Operation, forget_op, pause_op, purge_op, requeue_op
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
 if TYPE_CHECKING:
@@ -71,12 +71,16 @@ class ActionSpec:
     removes: bool = False
     #: True to pause a queue, False to resume it, None for an action on jobs.
     pauses: bool | None = None
+    #: It forgets an empty queue: an action on a queue, not on jobs.
+    forgets: bool = False
+    #: With the scope of a queue alone, the status of that queue's jobs it acts on.
+    queue_status: str = ""
     #: What it did, formatted with ``n`` (jobs acted on) and ``queue``: a str, or a
     #: lazy ngettext keyed on ``n``.
     done: Any = ""
     #: A pause or resume whose queue was already so at the dry run: nothing to run.
     needless: str = ""
-    #: A pause or resume whose queue became so between the dry run and the run.
+    #: A queue action (pause, resume, forget) overtaken between the dry run and the run.
     overtaken: str = ""
 
 
@@ -102,26 +106,29 @@ class AuditEntry(models.Model):
         SUBMIT = "submit", ActionSpec(permission="submit_job"), "submit"
         REQUEUE = "requeue", ActionSpec(
             permission="requeue_job",
-            scopes=(("ids",),),
-            scope_error="Requeue takes selected running or dead jobs, and nothing else.",
+            scopes=(("ids",), ("filter",)),
+            scope_error="Requeue takes selected running or dead jobs, or the jobs a filter matches: exactly one "
+                        "of them.",
             operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
             leaves_out="pending",
             done=ngettext_lazy("requeued %(n)d job", "requeued %(n)d jobs", "n"),
         ), "requeue"
         PURGE = "purge", ActionSpec(
             permission="purge_job",
-            scopes=(("ids",), ("group",), ("queue", "status")),
-            scope_error="Purge takes selected jobs, or one dead-letter group, or a queue and a status: "
-                        "exactly one of them.",
+            scopes=(("ids",), ("group",), ("queue", "status"), ("filter",)),
+            scope_error="Purge takes selected jobs, or one dead-letter group, or a queue and a status, or the "
+                        "jobs a filter matches: exactly one of them.",
             operation=lambda ids, expect, queue: purge_op(ids, expect=expect),
             removes=True,
             done=ngettext_lazy("purged %(n)d job", "purged %(n)d jobs", "n"),
         ), "purge"
         REDRIVE = "redrive", ActionSpec(
             permission="requeue_job",
-            scopes=(("group",),),
-            scope_error="Redrive takes one dead-letter group, and nothing else.",
+            scopes=(("group",), ("queue",)),
+            scope_error="Redrive takes one dead-letter group, or one queue (every dead letter of it), and "
+                        "nothing else.",
             operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
+            queue_status="dead",
             done=ngettext_lazy("redrove %(n)d dead letter back to pending",
                                "redrove %(n)d dead letters back to pending", "n"),
         ), "redrive"
@@ -145,6 +152,15 @@ class AuditEntry(models.Model):
             needless="Queue %(queue)s is not paused.",
             overtaken="%(queue)s was not paused any more (resumed since the dry run): nothing changed",
         ), "resume"
+        FORGET = "forget", ActionSpec(
+            permission="pause_queue",
+            scopes=(("queue",),),
+            scope_error="Forget takes one queue, and nothing else.",
+            operation=lambda ids, expect, queue: forget_op(queue),
+            forgets=True,
+            done="forgot queue %(queue)s",
+            overtaken="%(queue)s was already gone (forgotten since the dry run): nothing changed",
+        ), "forget"
         #: ``manage.py queueinit``: a fresh queue.json, or (with --force) one replacing a lost document (I10).
         INIT = "init", "init"
 

@@ -10,7 +10,7 @@
   ranges, queue names, ids and payloads follow exactly the engine's rules.
   Optional fields may be sent as ``null``, which means the same as leaving
   them out (clients built on dataclasses tend to send ``None``).
-* Operator operations (requeue, purge, pause, and a push from the dashboard)
+* Operator operations (requeue, purge, pause, forget, and a push from the dashboard)
   have no public endpoint; a standby forwards them to the leader, signed, as
   :func:`operator_json` gives them, and the leader reads them back with
   :func:`operator_from_json`.
@@ -32,6 +32,7 @@ from engine.ops import (
     Claim,
     Complete,
     Fail,
+    ForgetQueue,
     GetJob,
     Heartbeat,
     NewJob,
@@ -44,6 +45,7 @@ from engine.ops import (
     claim_op,
     complete_op,
     fail_op,
+    forget_op,
     heartbeat_op,
     pause_op,
     purge_op,
@@ -116,8 +118,8 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case Requeue() | Purge() | SetPaused():
-            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause"}[type(op)]
+        case Requeue() | Purge() | SetPaused() | ForgetQueue():
+            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", ForgetQueue: "forget"}[type(op)]
             raise EngineError(
                 f"{name} is an operator action with no broker API endpoint: do it on the dashboard, "
                 "where it is audited (or with a DirectClient on the store, for maintenance)"
@@ -264,6 +266,8 @@ def operator_json(op: Operation) -> dict[str, Any]:
             }
         case SetPaused():
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
+        case ForgetQueue():
+            return {"kind": "forget", "queue": op.queue}
         case Push():
             return {
                 "kind": "push",
@@ -297,6 +301,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         return purge_op(queue=data.get("queue"), status=data.get("status"))
     if kind == "pause":
         return pause_op(data["queue"], paused=data["paused"])
+    if kind == "forget":
+        return forget_op(data["queue"])
     if kind == "push":
         jobs = data["jobs"]
         # A dashboard push has one job (one max_attempts and delay for all).

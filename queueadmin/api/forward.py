@@ -19,7 +19,7 @@ sign, so no node forwards or accepts forwarded operations at all, whatever
 address the request comes from: set ``DJANGO_SECRET_KEY`` on every node.
 
 Only operator operations travel this way: requeue, purge, pause and resume,
-and a push from the Submit page.
+forgetting an empty queue, and a push from the Submit page.
 """
 
 from __future__ import annotations

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
+from django.http import QueryDict
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
 from engine.ops import Operation, Push
 from queueadmin import runtime
 from queueadmin.api import forward
+from queueadmin.dashboard import pages
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -54,6 +57,8 @@ class Plan:
     target: str = ""
     status: str = ""
     group: str = ""
+    #: The jobs list's filter (a query string, see :func:`.pages.job_filters`) it was planned from.
+    filter: str = ""
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
@@ -87,13 +92,24 @@ class Plan:
         return self.spec.pauses is not None
 
     @property
+    def forgets(self) -> bool:
+        """Forget an empty queue: an action on a queue, not on jobs."""
+        return self.spec.forgets
+
+    @property
+    def bulk(self) -> bool:
+        """It acts on whatever a filter or a whole queue held, not on jobs the operator picked."""
+        return bool(self.filter) or (bool(self.status) and not self.group)
+
+    @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or bool(self.ids))
+        return not self.problems and (self.toggles or self.forgets or bool(self.ids))
 
     @property
     def confirm_phrase(self) -> str | None:
-        """The text the operator must type, or None when no typing is needed."""
-        if self.removes and self.count > TYPED_CONFIRM_OVER:
+        """The text the operator must type, or None when no typing is needed:
+        above :data:`TYPED_CONFIRM_OVER` jobs, for a removal or a bulk action."""
+        if (self.removes or self.bulk) and self.count > TYPED_CONFIRM_OVER:
             return f"{self.action} {self.count}"
         return None
 
@@ -115,6 +131,10 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
              group=data.get("group") or "", seq=snapshot.seq)
+    if p.forgets:
+        return _plan_forget(p, snapshot)
+    if p.queue and not p.status and not p.toggles:
+        p.status = p.spec.queue_status  # redrive of a queue: its dead letters
     if p.toggles:
         p.target = f"queue={p.queue}"
         q = snapshot.queues.get(p.queue)
@@ -128,6 +148,8 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
             return p
         p.queue, p.target = group.queue, f"group: {group.signature}"
         p.ids, p.expect = list(group.ids), ["dead"] * group.count
+    elif data.get("filter"):
+        _plan_filter(p, snapshot, data["filter"])
     elif data.get("ids"):
         p.target = "selected jobs"
         queues = set()
@@ -150,6 +172,54 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     if not p.ids:
         p.problems.append("Nothing matches: no job would change.")
     return p
+
+
+def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
+    """Forgetting ``p.queue``: possible while it is in the document and empty."""
+    p.target = f"queue={p.queue}"
+    q = snapshot.queues.get(p.queue)
+    if q is None:
+        p.problems.append(f"Queue {p.queue} is not in the document: there is nothing to forget.")
+        return p
+    held = q.pending + q.running + q.dead
+    if held:
+        p.problems.append(ngettext(
+            "Queue %(queue)s holds %(n)d job (pending, running or dead): only an empty queue can be forgotten.",
+            "Queue %(queue)s holds %(n)d jobs (pending, running or dead): only an empty queue can be forgotten.",
+            held) % {"queue": p.queue, "n": held})
+        return p
+    p.notes.append(f"Its counters go with it ({q.pushed} pushed, {q.completed} completed, {q.failed} failed, "
+                   f"{q.purged} purged){', and its pause' if q.paused else ''}. A later push starts it again "
+                   "from zero.")
+    return p
+
+
+def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
+    """Every job the jobs list's filter ``query`` matches now (not only its
+    page), read as the list reads it, less those the action leaves out."""
+    filters = pages.job_filters(QueryDict(query))
+    p.filter = urlencode({k: v for k, v in filters.items() if v})
+    if not p.filter:
+        p.problems.append("Choose a filter first: an action on all matching jobs needs at least one.")
+        return
+    p.target = "filter: " + " ".join(f"{k}={v}" for k, v in filters.items() if v)
+    matches, notice = pages.matching(snapshot, filters)
+    if notice:
+        p.notes.append(notice)
+    skipped = 0
+    queues = set()
+    for job in matches:
+        if job["status"] == p.spec.leaves_out:
+            skipped += 1
+            continue
+        p.ids.append(job["id"])
+        p.expect.append(job["status"])
+        queues.add(job["queue"])
+    if skipped:
+        p.notes.append(ngettext("%(n)d matching job is already %(status)s: it is left out.",
+                                "%(n)d matching jobs are already %(status)s: they are left out.",
+                                skipped) % {"n": skipped, "status": p.spec.leaves_out})
+    p.queue = queues.pop() if len(queues) == 1 else ""
 
 
 def fill_sample(p: Plan, snapshot: Snapshot) -> None:
@@ -200,6 +270,9 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     if p.toggles:
         detail, changed = _toggled(p, was_paused=bool(result))
         ids: list[str] = []
+    elif p.forgets:
+        detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
+        detail, ids = detail % {"queue": p.queue}, []
     else:
         ids = [str(i) for i in result]
         detail, changed = _acted(p, ids)
@@ -246,7 +319,11 @@ def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
                                   "%(left)d of %(total)d jobs were no longer %(status)s and were left alone",
                                   left) % values)
     arrived = arrivals(p)
-    if arrived and p.group:
+    if arrived and p.filter:
+        parts.append(ngettext("%(n)d more job matching the filter arrived after the dry run and was not touched",
+                              "%(n)d more jobs matching the filter arrived after the dry run and were not touched",
+                              arrived) % {"n": arrived})
+    elif arrived and p.group:
         parts.append(ngettext("%(n)d more dead letter of this group arrived after the dry run and was not touched",
                               "%(n)d more dead letters of this group arrived after the dry run and were not "
                               "touched", arrived) % {"n": arrived})
@@ -259,16 +336,19 @@ def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
 
 
 def arrivals(p: Plan) -> int:
-    """How many jobs are in the plan's scope (a queue and status, or a
-    dead-letter group) now that were not in its dry run: they were left
-    alone, and the operator should know. 0 when unknown."""
-    if not (p.group or p.status):
+    """How many jobs are in the plan's scope (a queue and status, a
+    dead-letter group, or a filter) now that were not in its dry run: they
+    were left alone, and the operator should know. 0 when unknown."""
+    if not (p.group or p.status or p.filter):
         return 0
     try:
         snapshot = source.current(fresh_seconds=0)
     except EngineError:
         return 0
-    if p.group:
+    if p.filter:
+        matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)))
+        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
+    elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()
     else:

@@ -87,8 +87,10 @@ class ActionForm(forms.Form):
 
     The scope is exactly one of: ``ids`` (selected jobs), ``queue`` +
     ``status`` (every job of one queue in one status; purge only), ``group``
-    (a dead-letter group; redrive or purge), or ``queue`` alone (pause and
-    resume). A request that mixes scopes is refused, not guessed at: a stray
+    (a dead-letter group; redrive or purge), ``queue`` alone (pause, resume
+    and forget a queue, or redrive its dead letters), or ``filter`` (every
+    job the jobs list's filter matches, given as its query string; requeue
+    or purge). A request that mixes scopes is refused, not guessed at: a stray
     ``status`` beside ``ids`` once widened a one-job purge to the whole queue.
     """
 
@@ -97,6 +99,7 @@ class ActionForm(forms.Form):
     queue = forms.CharField(required=False, max_length=100)
     status = forms.ChoiceField(required=False, choices=[("", "")] + [(s, s) for s in ("pending", "running", "dead")])
     group = forms.CharField(required=False, max_length=64)
+    filter = forms.CharField(required=False, max_length=2000)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -107,8 +110,8 @@ class ActionForm(forms.Form):
         data = super().clean() or {}
         action = data.get("action")
         ids, queue, status, group = data.get("ids"), data.get("queue"), data.get("status"), data.get("group")
-        given = [name for name, value in (("ids", ids), ("queue", queue), ("status", status), ("group", group))
-                 if value]
+        given = [name for name, value in (("ids", ids), ("queue", queue), ("status", status), ("group", group),
+                                          ("filter", data.get("filter"))) if value]
         if action in ACTIONS:
             spec = AuditEntry.Action(action).spec
             if tuple(given) not in spec.scopes:

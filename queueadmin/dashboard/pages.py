@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from django.db import DatabaseError
@@ -21,7 +22,7 @@ from django.utils.translation import ngettext
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
-from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
+from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
@@ -150,35 +151,87 @@ def task_result(job_id: str) -> tuple[StoredResult | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
-    queue = params.get("queue") or None
-    status = params.get("status") or None
-    if status not in STATUSES:
-        status = None
-    needle = (params.get("q") or "").strip()
-    exact = (params.get("id") or "").strip()
+#: The jobs list's filters, in the order its query string carries them.
+FILTERS = ("queue", "status", "q", "id", "worker", "error")
+#: The jobs list's sort orders (query ``sort``): a leading "-" reverses one.
+#: "age" is youngest first, "-age" oldest first; "attempts" fewest first.
+SORTS = ("age", "-age", "attempts", "-attempts")
+
+
+def job_filters(params: Mapping[str, str]) -> dict[str, str]:
+    """The jobs list's filters from query parameters (each "" when not set,
+    an unknown status dropped): what the list shows and what an action on
+    "all N matching this filter" plans against, read the same way."""
+    filters = {name: (params.get(name) or "").strip() for name in FILTERS}
+    if filters["status"] not in STATUSES:
+        filters["status"] = ""
+    return filters
+
+
+def job_worker(item: Doc) -> str | None:
+    """The worker holding the job's lease, or else the one that ran its last attempt."""
+    lease = item.get("lease")
+    if lease:
+        return str(lease["worker"])
+    history = item.get("history")
+    return str(history[-1]["worker"]) if history else None
+
+
+def job_error(item: Doc) -> str | None:
+    """The job's error: a dead letter's, or the last failed attempt's."""
+    return item.get("error") if item.get("status") == "dead" else item.get("last_error")
+
+
+def matching(snapshot: Snapshot, filters: Mapping[str, str]) -> tuple[list[Doc], str | None]:
+    """The jobs ``filters`` (see :func:`job_filters`) select, in document
+    order, each with its ``status``, and a notice for the operator (a search
+    that stopped at :data:`SEARCH_LIMIT`, an exact id not found)."""
+    queue, status = filters.get("queue") or None, filters.get("status") or None
+    exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
-    if exact:
+    if exact:  # an exact id is the whole filter
         found = snapshot.job(exact)
-        matches = [dict(found[0], status=found[1])] if found else []
         if not found:
             notice = f"No job with id {exact!r} is in the document (completed and purged jobs leave it)."
+        return ([dict(found[0], status=found[1])] if found else []), notice
+    if status is None:
+        candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
+            queue=queue, status="dead"))]
+    elif status == "dead":
+        candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
     else:
-        if status is None:
-            candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
-                queue=queue, status="dead"))]
-        elif status == "dead":
-            candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
-        else:
-            candidates = snapshot.select(queue=queue, status=status)
-        if needle:
-            scanned = candidates[:SEARCH_LIMIT]
-            matches = [j for j in scanned if needle in payload_text(j)]
-            if len(candidates) > SEARCH_LIMIT:
-                notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
-                          "or status to search the rest.")
-        else:
-            matches = candidates
+        candidates = snapshot.select(queue=queue, status=status)
+    worker, signature = filters.get("worker") or "", filters.get("error") or ""
+    if worker:
+        candidates = [j for j in candidates if job_worker(j) == worker]
+    if signature:
+        candidates = [j for j in candidates if (error := job_error(j)) is not None
+                      and error_signature(error) == signature]
+    if needle:
+        if len(candidates) > SEARCH_LIMIT:
+            notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
+                      "or status to search the rest.")
+        candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j)]
+    return candidates, notice
+
+
+def sort_jobs(items: list[Doc], sort: str) -> list[Doc]:
+    """``items`` in the order ``sort`` (one of :data:`SORTS`) names; document order otherwise."""
+    if sort.lstrip("-") == "age":
+        # Youngest first is the latest enqueue first; times compare as canonical strings.
+        return sorted(items, key=lambda j: sortable(j["enqueued_at"]), reverse=sort == "age")
+    if sort.lstrip("-") == "attempts":
+        return sorted(items, key=lambda j: int(j.get("attempts") or 0), reverse=sort == "-attempts")
+    return items
+
+
+def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
+    filters = job_filters(params)
+    sort = params.get("sort") or ""
+    if sort not in SORTS:
+        sort = ""
+    matches, notice = matching(snapshot, filters)
+    matches = sort_jobs(matches, sort)
     pages = max(1, math.ceil(len(matches) / PAGE_SIZE))
     try:
         page = min(max(int(params.get("page") or 1), 1), pages)
@@ -186,11 +239,22 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
         page = 1
     start = (page - 1) * PAGE_SIZE
     shown = matches[start:start + PAGE_SIZE]
+    filter_query = urlencode({k: v for k, v in filters.items() if v})
     return {
         "snapshot": snapshot,
         "queues": list(snapshot.queues),
         "statuses": STATUSES,
-        "filters": {"queue": queue or "", "status": status or "", "q": needle, "id": exact},
+        # Suggestions for the worker and error filters (workers seen lately, dead-letter signatures).
+        "worker_names": [w.name for w in snapshot.workers()],
+        "signatures": sorted({g.signature for g in snapshot.dead_groups()}),
+        "filters": filters,
+        "filter_query": filter_query,
+        "filtered": any(filters.values()),
+        "sort": sort,
+        # Each header's link: the other direction when sorted by it, else the more useful one first.
+        "sort_links": {key: "?" + urlencode({**{k: v for k, v in filters.items() if v},
+                                             "sort": key if sort == f"-{key}" else f"-{key}"})
+                       for key in ("age", "attempts")},
         "rows": [_row(snapshot, j) for j in shown],
         "total": len(matches),
         "page": page,
@@ -211,6 +275,8 @@ def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
         "enqueued_at": moment(item.get("enqueued_at")),
         "not_before": moment(item.get("not_before")),
         "worker": lease["worker"] if lease else None,
+        # Who ran the last attempt of a job no one holds (what the worker filter also matches).
+        "last_worker": None if lease else job_worker(item),
         "payload": payload_text(item),
     }
 
@@ -423,7 +489,8 @@ def workers(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def dead(snapshot: Snapshot) -> dict[str, Any]:
-    return {"snapshot": snapshot, "groups": snapshot.dead_groups(), "total": len(snapshot.dead)}
+    return {"snapshot": snapshot, "groups": snapshot.dead_groups(), "total": len(snapshot.dead),
+            "queues": [q for q in snapshot.queues.values() if q.dead]}
 
 
 # -- raw document ------------------------------------------------------------------------------

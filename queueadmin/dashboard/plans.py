@@ -41,7 +41,7 @@ SALT = "queueadmin.dashboard.plans"
 #: operator does not confirm a picture of the queue from long ago.
 PLAN_TTL_SECONDS = 30 * 60
 #: The stored fields of a Plan (its sample and notes are for the dry-run page only).
-STORED = ("action", "queue", "target", "status", "group", "seq", "ids", "expect")
+STORED = ("action", "queue", "target", "status", "group", "filter", "seq", "ids", "expect")
 
 
 class PlanRefused(Exception):
@@ -91,7 +91,8 @@ def load(token: str, user: User) -> Plan:
         raise PlanRefused("This dry run has already been run (or has expired): run it again to act on the "
                           "queue as it is now. Nothing was changed.", 409)
     fields = orjson.loads(zlib.decompress(row.body))
-    return Plan(**{name: fields[name] for name in STORED}, key=row.key, token=token)
+    # A plan saved before a field existed (within PLAN_TTL_SECONDS of an upgrade) gets its default.
+    return Plan(**{name: fields[name] for name in STORED if name in fields}, key=row.key, token=token)
 
 
 def consume(plan: Plan) -> bool:

@@ -71,6 +71,8 @@ class LivePage:
 def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
     context = pages.jobs(snapshot, request.GET)
     params = {k: v for k, v in context["filters"].items() if v}
+    if context["sort"]:
+        params["sort"] = context["sort"]
     context["query_base"] = urlencode(params)
     return context
 
@@ -263,7 +265,7 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         errors.append("Write a reason: it goes into the audit log.")
     phrase = plan.confirm_phrase
     if phrase is not None and (data.get("confirm_text") or "").strip() != phrase:
-        errors.append(f"This removes {plan.count} jobs: type “{phrase}” to confirm.")
+        errors.append(f"This {'removes' if plan.removes else 'moves'} {plan.count} jobs: type “{phrase}” to confirm.")
     if errors:
         with contextlib.suppress(EngineError):  # unreadable now: the panel shows the count without a sample
             actions.fill_sample(plan, source.current())

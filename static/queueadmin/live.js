@@ -89,11 +89,29 @@
     form.querySelector("[data-selection-ids]").value = ids.join(" ");
     form.querySelector("[data-selection-count]").textContent = ids.length + " selected";
     form.querySelectorAll("[data-needs-selection]").forEach((b) => { b.disabled = ids.length === 0; });
+    syncSelectAll();
     if (ids.length === 0 && held.size) applyHeld();
+  }
+
+  // The header's "select all on this page" box: checked when every row is,
+  // half-checked when some are.
+  function syncSelectAll() {
+    document.querySelectorAll("input[data-select-all]").forEach((all) => {
+      const root = all.closest("table") || document;
+      const boxes = root.querySelectorAll("input[data-select]").length;
+      const checked = selected(root).length;
+      all.checked = boxes > 0 && checked === boxes;
+      all.indeterminate = checked > 0 && checked < boxes;
+    });
   }
 
   document.addEventListener("change", (event) => {
     if (event.target.matches("input[data-select]")) syncSelection();
+    if (event.target.matches("input[data-select-all]")) {
+      const root = event.target.closest("table") || document;
+      root.querySelectorAll("input[data-select]").forEach((el) => { el.checked = event.target.checked; });
+      syncSelection();
+    }
   });
   document.addEventListener("click", (event) => {
     const target = event.target.closest("[data-show-pending], [data-close-panel]");

@@ -38,6 +38,7 @@ from engine.ops import (
     claim_op,
     complete_op,
     fail_op,
+    forget_op,
     get_job_op,
     heartbeat_op,
     pause_op,
@@ -113,8 +114,8 @@ def test_a_long_poll_claim_sends_its_wait_and_may_leave_the_lease_to_the_broker(
 
 
 @pytest.mark.parametrize(
-    "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), wire.operator_from_json(
-        {"kind": "pause", "queue": "q", "paused": False}, policy=POLICY)],
+    "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
+           wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY)],
 )
 def test_operator_actions_have_no_request(op: Operation) -> None:
     with pytest.raises(EngineError, match="operator action with no broker API endpoint"):
@@ -131,6 +132,7 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
         purge_op(queue="emails", status="dead"),
         pause_op("emails"),
         pause_op("emails", paused=False),
+        forget_op("emails"),
         push_op("emails", [{"to": "ada@example.com"}], policy=POLICY, ids=["j"], max_attempts=4, delay_seconds=30),
     ],
 )

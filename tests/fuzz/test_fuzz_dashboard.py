@@ -14,6 +14,7 @@ queues) on a fresh broker and signs in as an operator with every permission.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -107,8 +108,9 @@ odd_payloads = st.one_of(
 odd_job_ids = st.one_of(st.sampled_from([".", "..", "...", "-", "a.", "x" * 200, ":", "_"]),
                         st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True))
 page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "page", "action", "outcome", "user",
-                                               "job"]),
-                              st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300]),
+                                               "job", "worker", "error", "sort"]),
+                              st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300, "w-fuzz",
+                                                         "boom", "age", "-attempts"]),
                                         st.text(max_size=10)), max_size=3)
 
 
@@ -193,8 +195,9 @@ def act_and_check(client: Client, broker: Broker, data: dict[str, str], what: st
     [form] = run_forms
     fields = dict(form.fields)
     fields["reason"] = "fuzzing I9"
-    if "confirm_text" in html and shown is not None:
-        fields["confirm_text"] = f"purge {shown[0]}"
+    phrase = re.search(r"Type <code>([^<]+)</code> to confirm", html)
+    if "confirm_text" in html and phrase is not None:
+        fields["confirm_text"] = phrase.group(1)
     response = post(client, "/actions/", fields)
     assert response.status_code in (204, 302, 409, 422), f"{what}: run answered {response.status_code}"
     check_document(broker, what)
@@ -217,6 +220,10 @@ def action_fields(draw: st.DrawFn, ids: list[str], groups: list[str]) -> dict[st
         "queue": st.sampled_from(["q", "r", "", "zz", ".", "q r", "💥"]),
         "status": st.sampled_from(["pending", "running", "dead", "", "junk"]),
         "group": st.one_of(st.sampled_from(groups or ["none"]), st.sampled_from(["", "nope"])),
+        # The jobs list's filter, as its "all N matching" buttons post it.
+        "filter": st.sampled_from(["queue=q&status=dead", "status=pending", "queue=r", "worker=w-fuzz",
+                                   f"error={quote(error_signature('bang 42'))}", "id=q0", "q=1", "page=2&sort=age",
+                                   "status=junk", "%ff=%00", ""]),
         "next": st.sampled_from(["/jobs/", "", "http://evil.example/", "//evil.example", "/jobs/?status=pending"]),
         "reason": st.sampled_from(["", "because"]),
     }

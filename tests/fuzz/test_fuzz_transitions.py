@@ -1,7 +1,7 @@
 """A stateful Hypothesis machine over the pure transitions (engine.transitions).
 
 Hypothesis runs random sequences of push, claim, heartbeat, complete, fail,
-expire, requeue, purge and pause/resume on one :class:`QueueState`, with a
+expire, requeue, purge, pause/resume and forget on one :class:`QueueState`, with a
 clock it moves itself, beside a small reference model of what each step
 must do. After every step it checks:
 
@@ -29,12 +29,13 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import JobNotFound, LeaseLost, Policy, QueueError, QueueState, parse_document
+from engine import JobNotFound, LeaseLost, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.ops import (
     Expire,
     claim_op,
     complete_op,
     fail_op,
+    forget_op,
     heartbeat_op,
     pause_op,
     purge_op,
@@ -327,6 +328,19 @@ class QueueMachine(RuleBasedStateMachine):
     def pause(self, queue: str, paused: bool) -> None:
         self.run(pause_op(queue, paused=paused))
         self.counter(queue)["paused"] = paused
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def forget(self, queue: str) -> None:
+        """Forgetting a queue: only an empty one, checked as the operation applies."""
+        holds = any(j.queue == queue for j in (*self.jobs.values(), *self.dead.values()))
+        try:
+            forgotten = self.run(forget_op(queue))
+        except ValidationError:
+            assert holds, "forgetting an empty queue was refused"
+            return
+        assert not holds, "a queue holding jobs was forgotten"
+        assert forgotten == (queue in self.counters)
+        self.counters.pop(queue, None)
 
     @rule(seconds=st.one_of(st.integers(0, 40), st.sampled_from([1, 3, 5, 30])))
     def advance(self, seconds: int) -> None:

@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
-from engine.ops import pause_op, purge_op, push_op, requeue_op
+from engine.ops import forget_op, pause_op, purge_op, push_op, requeue_op
 from queueadmin.api import forward
 from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce
@@ -45,6 +45,7 @@ def cluster_key(settings: Any, db: None) -> None:
         purge_op(queue="emails", status="dead"),
         pause_op("emails"),
         pause_op("emails", paused=False),
+        forget_op("emails"),
         push_op("emails", [{"to": "ada@example.com"}], policy=POLICY, max_attempts=4, delay_seconds=30),
     ],
 )

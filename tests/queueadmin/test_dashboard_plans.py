@@ -92,6 +92,14 @@ CASES = [
          lambda ids: {"action": "purge", "queue": "q", "status": "pending"}, None, True),
     Case("redrive group", "dead", lambda ids: {"action": "redrive", "group": GROUP}, "pending", True),
     Case("purge group", "dead", lambda ids: {"action": "purge", "group": GROUP}, None, True),
+    Case("redrive every dead job of a queue", "dead", lambda ids: {"action": "redrive", "queue": "q"}, "pending",
+         True),
+    Case("requeue all matching a filter", "dead",
+         lambda ids: {"action": "requeue", "filter": "queue=q&status=dead"}, "pending", True),
+    Case("purge all matching a filter", "pending",
+         lambda ids: {"action": "purge", "filter": "queue=q&status=pending"}, None, True),
+    Case("purge all matching an error signature", "dead",
+         lambda ids: {"action": "purge", "filter": "error=" + error_signature("boom")}, None, True),
 ]
 
 
