@@ -1,0 +1,93 @@
+"""The dashboard's front end in a real browser (headless Chromium, a real
+daphne node): live updates that leave the operator's work alone, htmx
+requests that meet a sign-out or a refusal, times and their zone, control
+characters, layout at 1280 px and on a phone, dark mode and the keys.
+
+The fixtures (``browser``, ``node``) and helpers are in tests/e2e/browser.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.e2e.browser import push, shot, signed_in
+from tests.e2e.harness import Cluster, Node, api
+
+pytestmark = pytest.mark.e2e
+
+
+def kill(server: Node, queue: str, error: str = "boom: upstream said no") -> str:
+    """Push one job with one attempt, claim it and fail it: a dead letter."""
+    push(server, queue, [{"n": 1}], max_attempts=1)
+    [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": [queue]}).json()["jobs"]
+    answer = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": error})
+    assert answer.json()["status"] == "dead"
+    return str(job["id"])
+
+
+def updates(page: Page, count: int) -> None:
+    """Wait until the page has applied ``count`` more live updates."""
+    start = int(page.evaluate("Number(document.body.dataset.liveSeq || 0)"))
+    page.wait_for_function(
+        f"Number(document.body.dataset.liveSeq || 0) >= {start + count}", timeout=15_000
+    )
+
+
+# -- 1. live updates leave the operator's work alone ---------------------------------------------
+
+
+def test_an_open_dead_letter_group_stays_open_while_jobs_keep_failing(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    _, server = node
+    kill(server, "mail")
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/dead/")
+        group = page.locator("article.group").filter(has_text="mail")
+        details = group.locator("details")
+        details.locator("summary").click()
+        expect(details).to_have_attribute("open", "")
+        pre = details.locator("pre.detail")
+        # The operator selects part of the traceback to copy it.
+        pre.evaluate(
+            "el => { const r = document.createRange(); r.selectNodeContents(el);"
+            " const s = getSelection(); s.removeAllRanges(); s.addRange(r); }"
+        )
+        key = group.get_attribute("data-group")
+        for n in range(4):
+            kill(server, "mail")
+            kill(server, f"another-{n}", error=f"other failure {n}")  # new groups arrive around it
+            updates(page, 1)
+        expect(group.locator(".badge.dead")).to_have_text("5")
+        open_groups = page.locator("article.group:has(details[open])")
+        expect(open_groups).to_have_count(1)
+        assert open_groups.get_attribute("data-group") == key
+        assert "upstream said no" in page.evaluate("getSelection().toString()")
+        shot(page, "dead-letters-open")
+
+
+def test_scroll_focus_and_typed_text_survive_live_updates(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    _, server = node
+    push(server, "bulk", [{"n": n, "pad": "x" * 80} for n in range(60)])
+    with signed_in(browser, server) as page:
+        # The raw document scrolls inside its own box; updates keep the place.
+        page.goto(f"{server.url}/document/")
+        viewer = page.locator("pre.viewer")
+        viewer.evaluate("el => { el.scrollTop = 900; }")
+        for _ in range(3):
+            push(server, "bulk", [{"n": "more"}])
+            updates(page, 1)
+        assert viewer.evaluate("el => el.scrollTop") == 900
+
+        # Text typed into a filter while jobs arrive keeps its value, focus and caret.
+        page.goto(f"{server.url}/jobs/")
+        field = page.get_by_label("Payload contains")
+        field.click()
+        field.press_sequentially("half-typ")
+        for _ in range(3):
+            push(server, "bulk", [{"n": "more"}])
+            updates(page, 1)
+        field.press_sequentially("ed")
+        expect(field).to_have_value("half-typed")
+        expect(field).to_be_focused()
