@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.e2e.browser import push, shot, signed_in
+from tests.e2e.browser import PASSWORD, USER, push, shot, signed_in
 from tests.e2e.harness import Cluster, Node, api
 
 pytestmark = pytest.mark.e2e
@@ -26,12 +26,32 @@ def kill(server: Node, queue: str, error: str = "boom: upstream said no") -> str
     return str(job["id"])
 
 
+VIEWER, VIEWER_PASSWORD = "viewer", "e2e-viewer-password"
+
+
+def make_viewer(cluster: Cluster) -> None:
+    """Read-only staff: ``view_dashboard`` and nothing else."""
+    code = (
+        "from django.contrib.auth.models import Permission, User; "
+        f"u = User.objects.create_user({VIEWER!r}, password={VIEWER_PASSWORD!r}, is_staff=True); "
+        "u.user_permissions.add(Permission.objects.get(codename='view_dashboard'))"
+    )
+    made = cluster.manage("shell", "-c", code)
+    assert made.returncode == 0, made.stderr.decode()
+
+
+def sign_in_as_viewer(page: Page, url: str) -> None:
+    page.goto(f"{url}/login/")
+    page.get_by_label("Username").fill(VIEWER)
+    page.get_by_label("Password").fill(VIEWER_PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+
+
 def updates(page: Page, count: int) -> None:
     """Wait until the page has applied ``count`` more live updates."""
     start = int(page.evaluate("Number(document.body.dataset.liveSeq || 0)"))
-    page.wait_for_function(
-        f"Number(document.body.dataset.liveSeq || 0) >= {start + count}", timeout=15_000
-    )
+    page.wait_for_function(f"Number(document.body.dataset.liveSeq || 0) >= {start + count}", timeout=15_000)
 
 
 # -- 1. live updates leave the operator's work alone ---------------------------------------------
@@ -91,3 +111,53 @@ def test_scroll_focus_and_typed_text_survive_live_updates(browser: Browser, node
         field.press_sequentially("ed")
         expect(field).to_have_value("half-typed")
         expect(field).to_be_focused()
+
+
+# -- 2. htmx meets a sign-out or a refusal: the whole page moves ----------------------------------
+
+
+def test_an_action_after_signing_out_elsewhere_goes_to_sign_in_as_a_whole_page(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    _, server = node
+    kill(server, "mail")
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/dead/")
+        other = page.context.new_page()
+        other.goto(f"{server.url}/")
+        other.get_by_role("button", name="Sign out").click()
+        expect(other.get_by_role("heading", name="Sign in")).to_be_visible()
+        other.close()
+        page.get_by_role("button", name="Purge group").click()
+        expect(page).to_have_url(f"{server.url}/login/?next=/dead/")
+        expect(page.locator("#action-panel")).to_have_count(0)
+        expect(page.get_by_role("heading", name="Sign in")).to_have_count(1)
+        # Signing in comes back to the page the operator was on.
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(f"{server.url}/dead/")
+
+
+def test_a_viewer_who_forces_the_disabled_submit_button_gets_the_page_back(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    cluster, server = node
+    make_viewer(cluster)
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    try:
+        page = context.new_page()
+        sign_in_as_viewer(page, server.url)
+        page.goto(f"{server.url}/submit/")
+        button = page.get_by_role("button", name="Submit")
+        expect(button).to_be_disabled()
+        button.evaluate("b => { b.disabled = false; }")  # as through devtools
+        page.locator("#id_queue").fill("forced")
+        page.locator("#id_payload").fill("1")
+        button.click()
+        expect(page.locator(".msg.error")).to_contain_text("Not allowed")
+        expect(page).to_have_url(f"{server.url}/submit/")
+        expect(page.locator("header.topbar")).to_have_count(1)  # one page, not a page in a page
+        assert "forced" not in cluster.document()["queues"]
+    finally:
+        context.close()
