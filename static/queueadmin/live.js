@@ -29,7 +29,8 @@
   function setState(state, text) {
     if (!badge) return;
     badge.dataset.state = state;
-    badge.textContent = text + (asOf ? " · data as of " + asOf.toLocaleTimeString() : "");
+    const at = asOf && window.queueadmin ? window.queueadmin.formatTime(asOf) : asOf && asOf.toISOString();
+    badge.textContent = text + (at ? " · data as of " + at : "");
   }
 
   function selected(root) {
