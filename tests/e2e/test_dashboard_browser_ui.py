@@ -161,3 +161,48 @@ def test_a_viewer_who_forces_the_disabled_submit_button_gets_the_page_back(
         assert "forced" not in cluster.document()["queues"]
     finally:
         context.close()
+
+
+# -- 5. layout: a long queue name at 1280 px, and a phone -----------------------------------------
+
+LONG = "q" + "x" * 99  # the longest valid queue name
+
+
+def inside_viewport(page: Page, selector: str) -> None:
+    """Every element ``selector`` matches lies wholly inside the viewport's
+    width as the page is: nothing is scrolled sideways to reach it (a table
+    scrolling in its own box would hide it just the same)."""
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    items = page.locator(selector)
+    assert items.count() > 0, selector
+    for i in range(items.count()):
+        item = items.nth(i)
+        box = item.bounding_box()
+        assert box is not None, selector
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, (selector, i, box, width)
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 860), (390, 844)])
+def test_a_long_queue_name_leaves_the_counts_and_pause_on_screen(
+    browser: Browser, node: tuple[Cluster, Node], width: int, height: int
+) -> None:
+    _, server = node
+    push(server, LONG, [{"n": n} for n in range(3)])
+    push(server, "emails", [{"n": 1}])
+    phone = {"is_mobile": True} if width < 600 else {}
+    with signed_in(browser, server, viewport={"width": width, "height": height}, **phone) as page:
+        row = f'tr[data-row="{LONG}"]'
+        expect(page.locator(row)).to_be_visible()
+        inside_viewport(page, f"{row} td.num")
+        inside_viewport(page, f"{row} button:has-text('Pause')")
+        name = page.locator(f"{row} a.name")
+        expect(name).to_have_attribute("title", LONG)
+        assert name.evaluate("el => el.scrollWidth > el.clientWidth")  # cut, with an ellipsis
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        if width < 600:
+            # Each count says which it is.
+            expect(page.locator(f"{row} td.num").first).to_have_attribute("data-label", "Pending")
+        shot(page, "overview-long-name" if width > 600 else "overview-phone-cards")
+        page.get_by_role("button", name="Pause").first.click()
+        expect(page.get_by_test_id("reason")).to_be_visible()
+        inside_viewport(page, "[data-testid=run-action]")
