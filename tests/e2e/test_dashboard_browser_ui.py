@@ -8,6 +8,9 @@ The fixtures (``browser``, ``node``) and helpers are in tests/e2e/browser.py.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -206,3 +209,129 @@ def test_a_long_queue_name_leaves_the_counts_and_pause_on_screen(
         page.get_by_role("button", name="Pause").first.click()
         expect(page.get_by_test_id("reason")).to_be_visible()
         inside_viewport(page, "[data-testid=run-action]")
+
+
+# -- 3. times: one format, the zone labelled, UTC or local per operator ------------------------------
+
+
+def test_times_show_in_utc_or_in_the_browsers_zone_as_the_operator_chooses(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    _, server = node
+    job_id = kill(server, "tz")
+    # Kolkata is UTC+05:30 all year: no daylight saving to trip on.
+    with signed_in(browser, server, timezone_id="Asia/Kolkata") as page:
+        page.goto(f"{server.url}/jobs/{job_id}/")
+        first = page.locator(".timeline time").first
+        expect(first).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC$"))
+        utc_text = first.inner_text()
+        iso = first.get_attribute("datetime")
+        assert iso is not None
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        assert utc_text == moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
+
+        toggle = page.locator("[data-toggle-tz]")
+        expect(toggle).to_have_text("Times: UTC")
+        toggle.click()
+        expect(toggle).to_have_text("Times: local")
+        local = moment.astimezone(timezone(timedelta(hours=5, minutes=30)))
+        expected = local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d} UTC+05:30"
+        expect(first).to_have_text(expected)
+        expect(first).to_have_attribute("title", utc_text)
+        shot(page, "job-local-time")
+
+        # The choice holds on other pages, and after live updates redraw them.
+        page.goto(f"{server.url}/document/")
+        written = page.locator("time[data-when]").first
+        expect(written).to_have_text(re.compile(r"UTC\+05:30$"))
+        push(server, "tz", [{"n": 2}])
+        updates(page, 1)
+        expect(written).to_have_text(re.compile(r"UTC\+05:30$"))
+        page.locator("[data-toggle-tz]").click()
+        expect(written).to_have_text(re.compile(r"\d UTC$"))
+
+
+# -- 7. dark mode ------------------------------------------------------------------------------------
+
+
+def background(page: Page) -> str:
+    return str(page.evaluate("getComputedStyle(document.documentElement).backgroundColor"))
+
+
+def test_dark_mode_follows_the_system_and_the_toggle_is_remembered(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    _, server = node
+    with signed_in(browser, server, color_scheme="dark") as page:
+        dark = background(page)
+        assert dark == "rgb(17, 20, 24)"
+        shot(page, "overview-dark")
+        toggle = page.locator("[data-toggle-theme]")
+        expect(toggle).to_have_attribute("aria-pressed", "true")
+        toggle.click()
+        assert background(page) == "rgb(245, 246, 248)"
+        # Remembered in this browser, and applied before the page is drawn.
+        page.goto(f"{server.url}/jobs/")
+        assert page.evaluate("document.documentElement.dataset.theme") == "light"
+        assert background(page) == "rgb(245, 246, 248)"
+        page.locator("[data-toggle-theme]").click()  # back to the system's: follow it again
+        assert background(page) == dark
+        assert page.evaluate("localStorage.getItem('queueadmin-theme')") is None
+    with signed_in(browser, server, color_scheme="light") as page:
+        assert background(page) == "rgb(245, 246, 248)"
+        page.locator("[data-toggle-theme]").click()
+        assert background(page) == "rgb(17, 20, 24)"
+        page.reload()
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+
+
+# -- 8. keyboard shortcuts ----------------------------------------------------------------------------
+
+
+def test_keyboard_shortcuts_move_open_search_and_go_but_never_while_typing(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    _, server = node
+    push(server, "keys", [{"n": n} for n in range(3)])
+    with signed_in(browser, server) as page:
+        page.keyboard.press("g")
+        page.keyboard.press("j")
+        expect(page).to_have_url(f"{server.url}/jobs/")
+        rows = page.locator("#live-jobs tbody tr[data-job-id]")
+        expect(rows).to_have_count(3)
+        page.keyboard.press("j")
+        page.keyboard.press("j")
+        expect(page.locator("tr.key-current")).to_have_count(1)
+        second = rows.nth(1)
+        expect(second).to_have_class(re.compile("key-current"))
+        page.keyboard.press("k")
+        expect(rows.nth(0)).to_have_class(re.compile("key-current"))
+        page.keyboard.press("j")
+        push(server, "other", [1])  # a live update keeps the highlight on its row
+        updates(page, 1)
+        expect(second).to_have_class(re.compile("key-current"))
+        job_id = second.get_attribute("data-job-id")
+        page.keyboard.press("Enter")
+        expect(page).to_have_url(f"{server.url}/jobs/{job_id}/")
+
+        # / goes to the search; typed letters are text, not shortcuts.
+        page.keyboard.press("/")
+        expect(page).to_have_url(f"{server.url}/jobs/#search")
+        field = page.get_by_label("Payload contains")
+        expect(field).to_be_focused()
+        page.keyboard.type("g j?k")
+        expect(field).to_have_value("g j?k")
+        expect(page.locator("dialog.keys-help")).to_have_count(0)
+        field.blur()
+
+        page.keyboard.press("?")
+        help_box = page.locator("dialog.keys-help")
+        expect(help_box).to_be_visible()
+        expect(help_box).to_contain_text("Dead letters")
+        shot(page, "keyboard-help")
+        page.keyboard.press("Escape")
+        expect(help_box).to_be_hidden()
+        for letter, path in (("d", "/dead/"), ("w", "/workers/"), ("a", "/audit/"), ("s", "/submit/"), ("o", "/")):
+            page.keyboard.press("g")
+            page.keyboard.press(letter)
+            expect(page).to_have_url(f"{server.url}{path}")
