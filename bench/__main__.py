@@ -65,6 +65,8 @@ def parse_args(argv: list[str]) -> tuple[str, BenchConfig, argparse.Namespace]:
     parser.add_argument("--duration", type=float, help="measured seconds per run (default: 3)")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds before each window (default: 1)")
     parser.add_argument("--latency", type=float, default=50.0, help="ms added to every get and put (default: 50)")
+    parser.add_argument("--bandwidth", type=float, default=100.0,
+                        help="MB/s each get and put also pays for its bytes, 0 for unlimited (default: 100)")
     parser.add_argument("--op-timeout", type=float, default=30.0, help="seconds before a push counts as timed out")
     parser.add_argument("--quick", action="store_true", help="1 and 256 submitters, depths 0 and 10000, 1 s runs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
@@ -73,6 +75,8 @@ def parse_args(argv: list[str]) -> tuple[str, BenchConfig, argparse.Namespace]:
     args = parser.parse_args(argv)
     if args.latency < 0 or (args.duration is not None and args.duration <= 0) or args.op_timeout <= 0:
         parser.error("--latency must be >= 0; --duration and --op-timeout must be > 0")
+    if not 0 <= args.bandwidth < float("inf"):
+        parser.error("--bandwidth must be MB/s >= 0 (0: unlimited)")
 
     def pick(value: object, quick: object, default: object) -> object:
         return value if value is not None else quick if args.quick else default
@@ -85,6 +89,7 @@ def parse_args(argv: list[str]) -> tuple[str, BenchConfig, argparse.Namespace]:
         duration=pick(args.duration, 1.0, base.duration),  # type: ignore[arg-type]
         warmup=pick(args.warmup, 0.5, base.warmup),  # type: ignore[arg-type]
         latency=args.latency / 1000,
+        bandwidth=args.bandwidth * 1e6,
         op_timeout=args.op_timeout,
         memory=not args.no_memory,
         json_path=args.json,

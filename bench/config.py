@@ -34,6 +34,9 @@ class BenchConfig:
     duration: float = 3.0
     warmup: float = 1.0
     latency: float = 0.050
+    # Bytes per second each get and put also pays (latency + size / bandwidth);
+    # 0: unlimited. 100 MB/s is about one S3 stream in the same region.
+    bandwidth: float = 100e6
     op_timeout: float = 30.0
     memory: bool = True
     json_path: str | None = None

@@ -98,7 +98,7 @@ class TimedBrokerClient(BrokerClient):
         usual, then each outcome recorded like :meth:`complete`'s and
         :meth:`heartbeat`'s. Only a worker with ``WorkerOptions(batch=True)`` calls it."""
         ops = list(ops)
-        outcomes: list[Any] = super().execute_many(ops)  # type: ignore[misc]  # the batching protocol's call
+        outcomes: list[Any] = super().execute_many(ops)
         for op, outcome in zip(ops, outcomes, strict=True):
             error = outcome if isinstance(outcome, EngineError) else None
             if isinstance(op, Complete):

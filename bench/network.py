@@ -66,7 +66,10 @@ def store_url(store: str, cfg: NetworkConfig, folder: Path) -> str:
     """The node's QUEUE_STORE_URL for a store choice."""
     if store == "file":
         return (folder / "store").as_uri()
-    return f"latency+memory://bench?latency_seconds={cfg.latency:g}"
+    # Latency only, no charge per byte: these runs measure the HTTP path, and
+    # the drains' seeded backlog would otherwise turn them into depth runs
+    # (the cost of bytes is what ``python -m bench``'s depth runs measure).
+    return f"latency+memory://bench?latency_seconds={cfg.latency:g}&bandwidth_mb_s=0"
 
 
 def _progress(message: str) -> None:
@@ -102,7 +105,8 @@ def header(cfg: NetworkConfig, machine: dict[str, Any]) -> str:
     lines.append(
         f"conditions: ~200-byte JSON payloads; push: single-job POST /api/v1/jobs, closed loop, {cfg.warmup:g} s "
         f"warm-up then {cfg.duration:g} s measured; drain: {cfg.drain_jobs:,} jobs pushed beforehand to a queue "
-        f"of its own; stores: {', '.join(store_label(s, cfg) for s in cfg.stores)}; drain timeout {cfg.timeout:g} s"
+        f"of its own; stores: {', '.join(store_label(s, cfg) for s in cfg.stores)} (latency per get and put, no "
+        f"bandwidth charge); drain timeout {cfg.timeout:g} s"
     )
     return "\n".join(lines)
 

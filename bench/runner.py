@@ -146,7 +146,7 @@ def run_one(name: str, depth: int, submitters: int, cfg: BenchConfig, seeds: See
     started = perf_counter()
     system: System | None = None
     try:
-        system = make_system(name, latency=cfg.latency, seeds=seeds)
+        system = make_system(name, latency=cfg.latency, bandwidth=cfg.bandwidth, seeds=seeds)
         result.setup_s = perf_counter() - started
         # As a long-running server would after start-up: move everything that
         # exists now (imports, the seeded document) out of the collector's way,

@@ -72,29 +72,35 @@ class JQueueStorage:
     """jqueue 1.0's ``ObjectStoragePort`` over one key of an engine MemoryStore.
 
     Each call awaits ``asyncio.sleep(latency)`` (jqueue is asyncio-native),
-    then calls the store. ``write(if_match=None)`` means "create only if
-    absent", as jqueue's own InMemoryStorage treats it; a refused condition
+    then calls the store, and a read or write also sleeps its bytes ÷
+    ``bandwidth`` (0: unlimited), as the engine's LatencyStore charges them.
+    ``write(if_match=None)`` means "create only if absent", as jqueue's own
+    InMemoryStorage treats it; a refused condition
     raises jqueue's CASConflictError. After :meth:`abort`, calls raise RunAborted.
     """
 
-    def __init__(self, store: MemoryStore, key: str, *, latency: float) -> None:
+    def __init__(self, store: MemoryStore, key: str, *, latency: float, bandwidth: float = 0) -> None:
         self.store = store
         self.key = key
         self.latency = latency
+        self.bandwidth = bandwidth
         self.aborted = False
 
     def abort(self) -> None:
         self.aborted = True
 
-    async def _delay(self) -> None:
-        if self.latency > 0:
-            await asyncio.sleep(self.latency)
+    async def _delay(self, size: int = 0) -> None:
+        seconds = self.latency + (size / self.bandwidth if self.bandwidth > 0 else 0)
+        if seconds > 0:
+            await asyncio.sleep(seconds)
         if self.aborted:
             raise RunAborted("the benchmark run was aborted")
 
     async def read(self) -> tuple[bytes, str | None]:
         await self._delay()
         blob = self.store.get(self.key)
+        if blob is not None and self.bandwidth > 0:
+            await self._delay_bytes(len(blob.data))
         # One more hop through the event loop, then look at the abort flag
         # again: when many tasks queue up to decode a large document, an
         # aborted run then stops them here instead of after every decode.
@@ -103,8 +109,11 @@ class JQueueStorage:
             raise RunAborted("the benchmark run was aborted")
         return (b"", None) if blob is None else (blob.data, blob.etag)
 
+    async def _delay_bytes(self, size: int) -> None:
+        await asyncio.sleep(size / self.bandwidth)
+
     async def write(self, content: bytes, if_match: str | None = None) -> str:
-        await self._delay()
+        await self._delay(len(content))
         try:
             if if_match is None:
                 return self.store.put(self.key, content, if_none_match=True)

@@ -36,8 +36,9 @@ class System(abc.ABC):
 
     name: str
 
-    def __init__(self, *, latency: float, key: str, seed: bytes | None) -> None:
+    def __init__(self, *, latency: float, bandwidth: float, key: str, seed: bytes | None) -> None:
         self.latency = latency
+        self.bandwidth = bandwidth
         self.key = key
         self.memory = MemoryStore()
         if seed is not None:
@@ -96,10 +97,11 @@ class GroupSystem(AsyncSystem):
 
     name = "group"
 
-    def __init__(self, *, latency: float, seed: bytes | None) -> None:
-        super().__init__(latency=latency, key=ENGINE_KEY, seed=seed)
+    def __init__(self, *, latency: float, bandwidth: float, seed: bytes | None) -> None:
+        super().__init__(latency=latency, bandwidth=bandwidth, key=ENGINE_KEY, seed=seed)
         self.abortable = AbortableStore(self.memory)
-        self.committer = GroupCommitter(LatencyStore(self.abortable, latency=latency), key=ENGINE_KEY)
+        store = LatencyStore(self.abortable, latency=latency, bandwidth=bandwidth)
+        self.committer = GroupCommitter(store, key=ENGINE_KEY)
 
     async def start(self) -> None:
         await asyncio.to_thread(self.committer.start)
@@ -142,10 +144,10 @@ class DirectSystem(ThreadSystem):
 
     name = "direct"
 
-    def __init__(self, *, latency: float, seed: bytes | None) -> None:
-        super().__init__(latency=latency, key=ENGINE_KEY, seed=seed)
+    def __init__(self, *, latency: float, bandwidth: float, seed: bytes | None) -> None:
+        super().__init__(latency=latency, bandwidth=bandwidth, key=ENGINE_KEY, seed=seed)
         self.abortable = AbortableStore(self.memory)
-        self.store = LatencyStore(self.abortable, latency=latency)
+        self.store = LatencyStore(self.abortable, latency=latency, bandwidth=bandwidth)
         self.path = "DirectClient.push (one client per thread)"
 
     def start(self) -> None:
@@ -170,10 +172,10 @@ class DirectSystem(ThreadSystem):
 class JQueueSystem(AsyncSystem):
     """jqueue 1.0 ``BrokerQueue`` (``broker=True``) or ``DirectQueue`` over :class:`JQueueStorage`."""
 
-    def __init__(self, *, latency: float, seed: bytes | None, broker: bool) -> None:
-        super().__init__(latency=latency, key=JQUEUE_KEY, seed=seed)
+    def __init__(self, *, latency: float, bandwidth: float, seed: bytes | None, broker: bool) -> None:
+        super().__init__(latency=latency, bandwidth=bandwidth, key=JQUEUE_KEY, seed=seed)
         self.name = "jqueue-broker" if broker else "jqueue-direct"
-        self.storage = JQueueStorage(self.memory, JQUEUE_KEY, latency=latency)
+        self.storage = JQueueStorage(self.memory, JQUEUE_KEY, latency=latency, bandwidth=bandwidth)
         self.broker: BrokerQueue | None = None
         self.queue: BrokerQueue | DirectQueue = DirectQueue(self.storage)
         self.is_broker = broker
@@ -204,13 +206,14 @@ class JQueueSystem(AsyncSystem):
         self.storage.abort()
 
 
-def make_system(name: str, *, latency: float, seeds: Seeds) -> System:
+def make_system(name: str, *, latency: float, bandwidth: float, seeds: Seeds) -> System:
     """Build the named system on a fresh store holding the seed document for
-    its format. Raises ValueError for an unknown name."""
+    its format; every get and put costs ``latency`` + bytes ÷ ``bandwidth``
+    (0: unlimited), for every system alike. Raises ValueError for an unknown name."""
     if name == "group":
-        return GroupSystem(latency=latency, seed=seeds.engine())
+        return GroupSystem(latency=latency, bandwidth=bandwidth, seed=seeds.engine())
     if name == "direct":
-        return DirectSystem(latency=latency, seed=seeds.engine())
+        return DirectSystem(latency=latency, bandwidth=bandwidth, seed=seeds.engine())
     if name in ("jqueue-broker", "jqueue-direct"):
-        return JQueueSystem(latency=latency, seed=seeds.jqueue(), broker=name == "jqueue-broker")
+        return JQueueSystem(latency=latency, bandwidth=bandwidth, seed=seeds.jqueue(), broker=name == "jqueue-broker")
     raise ValueError(f"unknown system {name!r}")

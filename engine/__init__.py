@@ -85,6 +85,7 @@ from engine.policy import (
     MAX_DELAY_SECONDS,
     Policy,
 )
+from engine.readiness import Readiness
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import (
@@ -154,6 +155,7 @@ __all__ = [
     "QueueCounters",
     "QueueError",
     "QueueState",
+    "Readiness",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",

@@ -57,6 +57,7 @@ from engine.model import BrokerInfo, new_process_id, utc_now
 from engine.ops import Operation, TakeOver, Tick
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
+from engine.readiness import Readiness, assess
 from engine.stores.base import ObjectStore
 from engine.transitions import apply
 from engine.waiters import WaitingClaims
@@ -115,6 +116,9 @@ class Broker:
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
         self._unreadable: DocumentError | None = None  # I6: the document did not parse, last we read it
+        # When (monotonic) this node last reached the store: a standby's ETag
+        # check or read, a leader's landed heartbeat. For readiness probes.
+        self._store_ok_at: float | None = None
         self.takeovers = 0
         self._seen_seq = 0
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
@@ -181,6 +185,20 @@ class Broker:
         """Set while the document is known to be lost (I10): every operation
         is refused with it until an operator restores the document. No I/O."""
         return self.presence.missing
+
+    def readiness(self) -> Readiness:
+        """Whether this node should take traffic now (see
+        :mod:`engine.readiness`). No I/O: it reports what the control loop
+        last saw, which is at most a poll interval or a heartbeat old."""
+        return assess(
+            role=self.role,
+            store_ok_at=self._store_ok_at,
+            now=self.monotonic(),
+            takeover_seconds=self.takeover_seconds,
+            missing=self.presence.missing,
+            unreadable=self._unreadable,
+            last_error=self.last_error,
+        )
 
     # -- serving ---------------------------------------------------------------
 
@@ -256,6 +274,7 @@ class Broker:
             # A metadata-only request while nothing changes; the document
             # itself is read only when its ETag moved.
             etag = self.store.etag(self.key)
+            self._store_ok_at = self.monotonic()
             if etag != last_etag:
                 blob = self.store.get(self.key)
                 last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
@@ -345,6 +364,7 @@ class Broker:
             return
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
         self._committer = committer
+        self._store_ok_at = self.monotonic()  # the takeover wrote, the committer read
         self.role = "leader"
 
     def _committed(self, state: QueueState) -> None:
@@ -390,6 +410,7 @@ class Broker:
             # write a standby may have taken over, so stop acknowledging.
             committer.execute(Tick(), timeout=self.takeover_seconds)
             self._unreadable = None
+            self._store_ok_at = self.monotonic()
         except (NotLeader, CommitterStopped):
             self._step_down("a heartbeat commit was refused")
         except CommitTimeout:

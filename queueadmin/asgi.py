@@ -25,7 +25,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import config, edge, runtime  # noqa: E402
+from queueadmin import config, edge, probes, runtime  # noqa: E402
 from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
@@ -58,10 +58,13 @@ gc.freeze()
 async def http_application(scope: Scope, receive: Receive, send: Send) -> None:
     """``/api/...`` to the API's own application (queueadmin.api.app): no
     Django middleware, signals or thread hops per request, at the speed of
-    the engine underneath. Everything else (the dashboard, sign-in, the
+    the engine underneath. ``/livez`` and ``/readyz`` to the health probes
+    (queueadmin.probes), also before Django. Everything else (the dashboard, sign-in, the
     admin, static files) to Django's full stack, unchanged."""
     if scope["path"].startswith(API_PREFIX):
         await api_app.application(scope, receive, send)
+    elif scope["path"] in probes.PATHS:
+        await probes.application(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
 

@@ -14,40 +14,64 @@ from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
 from engine.stores.base import Blob, ObjectStore
 
 DEFAULT_LATENCY_SECONDS = 0.050  # close to an S3 PUT in the same region
+# Roughly what one S3 stream moves in the same region. A real store charges
+# latency + size / bandwidth per request, so a large document costs more
+# than its round trip; without this term a benchmark hides that.
+DEFAULT_BANDWIDTH_BYTES_PER_SECOND = 100e6
 LATENCY_PREFIX = "latency+"
 LATENCY_PARAMETER = "latency_seconds"
+BANDWIDTH_PARAMETER = "bandwidth_mb_s"  # MB/s (10**6 bytes); 0 means unlimited
 MAX_LATENCY_SECONDS = 60.0  # a typo (ms for s) should fail loudly, not hang every request
 
 Fault = Literal["conflict", "lost", "landed"]
 
 
 class LatencyStore(ObjectStore):
-    """Adds a fixed delay to every get and put, like a remote object store.
+    """Delays every call like a remote object store: ``latency`` seconds per
+    request, plus, for a get or put, the bytes moved ÷ ``bandwidth`` (bytes
+    per second; None or 0: unlimited). Metadata calls (etag, delete, list)
+    pay the latency only.
 
     The delay is a plain ``time.sleep`` in the calling thread, so it releases
     the GIL exactly as real network I/O would.
     """
 
-    def __init__(self, inner: ObjectStore, *, latency: float = DEFAULT_LATENCY_SECONDS) -> None:
+    def __init__(
+        self,
+        inner: ObjectStore,
+        *,
+        latency: float = DEFAULT_LATENCY_SECONDS,
+        bandwidth: float | None = DEFAULT_BANDWIDTH_BYTES_PER_SECOND,
+    ) -> None:
+        if bandwidth is not None and not (math.isfinite(bandwidth) and bandwidth >= 0):
+            raise ValueError(f"bandwidth must be bytes per second >= 0 or None, got {bandwidth!r}")
         self.inner = inner
         self.latency = latency
+        self.bandwidth = bandwidth or None
+
+    def transfer_seconds(self, size: int) -> float:
+        """What moving ``size`` bytes costs on top of the latency."""
+        return size / self.bandwidth if self.bandwidth else 0.0
 
     def get(self, key: str) -> Blob | None:
         time.sleep(self.latency)
-        return self.inner.get(key)
+        blob = self.inner.get(key)
+        if blob is not None and self.bandwidth:
+            time.sleep(self.transfer_seconds(len(blob.data)))
+        return blob
 
     def etag(self, key: str) -> str | None:
         time.sleep(self.latency)
         return self.inner.etag(key)
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        time.sleep(self.latency)
+        time.sleep(self.latency + self.transfer_seconds(len(data)))
         return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
     ) -> str:
-        time.sleep(self.latency)
+        time.sleep(self.latency + self.transfer_seconds(sum(map(len, parts))))
         return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
 
     def delete(self, key: str) -> None:
@@ -59,35 +83,49 @@ class LatencyStore(ObjectStore):
         return self.inner.list(prefix)
 
     def describe(self) -> str:
-        return f"{self.inner.describe()} (+{self.latency * 1000:.0f} ms)"
+        rate = f"{self.bandwidth / 1e6:g} MB/s" if self.bandwidth else "unlimited bandwidth"
+        return f"{self.inner.describe()} (+{self.latency * 1000:.0f} ms, {rate})"
 
 
 def open_latency_store(url: str, open_inner: Callable[[str], ObjectStore]) -> LatencyStore:
-    """Open ``latency+<inner URL>[?latency_seconds=s]``: the inner store (opened
-    with ``open_inner``, without ``latency_seconds``) with ``s`` seconds (default
-    :data:`DEFAULT_LATENCY_SECONDS`) added to each call. Does no I/O beyond the
-    inner store's opening. Raises StoreConfigError for a malformed URL or a
-    latency outside 0 to :data:`MAX_LATENCY_SECONDS`."""
+    """Open ``latency+<inner URL>[?latency_seconds=s][&bandwidth_mb_s=b]``: the
+    inner store (opened with ``open_inner``, without those two parameters)
+    with ``s`` seconds (default :data:`DEFAULT_LATENCY_SECONDS`) added to each
+    call, and each get and put also charged its bytes at ``b`` MB/s (default
+    :data:`DEFAULT_BANDWIDTH_BYTES_PER_SECOND`; 0: unlimited). Does no I/O
+    beyond the inner store's opening. Raises StoreConfigError for a malformed
+    URL, a latency outside 0 to :data:`MAX_LATENCY_SECONDS` or a negative
+    bandwidth."""
     if not url.startswith(LATENCY_PREFIX):
         raise StoreConfigError(f"a latency store URL starts with {LATENCY_PREFIX}, got {url!r}")
     base, _, raw_query = url[len(LATENCY_PREFIX) :].partition("?")
     query = parse_qsl(raw_query, keep_blank_values=True)
-    values = [value for name, value in query if name == LATENCY_PARAMETER]
-    if len(values) > 1:
-        raise StoreConfigError(f"a latency store URL takes {LATENCY_PARAMETER} at most once, got {url!r}")
-    latency = DEFAULT_LATENCY_SECONDS
-    if values:
-        try:
-            latency = float(values[0])
-        except ValueError:
-            latency = math.nan
-        if not (math.isfinite(latency) and 0 <= latency <= MAX_LATENCY_SECONDS):
-            raise StoreConfigError(
-                f"{LATENCY_PARAMETER} must be seconds between 0 and {MAX_LATENCY_SECONDS:g}, got {values[0]!r}"
-            )
-    rest = [(name, value) for name, value in query if name != LATENCY_PARAMETER]
+    latency = _number_parameter(url, query, LATENCY_PARAMETER, DEFAULT_LATENCY_SECONDS, MAX_LATENCY_SECONDS,
+                                "seconds between 0 and")
+    mb_s = _number_parameter(url, query, BANDWIDTH_PARAMETER, DEFAULT_BANDWIDTH_BYTES_PER_SECOND / 1e6, math.inf,
+                             "MB/s, 0 (unlimited) or more, below")
+    rest = [(name, value) for name, value in query if name not in (LATENCY_PARAMETER, BANDWIDTH_PARAMETER)]
     # Plain string work: urlunsplit would drop the "//" of schemes it does not know (memory://).
-    return LatencyStore(open_inner(f"{base}?{urlencode(rest)}" if rest else base), latency=latency)
+    inner = open_inner(f"{base}?{urlencode(rest)}" if rest else base)
+    return LatencyStore(inner, latency=latency, bandwidth=mb_s * 1e6)
+
+
+def _number_parameter(url: str, query: list[tuple[str, str]], name: str, default: float, most: float,
+                      what: str) -> float:
+    """The value of query parameter ``name`` (at most once; ``default`` when
+    absent), a finite number from 0 to ``most``; StoreConfigError otherwise."""
+    values = [value for key, value in query if key == name]
+    if len(values) > 1:
+        raise StoreConfigError(f"a latency store URL takes {name} at most once, got {url!r}")
+    if not values:
+        return default
+    try:
+        number = float(values[0])
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and 0 <= number <= most):
+        raise StoreConfigError(f"{name} must be {what} {most:g}, got {values[0]!r}")
+    return number
 
 
 class FaultyStore(ObjectStore):
