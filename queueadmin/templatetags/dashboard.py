@@ -4,6 +4,7 @@ their bidirectional control characters made visible."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,6 +110,7 @@ def when(value: datetime | str | None, precision: str = "s") -> SafeString:
 #: "evil" as "live". They are shown as their escapes instead.
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 _ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
+_BIDI = re.compile(f"[{''.join(sorted(BIDI_CONTROLS))}]")
 
 
 @register.filter(needs_autoescape=True)
@@ -119,16 +121,12 @@ def visible(value: object, autoescape: bool = True) -> SafeString:
     attribute use :func:`visible_text`."""
     text = "" if value is None else str(value)
     escaped = str(conditional_escape(text)) if autoescape else text
-    if not BIDI_CONTROLS.intersection(escaped):
-        return mark_safe(escaped)  # escaped above
-    out = []
-    for char in escaped:
-        if char in BIDI_CONTROLS:
-            code = f"\\u{ord(char):04x}"
-            out.append(f'<span class="bidi" title="invisible control character U+{ord(char):04X}">{code}</span>')
-        else:
-            out.append(char)
-    return mark_safe("".join(out))  # escaped above; the spans are ours
+    return mark_safe(_BIDI.sub(_marked, escaped))  # escaped above; the spans are ours
+
+
+def _marked(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f'<span class="bidi" title="invisible control character U+{code:04X}">\\u{code:04x}</span>'
 
 
 @register.filter
