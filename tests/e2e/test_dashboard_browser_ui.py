@@ -206,6 +206,13 @@ def test_a_long_queue_name_leaves_the_counts_and_pause_on_screen(
             # Each count says which it is.
             expect(page.locator(f"{row} td.num").first).to_have_attribute("data-label", "Pending")
         shot(page, "overview-long-name" if width > 600 else "overview-phone-cards")
+        # The jobs list cuts the name too, and keeps its last column in view.
+        page.goto(f"{server.url}/jobs/?queue={LONG}")
+        cell = page.locator("#live-jobs tbody td.name").first
+        expect(cell).to_have_attribute("title", LONG)
+        assert cell.evaluate("el => el.scrollWidth > el.clientWidth")
+        inside_viewport(page, "#live-jobs tbody td.payload")
+        page.goto(f"{server.url}/")
         page.get_by_role("button", name="Pause").first.click()
         expect(page.get_by_test_id("reason")).to_be_visible()
         inside_viewport(page, "[data-testid=run-action]")
