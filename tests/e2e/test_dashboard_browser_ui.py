@@ -103,6 +103,15 @@ def test_scroll_focus_and_typed_text_survive_live_updates(browser: Browser, node
             updates(page, 1)
         assert viewer.evaluate("el => el.scrollTop") == 900
 
+        # A focused row link keeps its focus while rows arrive around it.
+        page.goto(f"{server.url}/jobs/?queue=bulk")
+        link = page.locator("#live-jobs tbody tr[data-job-id] a").nth(2)
+        link.focus()
+        for _ in range(2):
+            push(server, "bulk", [{"n": "more"}])
+            updates(page, 1)
+        expect(link).to_be_focused()
+
         # Text typed into a filter while jobs arrive keeps its value, focus and caret.
         page.goto(f"{server.url}/jobs/")
         field = page.get_by_label("Payload contains")
