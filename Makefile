@@ -18,10 +18,11 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # Unit tests: everything but real processes, the browser, the long runs and the fuzzing.
 FAST_TESTS := not e2e and not slow and not fuzz
 
-.PHONY: help venv run test test-fast lock bench screenshots clean
+.PHONY: help venv run cluster test test-fast lock bench screenshots clean
 
 help:
 	@echo "make run        install if needed, migrate, serve at http://127.0.0.1:$(PORT)/ (PORT=...)"
+	@echo "make cluster    three nodes (ports 8000-8002) on one local store, two workers and demo jobs: watch a failover"
 	@echo "make test       install if needed, then ruff, mypy, makemigrations --check and pytest"
 	@echo "make test-fast  the unit tests only (no e2e, slow or fuzz tests), in under a minute"
 	@echo "make lock       re-resolve requirements/*.lock from pyproject.toml (UPGRADE=1: newest allowed versions)"
@@ -96,6 +97,12 @@ run: $(RUN_STAMP)
 	  --worker-id demo-worker --broker http://127.0.0.1:$(PORT) & \
 	$(PY) manage.py demo --every 3 --broker http://127.0.0.1:$(PORT) & \
 	wait -n
+
+# Three nodes on one store under var/cluster/, two workers, demo jobs (manage.py cluster
+# says what runs where). The command stops everything itself on Ctrl-C; make is
+# told to ignore the interrupt so that it waits for that, and exits 0.
+cluster: $(RUN_STAMP)
+	@trap '' INT; $(PY) manage.py cluster --port $(PORT)
 
 test: venv
 	mkdir -p var

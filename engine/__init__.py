@@ -77,6 +77,7 @@ from engine.model import (
     utc_now,
 )
 from engine.parsing import empty_state, parse_document
+from engine.pending import Buckets
 from engine.policy import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -120,6 +121,7 @@ __all__ = [
     "BrokerClient",
     "BrokerInfo",
     "BrokerUnavailable",
+    "Buckets",
     "ClaimedJob",
     "CommitStats",
     "CommitTimeout",

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from engine.cas import state_of, write_state
-from engine.committer import GroupCommitter
+from engine.committer import CommitStats, GroupCommitter
 from engine.document import QueueState
 from engine.errors import (
     CommitterStopped,
@@ -119,7 +119,10 @@ class Broker:
         # When (monotonic) this node last reached the store: a standby's ETag
         # check or read, a leader's landed heartbeat. For readiness probes.
         self._store_ok_at: float | None = None
+        #: Takeovers this node won (each raised the epoch), for health pages and /metrics.
         self.takeovers = 0
+        #: Commit counters for this node's lifetime, shared by every committer it runs.
+        self.stats = CommitStats()
         self._seen_seq = 0
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
         self._committer: GroupCommitter | None = None
@@ -357,6 +360,7 @@ class Broker:
             on_load=self._check_named,
             on_commit=self._committed,
             presence=self.presence,
+            stats=self.stats,
         )
         try:
             committer.start()

@@ -123,6 +123,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
         presence: Presence | None = None,
+        stats: CommitStats | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -139,7 +140,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.idle_gap_seconds = idle_gap_seconds
         # Whether the document existed (I10); a broker shares one across its committers.
         self.presence = presence or Presence(store, key, writer=self.writer_id)
-        self.stats = CommitStats()
+        # A broker passes one for all its committers, so its counts span takeovers.
+        self.stats = stats if stats is not None else CommitStats()
         self.committed_seq = 0  # seq of the latest version read or written (landed), for health pages
         self._lock = threading.Lock()  # a plain Lock: cheaper than the default RLock
         self._cond = threading.Condition(self._lock)
@@ -550,8 +552,8 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = (done.etag, done.parts)
-            self.stats.commits += 1
-            self.stats.last_commit_seconds = time.monotonic() - done.started
+            self.stats.landed(seconds=time.monotonic() - done.started, size=sum(map(len, done.parts)),
+                              operations=len(done.batch))
             if self.on_commit is not None:
                 try:
                     self.on_commit(done.state)

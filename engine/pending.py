@@ -9,6 +9,7 @@ Split from :mod:`engine.committer`, which holds the writer loop itself.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import threading
 import time
@@ -19,10 +20,64 @@ from engine.document import QueueState
 from engine.errors import EngineError
 from engine.ops import Operation
 
+#: Upper bounds of :attr:`CommitStats.latency`'s buckets, in seconds.
+LATENCY_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Upper bounds of :attr:`CommitStats.sizes`'s buckets, in bytes.
+SIZE_BOUNDS = (1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0)
+#: Upper bounds of :attr:`CommitStats.batches`'s buckets, in operations per write.
+BATCH_BOUNDS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0, 2500.0, 10000.0)
+
+
+class Buckets:
+    """A fixed-bucket histogram: how many observations fell at or below each
+    bound (``counts[i]`` for ``bounds[i]``, not cumulative; the last count is
+    for values above every bound), their ``sum`` and ``count``.
+
+    :meth:`observe` costs one bisection and takes no lock: one thread (the
+    committer's writer) observes; a reader on another thread may see an
+    observation half recorded (the count but not yet the sum), never a
+    corrupted value, which is what a metrics scrape needs.
+    """
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError("bounds must be strictly increasing")
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, observations at or below it)`` for each bound, then
+        ``(inf, count)``: the form Prometheus histograms take."""
+        counts = list(self.counts)
+        result: list[tuple[float, int]] = []
+        total = 0
+        for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
+            total += n
+            result.append((bound, total))
+        return result
+
 
 @dataclass(slots=True)
 class CommitStats:
-    """Counters for tests, benchmarks and the dashboard."""
+    """Counters for tests, benchmarks, the dashboard and ``/metrics``.
+
+    Only the committer's writer thread changes them (a broker shares one
+    across the committers it runs, so they count for the node's lifetime).
+    ``lost_races`` counts conditional writes that lost to another writer (CAS
+    conflicts), ``ambiguous`` writes whose outcome was unknown until a
+    re-read. ``latency``, ``sizes`` and ``batches`` are histograms of each
+    landed write's duration (seconds), size (bytes) and operations;
+    ``last_commit_at`` is when the last write landed (Unix time).
+    """
 
     commits: int = 0
     operations: int = 0
@@ -30,11 +85,24 @@ class CommitStats:
     ambiguous: int = 0
     reads: int = 0
     last_commit_seconds: float = 0.0
+    last_commit_at: float = 0.0
+    latency: Buckets = field(default_factory=lambda: Buckets(LATENCY_BOUNDS))
+    sizes: Buckets = field(default_factory=lambda: Buckets(SIZE_BOUNDS))
+    batches: Buckets = field(default_factory=lambda: Buckets(BATCH_BOUNDS))
 
     @property
     def mean_batch(self) -> float:
         """Operations answered per landed write."""
         return self.operations / self.commits if self.commits else 0.0
+
+    def landed(self, *, seconds: float, size: int, operations: int) -> None:
+        """Record one landed write (the writer thread calls it). No I/O."""
+        self.commits += 1
+        self.last_commit_seconds = seconds
+        self.last_commit_at = time.time()
+        self.latency.observe(seconds)
+        self.sizes.observe(float(size))
+        self.batches.observe(float(operations))
 
 
 class Pending:

@@ -30,6 +30,8 @@ from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
 from queueadmin.dashboard.origin import SameOriginValidator  # noqa: E402
+from queueadmin.metrics import exporter as metrics_exporter  # noqa: E402
+from queueadmin.metrics import sampler  # noqa: E402
 
 # daphne (its CLI and runserver) imports the application before it serves:
 # from here on its server refuses an oversized, unauthenticated or stalled
@@ -42,6 +44,8 @@ edge.install()
 # the node answers 503 not_leader until it has won the election.
 if config.broker_autostart():
     runtime.start_broker()
+    # The metrics history: recorded while this node leads (queueadmin.metrics.sampler).
+    sampler.start_sampler()
 
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).
 websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]
@@ -59,10 +63,14 @@ async def http_application(scope: Scope, receive: Receive, send: Send) -> None:
     """``/api/...`` to the API's own application (queueadmin.api.app): no
     Django middleware, signals or thread hops per request, at the speed of
     the engine underneath. ``/livez`` and ``/readyz`` to the health probes
-    (queueadmin.probes), also before Django. Everything else (the dashboard, sign-in, the
+    (queueadmin.probes), and ``/metrics`` to the Prometheus exporter
+    (queueadmin.metrics.exporter), also before Django. Everything else (the dashboard, sign-in, the
     admin, static files) to Django's full stack, unchanged."""
     if scope["path"].startswith(API_PREFIX):
         await api_app.application(scope, receive, send)
+    elif scope["path"] == metrics_exporter.PATH:
+        # Prometheus scrapes with a bearer token, like the API: no Django stack either.
+        await metrics_exporter.application(scope, receive, send)
     elif scope["path"] in probes.PATHS:
         await probes.application(scope, receive, send)
     else:

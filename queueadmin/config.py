@@ -37,6 +37,8 @@ MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024
 DEFAULT_HTTP_IDLE_SECONDS = 30.0
 #: Default for ``QUEUE_TASK_RESULT_TTL_SECONDS`` and the tasks backend's ``RESULT_TTL_SECONDS``: a week.
 DEFAULT_RESULT_TTL_SECONDS = 7 * 24 * 3600.0
+#: Default for ``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records the metrics history.
+DEFAULT_SAMPLE_SECONDS = 10.0
 
 
 def default_max_request_bytes(max_payload_bytes: int) -> int:
@@ -85,6 +87,19 @@ def api_token() -> str | None:
     clients send; None (also when absent) when unset."""
     token: str | None = getattr(settings, "QUEUE_API_TOKEN", None)
     return token
+
+
+def metrics_token() -> str | None:
+    """``QUEUE_METRICS_TOKEN``: a bearer token that reads ``/metrics`` (and
+    nothing else), besides the API tokens; None (also when absent) when unset."""
+    token: str | None = getattr(settings, "QUEUE_METRICS_TOKEN", None)
+    return token
+
+
+def metrics_sample_seconds() -> float:
+    """``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records a point
+    of the metrics history (:data:`DEFAULT_SAMPLE_SECONDS` when absent)."""
+    return float(getattr(settings, "QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS))
 
 
 def broker_autostart() -> bool:

@@ -43,5 +43,15 @@ def work(payload: Any) -> None:
         raise DemoFailure(f"failed at random (fail_rate {fail_rate:g})")
 
 
+def demo_payload() -> dict[str, Any]:
+    """One demo job for :func:`work`: a named task taking 0.2 to 4 s that
+    fails a quarter of the time (``manage.py demo`` and ``cluster`` push these)."""
+    return {
+        "task": random.choice(["resize-image", "send-email", "build-report", "sync-account"]),
+        "seconds": round(random.uniform(0.2, 4.0), 1),
+        "fail_rate": 0.25,
+    }
+
+
 def noop(payload: Any) -> None:
     """Do nothing and complete at once (for throughput runs)."""

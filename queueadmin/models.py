@@ -284,3 +284,7 @@ class ForwardNonce(models.Model):
 
     def __str__(self) -> str:
         return self.nonce
+
+
+# The metrics history lives with the metrics code; importing it here lets Django see the model.
+from queueadmin.metrics.records import MetricPoint  # noqa: E402, F401

@@ -39,6 +39,11 @@ QUEUE_BROKER_AUTOSTART      start the embedded broker when the ASGI app is
 QUEUE_TASK_RESULT_TTL_SECONDS
                             how long a finished Django task's result is kept
                             under results/ in the store, seconds (604800)
+QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
+                            the API tokens (unset)
+QUEUE_METRICS_SAMPLE_SECONDS
+                            how often the leader records the metrics history
+                            for the charts, seconds (10)
 =========================== ====================================================
 """
 
@@ -54,7 +59,12 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TAKEOVER_SECONDS
-from queueadmin.config import DEFAULT_HTTP_IDLE_SECONDS, DEFAULT_RESULT_TTL_SECONDS, default_max_request_bytes
+from queueadmin.config import (
+    DEFAULT_HTTP_IDLE_SECONDS,
+    DEFAULT_RESULT_TTL_SECONDS,
+    DEFAULT_SAMPLE_SECONDS,
+    default_max_request_bytes,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -286,6 +296,10 @@ QUEUE_HTTP_IDLE_SECONDS = env_seconds("QUEUE_HTTP_IDLE_SECONDS", DEFAULT_HTTP_ID
 # Only the serving process imports queueadmin.asgi, which starts the broker
 # when this is on; set it false to serve the pages without joining the queue.
 QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
+# /metrics (docs/metrics.md) accepts the API tokens and this one, which reads nothing else.
+QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
+# The leader records a point of the metrics history this often (queueadmin.metrics.sampler).
+QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS)
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader

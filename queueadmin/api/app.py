@@ -24,46 +24,58 @@ calls close their connection themselves (:mod:`queueadmin.api.auth`,
 from __future__ import annotations
 
 import logging
+import time
 
 from queueadmin.api.errors import ApiError
 from queueadmin.api.hosts import refused_host
 from queueadmin.api.http import ClientGone, Receive, Request, Response, Scope, Send
 from queueadmin.api.urls import router
+from queueadmin.metrics import requests as metered
 
 log = logging.getLogger(__name__)
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
-    """The ASGI entry point for ``http`` requests under ``/api/``."""
+    """The ASGI entry point for ``http`` requests under ``/api/``. Each answer
+    is counted in ``/metrics`` by route name and status (:mod:`queueadmin.metrics.requests`)."""
+    started = time.perf_counter()
     try:
         request = Request(scope, receive)
     except Exception:  # a scope no server should send; still answered
         log.exception("cannot read the request scope for %r", scope.get("path"))
-        response = _internal_error()
+        name, response = "invalid", _internal_error()
     else:
         try:
-            response = await respond(request)
+            name, response = await _respond(request)
         except ClientGone:
             return  # nobody to answer; the server has dropped the connection
     await response.send(send)
+    metered.observe(name, response.status_code, time.perf_counter() - started)
 
 
 async def respond(request: Request) -> Response:
     """The answer to ``request``. Raises only ClientGone."""
+    return (await _respond(request))[1]
+
+
+async def _respond(request: Request) -> tuple[str, Response]:
+    """The route's name (a bounded label for /metrics) and the answer to ``request``."""
+    name = "not_found"
     try:
         refused = refused_host(request)
         if refused is not None:
-            return refused.response()
+            return "disallowed_host", refused.response()
         found = router.resolve(request.path)
         if found is None:
-            return ApiError("not_found", f"no such API endpoint: {request.path}; see docs/api.md").response()
+            return name, ApiError("not_found", f"no such API endpoint: {request.path}; see docs/api.md").response()
         route, parameters = found
-        return await route.endpoint(request, **parameters)
+        name = route.name
+        return name, await route.endpoint(request, **parameters)
     except ClientGone:
         raise
     except Exception:  # a bug outside the endpoints' own handling: still one JSON answer (I8)
         log.exception("%s %s failed", request.method, request.path)
-        return _internal_error()
+        return name, _internal_error()
 
 
 def _internal_error() -> Response:

@@ -10,6 +10,7 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("queues/<str:name>/", views.queue, name="queue"),
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/<str:job_id>/", views.job, name="job"),
     path("workers/", views.workers, name="workers"),

@@ -29,6 +29,7 @@ from queueadmin.dashboard import actions, pages, plans
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
+from queueadmin.metrics import history
 from queueadmin.models import AuditEntry
 
 VIEW = "queueadmin.view_dashboard"
@@ -78,6 +79,33 @@ def _job(snapshot: Snapshot, request: HttpRequest, job_id: str) -> dict[str, Any
     return pages.job(snapshot, job_id, job_actions(job_id))
 
 
+def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    context = pages.overview(snapshot)
+    sparks = history.sparklines([row["q"].name for row in context["rows"]], snapshot.taken_at)
+    for row in context["rows"]:
+        row["spark"] = sparks.get(row["q"].name)
+    return context
+
+
+def _queue(snapshot: Snapshot, request: HttpRequest, name: str) -> dict[str, Any]:
+    """One queue's page: its numbers now, and its charts over the chosen range."""
+    span = history.RANGES.get(request.GET.get("range") or "") or history.RANGES[history.DEFAULT_RANGE]
+    q = snapshot.queues.get(name)
+    oldest = q.oldest_pending_at if q is not None else None
+    step = history.seconds_per_step(span.step)
+    return {
+        "snapshot": snapshot,
+        "name": name,
+        "q": q,
+        "oldest_age": (snapshot.taken_at - oldest).total_seconds() if oldest is not None else None,
+        "range": span,
+        "ranges": list(history.RANGES.values()),
+        "resolution": pages.age_text(step),
+        "sample_seconds": history.seconds_per_step(history.RAW),
+        "charts": history.charts(name, span.key, snapshot.taken_at),
+    }
+
+
 def job_actions(job_id: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(jobs__job_id=job_id).order_by("created_at")[:200])
 
@@ -89,8 +117,9 @@ def _snapshot_only(build: Callable[[Snapshot], dict[str, Any]]) -> Callable[...,
 
 #: The live pages, by URL name: the views below and the live consumer both use this.
 LIVE_PAGES: dict[str, LivePage] = {
-    "overview": LivePage("queueadmin/dashboard/overview.html", _snapshot_only(pages.overview),
+    "overview": LivePage("queueadmin/dashboard/overview.html", _overview,
                          ("live-alerts", "live-queues", "live-broker")),
+    "queue": LivePage("queueadmin/dashboard/queue.html", _queue, ("live-queue",)),
     "jobs": LivePage("queueadmin/dashboard/jobs.html", _jobs, ("live-jobs",)),
     "job": LivePage("queueadmin/dashboard/job.html", _job, ("live-job",)),
     "workers": LivePage("queueadmin/dashboard/workers.html", _snapshot_only(pages.workers), ("live-workers",)),
@@ -118,6 +147,7 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
 
 
 overview = live_view("overview")
+queue = live_view("queue")
 jobs = live_view("jobs")
 job = live_view("job")
 workers = live_view("workers")

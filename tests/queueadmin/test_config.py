@@ -46,6 +46,8 @@ CASES: list[tuple[Callable[[], Any], str, Any, Any, Any]] = [
     (config.max_request_bytes, "QUEUE_MAX_REQUEST_BYTES", 5000, 5000,
      config.default_max_request_bytes(DEFAULT_MAX_PAYLOAD_BYTES)),
     (config.http_idle_seconds, "QUEUE_HTTP_IDLE_SECONDS", 1.5, 1.5, config.DEFAULT_HTTP_IDLE_SECONDS),
+    (config.metrics_token, "QUEUE_METRICS_TOKEN", "scrape", "scrape", None),
+    (config.metrics_sample_seconds, "QUEUE_METRICS_SAMPLE_SECONDS", 2, 2.0, config.DEFAULT_SAMPLE_SECONDS),
 ]
 IDS = [case[0].__name__ for case in CASES]
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from queueadmin import runtime
+from queueadmin.metrics import sampler
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -70,8 +71,12 @@ def test_importing_the_asgi_app_starts_the_broker_only_when_autostart_is_on(memo
     assert runtime.get_broker().role == "stopped"
 
     memory_node.QUEUE_BROKER_AUTOSTART = True
-    importlib.reload(queueadmin.asgi)
-    assert runtime.get_broker().role in ("standby", "leader")
+    try:
+        importlib.reload(queueadmin.asgi)
+        assert runtime.get_broker().role in ("standby", "leader")
+        assert sampler._sampler is not None  # the metrics history starts with the broker
+    finally:
+        sampler.stop_sampler()
 
 
 def test_notify_wakes_waiters_on_every_loop_and_they_unregister() -> None:

@@ -11,7 +11,6 @@ most succeed, some fail and retry, a few end in the dead letters.
 
 from __future__ import annotations
 
-import random
 import secrets
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from engine import EngineError
+from queueadmin.demo import demo_payload
 from queueadmin.management import broker_client
 
 DEMO_QUEUE = "demo"
@@ -62,13 +62,8 @@ class Command(BaseCommand):
         sent = 0
         with broker_client(brokers=options["brokers"], token=options["token"]) as client:
             while options["count"] is None or sent < options["count"]:
-                payload = {
-                    "task": random.choice(["resize-image", "send-email", "build-report", "sync-account"]),
-                    "seconds": round(random.uniform(0.2, 4.0), 1),
-                    "fail_rate": 0.25,
-                }
                 try:
-                    client.push(DEMO_QUEUE, [payload], max_attempts=2)
+                    client.push(DEMO_QUEUE, [demo_payload()], max_attempts=2)
                 except EngineError as exc:
                     self.stderr.write(f"demo: push failed ({exc}); retrying")
                 sent += 1
