@@ -88,21 +88,21 @@ run: $(RUN_STAMP)
 	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/  (Ctrl-C stops the app, the demo worker and the demo jobs)"
 	@echo "API token: $${QUEUE_API_TOKEN:-$$(cat var/api-token)}  (workers: export QUEUE_API_TOKEN=\$$(cat var/api-token))"
 	@# The app (daphne, with the embedded broker), a demo worker and a trickle
-	@# of demo jobs; they all stop together when this target is interrupted.
+	@# of demo jobs (scripts/run-demo.sh). Ctrl-C stops them in order, the
+	@# worker's running jobs finish first; set -m makes the script a foreground
+	@# job of its own, so the Ctrl-C reaches it and not make, which exits 0.
 	export QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
 	  QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}"; \
-	trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT INT TERM; \
-	$(VENV)/bin/daphne --access-log var/access.log -b 127.0.0.1 -p $(PORT) queueadmin.asgi:application & \
-	$(PY) manage.py queueworker --queue demo --handler queueadmin.demo:work --concurrency 2 \
-	  --worker-id demo-worker --broker http://127.0.0.1:$(PORT) & \
-	$(PY) manage.py demo --every 3 --broker http://127.0.0.1:$(PORT) & \
-	wait -n
+	set -m; scripts/run-demo.sh $(VENV)/bin $(PORT); \
+	: "not exec'd by bash as the last command: it must be a job of its own"
 
 # Three nodes on one store under var/cluster/, two workers, demo jobs (manage.py cluster
-# says what runs where). The command stops everything itself on Ctrl-C; make is
-# told to ignore the interrupt so that it waits for that, and exits 0.
+# says what runs where). The command stops everything itself on Ctrl-C; set -m
+# makes it a foreground job of its own, as for make run, so the Ctrl-C reaches
+# it and not make, which exits 0.
 cluster: $(RUN_STAMP)
-	@trap '' INT; $(PY) manage.py cluster --port $(PORT)
+	@set -m; $(PY) manage.py cluster --port $(PORT); \
+	: "not exec'd by bash as the last command: it must be a job of its own"
 
 test: venv
 	mkdir -p var

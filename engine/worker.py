@@ -38,9 +38,14 @@ Tunables come in one frozen :class:`WorkerOptions`.
 running jobs get ``grace_seconds`` to finish and report, then ``run()``
 returns. Jobs still running then are abandoned: not completed, their leases
 expire and the broker hands them out again. A result still unconfirmed then
-is abandoned too (never counted completed). A long poll in flight at
-``stop()`` is waited for (its jobs are run, within the grace period) for at
-most ``wait_seconds`` plus a small margin.
+is abandoned too (never counted completed). No new claim starts after
+``stop()``, and a long poll in flight is not waited for once no job is
+running: an idle worker's ``run()`` returns at once. The claimer thread (a
+daemon) is left in its request; when the process then exits, the
+connection closes and the broker drops the waiting claim, so no job is
+leased. A claim the broker had already committed at that instant (or, in a
+process that goes on, one answered later) leases jobs nobody runs: they are
+not lost, their leases expire and the broker hands them out again.
 """
 
 from __future__ import annotations
@@ -76,9 +81,6 @@ DEFAULT_BACKOFF_CAP_SECONDS = 10.0
 # Waits re-check the (injectable) clock at least this often, so a fake clock
 # that jumps forward is noticed without a real-time wait of the same length.
 MAX_WAIT_STEP_SECONDS = 0.5
-# After stop(), with no job running, how much longer than one long poll run()
-# waits for a claim still in flight (whose jobs it would run) before leaving it.
-CLAIM_STOP_MARGIN_SECONDS = 2.0
 # A batching worker's finished jobs wait this long (at most) for others to
 # join their acknowledgement request: a few ms, far below a commit's latency.
 DEFAULT_ACK_LINGER_SECONDS = 0.005
@@ -143,8 +145,7 @@ class WorkerOptions:
       client's policy), so the heartbeat schedule matches the leases it gets;
     * ``heartbeat_interval`` — None: the lease times :data:`HEARTBEAT_SHARE`;
     * ``wait_seconds`` — the long poll per claim, 0 to ``MAX_WAIT_SECONDS``
-      (0 in burst mode); also bounds how long ``run()`` waits after ``stop()``
-      for a claim still in flight;
+      (0 in burst mode); ``stop()`` does not wait it out;
     * ``poll_seconds`` — the least time between two claims that found nothing;
     * ``burst`` — return as soon as a claim finds nothing and no job is
       running; delayed jobs (retry backoff, delayed pushes) are left for later;
@@ -278,8 +279,9 @@ class Worker:
                 while not (self._claimer_done and not self._running):
                     if self._deadline is not None and self.monotonic() >= self._deadline:
                         break
-                    if self._claim_overdue():
-                        log.info("worker %s: not waiting any longer for the claim in flight", self.worker_id)
+                    if self._stopped_at is not None and not self._running:
+                        # Idle: do not wait out the long poll in flight (see
+                        # the module docstring for what happens to its answer).
                         break
                     self._cond.wait(self._wait_step(self._deadline))
                 # From here on no result is reported: what still runs is left to expire.
@@ -324,17 +326,6 @@ class Worker:
         """Jobs claimed and not yet reported."""
         with self._cond:
             return len(self._running)
-
-    def _claim_overdue(self) -> bool:
-        """Stopping, nothing runs, and the claim in flight has taken longer than
-        a long poll could: the broker is unreachable or retrying. Leaving it is
-        safe (a claim answered after run() returns only strands leases, which
-        expire), and waiting could take the client's whole retry budget."""
-        return (
-            self._stopped_at is not None
-            and not self._running
-            and self.monotonic() >= self._stopped_at + self.wait_seconds + CLAIM_STOP_MARGIN_SECONDS
-        )
 
     def _wait_step(self, until: float | None) -> float:
         if until is None:

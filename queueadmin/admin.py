@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import ngettext
 
 from queueadmin.api.auth import digests
 from queueadmin.models import ApiToken, AuditEntry
@@ -86,4 +87,6 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         digests.forget()
-        messages.success(request, f"Revoked {count} token(s); every node refuses them within a few seconds.")
+        revoked = ngettext("Revoked %(n)d token; every node refuses it",
+                           "Revoked %(n)d tokens; every node refuses them", count) % {"n": count}
+        messages.success(request, f"{revoked} within a few seconds.")

@@ -19,3 +19,6 @@ class QueueadminConfig(AppConfig):
         # django.tasks.checks is imported; do it here so `manage.py check`
         # reports a misconfigured TASKS backend (no I/O happens until a check runs).
         import django.tasks.checks  # noqa: F401
+
+        # Connects the sign-out signal to the live sockets (no I/O until it fires).
+        import queueadmin.dashboard.sessions  # noqa: F401

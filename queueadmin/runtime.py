@@ -96,7 +96,8 @@ commits = CommitNotifier()
 
 
 class SeenWorkers:
-    """Workers that asked this node for work, with when they last did.
+    """Workers that asked this node for work, with when they last did and
+    from which queues.
 
     A worker that is idle in a long-poll claim holds no lease, so the document
     does not show it; the claim endpoint notes it here and the dashboard lists
@@ -106,19 +107,30 @@ class SeenWorkers:
     def __init__(self, limit: int = 1000) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._seen: dict[str, datetime] = {}
+        self._seen: dict[str, tuple[datetime, tuple[str, ...]]] = {}
 
-    def note(self, worker: str) -> None:
-        """Record that ``worker`` asked for work just now. Cheap; any thread."""
+    def note(self, worker: str, queues: Sequence[str] = ()) -> None:
+        """Record that ``worker`` asked for work from ``queues`` just now. Cheap; any thread."""
         with self._lock:
             self._seen.pop(worker, None)  # re-insert: dict order is recency order
-            self._seen[worker] = datetime.now(UTC)
+            self._seen[worker] = (datetime.now(UTC), tuple(queues))
             while len(self._seen) > self.limit:
                 self._seen.pop(next(iter(self._seen)))
 
     def snapshot(self) -> dict[str, datetime]:
+        """Worker name to when it last asked for work."""
         with self._lock:
-            return dict(self._seen)
+            return {name: when for name, (when, _) in self._seen.items()}
+
+    def by_queue(self) -> dict[str, datetime]:
+        """Queue name to when any worker last asked for work from it."""
+        latest: dict[str, datetime] = {}
+        with self._lock:
+            for when, queues in self._seen.values():
+                for queue in queues:
+                    if queue not in latest or when > latest[queue]:
+                        latest[queue] = when
+        return latest
 
     def clear(self) -> None:
         with self._lock:

@@ -194,6 +194,10 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # ServeStatic's app registers its configuration checks (`manage.py check`
+    # runs them); without it the middleware warns at every start. Below
+    # daphne, so `runserver` stays daphne's.
+    "servestatic",
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",

@@ -47,7 +47,7 @@ async def claim(request: Request) -> Response:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
     op, wait = wire.claim_from(await _body(request), broker.policy)
-    runtime.seen_workers.note(op.worker)
+    runtime.seen_workers.note(op.worker, op.queues)
     poll = runtime.long_poll_claim(broker, op, wait)
     # A worker that hangs up while it waits stops waiting (as Django's handler
     # cancelled a view on a disconnect), so no job is leased to a worker that is gone.

@@ -203,6 +203,15 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     else:
         ids = [str(i) for i in result]
         detail, changed = _acted(p, ids)
+        if not ids:
+            # Refused in effect (a conflict): every planned job had left or
+            # changed (completed by a worker, purged, requeued) before the
+            # run. Nothing changed; audit it as failed, with why, on the
+            # planned jobs' timelines, as a refused broker answer is.
+            detail = _refused(p) + where
+            entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids, ok=False,
+                          detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
+            return Outcome(entry, False, detail[0].upper() + detail[1:] + ".", True)
     detail += where
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
                   detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
@@ -213,6 +222,15 @@ def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
     if was_paused == p.spec.pauses:
         return p.spec.overtaken % {"queue": p.queue}, True
     return p.spec.done % {"n": 0, "queue": p.queue}, False
+
+
+def _refused(p: Plan) -> str:
+    """Why a run acted on none of its jobs."""
+    values = {"action": p.action, "n": p.count, "status": p.expected_status}
+    return ngettext("%(action)s refused, nothing changed: the job is no longer %(status)s (completed, purged or "
+                    "moved since the dry run)",
+                    "%(action)s refused, nothing changed: none of the %(n)d jobs is still %(status)s (completed, "
+                    "purged or moved since the dry run)", p.count) % values
 
 
 def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
@@ -272,6 +290,13 @@ def submit(op: Push, *, user: User | AnonymousUser, reason: str) -> tuple[str | 
     audit(user, Action.SUBMIT, reason=reason, queue=op.queue, target="new job", ids=[created], ok=True,
           detail=f"pushed 1 job to {op.queue}{where}", seq=seq)
     return str(created), None
+
+
+def already_submitted(job_id: str) -> bool:
+    """Whether a submit of ``job_id`` was already acknowledged (and audited):
+    the same Submit form posted again. Reads the database."""
+    return AuditJob.objects.filter(job_id=job_id, entry__action=Action.SUBMIT,
+                                   entry__outcome=AuditEntry.Outcome.OK).exists()
 
 
 def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, target: str,

@@ -12,15 +12,22 @@ from typing import Any
 import orjson
 from django import forms
 
-from engine import MAX_DELAY_SECONDS
+from engine import MAX_DELAY_SECONDS, new_job_id
 from engine import ValidationError as EngineValidationError
-from engine.ops import QUEUE_NAME, push_op
+from engine.ops import ID_PATTERN, QUEUE_NAME, push_op
 from queueadmin import config
 from queueadmin.models import AuditEntry
 
 
 class SubmitForm(forms.Form):
-    """Queue, JSON payload, max attempts and delay; ``cleaned_data["op"]`` is the push."""
+    """Queue, JSON payload, max attempts and delay; ``cleaned_data["op"]`` is the push.
+
+    ``push_id`` is the idempotency id: each rendered form carries a fresh one
+    (a hidden field), and it becomes the new job's id. The broker dedups
+    pushes by id (in the document, then for 15 minutes after the job left),
+    so the same form posted twice (a double click, a reload that re-posts)
+    makes one job. A post without one (an old page) gets a fresh id.
+    """
 
     queue = forms.CharField(max_length=100, initial="default")
     payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
@@ -31,6 +38,16 @@ class SubmitForm(forms.Form):
     delay_seconds = forms.FloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS, initial=0,
                                      help_text="Not claimed before this many seconds from now.")
     reason = forms.CharField(required=False, max_length=1000, help_text="Optional; kept in the audit log.")
+    # A callable initial: evaluated for each form rendered, so every page gets its own.
+    push_id = forms.CharField(required=False, max_length=200, initial=new_job_id, widget=forms.HiddenInput)
+
+    def clean_push_id(self) -> str:
+        push_id: str = self.cleaned_data.get("push_id") or ""
+        if not push_id:
+            return new_job_id()
+        if not ID_PATTERN.fullmatch(push_id):
+            raise forms.ValidationError("This form's id was altered: reload the page.")
+        return push_id
 
     def clean_queue(self) -> str:
         queue: str = self.cleaned_data["queue"].strip()
@@ -53,6 +70,7 @@ class SubmitForm(forms.Form):
             data["op"] = push_op(
                 data["queue"], [data["payload"]], policy=config.policy(),
                 max_attempts=data.get("max_attempts"), delay_seconds=data.get("delay_seconds") or 0,
+                ids=[data["push_id"]],
             )
         except EngineValidationError as exc:
             self.add_error("payload", str(exc))

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
@@ -89,33 +90,38 @@ def drain_seconds(pending: int, rate: Rates | None) -> float | None:
     return pending / (rate.completions - rate.arrivals) * 60
 
 
-def last_worker_activity(snapshot: Snapshot) -> datetime | None:
-    """The latest sign of life of any worker: a heartbeat, an ended attempt, a claim request."""
-    times = [w.last_seen for w in snapshot.workers(extra=runtime.seen_workers.snapshot()) if w.last_seen]
-    return max(times, default=None)
+def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:
+    """Per queue, the latest sign of a worker working on it: a lease
+    heartbeat or an ended attempt of one of its jobs, or a claim request
+    naming it (on this node)."""
+    latest = snapshot.queue_activity()
+    for queue, when in runtime.seen_workers.by_queue().items():
+        if queue not in latest or when > latest[queue]:
+            latest[queue] = when
+    return latest
 
 
 def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) -> list[Alert]:
     now = snapshot.taken_at
     found: list[Alert] = []
-    waiting = [q for q in snapshot.queues.values() if q.ready and not q.paused]
-    if waiting:
-        oldest = min((q.oldest_pending_at for q in waiting if q.oldest_pending_at), default=None)
-        waited = _age(now, oldest) or 0.0
-        activity = last_worker_activity(snapshot)
-        quiet = _age(now, activity)
-        if waited >= WAITING_WARN_SECONDS and (quiet is None or quiet > WORKERS_QUIET_SECONDS):
-            since = "no worker has been seen" if quiet is None else f"no worker has heartbeated for {quiet:.0f} s"
-            names = ", ".join(q.name for q in waiting)
-            found.append(Alert("warn", f"Jobs are waiting in {names} and {since}. Start a worker: "
-                                       "manage.py queueworker --queue …"))
+    # Per queue: a worker busy on another queue does not drain this one.
+    activity = queue_worker_activity(snapshot)
+    for q in snapshot.queues.values():
+        if not q.ready or q.paused or (_age(now, q.oldest_pending_at) or 0.0) < WAITING_WARN_SECONDS:
+            continue
+        quiet = _age(now, activity.get(q.name))
+        if quiet is None or quiet > WORKERS_QUIET_SECONDS:
+            since = "no worker has been seen on it" + ("" if quiet is None else f" for {quiet:.0f} s")
+            found.append(Alert("warn", f"Jobs are waiting in {q.name} and {since}. Start a worker: "
+                                       f"manage.py queueworker --queue {q.name}"))
     if commit_age is not None and snapshot.seq and commit_age > 3 * heartbeat:
         found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
                                    f"{heartbeat:g} s. Is the leader down? A standby takes over after "
                                    f"{config.takeover_seconds():g} s."))
     for q in snapshot.queues.values():
         if q.paused:
-            found.append(Alert("info", f"Queue {q.name} is paused: {q.pending} pending job(s) wait for a resume."))
+            waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
+            found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
     return found
 
 

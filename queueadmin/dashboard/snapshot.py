@@ -243,6 +243,28 @@ class Snapshot:
                     seen(attempt["worker"], ended)
         return workers
 
+    def queue_activity(self) -> dict[str, datetime]:
+        """Per queue, the latest sign of a worker working on it in the
+        document: a heartbeat of a lease on one of its jobs, or an attempt of
+        one of its jobs that ended within :data:`WORKER_SEEN_SECONDS`."""
+        latest: dict[str, datetime] = {}
+
+        def seen(queue: str, when: datetime | None) -> None:
+            if when is not None and (queue not in latest or when > latest[queue]):
+                latest[queue] = when
+
+        horizon = self.taken_at.timestamp() - WORKER_SEEN_SECONDS
+        for job in self.jobs:
+            lease = job.get("lease")
+            if lease is not None:
+                seen(job["queue"], moment(lease["heartbeat_at"]))
+        for item in (*self.jobs, *self.dead):
+            for attempt in item.get("history") or ():
+                ended = moment(attempt["ended_at"])
+                if ended is not None and ended.timestamp() >= horizon:
+                    seen(item["queue"], ended)
+        return latest
+
     def dead_groups(self) -> list[DeadGroup]:
         """Dead letters grouped by queue and error signature, largest group first (computed once)."""
         if self._dead_groups is None:

@@ -164,6 +164,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     can_submit = request.user.has_perm(AuditEntry.Action.SUBMIT.permission)
     form = SubmitForm(request.POST or None)
     created = None
+    again = False
     if request.method == "POST":
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
@@ -171,16 +172,26 @@ def submit(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             op = form.cleaned_data["op"]
             reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
-            created, refusal = actions.submit(op, user=request.user, reason=reason)
+            # The form's idempotency id is the job's id: a form posted again
+            # (double click, reload) pushes nothing more. Once its first post
+            # is audited it is not even sent again; while that post is still
+            # in flight the broker's dedup makes the second push a no-op.
+            again = actions.already_submitted(op.jobs[0].id)
+            if again:
+                created, refusal = op.jobs[0].id, None
+            else:
+                created, refusal = actions.submit(op, user=request.user, reason=reason)
             if refusal is not None:
                 form.add_error(None, refusal)
             else:
-                form = SubmitForm(initial={"queue": op.queue, "payload": request.POST.get("payload", "")})
+                # A fresh form: a new idempotency id, an empty payload.
+                form = SubmitForm(initial={"queue": op.queue, "payload": ""})
     status = 422 if request.method == "POST" and form.errors else 200
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
-    return render(request, template, {"form": form, "created": created, "can_submit": can_submit}, status=status)
+    return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit},
+                  status=status)
 
 
 # -- actions ------------------------------------------------------------------------------------

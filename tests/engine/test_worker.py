@@ -9,6 +9,7 @@ tests/engine/test_worker_batch.py checks what only batching does."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -287,10 +288,7 @@ def test_every_claim_asks_for_the_long_poll_wait(protocol: bool) -> None:
         committer.stop()
 
 
-def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr("engine.worker.CLAIM_STOP_MARGIN_SECONDS", 0.05)
+def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(caplog: pytest.LogCaptureFixture) -> None:
     hold, claiming = threading.Event(), threading.Event()
 
     class HungClaims(LongPollCommitter):
@@ -314,6 +312,29 @@ def test_stop_does_not_wait_the_grace_period_for_a_hung_claim(
         assert committer.document()["jobs"][0]["status"] == "running"  # left for its lease to expire
     finally:
         hold.set()
+        committer.stop()
+
+
+def test_an_idle_worker_stops_at_once_without_waiting_out_its_long_poll() -> None:
+    answered, claiming = threading.Event(), threading.Event()
+
+    class LongPolls(LongPollCommitter):
+        def claim(self, worker: str, queues: Iterable[str], **kwargs: Any) -> list[ClaimedJob]:
+            claiming.set()
+            answered.wait(kwargs.get("wait_seconds", 0))  # a broker holding the claim: nothing to hand out
+            return []
+
+    committer = LongPolls(MemoryStore()).start()
+    try:
+        worker = Worker(committer, queues=["q"], handler=print, options=fast(wait_seconds=30, grace_seconds=30))
+        thread, result = start(worker)
+        assert claiming.wait(TIMEOUT)
+        stopped = time.monotonic()
+        worker.stop()
+        thread.join(TIMEOUT)
+        assert result == [WorkerStats()] and time.monotonic() - stopped < 1.0
+    finally:
+        answered.set()
         committer.stop()
 
 

@@ -10,11 +10,13 @@ with its dry run (I9) is tested in test_dashboard_plans.py.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
 from engine import Broker, NotLeader, ObjectStore
-from engine.ops import claim_op
+from engine.ops import claim_op, pause_op
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
@@ -266,6 +268,38 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pause", "resume"]
 
 
+def test_the_audit_log_shows_no_job_count_for_pause_and_resume_and_plural_counts_for_jobs(
+    broker: Broker, operator: Client, store: ObjectStore
+) -> None:
+    push(broker, "q", [1])
+    act(operator, action="pause", queue="q", reason="deploying")
+    act(operator, action="resume", queue="q", reason="deployed")
+    one = kill(broker, "d")  # another queue: a claim on q would take q's pending job
+    act(operator, action="requeue", ids=one, reason="one")
+    two = [kill(broker, "d"), kill(broker, "d")]
+    act(operator, action="purge", ids=" ".join(two), reason="two")
+
+    page = operator.get("/audit/").content.decode()
+    cells = {
+        action: re.search(rf'<tr data-entry="{pk}">.*?data-testid="audit-jobs">(.*?)</td>', page, re.S)[1]  # type: ignore[index]
+        for pk, action in AuditEntry.objects.values_list("pk", "action")
+    }
+    assert "0:" not in cells["pause"] and "—" in cells["pause"]
+    assert "0:" not in cells["resume"] and "—" in cells["resume"]
+    assert cells["requeue"].startswith("1 job: ")
+    assert cells["purge"].startswith("2 jobs: ")
+
+
+def test_the_paused_queue_notice_uses_proper_plurals(broker: Broker, operator: Client) -> None:
+    push(broker, "one", [1])
+    push(broker, "two", [1, 2])
+    broker.execute(pause_op("one", paused=True))
+    broker.execute(pause_op("two", paused=True))
+    body = operator.get("/").content.decode()
+    assert "1 pending job waits for a resume" in body and "2 pending jobs wait for a resume" in body
+    assert "job(s)" not in body
+
+
 # -- bad input ---------------------------------------------------------------------------------------
 
 
@@ -323,6 +357,58 @@ def test_submit_pushes_a_job_and_shows_its_id(broker: Broker, operator: Client, 
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.outcome, list(entry.jobs.values_list("job_id", flat=True))) == (
         "submit", "ok", [created])
+
+
+def submit_form(client: Client) -> dict[str, str]:
+    """The Submit page's form as a browser would post it: its hidden fields included."""
+    page = client.get("/submit/").content.decode()
+    return dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', page))
+
+
+def test_the_same_submit_form_posted_twice_makes_one_job(broker: Broker, operator: Client,
+                                                         store: ObjectStore) -> None:
+    form = {**submit_form(operator), "queue": "q", "payload": '{"n": 1}'}
+    assert form["push_id"]
+    first = operator.post("/submit/", form)
+    second = operator.post("/submit/", form)  # a second click, or a reload that re-posts
+
+    assert [j["id"] for j in document(store)["jobs"]] == [first.context["created"]] == [form["push_id"]]
+    assert second.status_code == 200 and second.context["created"] == form["push_id"]
+    assert "was already submitted from this form" in second.content.decode()
+    assert AuditEntry.objects.filter(action="submit").count() == 1
+
+
+def test_the_broker_dedups_a_form_posted_again_while_the_first_post_is_in_flight(
+    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from queueadmin.dashboard import actions
+
+    # The second post arrives before the first one is audited: it reaches the broker, which dedups it.
+    monkeypatch.setattr(actions, "already_submitted", lambda job_id: False)
+    form = {**submit_form(operator), "queue": "q", "payload": "1"}
+    operator.post("/submit/", form)
+    operator.post("/submit/", form)
+    assert [j["id"] for j in document(store)["jobs"]] == [form["push_id"]]
+
+
+def test_after_a_submit_the_form_is_fresh(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    form = {**submit_form(operator), "queue": "emails", "payload": '{"secret": "pasted"}'}
+    response = operator.post("/submit/", form, headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert response.context["created"] in body
+    assert "pasted" not in body  # the payload is cleared
+    fresh = response.context["form"]
+    assert fresh["push_id"].value() != form["push_id"] and fresh["push_id"].value() in body
+    assert fresh["queue"].value() == "emails"
+    # Every page render gets its own id.
+    assert submit_form(operator)["push_id"] not in (form["push_id"], fresh["push_id"].value())
+
+
+def test_an_altered_submit_id_is_refused(broker: Broker, operator: Client, store: ObjectStore) -> None:
+    before = stored(store)
+    response = operator.post("/submit/", {"queue": "q", "payload": "1", "push_id": "../x y"})
+    assert response.status_code == 422 and b"altered" in response.content
+    assert stored(store) == before
 
 
 def test_submit_with_a_delay_sets_not_before(broker: Broker, operator: Client, store: ObjectStore) -> None:

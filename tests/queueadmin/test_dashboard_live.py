@@ -141,26 +141,74 @@ async def test_bursts_of_commits_are_coalesced(broker: Broker, monkeypatch: pyte
         await communicator.disconnect()
 
 
+async def closed_within(communicator: WebsocketCommunicator, seconds: float) -> dict[str, Any]:
+    """The close message, skipping ticks and updates; fails after ``seconds``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        message = await communicator.receive_output(timeout=max(deadline - loop.time(), 0.01))
+        if message["type"] == "websocket.close":
+            return message  # type: ignore[no-any-return]
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_signing_out_on_this_node_closes_the_sessions_sockets_within_a_second(broker: Broker) -> None:
+    # The periodic re-check is 15 s away: only the sign-out message can be this fast.
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    other = await sync_to_async(lambda: client_for(make_user("other", "view_dashboard")))()
+    first, connected, _ = await connect("/", cookie_for(viewer), ORIGIN)
+    second, connected_too, _ = await connect("/jobs/", cookie_for(viewer), ORIGIN)
+    bystander, bystander_connected, _ = await connect("/", cookie_for(other), ORIGIN)
+    assert connected and connected_too and bystander_connected
+    try:
+        for communicator in (first, second, bystander):
+            await next_update(communicator)
+        await sync_to_async(viewer.logout)()  # Django's logout: the "Sign out" view's signal
+
+        assert await closed_within(first, 1.0) == {"type": "websocket.close", "code": 4401}
+        assert await closed_within(second, 1.0) == {"type": "websocket.close", "code": 4401}
+        # Another session's socket streams on.
+        await asyncio.to_thread(push, broker, "q", [1])
+        assert 'data-row="q"' in (await next_update(bystander))["fragments"]["live-queues"]
+    finally:
+        for communicator in (first, second, bystander):
+            await communicator.disconnect()
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @run_async
-async def test_an_open_socket_closes_after_the_user_signs_out(broker: Broker,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_session_gone_from_the_store_closes_the_socket_at_the_next_recheck(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sign-out on another node: its signal never reaches this process, the
+    # session just disappears from the shared store.
+    from importlib import import_module
+
+    from django.conf import settings
+
     from queueadmin.dashboard import consumers
 
     monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.2)
     viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
     communicator, connected, _ = await connect("/", cookie_for(viewer), ORIGIN)
     assert connected
-    await next_update(communicator)
-    await sync_to_async(viewer.logout)()  # deletes the session the socket was opened with
+    try:
+        await next_update(communicator)
+        store = import_module(settings.SESSION_ENGINE).SessionStore(viewer.cookies["sessionid"].value)
+        await sync_to_async(store.delete)()
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    closed = await communicator.receive_output(timeout=5)
-    while closed["type"] != "websocket.close" and loop.time() < deadline:  # ticks and updates until then
-        closed = await communicator.receive_output(timeout=5)
-    assert closed == {"type": "websocket.close", "code": 4401}
+        assert await closed_within(communicator, 5.0) == {"type": "websocket.close", "code": 4401}
+    finally:
+        await communicator.disconnect()
+
+
+def test_the_recheck_closes_a_socket_of_a_session_signed_out_elsewhere_within_30_seconds() -> None:
+    from queueadmin.dashboard import consumers
+
+    # Worst case: the check falls due just after one, then waits a full pause and poll.
+    assert consumers.RECHECK_SECONDS + consumers.MIN_INTERVAL_SECONDS + consumers.POLL_SECONDS < 30
 
 
 @pytest.mark.django_db(transaction=True)
@@ -235,8 +283,10 @@ def test_decode_refuses_what_the_engine_refuses_with_its_message(data: bytes, wo
     [
         ("Traceback (most recent call last):\n  File x\nValueError: bad row 17", "ValueError: bad row 9"),
         ("KeyError: 'user-123'", "KeyError: 'user-456'"),
-        ("lease expired: worker 'w1' stopped heartbeating (last at 2026-01-01T00:00:00)",
-         "lease expired: worker 'w2' stopped heartbeating (last at 2026-02-02T10:11:12)"),
+        (
+            "lease expired: worker 'w1' stopped heartbeating (last at 2026-01-01T00:00:00)",
+            "lease expired: worker 'w2' stopped heartbeating (last at 2026-02-02T10:11:12)",
+        ),
         ("job 9f86d081884c7d65 failed", "job 2c26b46b68ffc68f failed"),
     ],
 )
@@ -269,8 +319,11 @@ def test_rates_cover_the_last_minute(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_snapshot_json_payloads_survive_as_values() -> None:
-    doc = decode_document(orjson.dumps({"format": 1, "seq": 3, "queues": {}, "dead": [], "jobs": []}),
-                          etag='"e"', taken_at=datetime.now(UTC))
+    doc = decode_document(
+        orjson.dumps({"format": 1, "seq": 3, "queues": {}, "dead": [], "jobs": []}),
+        etag='"e"',
+        taken_at=datetime.now(UTC),
+    )
     assert doc.seq == 3 and doc.etag == '"e"' and doc.queues == {}
 
 
@@ -310,9 +363,7 @@ async def test_only_the_pages_own_origin_may_open_the_socket(broker: Broker, ori
 
 @pytest.mark.django_db(transaction=True)
 @run_async
-async def test_the_same_origin_on_its_own_port_and_a_trusted_origin_may_connect(
-    broker: Broker, settings: Any
-) -> None:
+async def test_the_same_origin_on_its_own_port_and_a_trusted_origin_may_connect(broker: Broker, settings: Any) -> None:
     viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
     for origin, host in [(b"http://localhost:8123", b"localhost:8123"), (b"HTTP://127.0.0.1:8000", b"127.0.0.1:8000")]:
         communicator, connected, _ = await connect("/", cookie_for(viewer), (b"origin", origin), (b"host", host))
@@ -321,12 +372,14 @@ async def test_the_same_origin_on_its_own_port_and_a_trusted_origin_may_connect(
     # Behind a TLS-terminating proxy the page is https, the socket reaches daphne as ws.
     settings.CSRF_TRUSTED_ORIGINS = ["https://queue.example.com"]
     settings.ALLOWED_HOSTS = ["queue.example.com"]
-    communicator, connected, _ = await connect("/", cookie_for(viewer), (b"origin", b"https://queue.example.com"),
-                                               (b"host", b"queue.example.com"))
+    communicator, connected, _ = await connect(
+        "/", cookie_for(viewer), (b"origin", b"https://queue.example.com"), (b"host", b"queue.example.com")
+    )
     assert connected
     await communicator.disconnect()
-    _, connected, _ = await connect("/", cookie_for(viewer), (b"origin", b"https://queue.example.com:444"),
-                                    (b"host", b"queue.example.com"))
+    _, connected, _ = await connect(
+        "/", cookie_for(viewer), (b"origin", b"https://queue.example.com:444"), (b"host", b"queue.example.com")
+    )
     assert not connected
 
 

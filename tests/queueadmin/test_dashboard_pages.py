@@ -82,11 +82,33 @@ def test_overview_warns_when_jobs_wait_and_no_worker_is_seen(broker: Broker, vie
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     push(broker, "q", [1])
     monkeypatch.setattr(pages, "WAITING_WARN_SECONDS", 0.0)
-    assert b"no worker has been seen" in viewer.get("/").content
+    assert b"Jobs are waiting in q and no worker has been seen" in viewer.get("/").content
 
-    runtime.seen_workers.note("w-idle")
+    runtime.seen_workers.note("w-idle", ["q"])
     source.reset()
     assert b"no worker has been seen" not in viewer.get("/").content
+
+
+def test_the_no_worker_warning_is_per_queue(broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages, "WAITING_WARN_SECONDS", 0.0)
+    push(broker, "emails", [1, 2])
+    push(broker, "reports", [1, 2])
+    # A worker of emails: it asks for emails' work and holds a lease on one of its jobs.
+    runtime.seen_workers.note("w-emails", ["emails"])
+    broker.execute(claim_op("w-emails", ["emails"], policy=broker.policy))
+
+    body = viewer.get("/").content.decode()
+    assert "Jobs are waiting in reports and no worker has been seen on it" in body
+    assert "Jobs are waiting in emails" not in body
+
+    # A worker of reports that has not been seen for longer than the quiet time counts as gone.
+    runtime.seen_workers.note("w-reports", ["reports"])
+    source.reset()
+    assert "Jobs are waiting in reports" not in viewer.get("/").content.decode()
+    monkeypatch.setattr(pages, "WORKERS_QUIET_SECONDS", -1.0)
+    source.reset()
+    body = viewer.get("/").content.decode()
+    assert "Jobs are waiting in reports and no worker has been seen on it for" in body
 
 
 def test_overview_says_when_a_queue_is_paused(broker: Broker, viewer: Client) -> None:

@@ -21,7 +21,7 @@ from django.core import signing
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.ops import claim_op, pause_op, purge_op, requeue_op
+from engine.ops import claim_op, complete_op, pause_op, purge_op, requeue_op
 from queueadmin.api import forward
 from queueadmin.dashboard import plans
 from queueadmin.dashboard.snapshot import error_signature, group_key
@@ -150,9 +150,44 @@ def test_a_run_whose_jobs_all_changed_changes_nothing_and_says_so(broker: Broker
     response = confirm(operator, plan.token)
 
     assert statuses(store)[dead] == "pending"
-    assert "Purged 0 jobs; the job was no longer dead and was left alone." in shown_message(operator, response)
+    assert "Purge refused, nothing changed: the job is no longer dead" in shown_message(operator, response)
+    # Audited as failed, with why, on the job's timeline.
     entry = AuditEntry.objects.get()
-    assert (entry.outcome, entry.count) == ("ok", 0)
+    assert (entry.outcome, audited_ids(entry)) == ("failed", [dead])
+    assert "the job is no longer dead" in entry.detail
+
+
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+def test_an_action_on_a_job_a_worker_completed_meanwhile_is_audited_as_failed(
+    broker: Broker, operator: Client, store: ObjectStore, action: str
+) -> None:
+    [job_id] = push(broker, "q", [1])
+    [claimed] = broker.execute(claim_op("w1", ["q"], policy=broker.policy))
+    plan = preview(operator, action=action, ids=job_id).context["plan"]
+    assert plan.expect == ["running"]
+    broker.execute(complete_op(claimed.id, claimed.lease))  # the job leaves the document
+
+    response = confirm(operator, plan.token, reason="stuck?")
+
+    message = shown_message(operator, response)
+    assert f"{action.title()} refused, nothing changed: the job is no longer running" in message
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.outcome, entry.reason, audited_ids(entry)) == (action, "failed", "stuck?", [job_id])
+    assert "no longer running" in entry.detail
+    page = operator.get("/audit/", {"outcome": "failed"}).content.decode()
+    assert "no longer running" in page and job_id[:8] in page
+
+
+def test_a_selection_whose_jobs_all_left_is_audited_as_failed_with_a_plural(broker: Broker, operator: Client,
+                                                                           store: ObjectStore) -> None:
+    planned = [kill(broker) for _ in range(2)]
+    plan = preview(operator, action="purge", ids=" ".join(planned)).context["plan"]
+    broker.execute(purge_op(planned))
+
+    message = shown_message(operator, confirm(operator, plan.token))
+
+    assert "none of the 2 jobs is still dead" in message
+    assert AuditEntry.objects.get().outcome == "failed"
 
 
 @pytest.mark.parametrize(("action", "other"), [("pause", "resume"), ("resume", "pause")])

@@ -91,3 +91,23 @@ def test_trusted_origins_and_the_http_idle_limit_from_the_environment() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['https://queue.example.com', 'https://*.example.org:8443'] 2.5"
+
+
+def test_the_served_application_starts_without_a_warning(tmp_path: Path) -> None:
+    # Loading the middleware is what daphne does at start; ServeStatic warned
+    # there when its app (and so its configuration checks) was not installed.
+    load = (
+        "import os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'queueadmin.settings'); "
+        "from django.core.asgi import get_asgi_application; get_asgi_application()"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "QUEUE_", "DATABASE_URL"))}
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", load],
+        cwd=ROOT,
+        env={**clean, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
