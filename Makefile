@@ -104,7 +104,17 @@ cluster: $(RUN_STAMP)
 	@set -m; $(PY) manage.py cluster --port $(PORT); \
 	: "not exec'd by bash as the last command: it must be a job of its own"
 
-test: venv
+# Azurite, the Azure Blob emulator the az:// store tests start, from its npm
+# lock (fake-gcs-server comes in a wheel of the dev lock). A stamp of our own:
+# npm gives the files it unpacks a fixed old date.
+AZURITE := tools/azurite/node_modules/.installed
+
+$(AZURITE): tools/azurite/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "npm is required for the Azure store tests (apt-get install nodejs npm; .ci/run does)" >&2; exit 1; }
+	npm ci --prefix tools/azurite --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+test: venv $(AZURITE)
 	mkdir -p var
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

@@ -26,7 +26,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1, help="seeds the nemesis and the clients (default 1)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of faults per store (default 60)")
-    parser.add_argument("--store", action="append", choices=("file", "s3"),
+    parser.add_argument("--store", action="append", choices=("file", "s3", "gcs", "azure"),
                         help="the store to run on; repeat for both (default file)")
     parser.add_argument("--nodes", type=int, default=3, help="daphne nodes (default 3)")
     parser.add_argument("--producers", type=int, default=2)

@@ -1,5 +1,6 @@
-"""Real processes for a chaos run: daphne nodes on one store, and moto's S3
-server when the store is S3.
+"""Real processes for a chaos run: daphne nodes on one store, and the store's
+emulator when it is a cloud one: moto's S3 server, fake-gcs-server (GCS) or
+Azurite (Azure Blob).
 
 Each node opens its store through a fault store (``faults+...``) with a
 control file of its own, so the nemesis can steer faults per node by
@@ -25,6 +26,15 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from chaos.emulators import (
+    AZURITE_ACCOUNT,
+    azurite_argv,
+    azurite_connection_string,
+    create_azure_container,
+    create_gcs_bucket,
+    fake_gcs_argv,
+)
+from engine import ObjectStore, open_store
 from engine.stores import STATS_SUFFIX, fault_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,14 +185,16 @@ class Node:
 
 @dataclass
 class Cluster:
-    """Nodes on one store (file or S3 through a moto server we run), and their cleanup."""
+    """Nodes on one store (a folder, or S3, GCS or Azure through an emulator we run), and their cleanup."""
 
     workdir: Path
-    store: str  # "file" or "s3"
+    store: str  # "file", "s3", "gcs" or "azure"
     size: int = 3
     nodes: list[Node] = field(default_factory=list)
     store_url: str = ""  # the inner store, without faults
+    azure_connection_string: str | None = None  # Azurite's development account, for "azure"
     moto: subprocess.Popen[bytes] | None = None
+    emulator: subprocess.Popen[bytes] | None = None  # fake-gcs-server or Azurite
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -192,8 +204,14 @@ class Cluster:
             self.store_url = self._start_moto()
         elif self.store == "file":
             self.store_url = (self.workdir / "store").as_uri()
+        elif self.store == "gcs":
+            self.store_url = self._start_fake_gcs()
+        elif self.store == "azure":
+            self.store_url = self._start_azurite()
+            assert self.azure_connection_string is not None
+            extra = {"AZURE_STORAGE_CONNECTION_STRING": self.azure_connection_string}
         else:
-            raise ValueError(f"store must be file or s3, got {self.store!r}")
+            raise ValueError(f"store must be file, s3, gcs or azure, got {self.store!r}")
         for i in range(self.size):
             port = free_port()
             control = self.workdir / f"faults-n{i}.json"
@@ -206,8 +224,16 @@ class Cluster:
         for node in self.nodes:
             node.wait_ready()
 
+    def open_store(self) -> ObjectStore:
+        """The inner store (no faults), opened as the nodes open it."""
+        return open_store(self.store_url, azure_connection_string=self.azure_connection_string)
+
     def _env(self, store_url: str, port: int, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_", "AWS_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("QUEUE_", "DJANGO_", "AWS_", "AZURE_", "GOOGLE_"))
+        }
         env.update(
             PYTHONPATH=str(ROOT),
             DJANGO_DEBUG="false",
@@ -257,6 +283,34 @@ class Cluster:
             os.environ.setdefault(name, value)
         return f"s3://{bucket}/chaos?endpoint_url={quote(endpoint, safe='')}&region={MOTO_REGION}"
 
+    def _start_emulator(self, argv: list[str], probe: str, name: str) -> None:
+        log_path = self.workdir / f"{name}.log"
+        with open(log_path, "wb") as log:
+            self.emulator = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                             cwd=self.workdir)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(probe, timeout=1)
+                return
+            except httpx.HTTPError:
+                if self.emulator.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not start; see {log_path}") from None
+                time.sleep(0.05)
+
+    def _start_fake_gcs(self) -> str:
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        self._start_emulator(fake_gcs_argv(port), f"{endpoint}/storage/v1/b", "fake-gcs-server")
+        return f"gs://{create_gcs_bucket(endpoint)}/chaos?endpoint_url={quote(endpoint, safe='')}"
+
+    def _start_azurite(self) -> str:
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+        self._start_emulator(azurite_argv(port), f"{endpoint}?comp=list", "azurite")
+        self.azure_connection_string = azurite_connection_string(endpoint)
+        return f"az://{create_azure_container(endpoint)}/chaos?endpoint_url={quote(endpoint, safe='')}"
+
     def leader(self) -> Node | None:
         """The node that says it leads now (None if none does)."""
         for node in self.nodes:
@@ -283,10 +337,11 @@ class Cluster:
                 node.resume()
                 node.proc.send_signal(signal.SIGKILL)
                 node.proc.wait(10)
-        if self.moto is not None and self.moto.poll() is None:
-            self.moto.terminate()
-            try:
-                self.moto.wait(10)
-            except subprocess.TimeoutExpired:
-                self.moto.kill()
-                self.moto.wait()
+        for proc in (self.moto, self.emulator):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
 from chaos.history import Fault, History
-from engine import DOCUMENT_KEY, open_store
+from engine import DOCUMENT_KEY
 
 KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt")
 WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1}
@@ -65,7 +65,7 @@ class Nemesis(threading.Thread):
         self.recovered = recovered
         self.each = each  # every kind in turn (a shuffled round), instead of weighted draws
         self.progress = progress
-        self.store = open_store(cluster.store_url)
+        self.store = cluster.open_store()
         self.error: BaseException | None = None
 
     def run(self) -> None:

@@ -20,7 +20,7 @@ from chaos.cluster import HEARTBEAT_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.watcher import HealthWatcher, StoreWatcher
-from engine import DOCUMENT_KEY, open_store
+from engine import DOCUMENT_KEY
 
 DRAIN_TIMEOUT_SECONDS = 90.0
 LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
@@ -104,7 +104,9 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
                                   behaviour) for i in range(options.producers)]
     workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)
                for i in range(options.workers)]
-    watchers = [StoreWatcher(cluster.store_url, history, stop_watch), HealthWatcher(cluster, history, stop_watch)]
+    watchers = [StoreWatcher(cluster.store_url, history, stop_watch,
+                             azure_connection_string=cluster.azure_connection_string),
+                HealthWatcher(cluster, history, stop_watch)]
     nemesis = Nemesis(cluster, history, seed=options.seed, kinds=options.kinds, count=options.faults,
                       deadline=time.monotonic() + options.duration, stop=stop_nemesis,
                       recovered=lambda since: recovered_after(history.calls, since), each=options.each,
@@ -144,7 +146,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
 
 
 def _read_document(cluster: Cluster) -> dict[str, object] | None:
-    store = open_store(cluster.store_url)
+    store = cluster.open_store()
     try:
         blob = store.get(DOCUMENT_KEY)
     finally:

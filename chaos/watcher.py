@@ -32,9 +32,11 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
 class StoreWatcher(threading.Thread):
     """Records each new version of the document (by ETag) with its seq, epoch and digest."""
 
-    def __init__(self, store_url: str, history: History, stop: threading.Event) -> None:
+    def __init__(
+        self, store_url: str, history: History, stop: threading.Event, *, azure_connection_string: str | None = None
+    ) -> None:
         super().__init__(name="store-watcher", daemon=True)
-        self.store = open_store(store_url)
+        self.store = open_store(store_url, azure_connection_string=azure_connection_string)
         self.history = history
         self.stop_event = stop
 

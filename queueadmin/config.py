@@ -72,7 +72,18 @@ def open_queue_store() -> ObjectStore:
     Does no I/O except creating a local folder. Raises StoreConfigError for
     a malformed URL (and ImproperlyConfigured, as :func:`store_url`).
     """
-    return open_store(store_url())
+    return open_store_at(store_url())
+
+
+def open_store_at(url: str) -> ObjectStore:
+    """A newly opened store at ``url``, with the credentials the settings hold
+    for it (``AZURE_STORAGE_CONNECTION_STRING`` for ``az://``).
+
+    Does no I/O except creating a local folder. Raises StoreConfigError for
+    a malformed URL.
+    """
+    connection_string: str | None = getattr(settings, "QUEUE_AZURE_CONNECTION_STRING", None)
+    return open_store(url, azure_connection_string=connection_string)
 
 
 def advertise_url() -> str | None:

@@ -20,8 +20,11 @@ CSRF_TRUSTED_ORIGINS        comma-separated origins (https://queue.example.com)
                             request's own, e.g. behind a TLS-terminating proxy
                             (none)
 DATABASE_URL                dj-database-url URL (sqlite at var/db.sqlite3)
-QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., memory://
+QUEUE_STORE_URL             file:///abs/dir, s3://bucket/prefix?..., gs://bucket/prefix,
+                            az://container/prefix?account=..., memory://
                             (a folder at var/queue)
+AZURE_STORAGE_CONNECTION_STRING
+                            credentials for an az:// store (unset: DefaultAzureCredential)
 QUEUE_ADVERTISE_URL         http(s) URL other processes use to reach this broker
                             (unset)
 QUEUE_API_TOKEN             bearer token for the broker HTTP API (unset)
@@ -283,6 +286,8 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # --- The queue engine ----------------------------------------------------------
 
 QUEUE_STORE_URL = env_str("QUEUE_STORE_URL") or (BASE_DIR / "var" / "queue").as_uri()
+# Azure's usual variable; the engine never reads the environment, config passes it on.
+QUEUE_AZURE_CONNECTION_STRING = env_str("AZURE_STORAGE_CONNECTION_STRING")
 QUEUE_ADVERTISE_URL = env_http_url("QUEUE_ADVERTISE_URL")
 QUEUE_API_TOKEN = env_str("QUEUE_API_TOKEN")
 QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)

@@ -3,8 +3,9 @@
 No test starts the embedded broker unless it asks for one (see
 :func:`pytest_configure`).
 
-Every test starts with no ``AWS_*`` variables and no AWS config files, so no
-test can pick up real credentials or reach a real cloud endpoint by accident.
+Every test starts with no ``AWS_*``, ``AZURE_*`` or ``GOOGLE_*`` variables and no
+cloud config files, so no test can pick up real credentials or reach a real
+cloud endpoint by accident.
 A test that needs S3 asks for fixtures that set dummy credentials for moto
 (see ``tests/s3_fixtures.py``); those run after this one.
 """
@@ -21,7 +22,12 @@ TESTS = Path(__file__).resolve().parent
 # (``make test-fast``) never depends on a module remembering its pytestmark.
 MARKERS_BY_FOLDER = {TESTS / "e2e": "e2e", TESTS / "fuzz": "fuzz"}
 
-pytest_plugins = ["tests.s3_fixtures", "tests.queueadmin.dashboard_fixtures", "tests.queueadmin.node_fixtures"]
+pytest_plugins = [
+    "tests.s3_fixtures",
+    "tests.cloud_fixtures",
+    "tests.queueadmin.dashboard_fixtures",
+    "tests.queueadmin.node_fixtures",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,15 +57,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_real_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Strip every ``AWS_*`` variable for the duration of each test.
+    """Strip every ``AWS_*``, ``AZURE_*`` and ``GOOGLE_*`` variable for the duration of each test.
 
     Also point boto's config and credential files at nothing (``~/.aws`` is
     part of its credential chain too) and disable the EC2 metadata service,
     which botocore would otherwise probe over the network.
     """
     for name in list(os.environ):
-        if name.startswith("AWS_"):
+        if name.startswith(("AWS_", "AZURE_", "GOOGLE_", "GCE_")) or name == "STORAGE_EMULATOR_HOST":
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    # The same for Google's chain (gcloud's folder, the GCE metadata server).
+    monkeypatch.setenv("CLOUDSDK_CONFIG", os.devnull)
+    monkeypatch.setenv("NO_GCE_CHECK", "true")

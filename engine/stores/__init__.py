@@ -1,13 +1,17 @@
-"""Object stores: one contract (:class:`ObjectStore`), three backends, chosen by URL.
+"""Object stores: one contract (:class:`ObjectStore`), five backends, chosen by URL.
 
-A public module of the engine (see :mod:`engine`). ``S3Store`` lives in
-:mod:`engine.stores.s3` and is opened through :func:`open_store` (boto3 is
-slow to import, so only an ``s3://`` URL imports it); the fault-injecting
+A public module of the engine (see :mod:`engine`). ``S3Store``
+(:mod:`engine.stores.s3`), ``GCSStore`` (:mod:`engine.stores.gcs`) and
+``AzureBlobStore`` (:mod:`engine.stores.azure`) are opened through
+:func:`open_store`, which imports each only for its own URL scheme (their
+libraries are slow to import, and the GCS and Azure ones are optional
+extras); the fault-injecting
 wrapper for chaos runs is named by :func:`fault_store_url`.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -36,7 +40,7 @@ _named_memory: dict[str, MemoryStore] = {}
 _named_memory_lock = threading.Lock()
 
 
-def open_store(url: str) -> ObjectStore:
+def open_store(url: str, *, azure_connection_string: str | None = None) -> ObjectStore:
     """Open the store named by ``url``. Does no I/O except creating a folder.
 
     * ``memory://`` — a new in-process store; ``memory://name`` — the store
@@ -44,6 +48,13 @@ def open_store(url: str) -> ObjectStore:
     * ``file:///abs/dir`` — a folder on this machine.
     * ``s3://bucket/prefix?endpoint_url=…&region=…`` — S3 or a compatible
       store; credentials come from boto3's usual chain.
+    * ``gs://bucket/prefix?endpoint_url=…&project=…`` — Google Cloud Storage
+      (the ``gcs`` extra); credentials from ``google.auth.default()``.
+    * ``az://container/prefix?account=…`` or ``?endpoint_url=…`` — Azure Blob
+      Storage (the ``azure`` extra); credentials from
+      ``azure_connection_string`` when given (the caller reads it, e.g. from
+      ``AZURE_STORAGE_CONNECTION_STRING``; the engine never reads the
+      environment), else ``DefaultAzureCredential``.
     * ``faults+<one of the above>&fault_control=/abs/file`` — that store,
       with faults injected as the control file says (for chaos tests).
     * ``latency+<one of the above>[?latency_seconds=0.05]`` — that store, with
@@ -58,9 +69,9 @@ def open_store(url: str) -> ObjectStore:
     if url.startswith("faults+"):  # the chaos harness's fault-injecting wrapper (engine/stores/faults.py)
         from engine.stores.faults import open_fault_store
 
-        return open_fault_store(url, open_store)
+        return open_fault_store(url, functools.partial(open_store, azure_connection_string=azure_connection_string))
     if url.startswith("latency+"):
-        return open_latency_store(url, open_store)
+        return open_latency_store(url, functools.partial(open_store, azure_connection_string=azure_connection_string))
     parts = urlsplit(url)
     if parts.scheme == "memory":
         name = parts.netloc + parts.path
@@ -72,12 +83,29 @@ def open_store(url: str) -> ObjectStore:
         if parts.netloc not in ("", "localhost"):
             raise StoreConfigError(f"file store URL must be file:///absolute/path, got {url!r}")
         return FileStore(unquote(parts.path))
+    options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    if parts.scheme == "gs":
+        try:
+            from engine.stores.gcs import GCSStore  # an optional extra; only when used
+        except ImportError as exc:
+            raise StoreConfigError(f"gs:// needs google-cloud-storage: pip install 'queueadmin[gcs]' ({exc})") from exc
+        return GCSStore(bucket=parts.netloc, prefix=parts.path.lstrip("/"), **GCSStore.parse_options(options))
+    if parts.scheme == "az":
+        try:
+            from engine.stores.azure import AzureBlobStore  # an optional extra; only when used
+        except ImportError as exc:
+            raise StoreConfigError(f"az:// needs azure-storage-blob: pip install 'queueadmin[azure]' ({exc})") from exc
+        return AzureBlobStore(
+            container=parts.netloc,
+            prefix=parts.path.lstrip("/"),
+            connection_string=azure_connection_string,
+            **AzureBlobStore.parse_options(options),
+        )
     if parts.scheme == "s3":
         from engine.stores.s3 import S3Store  # boto3 is slow to import; only when used
 
-        options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         return S3Store(bucket=parts.netloc, prefix=parts.path.lstrip("/"), **S3Store.parse_options(options))
     raise StoreConfigError(
-        f"unknown store scheme {parts.scheme!r} in {url!r}; use memory://, file:// or s3://"
+        f"unknown store scheme {parts.scheme!r} in {url!r}; use memory://, file://, s3://, gs:// or az://"
         " (optionally behind faults+ or latency+)"
     )

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from engine.errors import StoreConfigError
 
@@ -123,3 +125,65 @@ def check_write_args(if_match: str | None, if_none_match: bool) -> None:
     """Refuse contradictory conditions, which no backend can honour."""
     if if_match is not None and if_none_match:
         raise StoreConfigError("put() takes if_match or if_none_match, not both")
+
+
+def normalize_prefix(prefix: str, *, what: str) -> str:
+    """``prefix`` as ``"a/b/"`` (or ``""``), checked like a key. Raises StoreConfigError naming ``what``."""
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    try:
+        check_key(stripped)
+    except StoreConfigError:
+        raise StoreConfigError(f"invalid {what} key prefix {prefix!r}") from None
+    return stripped + "/"
+
+
+def check_endpoint(endpoint_url: str, *, what: str, credentials_hint: str) -> str:
+    """An http(s) endpoint URL without credentials in it. Raises StoreConfigError (never echoing the URL)."""
+    parts = urlsplit(endpoint_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise StoreConfigError(f"{what} endpoint_url must look like http(s)://host[:port][/path]")
+    if parts.username is not None or parts.password is not None:
+        raise StoreConfigError(f"{what} endpoint_url must not contain credentials; {credentials_hint}")
+    return urlunsplit(parts).rstrip("/")
+
+
+def parse_options(
+    options: Mapping[str, str], types: Mapping[str, Callable[[str], object]], *, scheme: str
+) -> dict[str, Any]:
+    """Translate URL query parameters into constructor keyword arguments, typed by ``types``.
+
+    Raises StoreConfigError naming unknown parameters or bad values.
+    """
+    unknown = sorted(set(options) - types.keys())
+    if unknown:
+        raise StoreConfigError(
+            f"unknown {scheme} store option(s) {', '.join(unknown)}; known: {', '.join(sorted(types))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, raw in options.items():
+        if raw == "":
+            raise StoreConfigError(f"{scheme} store option {name} is empty")
+        kind = types[name]
+        try:
+            kwargs[name] = kind(raw)
+        except ValueError as exc:
+            raise StoreConfigError(f"{scheme} store option {name}={raw!r} is not valid") from exc
+    return kwargs
+
+
+def parse_bool(raw: str) -> bool:
+    """``true``/``1``/``yes`` or ``false``/``0``/``no``; raises ValueError otherwise."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine (an emulator), by its host."""
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")

@@ -10,7 +10,10 @@ resolves the path to one of :data:`~.views.LIVE_PAGES`, and from then on:
   :data:`POLL_SECONDS`, which is how a standby node, whose commits happen
   elsewhere, notices changes: by the store's ETag);
 * redraws the page's live partials from the latest snapshot when the
-  document changed, and sends them as one JSON message;
+  document changed, and sends them as one JSON message; and once a second
+  while the document has not changed for longer than a heartbeat (the
+  leader should have written by then), so that ages and the late-commit
+  warning keep moving on a standby whose leader died;
 * waits :data:`MIN_INTERVAL_SECONDS` between messages, so however fast the
   broker commits, a page gets at most a few updates a second;
 * closes (4401) at once when its session signs out on this node (it joins
@@ -44,7 +47,7 @@ from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve
 
 from engine import EngineError
-from queueadmin import runtime
+from queueadmin import config, runtime
 from queueadmin.dashboard import sessions
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -54,6 +57,8 @@ log = logging.getLogger(__name__)
 
 MIN_INTERVAL_SECONDS = 0.4
 POLL_SECONDS = 1.0
+# While the document stays unchanged past a heartbeat, redraw this often anyway.
+STALE_REDRAW_SECONDS = 1.0
 # How often an open socket re-reads its session user and permission: a
 # sign-out on another node (whose message does not cross processes) closes
 # it within this plus one poll, well inside the promised 30 s.
@@ -130,7 +135,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _pump(self) -> None:
         last: tuple[int, str | None] | None = None
         loop = asyncio.get_running_loop()
-        checked = loop.time()
+        checked = changed_at = drawn_at = loop.time()
         with runtime.commits.listen() as committed:
             while True:
                 committed.clear()
@@ -149,11 +154,16 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                                           "as_of": _now()})
                 else:
                     version = (snapshot.seq, snapshot.etag)
+                    now = loop.time()
                     if version != last:
+                        changed_at = now
+                    stale = (now - changed_at > config.heartbeat_seconds()
+                             and now - drawn_at >= STALE_REDRAW_SECONDS)
+                    if version != last or stale:
                         fragments = await self._render(snapshot)
                         await self.send_json({"type": "update", "seq": snapshot.seq, "as_of": _now(),
                                               "fragments": fragments})
-                        last = version
+                        last, drawn_at = version, now
                     else:
                         await self.send_json({"type": "tick", "seq": snapshot.seq, "as_of": _now()})
                 # Coalesce: commits during this pause are picked up together.

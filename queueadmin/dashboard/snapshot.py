@@ -125,6 +125,16 @@ class Snapshot:
         self._dead_groups: list[DeadGroup] | None = None
         self._status_counts: Counter[str] | None = None
 
+    def at(self, taken_at: datetime) -> Snapshot:
+        """The same version, as read again at ``taken_at``: the document is
+        unchanged, but ages, late commits and ready counts move with the
+        clock. Shares the decoded data and the lookups that do not depend on
+        the time; summaries that do are computed again, on first use."""
+        again = Snapshot(self.header, self.jobs, self.dead, etag=self.etag, size=self.size, taken_at=taken_at)
+        again._by_id, again._dead_by_id = self._by_id, self._dead_by_id
+        again._dead_groups, again._status_counts = self._dead_groups, self._status_counts
+        return again
+
     @classmethod
     def decoded(cls, document: DecodedDocument, *, etag: str | None, taken_at: datetime) -> Snapshot:
         """The snapshot of a version the engine decoded, stored with ``etag``."""

@@ -112,14 +112,16 @@ class SnapshotSource:
             if not parts:
                 return Snapshot.empty(taken_at=taken_at)
             if cached is not None and etag is not None and cached.etag == etag:
-                return cached
+                return cached.at(taken_at)
             return Snapshot.decoded(self._decoder.decode(parts), etag=etag, taken_at=taken_at)
         store = broker.store
         etag = store.etag(DOCUMENT_KEY)
         if etag is None:
             return Snapshot.empty(taken_at=taken_at)
         if cached is not None and cached.etag == etag:
-            return cached
+            # Unchanged, but read now: a standby whose leader died must see
+            # the last commit grow old, not stay as old as when it was read.
+            return cached.at(taken_at)
         blob = store.get(DOCUMENT_KEY)
         if blob is None:
             return Snapshot.empty(taken_at=taken_at)

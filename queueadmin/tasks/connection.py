@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
-from engine import Broker, BrokerClient, NotLeader, ObjectStore, open_store
+from engine import Broker, BrokerClient, NotLeader, ObjectStore
 from engine.ops import Operation
 from queueadmin import config, runtime
 
@@ -36,7 +36,7 @@ def shared_store(url: str) -> ObjectStore:
     with _lock:
         store = _stores.get(url)
         if store is None:
-            store = _stores[url] = open_store(url)
+            store = _stores[url] = config.open_store_at(url)
         return store
 
 

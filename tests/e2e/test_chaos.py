@@ -1,6 +1,7 @@
 """A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
-folder and on S3 (moto): real daphne nodes, producers and workers on the HTTP
-API, every fault kind, and every check of chaos/checker.py must hold.
+folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite):
+real daphne nodes, producers and workers on the HTTP API, every fault kind
+(three on the cloud stores), and every check of chaos/checker.py must hold.
 
 The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
 its figures are in docs/reliability.md.
@@ -39,3 +40,11 @@ def test_chaos_on_a_folder(tmp_path: Path) -> None:
 
 def test_chaos_on_s3(tmp_path: Path, aws_credentials: None) -> None:
     _run("s3", ["kill", "lost", "delete"], tmp_path / "s3")
+
+
+def test_chaos_on_gcs(tmp_path: Path) -> None:
+    _run("gcs", ["kill", "lost", "delete"], tmp_path / "gcs")
+
+
+def test_chaos_on_azure(tmp_path: Path) -> None:
+    _run("azure", ["kill", "lost", "delete"], tmp_path / "azure")

@@ -23,6 +23,7 @@ from engine import (
     FileStore,
     MemoryStore,
     Policy,
+    StoreConfigError,
     open_store,
 )
 from queueadmin import config
@@ -156,3 +157,18 @@ def test_only_config_reads_queue_settings() -> None:
         if re.search(r"settings\s*\.\s*QUEUE_|settings\s*,\s*[\"']QUEUE_", line)
     ]
     assert readers == []
+
+
+def test_an_azure_store_gets_the_connection_string_from_the_settings(settings: Any) -> None:
+    secret = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=aHVudGVyMg==;BlobEndpoint=https://acct.example"
+    settings.QUEUE_STORE_URL = "az://queue-container/prod"
+    settings.QUEUE_AZURE_CONNECTION_STRING = secret
+
+    store = config.open_queue_store()
+
+    assert type(store).__name__ == "AzureBlobStore"
+    assert store.describe() == "az://queue-container/prod at https://acct.example"
+    store.close()
+    settings.QUEUE_AZURE_CONNECTION_STRING = None
+    with pytest.raises(StoreConfigError, match="AZURE_STORAGE_CONNECTION_STRING"):
+        config.open_queue_store()

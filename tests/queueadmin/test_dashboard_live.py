@@ -392,3 +392,35 @@ async def test_a_handshake_without_a_host_is_refused(broker: Broker) -> None:
     communicator = WebsocketCommunicator(application(), "/ws/dashboard/?path=/", headers=[cookie_for(viewer), ORIGIN])
     connected, _ = await communicator.connect(timeout=5)
     assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_an_unchanged_document_still_ages_on_an_open_page(broker: Broker, settings: Any) -> None:
+    """A standby whose leader died reads the same version again and again: the
+    page must show the last commit growing old and, past three heartbeats,
+    warn that the leader may be down (it once froze at the age of the read)."""
+    await asyncio.to_thread(push, broker, "emails", [1])
+    settings.QUEUE_HEARTBEAT_SECONDS = 0.2  # the node's own broker will not commit again for 120 s
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard", staff=True)))()
+    communicator, connected, _ = await connect("/", cookie_for(viewer), ORIGIN)
+    assert connected
+    try:
+        first = await next_update(communicator)
+        later = await next_update(communicator, timeout=5)  # no commit happened in between
+        assert later["seq"] == first["seq"]
+        assert "No commit for" in later["fragments"]["live-alerts"]
+        assert 'class="bad"' in later["fragments"]["live-broker"]
+    finally:
+        await communicator.disconnect()
+
+
+def test_the_source_stamps_an_unchanged_version_with_the_time_it_was_read(broker: Broker) -> None:
+    push(broker, "emails", [1, 2])
+    first = source_module.source.current(fresh_seconds=0)
+    first.job(first.jobs[0]["id"])  # fills the by-id lookup
+    again = source_module.source.current(fresh_seconds=0)
+    assert again.etag == first.etag and again.seq == first.seq
+    assert again.taken_at > first.taken_at
+    assert again.job(first.jobs[0]["id"]) == first.job(first.jobs[0]["id"])
+    assert again._by_id is first._by_id  # the lookups of an unchanged version are not rebuilt

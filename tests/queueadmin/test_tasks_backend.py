@@ -405,10 +405,10 @@ def test_checks_report_a_missing_token(node: Broker, settings: SettingsWrapper) 
 
 
 def test_init_does_no_io(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_io(url: str) -> None:
+    def no_io(url: str, **credentials: object) -> None:
         raise AssertionError("opened a store")
 
-    monkeypatch.setattr("queueadmin.tasks.connection.open_store", no_io)
+    monkeypatch.setattr("queueadmin.config.open_store", no_io)
     backend = ObjectStoreBackend("x", {"OPTIONS": {"STORE_URL": "file:///nonexistent/never-created"}})
     assert backend.problems == []
 
