@@ -228,6 +228,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request that meets the sign-in page or a whole-page 403 moves
+    # the whole page (HX-Redirect), never nests a page inside a panel.
+    "queueadmin.htmx_redirect.HtmxPageRedirectMiddleware",
 ]
 
 ROOT_URLCONF = "queueadmin.urls"

@@ -1,13 +1,17 @@
 """Template tags and filters for the dashboard: action buttons, ages,
-payload previews, lease colours."""
+payload previews, lease colours, times and their zone, and strings with
+their bidirectional control characters made visible."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from django import template
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from queueadmin.dashboard.pages import age_text
 
@@ -44,6 +48,92 @@ def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     """The first ``limit`` characters, with an ellipsis when cut. Autoescaping
     still applies: this only bounds the size."""
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+# -- times: one format everywhere, zone labelled ------------------------------------------------
+
+
+def _moment(value: datetime | str | None) -> datetime | None:
+    """An aware datetime from a datetime or an ISO 8601 string (the document
+    stores strings); None for None, "" or text that is not a time."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@register.filter
+def iso(value: datetime | str | None) -> str:
+    """The moment in UTC as ISO 8601 with milliseconds and a "Z": what
+    ``<time datetime>`` carries, and what static/queueadmin/ui.js reads."""
+    moment = _moment(value)
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@register.filter
+def when_text(value: datetime | str | None, precision: str = "s") -> str:
+    """The one time format: "2026-12-01 17:39:47 UTC", or with ``"ms"``
+    "2026-12-01 17:39:47.123 UTC"; "—" for no time. ui.js shows the same
+    format in the browser's zone ("… UTC+01:00") when the operator picks local."""
+    moment = _moment(value)
+    if moment is None:
+        return "—"
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if precision == "ms":
+        text += f".{moment.microsecond // 1000:03d}"
+    return text + " UTC"
+
+
+@register.filter
+def when(value: datetime | str | None, precision: str = "s") -> SafeString:
+    """A ``<time>`` element in the one format (see :func:`when_text`); ui.js
+    re-renders it in the browser's zone when the operator chose local time."""
+    moment = _moment(value)
+    if moment is None:
+        return mark_safe("—")  # a constant
+    return format_html('<time datetime="{}" data-when="{}">{}</time>', iso(moment), precision,
+                       when_text(moment, precision))
+
+
+# -- bidirectional control characters -------------------------------------------------------------
+
+#: The characters that reorder text as it is displayed (embeddings,
+#: overrides, isolates, marks): a payload or an error holding U+202E can show
+#: "evil" as "live". They are shown as their escapes instead.
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
+_BIDI = re.compile(f"[{''.join(sorted(BIDI_CONTROLS))}]")
+
+
+@register.filter(needs_autoescape=True)
+def visible(value: object, autoescape: bool = True) -> SafeString:
+    """The text, escaped, with each bidirectional control character shown as
+    ``\\u202e`` in a ``<span class="bidi">`` (marked, and named in its title).
+    Use it wherever a user-provided string is shown as text; in an
+    attribute use :func:`visible_text`."""
+    text = "" if value is None else str(value)
+    escaped = str(conditional_escape(text)) if autoescape else text
+    return mark_safe(_BIDI.sub(_marked, escaped))  # escaped above; the spans are ours
+
+
+def _marked(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f'<span class="bidi" title="invisible control character U+{code:04X}">\\u{code:04x}</span>'
+
+
+@register.filter
+def visible_text(value: object) -> str:
+    """The text with each bidirectional control character replaced by its
+    ``\\u202e`` escape, for attributes such as ``title`` (then autoescaped)."""
+    return "" if value is None else str(value).translate(_ESCAPES)
 
 
 @register.filter
@@ -84,3 +174,17 @@ def document_missing() -> str:
 
     missing = runtime.get_broker().document_missing
     return "" if missing is None else str(missing)
+
+
+@register.simple_tag(takes_context=True)
+def can_use_admin(context: template.Context) -> bool:
+    """Whether the signed-in user would find anything in Django admin: staff
+    with at least one admin module permission. Read-only dashboard staff
+    would only see an empty admin page. Reads the user's permissions."""
+    from django.contrib import admin  # here, not at import: template libraries load before apps are ready
+
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if request is None or user is None or not user.is_active or not user.is_staff:
+        return False
+    return bool(admin.site.get_app_list(request))

@@ -1,12 +1,19 @@
 // Live updates for dashboard pages, over /ws/dashboard/ (queueadmin/dashboard/consumers.py).
 //
-// The server sends redrawn fragments ({"fragments": {id: html}}); each
-// replaces the element with that id, with no page reload. A fragment marked
-// data-freeze-when-selected is held back while the operator has rows
-// selected in it, so rows never move under the cursor: the page shows
-// "N new — show" instead, and applies it on click or when the selection
-// is cleared. The socket reconnects by itself, backing off up to 10 s, and
-// closes while the tab is hidden (it reconnects, and catches up, on return).
+// The server sends redrawn fragments ({"fragments": {id: html}}); each is
+// morphed into the element with that id (idiomorph, vendored), with no page
+// reload. A morph changes only what differs, so what the operator is doing
+// survives an update: an open <details>, focus and the text being typed,
+// a field's edited value, scroll positions and selected text. Rows are
+// matched by their key (data-key, data-job-id, data-row, data-group,
+// data-entry), so an open group stays with its group when others arrive.
+// A fragment marked data-freeze-when-selected is held back while the
+// operator has rows selected in it, so rows never move under the cursor:
+// the page shows "N new — show" instead, and applies it on click or when
+// the selection is cleared. The socket reconnects by itself, backing off up
+// to 10 s, and closes while the tab is hidden (it reconnects, and catches
+// up, on return). After each update the event "queueadmin:updated" is sent
+// on the updated element, for ui.js (times, phone labels).
 (function () {
   "use strict";
   const body = document.body;
@@ -22,7 +29,8 @@
   function setState(state, text) {
     if (!badge) return;
     badge.dataset.state = state;
-    badge.textContent = text + (asOf ? " · data as of " + asOf.toLocaleTimeString() : "");
+    const at = asOf && window.queueadmin ? window.queueadmin.formatTime(asOf) : asOf && asOf.toISOString();
+    badge.textContent = text + (at ? " · data as of " + at : "");
   }
 
   function selected(root) {
@@ -33,6 +41,49 @@
     return new Set(Array.from(root.querySelectorAll("[data-job-id]"), (el) => el.dataset.jobId));
   }
 
+  // Rows carry a key but no id; idiomorph matches elements by id, so the
+  // keys are given to it as ids (on both sides) before each morph.
+  const KEYS = ["data-key", "data-job-id", "data-row", "data-group", "data-entry"];
+  function keyIds(root) {
+    for (const attr of KEYS) {
+      root.querySelectorAll("[" + attr + "]:not([id])").forEach((el) => {
+        el.id = "live-key:" + attr + ":" + el.getAttribute(attr);
+      });
+    }
+  }
+
+  // The state the operator owns: the server's HTML never overrides it.
+  function userOwned(attr, el) {
+    if (attr === "open") return el instanceof HTMLDetailsElement;
+    if (attr === "data-label") return true; // ui.js labels phone cards
+    if (el instanceof HTMLInputElement) {
+      if (el.type === "hidden") return false;
+      if (attr === "checked") return el.checked !== el.defaultChecked;
+      if (attr === "value") return el === document.activeElement || el.value !== el.defaultValue;
+    }
+    if (el instanceof HTMLTextAreaElement && attr === "value") {
+      return el === document.activeElement || el.value !== el.defaultValue;
+    }
+    if (el instanceof HTMLOptionElement && attr === "selected") {
+      const select = el.closest("select");
+      return !!select && Array.from(select.options).some((o) => o.selected !== o.defaultSelected);
+    }
+    return false;
+  }
+
+  const MORPH = {
+    morphStyle: "outerHTML",
+    ignoreActiveValue: true,
+    restoreFocus: true,
+    callbacks: {
+      beforeAttributeUpdated: (attr, el) => !userOwned(attr, el),
+      // A <time> that ui.js rendered in the local zone is left as it is
+      // while it names the same moment.
+      beforeNodeMorphed: (old, fresh) => !(old instanceof HTMLTimeElement && fresh instanceof HTMLTimeElement &&
+        old.dataset.when !== undefined && old.dateTime === fresh.dateTime && old.dataset.when === fresh.dataset.when),
+    },
+  };
+
   function replace(id, html) {
     const el = document.getElementById(id);
     if (!el) return;
@@ -40,8 +91,17 @@
     tpl.innerHTML = html.trim();
     const fresh = tpl.content.firstElementChild;
     if (!fresh) return;
-    el.replaceWith(fresh);
-    if (window.htmx) window.htmx.process(fresh);
+    keyIds(el);
+    keyIds(tpl.content);
+    if (window.Idiomorph) {
+      window.Idiomorph.morph(el, fresh, MORPH);
+    } else {
+      el.replaceWith(fresh);
+    }
+    const now = document.getElementById(id);
+    if (!now) return;
+    if (window.htmx) window.htmx.process(now);
+    now.dispatchEvent(new CustomEvent("queueadmin:updated", { bubbles: true }));
   }
 
   function showHeld() {
