@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench [memory | network | idle] [options]``.
+"""Command line: ``python -m bench [memory | network | idle | requests] [options]``.
 
 Without a command, runs every (depth, submitters, system) combination, prints
 the machine facts, a Markdown table and the target checks to stdout (progress
@@ -11,6 +11,9 @@ jqueue): see :mod:`bench.network`.
 ``python -m bench idle [options]`` measures one broker node's idle cost: its
 CPU and commits while ``--workers`` long-polling workers wait on an empty
 queue (the idle target; it needs no jqueue either): see :mod:`bench.idle`.
+``python -m bench requests [options]`` counts the store requests of an idle
+leader and standby per hour and of 1,000 jobs (what a cloud bills): see
+:mod:`bench.requests`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from bench import idle, memory, network
+from bench import idle, memory, network, requests
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 from bench.facts import machine_facts
 
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return network.main(argv[1:])
     if argv[:1] == ["idle"]:
         return idle.main(argv[1:])
+    if argv[:1] == ["requests"]:
+        return requests.main(argv[1:])
     command, cfg, args = parse_args(argv)
     # Imported here: they need jqueue (the bench extra), which the network and idle benchmarks do not.
     from bench import report

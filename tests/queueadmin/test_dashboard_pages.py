@@ -270,3 +270,11 @@ def test_drain_time_follows_the_last_minute_rates(pending: int, arrivals: float,
     rate = Rates(arrivals=arrivals, completions=completions, seconds=60.0)
     assert pages.drain_seconds(pending, rate) == expected
     assert pages.drain_seconds(5, None) is None
+
+
+def test_the_broker_panel_shows_the_intervals_as_configured(broker: Broker, viewer: Client, settings: object) -> None:
+    settings.QUEUE_HEARTBEAT_SECONDS = 0.25  # type: ignore[attr-defined]
+    settings.QUEUE_TAKEOVER_SECONDS = 2.0  # type: ignore[attr-defined]
+    page = viewer.get("/").content.decode()
+    # Not rounded to one decimal ("0.3 s" while the warning above says 0.25 s).
+    assert "expected every 0.25 s; takeover after 2 s" in page
