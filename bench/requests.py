@@ -25,6 +25,7 @@ Azure), ``list`` and ``delete``.
 from __future__ import annotations
 
 import argparse
+import shlex
 import threading
 import time
 from collections import Counter
@@ -150,14 +151,16 @@ def main(argv: list[str]) -> int:
         for broker in reversed(brokers):
             broker.stop()
 
-    print(f"command: `python -m bench requests {' '.join(argv)}`".rstrip("` ") + "`")
-    print(f"conditions: one leader and {args.standbys} standby on one store, heartbeat {args.heartbeat:g} s, "
+    print(f"command: `{shlex.join(['python', '-m', 'bench', 'requests', *argv])}`")
+    standbys = f"{args.standbys} standby" + ("s" if args.standbys != 1 else "")
+    print(f"conditions: one leader and {standbys} on one store, heartbeat {args.heartbeat:g} s, "
           f"takeover after {args.takeover:g} s, {args.latency_ms:g} ms per store call; idle measured for "
           f"{args.seconds:g} s; job runs minus the idle requests of their span")
     print()
     print("| what | put | get | etag | list | delete | all |")
     print("|---|--:|--:|--:|--:|--:|--:|")
-    print(_row(f"idle, per hour ({1 + args.standbys} nodes)", idle, 3600 / args.seconds))
+    nodes = 1 + args.standbys
+    print(_row(f"idle, per hour ({nodes} node{'s' if nodes != 1 else ''})", idle, 3600 / args.seconds))
     for name, busy, took in runs:
         print(_row(f"{name}, per 1,000 jobs ({took:.1f} s)", busy, 1000 / args.jobs))
     return 0
