@@ -16,6 +16,7 @@ import pytest
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
 from engine.stores.azure import AzureBlobStore
+from engine.stores.base import ObjectStore
 from engine.stores.gcs import GCSStore
 from tests.cloud_fixtures import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string
 from tests.engine.scripted_http import Reply, Script, ScriptedServers
@@ -183,15 +184,6 @@ def test_gcs_other_client_errors_are_store_errors(scripted: Scripted) -> None:
     store.close()
 
 
-def test_gcs_connection_refused_is_unavailable() -> None:
-    store = _gcs_store(f"http://127.0.0.1:{_closed_port()}")
-    with pytest.raises(StoreUnavailable):
-        store.get("queue.json")
-    with pytest.raises(StoreUnavailable, match="may have landed"):
-        store.put("queue.json", b"x", if_none_match=True)
-    store.close()
-
-
 def _azure_error(status: int, code: str) -> Reply:
     body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>scripted</Message></Error>'
     return Reply(
@@ -322,8 +314,9 @@ def test_azure_other_client_errors_are_store_errors(scripted: Scripted) -> None:
     store.close()
 
 
-def test_azure_connection_refused_is_unavailable() -> None:
-    store = _azure_store(f"http://127.0.0.1:{_closed_port()}")
+@pytest.mark.parametrize("make_store", [_gcs_store, _azure_store], ids=["gcs", "azure"])
+def test_connection_refused_is_unavailable(make_store: Callable[[str], ObjectStore]) -> None:
+    store = make_store(f"http://127.0.0.1:{_closed_port()}")
     with pytest.raises(StoreUnavailable):
         store.get("queue.json")
     with pytest.raises(StoreUnavailable, match="may have landed"):
