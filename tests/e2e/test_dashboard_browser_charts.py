@@ -94,6 +94,10 @@ def test_metrics_are_served_by_the_node_with_the_token(sampling_node: tuple[Clus
     _, server = sampling_node
     push(server, "mail", [1, 2])
     assert api(server, "GET", "/metrics", token=None).status_code == 401
+    # A scrape reads the dashboard's snapshot, which may be a moment old
+    # (the source's freshness window): wait for the one that has the push.
+    wait_for(lambda: 'queueadmin_queue_pending{queue="mail"} 2.0' in api(server, "GET", "/metrics", token=TOKEN).text,
+             10, "a scrape that shows the pushed jobs")
     scraped = api(server, "GET", "/metrics", token=TOKEN)
     assert scraped.status_code == 200
     text = scraped.text
