@@ -7,9 +7,7 @@ Nothing is skipped: a missing emulator fails the test with how to install it
 
 from __future__ import annotations
 
-import http.client
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,7 @@ from chaos.emulators import (
     create_gcs_bucket,
     fake_gcs_argv,
 )
-from tests.s3_fixtures import _free_port
+from tests.emulator_process import free_port, start_emulator, stop_emulator
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "AzureTarget", "azurite_connection_string"]
 
@@ -42,46 +40,16 @@ def _argv(make: Callable[[int], list[str]], port: int) -> list[str]:
 EMULATOR_START_TIMEOUT = 60.0
 
 
-def _answers(port: int, path: str) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    try:
-        conn.request("GET", path)
-        conn.getresponse().read()
-        return True
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
 def _start(argv: list[str], port: int, probe: str, log_path: Path, name: str) -> subprocess.Popen[bytes]:
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=log_path.parent
-        )
-    deadline = time.monotonic() + EMULATOR_START_TIMEOUT
-    while not _answers(port, probe):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc)
-            pytest.fail(f"{name} did not start:\n{log_path.read_text(errors='replace')}")
-        time.sleep(0.05)
-    return proc
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return start_emulator(
+        argv, port=port, probe=probe, log_path=log_path, name=name, timeout=EMULATOR_START_TIMEOUT, cwd=log_path.parent
+    )
 
 
 @pytest.fixture(scope="session")
 def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Run fake-gcs-server (in memory, plain HTTP) on 127.0.0.1; yield its endpoint URL."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _start(
         _argv(fake_gcs_argv, port),
@@ -93,20 +61,20 @@ def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        _stop(proc)
+        stop_emulator(proc)
 
 
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Run Azurite's blob service on 127.0.0.1; yield the development account's blob endpoint."""
     workdir = tmp_path_factory.mktemp("azurite")
-    port = _free_port()
+    port = free_port()
     proc = _start(_argv(azurite_argv, port), port, f"/{AZURITE_ACCOUNT}?comp=list", workdir / "azurite.log",
                   "Azurite")  # fmt: skip
     try:
         yield f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
     finally:
-        _stop(proc)
+        stop_emulator(proc)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,12 +3,8 @@ loopback port, dummy credentials, fresh buckets and store URLs."""
 
 from __future__ import annotations
 
-import http.client
 import os
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +12,8 @@ from urllib.parse import quote
 
 import boto3
 import pytest
+
+from tests.emulator_process import free_port, start_emulator, stop_emulator
 
 MOTO_START_TIMEOUT = 30.0
 MOTO_REGION = "us-east-1"
@@ -28,24 +26,6 @@ DUMMY_CREDENTIALS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _answers(port: int) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    try:
-        conn.request("GET", "/moto-api/")
-        conn.getresponse().read()
-        return True
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Run moto's S3 server in a separate process on 127.0.0.1; yield its endpoint URL.
@@ -56,29 +36,20 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(DUMMY_CREDENTIALS)
     log_path = tmp_path_factory.mktemp("moto") / "moto.log"
-    port = _free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    port = free_port()
+    proc = start_emulator(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        port=port,
+        probe="/moto-api/",
+        log_path=log_path,
+        name="moto server",
+        timeout=MOTO_START_TIMEOUT,
+        env=env,
+    )
     try:
-        deadline = time.monotonic() + MOTO_START_TIMEOUT
-        while not _answers(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"moto server did not start:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_emulator(proc)
 
 
 @pytest.fixture

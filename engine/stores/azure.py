@@ -38,8 +38,8 @@ shared by all threads.
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Final, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final, NoReturn
 
 from azure.core import MatchConditions
 from azure.core.credentials import AzureSasCredential
@@ -56,15 +56,8 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import (
-    Blob,
-    ObjectStore,
-    check_endpoint,
-    check_key,
-    check_write_args,
-    normalize_prefix,
-    parse_options,
-)
+from engine.stores.base import Blob, check_endpoint, check_write_args
+from engine.stores.cloud import CloudStore
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 10.0
@@ -78,12 +71,21 @@ _CONDITION_CODES: Final = frozenset({"ConditionNotMet", "BlobAlreadyExists", "Ta
 _TRANSIENT_ERRORS: Final = (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError)
 
 
-class AzureBlobStore(ObjectStore):
+class AzureBlobStore(CloudStore[tuple[BlobServiceClient, ContainerClient]]):
     """Blobs under ``prefix`` in an Azure Blob Storage container.
 
     Raises StoreConfigError for a bad container name, prefix, endpoint,
     option, or no way to find the account; does no network I/O.
     """
+
+    scheme = "az"
+    option_types: ClassVar[Mapping[str, Callable[[str], object]]] = {
+        "endpoint_url": str,
+        "account": str,
+        "connect_timeout": float,
+        "read_timeout": float,
+        "max_attempts": int,
+    }
 
     def __init__(
         self,
@@ -98,7 +100,7 @@ class AzureBlobStore(ObjectStore):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         self.container = _check_container(container)
-        self.prefix = normalize_prefix(prefix, what="Azure")
+        super().__init__(location=self.container, prefix=prefix, what="Azure")
         hint = "use a connection string (AZURE_STORAGE_CONNECTION_STRING) or DefaultAzureCredential"
         self.endpoint_url = (
             check_endpoint(endpoint_url, what="Azure", credentials_hint=hint) if endpoint_url is not None else None
@@ -132,31 +134,6 @@ class AzureBlobStore(ObjectStore):
             "connection_timeout": connect_timeout,
             "read_timeout": read_timeout,
         }
-        self._lock = threading.Lock()
-        self._service: BlobServiceClient | None = None
-        self._container: ContainerClient | None = None
-        self._closed = False
-
-    @staticmethod
-    def parse_options(options: dict[str, str]) -> dict[str, Any]:
-        """Translate ``az://`` URL query parameters into constructor keyword arguments.
-
-        Raises StoreConfigError naming unknown parameters or bad values.
-        """
-        return parse_options(options, _OPTION_TYPES, scheme="az")
-
-    def describe(self) -> str:
-        where = f"az://{self.container}/{self.prefix.rstrip('/')}"
-        if self.endpoint_url is not None:
-            where += f" at {self.endpoint_url}"
-        return where
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            service, self._service, self._container = self._service, None, None
-        if service is not None:
-            service.close()
 
     # -- the contract ---------------------------------------------------------
 
@@ -236,28 +213,23 @@ class AzureBlobStore(ObjectStore):
 
     def list(self, prefix: str = "") -> list[str]:
         container = self._get_container(prefix)
-        keys: list[str] = []
         try:
-            for name in container.list_blob_names(name_starts_with=self.prefix + prefix):
-                if name.startswith(self.prefix):
-                    keys.append(name[len(self.prefix) :])
+            return self._relative_keys(container.list_blob_names(name_starts_with=self.prefix + prefix))
         except AzureError as exc:
             self._raise(exc, "list", prefix)
-        return sorted(keys)
 
     # -- helpers --------------------------------------------------------------
 
-    def _key(self, key: str) -> str:
-        return self.prefix + check_key(key)
-
     def _get_container(self, key: str) -> ContainerClient:
-        with self._lock:
-            if self._closed:
-                raise StoreConfigError(f"{self.describe()} is closed")
-            if self._container is None:
-                self._service = self._make_service(key)
-                self._container = self._service.get_container_client(self.container)
-            return self._container
+        _, container = self._get_client(key)
+        return container
+
+    def _connect(self, key: str) -> tuple[BlobServiceClient, ContainerClient]:
+        service = self._make_service(key)
+        return service, service.get_container_client(self.container)
+
+    def _disconnect(self, client: tuple[BlobServiceClient, ContainerClient]) -> None:
+        client[0].close()
 
     def _make_service(self, key: str) -> BlobServiceClient:
         try:
@@ -355,12 +327,3 @@ def _check_container(container: str) -> str:
     ):
         raise StoreConfigError(f"invalid Azure container name {container!r}")
     return container
-
-
-_OPTION_TYPES: Final[dict[str, Any]] = {
-    "endpoint_url": str,
-    "account": str,
-    "connect_timeout": float,
-    "read_timeout": float,
-    "max_attempts": int,
-}

@@ -36,8 +36,8 @@ first use, never in the constructor. An ``endpoint_url`` on this machine
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Final, NoReturn
+from collections.abc import Callable, Mapping
+from typing import ClassVar, Final, NoReturn
 
 import google.auth
 import requests
@@ -50,17 +50,8 @@ from google.cloud.storage import exceptions as storage_exc
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import (
-    Blob,
-    ObjectStore,
-    check_endpoint,
-    check_key,
-    check_write_args,
-    is_loopback,
-    normalize_prefix,
-    parse_bool,
-    parse_options,
-)
+from engine.stores.base import Blob, check_endpoint, check_write_args, is_loopback, parse_bool
+from engine.stores.cloud import CloudStore
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 10.0
@@ -86,12 +77,22 @@ _TRANSIENT_ERRORS: Final = (
 _CAUGHT: Final = (gexc.GoogleAPICallError, auth_exc.GoogleAuthError, *_TRANSIENT_ERRORS)
 
 
-class GCSStore(ObjectStore):
+class GCSStore(CloudStore[tuple[storage.Client, storage.Bucket]]):
     """Objects under ``prefix`` in a Google Cloud Storage bucket.
 
     Raises StoreConfigError for a bad bucket name, prefix, endpoint or option;
     does no network I/O.
     """
+
+    scheme = "gs"
+    option_types: ClassVar[Mapping[str, Callable[[str], object]]] = {
+        "endpoint_url": str,
+        "project": str,
+        "anonymous": parse_bool,
+        "connect_timeout": float,
+        "read_timeout": float,
+        "read_retry_seconds": float,
+    }
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class GCSStore(ObjectStore):
         read_retry_seconds: float = DEFAULT_READ_RETRY_SECONDS,
     ) -> None:
         self.bucket = _check_bucket(bucket)
-        self.prefix = normalize_prefix(prefix, what="GCS")
+        super().__init__(location=self.bucket, prefix=prefix, what="GCS")
         self.endpoint_url = (
             check_endpoint(
                 endpoint_url, what="GCS", credentials_hint="use GOOGLE_APPLICATION_CREDENTIALS or gcloud auth"
@@ -126,31 +127,6 @@ class GCSStore(ObjectStore):
         self._read_retry: Retry | None = (
             DEFAULT_RETRY.with_timeout(read_retry_seconds) if read_retry_seconds > 0 else None
         )
-        self._lock = threading.Lock()
-        self._client: storage.Client | None = None
-        self._bucket: storage.Bucket | None = None
-        self._closed = False
-
-    @staticmethod
-    def parse_options(options: dict[str, str]) -> dict[str, Any]:
-        """Translate ``gs://`` URL query parameters into constructor keyword arguments.
-
-        Raises StoreConfigError naming unknown parameters or bad values.
-        """
-        return parse_options(options, _OPTION_TYPES, scheme="gs")
-
-    def describe(self) -> str:
-        where = f"gs://{self.bucket}/{self.prefix.rstrip('/')}"
-        if self.endpoint_url is not None:
-            where += f" at {self.endpoint_url}"
-        return where
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            client, self._client, self._bucket = self._client, None, None
-        if client is not None:
-            client.close()
 
     # -- the contract ---------------------------------------------------------
 
@@ -231,55 +207,43 @@ class GCSStore(ObjectStore):
             self._raise(exc, "delete", key)
 
     def list(self, prefix: str = "") -> list[str]:
-        client = self._get_client(prefix)
-        keys: list[str] = []
+        client, _ = self._get_client(prefix)
         try:
-            for item in client.list_blobs(
+            items = client.list_blobs(
                 self.bucket, prefix=self.prefix + prefix, timeout=self._timeout, retry=self._read_retry
-            ):
-                name: str = item.name
-                if name.startswith(self.prefix):
-                    keys.append(name[len(self.prefix) :])
+            )
+            return self._relative_keys(item.name for item in items)
         except _CAUGHT as exc:
             self._raise(exc, "list", prefix)
-        return sorted(keys)
 
     # -- helpers --------------------------------------------------------------
 
-    def _key(self, key: str) -> str:
-        return self.prefix + check_key(key)
-
     def _get_bucket(self, key: str) -> storage.Bucket:
-        self._get_client(key)
-        assert self._bucket is not None
-        return self._bucket
+        _, bucket = self._get_client(key)
+        return bucket
 
-    def _get_client(self, key: str) -> storage.Client:
-        with self._lock:
-            if self._closed:
-                raise StoreConfigError(f"{self.describe()} is closed")
-            if self._client is None:
-                credentials: Credentials
-                project = self.project
-                if self.anonymous:
-                    credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-                else:
-                    try:
-                        credentials, default_project = google.auth.default(scopes=_SCOPES)
-                    except auth_exc.GoogleAuthError as exc:
-                        self._raise(exc, "connect", key)
-                    project = project or default_project
-                options = {"api_endpoint": self.endpoint_url} if self.endpoint_url is not None else None
-                self._client = storage.Client(
-                    project=project or PLACEHOLDER_PROJECT, credentials=credentials, client_options=options
-                )
-                # google-cloud-storage 3.x fetches bucket metadata in a background
-                # thread, for trace attributes only: an extra request (and an IAM
-                # permission, storage.buckets.get) the engine neither needs nor
-                # counts (I11). The library checks this attribute before fetching.
-                self._client._bucket_metadata_cache = None
-                self._bucket = self._client.bucket(self.bucket)
-            return self._client
+    def _connect(self, key: str) -> tuple[storage.Client, storage.Bucket]:
+        credentials: Credentials
+        project = self.project
+        if self.anonymous:
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        else:
+            try:
+                credentials, default_project = google.auth.default(scopes=_SCOPES)
+            except auth_exc.GoogleAuthError as exc:
+                self._raise(exc, "connect", key)
+            project = project or default_project
+        options = {"api_endpoint": self.endpoint_url} if self.endpoint_url is not None else None
+        client = storage.Client(project=project or PLACEHOLDER_PROJECT, credentials=credentials, client_options=options)
+        # google-cloud-storage 3.x fetches bucket metadata in a background
+        # thread, for trace attributes only: an extra request (and an IAM
+        # permission, storage.buckets.get) the engine neither needs nor
+        # counts (I11). The library checks this attribute before fetching.
+        client._bucket_metadata_cache = None
+        return client, client.bucket(self.bucket)
+
+    def _disconnect(self, client: tuple[storage.Client, storage.Bucket]) -> None:
+        client[0].close()
 
     def _raise(self, exc: Exception, op: str, key: str) -> NoReturn:
         """Raise the engine error for a google-cloud-storage failure, chained to it."""
@@ -335,13 +299,3 @@ def _check_bucket(bucket: str) -> str:
     ):
         raise StoreConfigError(f"invalid GCS bucket name {bucket!r}")
     return bucket
-
-
-_OPTION_TYPES: Final[dict[str, Any]] = {
-    "endpoint_url": str,
-    "project": str,
-    "anonymous": parse_bool,
-    "connect_timeout": float,
-    "read_timeout": float,
-    "read_retry_seconds": float,
-}

@@ -42,9 +42,8 @@ Compatible stores:
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any, Final, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NoReturn
 
 import boto3
 from botocore.config import Config
@@ -61,7 +60,8 @@ from botocore.exceptions import (
 )
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import Blob, ObjectStore, check_key, check_write_args
+from engine.stores.base import Blob, check_endpoint, check_write_args
+from engine.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -109,13 +109,23 @@ _TRANSIENT_ERRORS: Final = (HTTPClientError, ConnectionError, IncompleteReadErro
 _CREDENTIAL_ERRORS: Final = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError, ProfileNotFound)
 
 
-class S3Store(ObjectStore):
+class S3Store(CloudStore["S3Client"]):
     """Objects under ``prefix`` in an S3 (or S3-compatible) bucket.
 
     Credentials come from boto3's usual chain (environment, profile, instance
     role). Raises StoreConfigError for a bad bucket name, prefix, endpoint or
     option; does no network I/O.
     """
+
+    scheme = "s3"
+    option_types: ClassVar[Mapping[str, Callable[[str], object]]] = {
+        "endpoint_url": str,
+        "region": str,
+        "addressing_style": str,
+        "connect_timeout": float,
+        "read_timeout": float,
+        "max_attempts": int,
+    }
 
     def __init__(
         self,
@@ -130,8 +140,12 @@ class S3Store(ObjectStore):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         self.bucket = _check_bucket(bucket)
-        self.prefix = _normalize_prefix(prefix)
-        self.endpoint_url = _check_endpoint(endpoint_url) if endpoint_url is not None else None
+        super().__init__(location=self.bucket, prefix=prefix, what="S3")
+        self.endpoint_url = (
+            check_endpoint(endpoint_url, what="S3", credentials_hint="use the AWS_* variables or a profile")
+            if endpoint_url is not None
+            else None
+        )
         if region is not None and not region:
             raise StoreConfigError("S3 region must not be empty")
         self.region = region
@@ -163,45 +177,6 @@ class S3Store(ObjectStore):
             self._session = boto3.Session()
         except ProfileNotFound as exc:
             raise StoreConfigError(f"S3 store: {exc}") from exc
-        self._lock = threading.Lock()
-        self._client: S3Client | None = None
-        self._closed = False
-
-    @staticmethod
-    def parse_options(options: dict[str, str]) -> dict[str, Any]:
-        """Translate ``s3://`` URL query parameters into constructor keyword arguments.
-
-        Raises StoreConfigError naming unknown parameters or bad values.
-        """
-        unknown = sorted(set(options) - _OPTION_TYPES.keys())
-        if unknown:
-            raise StoreConfigError(
-                f"unknown s3 store option(s) {', '.join(unknown)}; known: {', '.join(sorted(_OPTION_TYPES))}"
-            )
-        kwargs: dict[str, Any] = {}
-        for name, raw in options.items():
-            if raw == "":
-                raise StoreConfigError(f"s3 store option {name} is empty")
-            kind = _OPTION_TYPES[name]
-            try:
-                value = kind(raw)
-            except ValueError as exc:
-                raise StoreConfigError(f"s3 store option {name}={raw!r} is not a valid {kind.__name__}") from exc
-            kwargs[name] = value
-        return kwargs
-
-    def describe(self) -> str:
-        where = f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
-        if self.endpoint_url is not None:
-            where += f" at {self.endpoint_url}"
-        return where
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
 
     # -- the contract ---------------------------------------------------------
 
@@ -290,36 +265,24 @@ class S3Store(ObjectStore):
 
     def list(self, prefix: str = "") -> list[str]:
         client = self._get_client(prefix)
-        keys: list[str] = []
         try:
-            for page in client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            ):
-                for item in page.get("Contents", []):
-                    name = item.get("Key", "")
-                    if name.startswith(self.prefix):
-                        keys.append(name[len(self.prefix) :])
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + prefix)
+            return self._relative_keys(item.get("Key", "") for page in pages for item in page.get("Contents", []))
         except (ClientError, BotoCoreError, *_TRANSIENT_ERRORS) as exc:
             self._raise(exc, "list", prefix)
-        return sorted(keys)
 
     # -- helpers --------------------------------------------------------------
 
-    def _key(self, key: str) -> str:
-        return self.prefix + check_key(key)
+    def _connect(self, key: str) -> S3Client:
+        try:
+            return self._session.client(
+                "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self._config
+            )
+        except (ClientError, BotoCoreError, *_TRANSIENT_ERRORS) as exc:
+            self._raise(exc, "connect", key)
 
-    def _get_client(self, key: str) -> S3Client:
-        with self._lock:
-            if self._closed:
-                raise StoreConfigError(f"{self.describe()} is closed")
-            if self._client is None:
-                try:
-                    self._client = self._session.client(
-                        "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self._config
-                    )
-                except (ClientError, BotoCoreError, *_TRANSIENT_ERRORS) as exc:
-                    self._raise(exc, "connect", key)
-            return self._client
+    def _disconnect(self, client: S3Client) -> None:
+        client.close()
 
     def _raise(self, exc: Exception, op: str, key: str) -> NoReturn:
         """Raise the engine error for a botocore failure, chained to it."""
@@ -378,33 +341,3 @@ def _check_bucket(bucket: str) -> str:
     if not 3 <= len(bucket) <= 255 or not all(c.isascii() and (c.isalnum() or c in "._-") for c in bucket):
         raise StoreConfigError(f"invalid S3 bucket name {bucket!r}")
     return bucket
-
-
-def _normalize_prefix(prefix: str) -> str:
-    stripped = prefix.strip("/")
-    if not stripped:
-        return ""
-    try:
-        check_key(stripped)
-    except StoreConfigError:
-        raise StoreConfigError(f"invalid S3 key prefix {prefix!r}") from None
-    return stripped + "/"
-
-
-def _check_endpoint(endpoint_url: str) -> str:
-    parts = urlsplit(endpoint_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise StoreConfigError("S3 endpoint_url must look like http(s)://host[:port]")
-    if parts.username is not None or parts.password is not None:
-        raise StoreConfigError("S3 endpoint_url must not contain credentials; use the AWS_* variables or a profile")
-    return urlunsplit(parts)
-
-
-_OPTION_TYPES: Final[dict[str, type]] = {
-    "endpoint_url": str,
-    "region": str,
-    "addressing_style": str,
-    "connect_timeout": float,
-    "read_timeout": float,
-    "max_attempts": int,
-}

@@ -60,7 +60,11 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
-    cluster = cluster_factory()
+    return with_operator(cluster_factory())
+
+
+def with_operator(cluster: Cluster) -> tuple[Cluster, Node]:
+    """Migrate ``cluster``'s database, add the superuser the browser signs in as, and return it with a node."""
     migrate = cluster.manage("migrate", "--noinput")
     assert migrate.returncode == 0, migrate.stderr.decode()
     made = subprocess.run(

@@ -8,15 +8,13 @@ The node samples its metrics history every half second here
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.browser import PASSWORD, USER, push, shot, signed_in
-from tests.e2e.harness import ROOT, TOKEN, Cluster, Node, api
+from tests.e2e.browser import push, shot, signed_in, with_operator
+from tests.e2e.harness import TOKEN, Cluster, Node, api
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -27,18 +25,7 @@ SAMPLE_SECONDS = "0.5"
 @pytest.fixture
 def sampling_node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
     """A node (with the browser tests' superuser) that samples every half second."""
-    cluster = cluster_factory(QUEUE_METRICS_SAMPLE_SECONDS=SAMPLE_SECONDS)
-    migrate = cluster.manage("migrate", "--noinput")
-    assert migrate.returncode == 0, migrate.stderr.decode()
-    made = subprocess.run(
-        [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", USER, "--email", "op@example.com"],
-        cwd=ROOT,
-        env={**cluster.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
-        capture_output=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stderr.decode()
-    return cluster, cluster.node()
+    return with_operator(cluster_factory(QUEUE_METRICS_SAMPLE_SECONDS=SAMPLE_SECONDS))
 
 
 def test_charts_draw_the_history_and_follow_the_queue_live(

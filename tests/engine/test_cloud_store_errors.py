@@ -9,101 +9,26 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
 from engine.stores.azure import AzureBlobStore
+from engine.stores.base import ObjectStore
 from engine.stores.gcs import GCSStore
 from tests.cloud_fixtures import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string
+from tests.engine.scripted_http import Reply, Script, ScriptedServers
 
 # -- error mapping against a scripted server ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    """One scripted HTTP answer. ``drop``: read the request, then close without answering."""
-
-    status: int = 200
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-    delay: float = 0.0
-    drop: bool = False
-
-
-@dataclass(slots=True, kw_only=True)
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-
-
-@dataclass(slots=True)
-class Script:
-    replies: deque[Reply]
-    seen: list[Seen] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-
-def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
-            reply = script.replies.popleft() if script.replies else Reply(status=500, body=b"unexpected request")
-            if reply.delay:
-                script.release.wait(reply.delay)
-            if reply.drop:
-                self.close_connection = True
-                return
-            try:
-                self.send_response(reply.status)
-                for name, value in reply.headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(reply.body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    return Handler
 
 
 @pytest.fixture
 def scripted() -> Iterator[Callable[..., tuple[Script, str]]]:
     """Start a scripted HTTP server on 127.0.0.1; return its script and endpoint."""
-    started: list[tuple[ThreadingHTTPServer, threading.Thread, Script]] = []
-
-    def start(*replies: Reply) -> tuple[Script, str]:
-        script = Script(deque(replies))
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        started.append((server, thread, script))
-        return script, f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server, thread, script in started:
-        script.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with ScriptedServers() as servers:
+        yield servers.start
 
 
 Scripted = Callable[..., tuple[Script, str]]
@@ -259,15 +184,6 @@ def test_gcs_other_client_errors_are_store_errors(scripted: Scripted) -> None:
     store.close()
 
 
-def test_gcs_connection_refused_is_unavailable() -> None:
-    store = _gcs_store(f"http://127.0.0.1:{_closed_port()}")
-    with pytest.raises(StoreUnavailable):
-        store.get("queue.json")
-    with pytest.raises(StoreUnavailable, match="may have landed"):
-        store.put("queue.json", b"x", if_none_match=True)
-    store.close()
-
-
 def _azure_error(status: int, code: str) -> Reply:
     body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>scripted</Message></Error>'
     return Reply(
@@ -398,8 +314,9 @@ def test_azure_other_client_errors_are_store_errors(scripted: Scripted) -> None:
     store.close()
 
 
-def test_azure_connection_refused_is_unavailable() -> None:
-    store = _azure_store(f"http://127.0.0.1:{_closed_port()}")
+@pytest.mark.parametrize("make_store", [_gcs_store, _azure_store], ids=["gcs", "azure"])
+def test_connection_refused_is_unavailable(make_store: Callable[[str], ObjectStore]) -> None:
+    store = make_store(f"http://127.0.0.1:{_closed_port()}")
     with pytest.raises(StoreUnavailable):
         store.get("queue.json")
     with pytest.raises(StoreUnavailable, match="may have landed"):

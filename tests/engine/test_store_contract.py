@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
@@ -24,6 +20,7 @@ import pytest
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
 from engine.stores import FileStore, ObjectStore, open_store
 from engine.stores.s3 import S3Store
+from tests.engine.scripted_http import Reply, Script, ScriptedServers
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LARGE_OBJECT_BYTES = 5 * 1024 * 1024
@@ -378,109 +375,55 @@ def test_open_store_opens_each_backend(tmp_path: Path) -> None:
 # -- S3 error mapping against a scripted server ----------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    """One scripted HTTP answer: an S3 error document, or a body with an ETag."""
-
-    status: int
-    code: str = ""
-    body: bytes = b""
-    etag: str = ""
-    content_type: str = "application/octet-stream"
-    delay: float = 0.0
-
-
-@dataclass(slots=True, kw_only=True)
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-
-
-@dataclass(slots=True)
-class ScriptedS3:
-    """Answers each request with the next scripted reply and records what it saw."""
-
-    replies: deque[Reply]
-    seen: list[Seen] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-
-
-def _handler(script: ScriptedS3) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.1 so that botocore's "Expect: 100-continue" on PUT is answered
-        # at once instead of after its one-second wait.
-        protocol_version = "HTTP/1.1"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
-            reply = script.replies.popleft() if script.replies else Reply(status=500, code="UnexpectedRequest")
-            if reply.delay:
-                script.release.wait(reply.delay)
-            body = reply.body
-            if reply.code:
-                body = (
-                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{reply.code}</Code>'
-                    f"<Message>scripted</Message><RequestId>r1</RequestId></Error>"
-                ).encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/xml" if reply.code else reply.content_type)
-                self.send_header("Content-Length", str(len(body)))
-                if reply.etag:
-                    self.send_header("ETag", reply.etag)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a read timeout test)
-
-        do_GET = do_PUT = do_DELETE = do_HEAD = _answer
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    return Handler
+def _s3_reply(
+    status: int,
+    *,
+    code: str = "",
+    body: bytes = b"",
+    etag: str = "",
+    content_type: str = "application/octet-stream",
+    delay: float = 0.0,
+) -> Reply:
+    """A scripted S3 answer: an S3 error document with ``code``, or ``body`` with an ETag."""
+    if code:
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+            f"<Message>scripted</Message><RequestId>r1</RequestId></Error>"
+        ).encode()
+        content_type = "application/xml"
+    headers = (("Content-Type", content_type), *((("ETag", etag),) if etag else ()))
+    return Reply(status=status, body=body, headers=headers, delay=delay)
 
 
 @pytest.fixture
-def scripted_s3(aws_credentials: None) -> Iterator[Callable[..., tuple[ScriptedS3, S3Store]]]:
+def scripted_s3(aws_credentials: None) -> Iterator[Callable[..., tuple[Script, S3Store]]]:
     """Start a scripted S3 endpoint on 127.0.0.1; return its script and a store using it."""
-    started: list[tuple[ThreadingHTTPServer, threading.Thread, ScriptedS3, S3Store]] = []
+    stores: list[S3Store] = []
 
-    def start(*replies: Reply, max_attempts: int = 1, read_timeout: float = 5) -> tuple[ScriptedS3, S3Store]:
-        script = ScriptedS3(deque(replies))
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
+    def start(*replies: Reply, max_attempts: int = 1, read_timeout: float = 5) -> tuple[Script, S3Store]:
+        script, endpoint = servers.start(*replies, fallback=_s3_reply(500, code="UnexpectedRequest"))
         store = S3Store(
             bucket="bucket",
             prefix="q",
-            endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+            endpoint_url=endpoint,
             region="us-east-1",
             max_attempts=max_attempts,
             read_timeout=read_timeout,
         )
-        started.append((server, thread, script, store))
+        stores.append(store)
         return script, store
 
-    yield start
-    for server, thread, script, store in started:
-        store.close()
-        script.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with ScriptedServers() as servers:
+        yield start
+        for store in stores:
+            store.close()
 
 
-Scripted = Callable[..., tuple[ScriptedS3, S3Store]]
+Scripted = Callable[..., tuple[Script, S3Store]]
 
 
 def test_s3_get_takes_etag_from_the_one_get_response(scripted_s3: Scripted) -> None:
-    script, store = scripted_s3(Reply(status=200, body=b"document", etag='"e1"'))
+    script, store = scripted_s3(_s3_reply(200, body=b"document", etag='"e1"'))
 
     blob = store.get("queue.json")
 
@@ -489,7 +432,7 @@ def test_s3_get_takes_etag_from_the_one_get_response(scripted_s3: Scripted) -> N
 
 
 def test_s3_put_sends_the_conditions(scripted_s3: Scripted) -> None:
-    ok = Reply(status=200, etag='"new"')
+    ok = _s3_reply(200, etag='"new"')
     script, store = scripted_s3(ok, ok, ok)
 
     assert store.put("queue.json", b"a", if_none_match=True) == '"new"'
@@ -511,7 +454,7 @@ def _list_page(keys: list[str], next_token: str | None) -> Reply:
         f"<Name>bucket</Name><Prefix>q/</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
         f"{more if next_token else '<IsTruncated>false</IsTruncated>'}{contents}</ListBucketResult>"
     )
-    return Reply(status=200, body=body.encode(), content_type="application/xml")
+    return _s3_reply(200, body=body.encode(), content_type="application/xml")
 
 
 def test_s3_list_follows_pages_and_strips_the_prefix(scripted_s3: Scripted) -> None:
@@ -531,14 +474,14 @@ def test_s3_list_follows_pages_and_strips_the_prefix(scripted_s3: Scripted) -> N
     ("status", "code"), [(409, "ConditionalRequestConflict"), (412, "PreconditionFailed"), (404, "NoSuchKey")]
 )
 def test_s3_refused_condition_is_precondition_failed(scripted_s3: Scripted, status: int, code: str) -> None:
-    _, store = scripted_s3(Reply(status=status, code=code))
+    _, store = scripted_s3(_s3_reply(status, code=code))
 
     with pytest.raises(PreconditionFailed):
         store.put("queue.json", b"x", if_match='"old"')
 
 
 def test_s3_conflict_on_create_is_precondition_failed(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(Reply(status=409, code="ConditionalRequestConflict"))
+    _, store = scripted_s3(_s3_reply(409, code="ConditionalRequestConflict"))
 
     with pytest.raises(PreconditionFailed):
         store.put("queue.json", b"x", if_none_match=True)
@@ -549,7 +492,7 @@ def test_s3_conflict_on_create_is_precondition_failed(scripted_s3: Scripted) -> 
     [(503, "SlowDown"), (503, "ServiceUnavailable"), (500, "InternalError"), (400, "RequestTimeout"), (429, "")],
 )
 def test_s3_transient_errors_are_unavailable(scripted_s3: Scripted, status: int, code: str) -> None:
-    script, store = scripted_s3(*[Reply(status=status, code=code)] * 3, max_attempts=1)
+    script, store = scripted_s3(*[_s3_reply(status, code=code)] * 3, max_attempts=1)
 
     with pytest.raises(StoreUnavailable):
         store.put("queue.json", b"x", if_match='"old"')
@@ -561,8 +504,8 @@ def test_s3_transient_errors_are_unavailable(scripted_s3: Scripted, status: int,
 
 
 def test_s3_max_attempts_counts_every_attempt(scripted_s3: Scripted) -> None:
-    ok = Reply(status=200, body=b"doc", etag='"e"')
-    script, store = scripted_s3(Reply(status=500, code="InternalError"), ok, max_attempts=2)
+    ok = _s3_reply(200, body=b"doc", etag='"e"')
+    script, store = scripted_s3(_s3_reply(500, code="InternalError"), ok, max_attempts=2)
 
     blob = store.get("queue.json")
 
@@ -573,7 +516,7 @@ def test_s3_max_attempts_counts_every_attempt(scripted_s3: Scripted) -> None:
 def test_s3_condition_failing_after_a_retry_is_ambiguous(scripted_s3: Scripted) -> None:
     # The first attempt may have landed; then our own write fails the retry's condition.
     script, store = scripted_s3(
-        Reply(status=503, code="SlowDown"), Reply(status=412, code="PreconditionFailed"), max_attempts=2
+        _s3_reply(503, code="SlowDown"), _s3_reply(412, code="PreconditionFailed"), max_attempts=2
     )
 
     with pytest.raises(StoreUnavailable, match="may have landed"):
@@ -583,7 +526,7 @@ def test_s3_condition_failing_after_a_retry_is_ambiguous(scripted_s3: Scripted) 
 
 
 def test_s3_read_timeout_is_unavailable(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(Reply(status=200, body=b"late", etag='"e"', delay=5), read_timeout=0.2)
+    _, store = scripted_s3(_s3_reply(200, body=b"late", etag='"e"', delay=5), read_timeout=0.2)
 
     with pytest.raises(StoreUnavailable):
         store.get("queue.json")
@@ -597,7 +540,7 @@ def test_s3_refused_access_is_a_config_error(
     scripted_s3: Scripted, monkeypatch: pytest.MonkeyPatch, status: int, code: str
 ) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
-    _, store = scripted_s3(*[Reply(status=status, code=code)] * 3)
+    _, store = scripted_s3(*[_s3_reply(status, code=code)] * 3)
 
     for call in (lambda: store.get("queue.json"), lambda: store.put("queue.json", b"x"), lambda: store.list()):
         with pytest.raises(StoreConfigError, match="'bucket'") as info:
@@ -606,7 +549,7 @@ def test_s3_refused_access_is_a_config_error(
 
 
 def test_s3_other_client_errors_are_store_errors(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(Reply(status=400, code="EntityTooLarge"))
+    _, store = scripted_s3(_s3_reply(400, code="EntityTooLarge"))
 
     with pytest.raises(StoreError, match="EntityTooLarge") as info:
         store.put("queue.json", b"x")

@@ -1,0 +1,107 @@
+"""A scripted HTTP server on 127.0.0.1, for the error mapping the emulators cannot produce.
+
+Each request is answered with the next scripted :class:`Reply` and recorded in
+:attr:`Script.seen`, so a test can assert both what the store raised and which
+requests it sent (how many, with which conditions).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """One scripted HTTP answer. ``delay``: wait (at most) this long first; ``drop``: close without answering."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0
+    drop: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
+class Script:
+    """Answers each request with the next reply (``fallback`` once they run out) and records what it saw."""
+
+    replies: deque[Reply]
+    fallback: Reply = field(default_factory=lambda: Reply(status=500, body=b"unexpected request"))
+    seen: list[Seen] = field(default_factory=list)
+    #: Set when the server stops, so that delayed replies end at once.
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.1 so that botocore's "Expect: 100-continue" on PUT is answered
+        # at once instead of after its one-second wait.
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
+            reply = script.replies.popleft() if script.replies else script.fallback
+            if reply.delay:
+                script.release.wait(reply.delay)
+            if reply.drop:
+                self.close_connection = True
+                return
+            try:
+                self.send_response(reply.status)
+                for name, value in reply.headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply.body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a read timeout test)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+class ScriptedServers:
+    """Scripted servers started by :meth:`start` and all stopped on exit (use it in a fixture)."""
+
+    def __init__(self) -> None:
+        self._started: list[tuple[ThreadingHTTPServer, threading.Thread, Script]] = []
+
+    def start(self, *replies: Reply, fallback: Reply | None = None) -> tuple[Script, str]:
+        """Start a server answering with ``replies``; return its script and its ``http://127.0.0.1:port``."""
+        script = Script(deque(replies)) if fallback is None else Script(deque(replies), fallback)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        self._started.append((server, thread, script))
+        return script, f"http://127.0.0.1:{server.server_address[1]}"
+
+    def __enter__(self) -> ScriptedServers:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        for server, thread, script in self._started:
+            script.release.set()
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
