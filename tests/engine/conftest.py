@@ -1,14 +1,20 @@
 """Engine fixtures: ``any_store``, one fresh store per backend (S3 fixtures
-come from tests/s3_fixtures.py, GCS and Azure ones from tests/cloud_fixtures.py)."""
+come from tests/s3_fixtures.py, GCS and Azure ones from tests/cloud_fixtures.py),
+and ``make_broker``, brokers with fast intervals that are stopped after the test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from engine import Broker
 from engine.stores import ObjectStore, open_store
+
+#: The brokers' heartbeat and takeover interval in tests: fast, and far enough apart.
+BEAT = 0.05
+TAKEOVER = 0.4
 
 
 @pytest.fixture(params=["memory", "file", "s3", "gcs", "azure"])
@@ -29,3 +35,19 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Object
         yield store
     finally:
         store.close()
+
+
+@pytest.fixture
+def make_broker() -> Iterator[Callable[..., Broker]]:
+    """``make(store, url, **kwargs)``: a started Broker with :data:`BEAT` and
+    :data:`TAKEOVER` (``kwargs`` go to Broker); every one is stopped after the test."""
+    made: list[Broker] = []
+
+    def make(store: ObjectStore, url: str, **kwargs: object) -> Broker:
+        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, **kwargs)  # type: ignore[arg-type]
+        made.append(broker.start())
+        return broker
+
+    yield make
+    for broker in made:
+        broker.stop(timeout=10)

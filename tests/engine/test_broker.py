@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 
 import orjson
@@ -26,19 +26,6 @@ def doc(store: ObjectStore) -> dict:  # type: ignore[type-arg]
     assert blob is not None
     return orjson.loads(blob.data)  # type: ignore[no-any-return]
 
-
-@pytest.fixture
-def make_broker() -> Iterator[Callable[..., Broker]]:
-    made: list[Broker] = []
-
-    def make(store: ObjectStore, url: str, **kwargs: object) -> Broker:
-        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, **kwargs)  # type: ignore[arg-type]
-        made.append(broker.start())
-        return broker
-
-    yield make
-    for broker in made:
-        broker.stop()
 
 
 def push(broker: Broker, payload: object) -> list[str]:

@@ -8,7 +8,7 @@ still starts by itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import orjson
 import pytest
@@ -43,19 +43,6 @@ class CountingStore(MemoryStore):
         self.etag_checks += 1
         return super().etag(key)
 
-
-@pytest.fixture
-def make_broker() -> Iterator[Callable[..., Broker]]:
-    made: list[Broker] = []
-
-    def make(store: ObjectStore, url: str) -> Broker:
-        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER)
-        made.append(broker.start())
-        return broker
-
-    yield make
-    for broker in made:
-        broker.stop(timeout=10)
 
 
 def push(broker: Broker, payload: object) -> list[str]:

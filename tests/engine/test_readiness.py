@@ -3,11 +3,11 @@ pure rule, then real brokers on a memory store in each state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from engine import Broker, DocumentError, DocumentMissing, FaultyStore, MemoryStore, ObjectStore, StoreUnavailable
+from engine import Broker, DocumentError, DocumentMissing, FaultyStore, MemoryStore, StoreUnavailable
 from engine.readiness import assess
 from tests.helpers import KEY, wait_for
 
@@ -35,19 +35,6 @@ def test_the_rule_in_each_state() -> None:
     assert "gone" in cases["document_missing"].message
     assert "1.5 s ago" in cases["store_unreachable"].message and "timed out" in cases["store_unreachable"].message
 
-
-@pytest.fixture
-def make_broker() -> Iterator[Callable[..., Broker]]:
-    made: list[Broker] = []
-
-    def make(store: ObjectStore, url: str) -> Broker:
-        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER)
-        made.append(broker.start())
-        return broker
-
-    yield make
-    for broker in made:
-        broker.stop()
 
 
 def test_a_leader_and_a_standby_that_reads_the_store_are_ready(make_broker: Callable[..., Broker]) -> None:
