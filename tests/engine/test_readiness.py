@@ -11,9 +11,6 @@ from engine import Broker, DocumentError, DocumentMissing, FaultyStore, MemorySt
 from engine.readiness import assess
 from tests.helpers import KEY, wait_for
 
-BEAT = 0.05
-TAKEOVER = 0.4
-
 
 def test_the_rule_in_each_state() -> None:
     fresh = {"store_ok_at": 10.0, "now": 10.2, "takeover_seconds": 1.0, "missing": None, "unreadable": None,
