@@ -68,6 +68,11 @@ def test_the_cluster_survives_a_killed_leader_and_stops_cleanly(tmp_path: Path) 
     pid, terminal = pty.fork()
     if pid == 0:  # the child: a shell in the new terminal, as make's recipe
         os.chdir(ROOT)
+        # A user's shell starts with every signal at its default and none
+        # blocked; pytest's process may have changed that, and exec keeps it.
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGTSTP):
+            signal.signal(number, signal.SIG_DFL)
         os.execve("/bin/bash", ["bash", "-c", f"set -m; {shlex.join(argv)}; :"], env)
     output = bytearray()
 

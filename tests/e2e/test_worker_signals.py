@@ -10,6 +10,7 @@ import os
 import pty
 import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -75,10 +76,20 @@ def test_ctrl_c_in_make_run_lets_the_demo_worker_finish_its_job_and_exits_0(tmp_
     env = base_env(
         f"file://{tmp_path / 'store'}", tmp_path, QUEUE_ADVERTISE_URL=url, ACCESS_LOG=str(tmp_path / "access.log")
     )
+    # As the recipe does first: a migrated database (the leader records metrics
+    # and finished jobs there; an unmigrated one floods the terminal with errors).
+    migrated = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                              capture_output=True, timeout=120, check=False)
+    assert migrated.returncode == 0, migrated.stderr.decode()
     command = f"set -m; scripts/run-demo.sh {Path(sys.executable).parent} {port}; :"
     pid, terminal = pty.fork()
     if pid == 0:  # the child: a shell in the new terminal
         os.chdir(ROOT)
+        # A user's shell starts with every signal at its default and none
+        # blocked; pytest's process may have changed that, and exec keeps it.
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGTSTP):
+            signal.signal(number, signal.SIG_DFL)
         os.execve("/bin/bash", ["bash", "-c", command], env)
     output = bytearray()
 
