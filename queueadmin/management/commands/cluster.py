@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -80,7 +80,6 @@ class Watch:
     leader: str | None = None  # the leading node's URL
     epoch: int = 0
     lost_at: float | None = None  # monotonic: when the leader stopped answering
-    takeovers: list[float] = field(default_factory=list)  # seconds without a leader, per takeover
 
 
 class Command(BaseCommand):
@@ -241,7 +240,6 @@ class Command(BaseCommand):
             self.stdout.write(f"{url} leads (epoch {epoch})")
         elif url != watch.leader or epoch != watch.epoch:
             without = now - watch.lost_at if watch.lost_at is not None else 0.0
-            watch.takeovers.append(without)
             self.stdout.write(f"{url} took over (epoch {epoch}) after {without:.1f} s without a leader")
         watch.leader, watch.epoch, watch.lost_at = url, epoch, None
 
