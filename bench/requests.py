@@ -29,7 +29,7 @@ import shlex
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engine import Blob, Broker, LatencyStore, MemoryStore, ObjectStore, Worker, WorkerOptions
 from engine.ops import push_op
@@ -88,9 +88,9 @@ def _row(name: str, counts: Counter[str], scale: float) -> str:
     return f"| {name} | {cells} | {sum(counts.values()) * scale:,.0f} |"
 
 
-def _wait_for(predicate: object, seconds: float) -> None:
+def _wait_for(predicate: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError("the brokers did not settle")
         time.sleep(0.01)
