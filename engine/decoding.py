@@ -69,7 +69,8 @@ def decode_document_json(data: bytes, *, key: str = DOCUMENT_KEY) -> DecodedDocu
     """
     try:
         raw = orjson.loads(data)
-        if not isinstance(raw, dict) or raw.get("format") not in READABLE_FORMATS or isinstance(raw.get("format"), bool):
+        version = raw.get("format") if isinstance(raw, dict) else None
+        if version not in READABLE_FORMATS or isinstance(version, bool):
             raise ValueError
         jobs, dead = raw.pop("jobs"), raw.pop("dead")
         _check_items(jobs, dead)

@@ -122,7 +122,11 @@ class QueueState:
         """``(pos, id)`` of the queue's pending jobs in the document that have
         no delay, in FIFO order (front and tail alike). O(n log n) in the
         queue's pending jobs here, which format 2 keeps small."""
-        return sorted(entry for entry in self._ready.get(queue, ()) if self._is_current(entry[1], entry[0]))
+        return sorted({entry for entry in self._ready.get(queue, ()) if self._is_current(entry[1], entry[0])})
+
+    def encoded_job(self, job_id: str) -> bytes:
+        """The job's JSON as this state writes it (cached; format 2: with ``pos``)."""
+        return self._encoded_jobs.get(job_id)
 
     def has_commit(self, writer: str, seq: int) -> bool:
         """True if this version is, or follows, commit ``seq`` by ``writer``."""
@@ -273,11 +277,16 @@ class QueueState:
                 heads.append((head[0], head[1], queue))
         heapq.heapify(heads)
         taken: list[Job] = []
+        # A job restored from a segment at its old pos can have two equal
+        # index entries (the one from before it was sealed is current again).
+        seen: set[str] = set()
         while heads and len(taken) < limit:
             _, job_id, queue = heapq.heappop(heads)
             ready = self._ready[queue]
             heapq.heappop(ready)
-            taken.append(self.jobs[job_id])
+            if job_id not in seen:
+                seen.add(job_id)
+                taken.append(self.jobs[job_id])
             head = self._ready_head(queue)
             if head is not None:
                 heapq.heappush(heads, (head[0], head[1], queue))
@@ -315,11 +324,13 @@ class QueueState:
             return 0
         count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
         front = self.frontier(queue)
+        seen: set[str] = set()
         for pos, job_id in self._ready[queue]:
             if budget == 0:
                 return limit
             budget -= 1
-            if (front is None or pos < front) and self._is_current(job_id, pos) is not None:
+            if (front is None or pos < front) and self._is_current(job_id, pos) is not None and job_id not in seen:
+                seen.add(job_id)
                 count += 1
                 if count == limit:
                     break

@@ -251,13 +251,13 @@ def _lanes(r: _Reader, lanes: Mapping[str, Any], state: QueueState) -> None:
     """Format 2's ``lanes``: per queue, its segment references, in order."""
     for queue, lane in lanes.items():
         where = f"lanes.{queue}"
-        refs = []
+        refs: list[SegmentRef] = []
         for i, item in enumerate(r.array(r.obj(lane, where), "segments", where)):
             rw = f"{where}.segments[{i}]"
             obj = r.obj(item, rw)
             ref = SegmentRef(
                 key=r.text(obj, "key", rw),
-                count=r.integer(obj, "count", rw, low=1),
+                total=r.integer(obj, "total", rw, low=1),
                 consumed=r.integer(obj, "consumed", rw),
                 front=r.integer(obj, "front", rw),
                 last_pos=r.integer(obj, "last_pos", rw),
@@ -267,7 +267,7 @@ def _lanes(r: _Reader, lanes: Mapping[str, Any], state: QueueState) -> None:
                 epoch=r.integer(obj, "epoch", rw),
                 sealed_at=r.moment(obj, "sealed_at", rw),
             )
-            if ref.consumed >= ref.count or ref.front > ref.last_pos:
+            if ref.consumed >= ref.total or ref.front > ref.last_pos:
                 r.fail(rw, "a referenced segment must have jobs left, with front <= last_pos")
             if refs and ref.front <= refs[-1].last_pos:
                 r.fail(rw, "segments must follow each other in pos order")

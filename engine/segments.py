@@ -34,7 +34,7 @@ PENDING_KIND = "pending"
 class SegmentRef(NamedTuple):
     """The document's reference to one segment object.
 
-    ``count`` jobs are in the object, oldest first; the first ``consumed`` of
+    ``total`` jobs are in the object, oldest first; the first ``consumed`` of
     them have been moved back into the document (refilled). ``front`` is the
     ``pos`` of the first job not yet consumed, ``last_pos`` that of the last
     job: every pending job of the queue in the document whose ``pos`` is
@@ -47,7 +47,7 @@ class SegmentRef(NamedTuple):
     """
 
     key: str
-    count: int
+    total: int
     consumed: int
     front: int
     last_pos: int
@@ -60,12 +60,12 @@ class SegmentRef(NamedTuple):
     @property
     def remaining(self) -> int:
         """Jobs still in the object, not yet refilled into the document."""
-        return self.count - self.consumed
+        return self.total - self.consumed
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
-            "count": self.count,
+            "total": self.total,
             "consumed": self.consumed,
             "front": self.front,
             "last_pos": self.last_pos,
@@ -146,7 +146,7 @@ def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
     except orjson.JSONDecodeError as exc:  # a matching hash makes this a writer's bug; still refuse it
         raise SegmentUnreadable(ref.key, f"not valid JSON ({exc})") from exc
     jobs = raw.get("jobs") if isinstance(raw, dict) else None
-    if not isinstance(jobs, list) or raw.get("kind") != PENDING_KIND or len(jobs) != ref.count:
+    if not isinstance(jobs, list) or raw.get("kind") != PENDING_KIND or len(jobs) != ref.total:
         raise SegmentUnreadable(ref.key, "not a segment of pending jobs with the referenced count")
     return jobs
 

@@ -425,7 +425,7 @@ def refill(state: QueueState, op: Refill, now: datetime) -> int:
         state.restore_job(job, pos)
         restored += 1
     consumed = op.consumed + len(op.jobs)
-    if consumed >= ref.count or op.front is None or op.oldest is None:
+    if consumed >= ref.total or op.front is None or op.oldest is None:
         state.drop_refs(op.queue, 1)
     else:
         refs[0] = ref._replace(consumed=consumed, front=op.front, oldest_enqueued_at=op.oldest)
