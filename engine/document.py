@@ -336,6 +336,30 @@ class QueueState:
                     break
         return count
 
+    def front_ready(self, queue: str, now: datetime, limit: int) -> int:
+        """How many jobs of ``queue`` a claim at ``now`` could take from its
+        front (before its segments; every eligible job when it has none),
+        counted exactly up to ``limit``. Walks only the index entries below
+        the first segment's ``front``, from the heap's root: O(limit) when
+        the front is full, whatever the size of the tail. Tidies the indexes
+        as a claim would; changes no job."""
+        self._promote_due(queue, now)
+        heap = self._ready.get(queue)
+        if not heap or limit <= 0:
+            return 0
+        front = self.frontier(queue)
+        seen: set[str] = set()
+        stack = [0]
+        while stack and len(seen) < limit:
+            i = stack.pop()
+            pos, job_id = heap[i]
+            if front is not None and pos >= front:
+                continue  # a heap's children are never smaller: nothing below here
+            if self._is_current(job_id, pos) is not None:
+                seen.add(job_id)
+            stack.extend(child for child in (2 * i + 1, 2 * i + 2) if child < len(heap))
+        return len(seen)
+
     def due_times(self, queue: str, limit: int) -> list[datetime]:
         """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
         first, in O(limit log limit) whatever the backlog. Entries may be stale

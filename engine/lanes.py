@@ -143,6 +143,9 @@ class LaneKeeper:
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self._next_collect = 0.0
         self._cache: OrderedDict[str, list[tuple[Job, int]]] = OrderedDict()
+        # Writer-thread planning memos (see _refill_task and _seal_task).
+        self._front_counted: dict[str, tuple[int, int]] = {}
+        self._seal_fruitless: dict[str, int] = {}
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -188,17 +191,37 @@ class LaneKeeper:
 
     def _refill_task(self, state: QueueState, queue: str, now: float) -> _RefillTask | None:
         refs = state.lanes.get(queue)
-        if not refs or self._retry_at.get(queue, 0.0) > now:
+        if not refs:
+            self._front_counted.pop(queue, None)
+            return None
+        if self._retry_at.get(queue, 0.0) > now:
             return None
         policy = self.policy
-        ready = state.claimable(queue, self.clock(), policy.refill_below)
+        here = state.pending_here.get(queue, 0)
+        counted = self._front_counted.get(queue)
+        if counted is not None:
+            # Only claims and purges take jobs out of the front, and each
+            # takes one out of ``pending_here`` too: a lower bound on the
+            # front without walking it on every commit.
+            count, here_then = counted
+            if count - max(0, here_then - here) >= policy.refill_below:
+                return None
+        ready = state.front_ready(queue, self.clock(), policy.head_jobs)
+        self._front_counted[queue] = (ready, here)
         if ready >= policy.refill_below:
             return None
+        del self._front_counted[queue]  # the refill changes the front: count again after it
         return _RefillTask(queue, refs[0], want=policy.head_jobs - ready)
 
     def _seal_task(self, state: QueueState, queue: str) -> _SealTask | None:
         policy = self.policy
-        if policy.segment_jobs <= 0 or state.pending_here.get(queue, 0) < policy.head_jobs + policy.segment_jobs:
+        here = state.pending_here.get(queue, 0)
+        if policy.segment_jobs <= 0 or here < policy.head_jobs + policy.segment_jobs:
+            return None
+        # A plan that found too few jobs to seal (the rest are delayed, or in
+        # the front) is not tried again until the queue grew by a quarter segment.
+        fruitless = self._seal_fruitless.get(queue)
+        if fruitless is not None and here < fruitless + max(1, policy.segment_jobs // 4):
             return None
         refs = state.lanes.get(queue)
         ready = state.ready_in_order(queue)
@@ -208,7 +231,9 @@ class LaneKeeper:
         else:
             tail = ready[policy.head_jobs:]  # the front stays in the document
         if len(tail) < policy.segment_jobs:
-            return None  # the rest are delayed: they stay in the document
+            self._seal_fruitless[queue] = here
+            return None  # the rest are delayed, or in the front: they stay in the document
+        self._seal_fruitless.pop(queue, None)
         chosen = tuple(tail[:policy.segment_jobs])
         return _SealTask(
             queue=queue,
