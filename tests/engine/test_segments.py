@@ -74,6 +74,24 @@ def test_a_backlog_is_sealed_into_segments_and_comes_back_in_fifo_order(make_bro
     assert doc["queues"]["q"]["completed"] == 200
 
 
+def test_adjacent_small_segments_are_merged_and_still_drain_in_order(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=50))
+    ids = push(broker, "q", 600)
+
+    def merged() -> bool:
+        refs = document(store).get("lanes", {}).get("q", {}).get("segments", [])
+        return sum(ref["total"] for ref in refs) >= 500 and len(refs) <= 14
+
+    wait_for(merged, timeout=30, what="merged segments")
+    refs = document(store)["lanes"]["q"]["segments"]
+    assert any(ref["total"] == 50 for ref in refs)
+    wait_for(lambda: sorted(segments(store)) == sorted(r["key"] for r in document(store)["lanes"]["q"]["segments"]),
+             what="merged-away segments deleted")
+    assert drain(broker, "q", expect=600) == ids
+    wait_for(lambda: not segments(store), what="all deleted")
+
+
 def test_pushes_keep_landing_in_the_tail_while_the_front_drains(make_broker: Callable[..., Broker]) -> None:
     store = open_store("memory://")
     broker = leader(make_broker, store)
