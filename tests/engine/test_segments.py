@@ -12,7 +12,7 @@ import pytest
 from engine import Broker, DocumentError, Policy
 from engine.ops import Purge, claim_op, complete_op, push_op
 from engine.parsing import parse_document
-from engine.segments import segment_prefix
+from engine.segments import segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from tests.helpers import wait_for
 
@@ -198,3 +198,25 @@ def test_a_format_1_node_refuses_format_2_without_writing(
     assert old.role == "standby"
     after = store.get("queue.json")
     assert after is not None and after.data == blob.data  # I6: nothing written
+
+
+def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    first = leader(make_broker, store)
+    ids = push(first, "q", 100)
+    wait_for(lambda: len(document(store).get("lanes", {}).get("q", {}).get("segments", [])) >= 3, what="sealed")
+    epoch = document(store)["broker"]["epoch"]
+    first.stop(timeout=10)
+    # What a leader that lost its seal commit, or died before deleting, leaves behind:
+    orphan = segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9)
+    store.put(orphan, b"{}")
+    foreign = segment_prefix("queue.json") + "q/notes.txt"  # not a key the engine makes
+    store.put(foreign, b"keep me")
+
+    second = leader(make_broker, store)
+    assert document(store)["broker"]["epoch"] == epoch + 1
+    wait_for(lambda: orphan not in segments(store), timeout=20, what="the orphan collected")
+    referenced = [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]
+    assert set(referenced) <= set(segments(store))  # still referenced: never collected
+    assert foreign in segments(store)
+    assert drain(second, "q", expect=100) == ids
