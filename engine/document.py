@@ -190,6 +190,17 @@ class QueueState:
             self._encoded_jobs.update(job_id, encode_job(job, self.pos[job_id]))
         self.dirty = True
 
+    def tidy_ready(self, queue: str) -> None:
+        """Drop the queue's stale claim-index entries. After a seal: the
+        sealed jobs' entries would otherwise stay until they reach the top,
+        and a backlog of millions sealed over time would keep millions of
+        them. O(n) in the queue's pending jobs here, which format 2 keeps small."""
+        heap = self._ready.get(queue)
+        if heap:
+            live = list({entry for entry in heap if self._is_current(entry[1], entry[0])})
+            heapq.heapify(live)
+            self._ready[queue] = live
+
     def drop_refs(self, queue: str, count: int | None = None) -> list[SegmentRef]:
         """Stop referencing the first ``count`` (default: all) segments of
         ``queue``; their keys are deleted once this version has landed."""

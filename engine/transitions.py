@@ -402,6 +402,7 @@ def seal(state: QueueState, op: Seal, now: datetime) -> int:
         state.remove_job(job_id)
         state.sealed.add(job_id, now)
     state.lanes.setdefault(op.queue, []).append(op.ref)
+    state.tidy_ready(op.queue)
     state.dirty = True
     return len(op.jobs)
 

@@ -220,3 +220,30 @@ def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Calla
     assert set(referenced) <= set(segments(store))  # still referenced: never collected
     assert foreign in segments(store)
     assert drain(second, "q", expect=100) == ids
+
+
+def test_sealing_leaves_no_index_entries_behind() -> None:
+    """A backlog sealed over time must not keep an index entry per sealed job
+    in the leader's memory (millions of them at 5M pending)."""
+    from datetime import UTC, datetime
+
+    from engine import empty_state
+    from engine.ops import Seal
+    from engine.segments import SegmentRef
+    from engine.transitions import apply, apply_batch
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    state = empty_state(policy=SMALL)
+    apply_batch(state, [push_op("q", [{}] * 5000, policy=SMALL)], now)
+    for n in range(4):
+        ready = state.ready_in_order("q")
+        chosen = ready[20:1020]
+        ref = SegmentRef(key=f"k{n}", total=1000, consumed=0, front=chosen[0][0], last_pos=chosen[-1][0], size=1,
+                         sha256="x", oldest_enqueued_at=now, epoch=1, sealed_at=now)
+        after = state.lanes["q"][-1].key if "q" in state.lanes else None
+        if after is not None:
+            chosen = [entry for entry in ready if entry[0] > state.lanes["q"][-1].last_pos][:1000]
+            ref = ref._replace(front=chosen[0][0], last_pos=chosen[-1][0])
+        apply(state, Seal(queue="q", ref=ref, jobs=tuple((i, p) for p, i in chosen), after=after), now)
+    assert state.pending_here["q"] == 1000 and state.pending("q") == 5000
+    assert len(state._ready["q"]) == 1000
