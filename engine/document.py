@@ -188,7 +188,8 @@ class QueueState:
         self.format = FORMAT_SEGMENTS
         for job_id, job in self.jobs.items():
             self._encoded_jobs.update(job_id, encode_job(job, self.pos[job_id]))
-        self.dirty = True
+        # Not dirty: the upgrade rides the next commit that changes something
+        # (a heartbeat at the latest), so a refused operation still writes nothing.
 
     def tidy_ready(self, queue: str) -> None:
         """Drop the queue's stale claim-index entries. After a seal: the

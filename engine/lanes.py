@@ -81,6 +81,9 @@ log = logging.getLogger(__name__)
 CACHED_SEGMENTS = 4
 # Encoded jobs of segments this leader sealed, kept for merging them.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
+# How often the collector lists the segments when its last pass found no
+# suspect (it lists every collect_seconds while it has some).
+IDLE_COLLECT_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,4 +544,11 @@ class LaneKeeper:
                 continue
             suspects[key] = first_seen
         self._suspects = suspects
+        if not suspects:
+            # Orphans of older epochs come from before this leader's takeover,
+            # found by the passes so far; after that only a writer paused
+            # through the takeover can add one. Listing rarely keeps an idle
+            # leader's requests flat (I11).
+            with self._cond:
+                self._next_collect = now + IDLE_COLLECT_SECONDS
 
