@@ -247,3 +247,21 @@ def test_sealing_leaves_no_index_entries_behind() -> None:
         apply(state, Seal(queue="q", ref=ref, jobs=tuple((i, p) for p, i in chosen), after=after), now)
     assert state.pending_here["q"] == 1000 and state.pending("q") == 5000
     assert len(state._ready["q"]) == 1000
+
+
+def test_the_upgrade_rides_a_real_commit_never_a_refused_operation() -> None:
+    from engine import GroupCommitter, JobNotFound
+    from engine.ops import Tick
+
+    store = open_store("memory://")
+    with GroupCommitter(store, policy=Policy()) as old:
+        old.execute(push_op("q", [{}], policy=old.policy))
+    before = store.get("queue.json")
+    assert before is not None and b'"format":1' in before.data
+    with GroupCommitter(store, policy=SMALL) as new:
+        with pytest.raises(JobNotFound):
+            new.execute(complete_op("nope", "token"))
+        after = store.get("queue.json")
+        assert after is not None and after.data == before.data
+        new.execute(Tick())
+    assert document(store)["format"] == 2
