@@ -1,0 +1,192 @@
+"""The dashboard in format 2: counts, lists, job pages and problems with
+pending jobs in segment objects (``docs/dashboard.md``, "Segments").
+
+A real broker with tiny segments (10 jobs, 20 kept at the front) seals a
+backlog of a few hundred jobs into segment objects of a memory store; the
+pages are read as a user reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from django.test import Client
+
+from engine import Broker, ObjectStore
+from engine.ops import Tick, claim_op, complete_op
+from queueadmin.dashboard import segments
+from queueadmin.dashboard.source import source
+from tests.helpers import stored, wait_for
+from tests.queueadmin.dashboard_fixtures import push
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
+
+SEGMENT, HEAD = 10, 20
+
+
+@pytest.fixture
+def small_segments(settings: SettingsWrapper) -> Iterator[None]:
+    """Format 2 with segments of 10 jobs and 20 at the front (set before the broker starts)."""
+    settings.QUEUE_SEGMENT_JOBS = SEGMENT
+    settings.QUEUE_HEAD_JOBS = HEAD
+    settings.QUEUE_REFILL_BELOW = 10
+    segments.cache.clear()
+    yield
+    segments.cache.clear()
+
+
+def document(store: ObjectStore) -> dict[str, Any]:
+    return orjson.loads(stored(store))  # type: ignore[no-any-return]
+
+
+def backlog(broker: Broker, queue: str = "q", n: int = 300) -> list[str]:
+    """Push ``n`` jobs (payloads 0..n-1) and wait until all but the front and a partial tail are sealed."""
+    ids = [job_id for start in range(0, n, 100)
+           for job_id in push(broker, queue, list(range(start, min(n, start + 100))))]
+    settle(broker, lambda doc: sum(1 for j in doc["jobs"] if j["queue"] == queue) < HEAD + SEGMENT,
+           what="the backlog sealed")
+    return ids
+
+
+def settle(broker: Broker, done: Callable[[dict[str, Any]], bool], *, what: str) -> None:
+    """Commit until the stored document satisfies ``done``. The lane keeper
+    plans its next seal or refill when a commit lands, and the fixture's
+    idle heartbeat is minutes long: each empty commit (a Tick) lets it take
+    its next step."""
+    def step() -> bool:
+        if done(document(broker.store)):
+            return True
+        broker.execute(Tick())
+        return False
+
+    wait_for(step, what=what)
+    source.reset()
+
+
+def listed(client: Client, **params: Any) -> list[Any]:
+    """The payloads of the jobs a jobs page lists, in order."""
+    response = client.get("/jobs/", params)
+    assert response.status_code == 200
+    return [row["job"]["payload"] for row in response.context["rows"]]
+
+
+def every_pending(client: Client, queue: str = "q") -> list[Any]:
+    """The payloads of every pending job of ``queue``, page after page."""
+    pages = client.get("/jobs/", {"queue": queue, "status": "pending"}).context["pages"]
+    return [p for n in range(1, pages + 1) for p in listed(client, queue=queue, status="pending", page=n)]
+
+
+def test_counts_include_the_jobs_in_segments(small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=300)
+    doc = document(broker.store)
+    assert len(doc["lanes"]["q"]["segments"]) >= 25  # nearly all of it sits in segments
+    response = viewer.get("/")
+    row = next(r for r in response.context["rows"] if r["q"].name == "q")
+    assert row["q"].pending == 300 and row["q"].ready == 300
+    assert row["q"].in_segments == 300 - sum(1 for j in doc["jobs"] if j["queue"] == "q")
+    assert response.context["totals"]["pending"] == 300
+    queue_page = viewer.get("/queues/q/")
+    assert queue_page.context["q"].pending == 300
+    # The oldest pending job is the first one pushed, at the front.
+    first = min(j["enqueued_at"] for j in doc["jobs"])
+    assert queue_page.context["q"].oldest_pending_at.isoformat().replace("+00:00", "Z").startswith(first[:19])
+
+
+def test_oldest_pending_comes_from_the_first_segment_when_the_front_is_empty(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=60)
+    # Claim the whole front: what waits longest is now in the first segment.
+    front = sum(1 for j in document(broker.store)["jobs"] if j["status"] == "pending")
+    broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=front)) if front else None
+    source.reset()
+    doc = document(broker.store)
+    refs = doc["lanes"]["q"]["segments"]
+    q = viewer.get("/").context["rows"][0]["q"]
+    pending_here = [j for j in doc["jobs"] if j["status"] == "pending"]
+    expected = min([refs[0]["oldest_enqueued_at"], *(j["enqueued_at"] for j in pending_here)])
+    assert q.oldest_pending_at.isoformat().replace("+00:00", "Z").startswith(expected[:19])
+    assert q.running == front
+
+
+def test_a_deep_page_lists_the_right_jobs_in_fifo_order_reading_only_its_segments(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=300)
+    assert listed(viewer, queue="q", status="pending", page=1) == list(range(50))
+    reads = segments.cache.reads
+    assert listed(viewer, queue="q", status="pending", page=4) == list(range(150, 200))
+    assert segments.cache.reads - reads <= 6  # 50 jobs span at most 6 segments of 10
+    again = segments.cache.reads
+    assert listed(viewer, queue="q", status="pending", page=4) == list(range(150, 200))
+    assert segments.cache.reads == again  # cached: immutable objects never go stale
+    response = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "6"})
+    assert response.context["total"] == 300 and response.context["pages"] == 6
+    assert [r["job"]["payload"] for r in response.context["rows"]] == list(range(250, 300))
+    assert every_pending(viewer) == list(range(300))
+
+
+def test_a_refilled_front_keeps_the_fifo_order(small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=120)
+    # Drain 25 jobs: the front runs low and is refilled from the first segment,
+    # whose jobs come back at the end of the document's list with their old pos.
+    done = 0
+    while done < 25:
+        claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=5))
+        for job in claimed:
+            broker.execute(complete_op(job.id, job.lease))
+        done += len(claimed)
+    settle(broker, lambda doc: sum(1 for j in doc["jobs"] if j["status"] == "pending") >= 10, what="a refill")
+    assert every_pending(viewer) == list(range(25, 120))
+
+
+def test_a_missing_segment_shows_an_error_naming_it_never_a_500(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=200)
+    refs = document(broker.store)["lanes"]["q"]["segments"]
+    victim = refs[len(refs) // 2]["key"]
+    broker.store.delete(victim)
+    before = stored(broker.store)
+    pages = [viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": str(n)}) for n in range(1, 5)]
+    assert all(p.status_code == 200 for p in pages)
+    broken = [p for p in pages if p.context["segment_error"]]
+    assert broken and all(victim in p.context["segment_error"] for p in broken)
+    assert victim.encode() in broken[0].content and b'data-testid="segment-error"' in broken[0].content
+    assert pages[0].context["segment_error"] is None  # the front needs no segment
+    assert stored(broker.store) == before  # the dashboard never writes
+
+
+def test_other_filters_say_how_many_jobs_in_segments_they_leave_out(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=100)
+    held = viewer.get("/").context["rows"][0]["q"].in_segments
+    response = viewer.get("/jobs/", {"queue": "q"})
+    assert f"{held} pending jobs sit in segment objects" in response.context["notice"]
+    assert response.context["total"] == 100 - held
+
+
+def test_a_job_page_finds_a_job_in_a_segment(small_segments: None, broker: Broker, viewer: Client) -> None:
+    ids = backlog(broker, n=100)
+    deep = ids[75]
+    response = viewer.get(f"/jobs/{deep}/")
+    assert response.status_code == 200 and response.context["found"]
+    assert response.context["in_segment"] and response.context["status"] == "pending"
+    assert response.context["job"]["payload"] == 75
+    assert b'data-testid="in-segment"' in response.content
+
+
+def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, viewer: Client,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = backlog(broker, n=200)
+    # Not in the sealed window, and nothing cached: the page does not read the segments.
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    response = viewer.get(f"/jobs/{ids[100]}/")
+    assert not response.context["found"] and segments.cache.reads == 0
+    assert b'data-testid="segments-not-searched"' in response.content
+    # Once its segment was read for a list page, the job page finds it with no read.
+    listed(viewer, queue="q", status="pending", page=3)
+    reads = segments.cache.reads
+    found = viewer.get(f"/jobs/{ids[100]}/")
+    assert found.context["found"] and segments.cache.reads == reads
