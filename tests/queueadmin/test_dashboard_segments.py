@@ -9,10 +9,12 @@ pages are read as a user reads them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from io import StringIO
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker, ObjectStore
@@ -20,6 +22,7 @@ from engine.ops import Tick, claim_op, complete_op
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.source import source
 from tests.helpers import stored, wait_for
+from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import push
 
 if TYPE_CHECKING:
@@ -190,3 +193,56 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
     reads = segments.cache.reads
     found = viewer.get(f"/jobs/{ids[100]}/")
     assert found.context["found"] and segments.cache.reads == reads
+
+
+def stop_at_a_missing_segment(broker: Broker) -> str:
+    """Seal a backlog, delete its first segment and claim the front: the
+    leader cannot refill queue q and reports it. Returns the object's key."""
+    backlog(broker, n=100)
+    first: str = document(broker.store)["lanes"]["q"]["segments"][0]["key"]
+    broker.store.delete(first)
+    broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=HEAD))
+    settle(broker, lambda doc: "q" in broker.segment_problems, what="the problem reported")
+    return first
+
+
+def test_every_page_has_a_banner_naming_the_queue_and_object_a_segment_stops(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    assert b'id="segment-problems"' not in viewer.get("/").content
+    key = stop_at_a_missing_segment(broker)
+    for path in ("/", "/jobs/", "/workers/", "/dead/", "/queues/q/"):
+        content = viewer.get(path).content
+        assert b'id="segment-problems"' in content, path
+        assert key.encode() in content and b'href="/queues/q/"' in content
+
+
+def test_health_and_readyz_report_a_segment_problem(small_segments: None, broker: Broker) -> None:
+    assert ApiClient().get("/api/v1/health").json()["segments"] == {"state": "ok"}
+    assert "segment_problems" not in ApiClient().get("/readyz").json()
+    key = stop_at_a_missing_segment(broker)
+    health = ApiClient().get("/api/v1/health").json()["segments"]
+    assert health["state"] == "unreadable"
+    [problem] = health["problems"]
+    assert problem["queue"] == "q" and problem["object"] == key and "missing" in problem["message"]
+    ready = ApiClient().get("/readyz", HTTP_HOST="10.1.2.3:8000")
+    # Still ready: other queues, and q's pushes, carry on; another node would find the same object.
+    assert ready.status_code == 200 and ready.json()["segment_problems"] == [problem]
+
+
+def test_queuestatus_counts_the_jobs_in_segments(small_segments: None, broker: Broker) -> None:
+    backlog(broker, n=100)
+    doc = document(broker.store)
+    held = sum(ref["total"] - ref["consumed"] for ref in doc["lanes"]["q"]["segments"])
+    out = StringIO()
+    call_command("queuestatus", "--json", stdout=out)
+    status = orjson.loads(out.getvalue())
+    q = status["queues"]["q"]
+    assert status["format"] == 2
+    assert q["in_segments"] == held and q["segments"] == len(doc["lanes"]["q"]["segments"])
+    assert q["ready"] + q["in_segments"] == 100
+    text = StringIO()
+    call_command("queuestatus", stdout=text)
+    lines = text.getvalue().splitlines()
+    header = next(line.split() for line in lines if line.startswith("queue "))
+    row = next(line.split() for line in lines if line.startswith("q "))
+    assert header[:3] == ["queue", "ready", "segments"] and row[:3] == ["q", str(100 - held), str(held)]
