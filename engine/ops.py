@@ -39,7 +39,9 @@ __all__ = [
     "Heartbeat",
     "NewJob",
     "Operation",
+    "PlannedSegment",
     "Purge",
+    "PurgeOutcome",
     "PurgeStatus",
     "Push",
     "Refill",
@@ -148,16 +150,47 @@ class Requeue:
     expect: tuple[PurgeStatus, ...] = ()
 
 
+class PlannedSegment(NamedTuple):
+    """A segment of pending jobs as an operator's dry run saw it (format 2):
+    its object ``key``, the ``pos`` span of the jobs it still held
+    (``front`` to ``last_pos``) and how many those were (``remaining``).
+    A conditional purge (:func:`purge_op` with ``segments``) removes at most
+    these jobs, wherever they are when it commits."""
+
+    key: str
+    front: int
+    last_pos: int
+    remaining: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Purge:
     """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
     With ``expect`` (one status per id), only the listed jobs still in their
-    expected status go; see :func:`purge_op`."""
+    expected status go; with ``segments`` too, also the pending jobs of
+    ``queue`` that were in those segments at the dry run; see
+    :func:`purge_op`."""
 
     job_ids: tuple[str, ...] = ()
     queue: str | None = None
     status: PurgeStatus | None = None
     expect: tuple[PurgeStatus, ...] = ()
+    segments: tuple[PlannedSegment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeOutcome:
+    """The outcome of a purge with ``segments``: the ids removed from the
+    document (the listed jobs still in their expected status, and jobs
+    refilled from a planned segment since the dry run), and how many jobs
+    left with the segment references dropped (their ids are not read)."""
+
+    ids: list[str]
+    in_segments: int
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) + self.in_segments
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -483,6 +516,20 @@ def requeue_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -
     return Requeue(job_ids=ids, expect=statuses)
 
 
+def _planned(item: Sequence[Any]) -> PlannedSegment:
+    """One planned segment, checked: a key and three non-negative integers."""
+    try:
+        key, front, last_pos, remaining = item
+    except (TypeError, ValueError):
+        raise ValidationError("a planned segment is [key, front, last_pos, remaining]") from None
+    if not isinstance(key, str) or not key:
+        raise ValidationError(f"a planned segment's key must be a non-empty string, got {key!r}")
+    numbers = (front, last_pos, remaining)
+    if any(type(n) is not int or n < 0 for n in numbers) or front > last_pos:
+        raise ValidationError(f"planned segment {key!r}: front <= last_pos and remaining must be integers >= 0")
+    return PlannedSegment(key, front, last_pos, remaining)
+
+
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
     """Pause (``paused=True``) or resume (``paused=False``) one queue."""
     if not isinstance(paused, bool):
@@ -501,13 +548,33 @@ def forget_op(queue: str) -> ForgetQueue:
 
 def purge_op(
     job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None,
-    expect: Iterable[str] | None = None,
+    expect: Iterable[str] | None = None, segments: Iterable[Sequence[Any]] | None = None,
 ) -> Purge:
     """Purge ``job_ids`` (all or nothing: an unknown id refuses the whole
     operation), or every job of ``queue`` with ``status``. With ``expect``,
     one status per id, a purge by ids is conditional: each job goes only if
     it is still in its expected status when the operation commits, the others
-    are skipped (not refused), and the outcome lists the removed ids."""
+    are skipped (not refused), and the outcome lists the removed ids.
+
+    ``segments`` (format 2) makes it an operator's dry run of "every pending
+    job of ``queue``": the ids the dry run saw in the document (``job_ids``
+    and ``expect``, possibly none) and the segments it saw
+    (:class:`PlannedSegment` values, or ``(key, front, last_pos, remaining)``
+    sequences). It removes at most what the dry run counted (I9): the listed
+    jobs still in their expected status; each planned segment still
+    referenced, with the same or fewer jobs left, among the queue's first
+    segments (a reference drop, whatever its size); and the queue's pending
+    jobs in the document whose ``pos`` lies in a planned segment's span
+    (refilled from it since). Segments sealed after the dry run, and jobs
+    pushed after it, stay. Its outcome is a :class:`PurgeOutcome`."""
+    if segments is not None:
+        planned = tuple(_planned(item) for item in segments)
+        if queue is None or status not in (None, "pending"):
+            raise ValidationError("a purge of planned segments names its queue, and only pending jobs")
+        ids, statuses = _expected(job_ids or (), expect or (), ("pending",))
+        if not ids and not planned:
+            raise ValidationError("purge needs at least one job id or segment")
+        return Purge(job_ids=ids, expect=statuses, queue=check_queue(queue), segments=planned)
     if job_ids is not None:
         if queue is not None or status is not None:
             raise ValidationError("purge takes job ids, or a queue and a status, not both")

@@ -43,7 +43,9 @@ from engine.ops import (
     GetJob,
     Heartbeat,
     Operation,
+    PlannedSegment,
     Purge,
+    PurgeOutcome,
     Push,
     Refill,
     Requeue,
@@ -268,11 +270,18 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     return job_ids
 
 
-def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
+def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutcome:
     """Remove jobs by id (pending, running or dead; all or nothing), or every
     job of one queue and status. A conditional purge (``op.expect``) skips
-    every listed job not in its expected status. Returns the removed ids."""
-    if op.expect:
+    every listed job not in its expected status. Returns the removed ids;
+    a purge of planned segments (``op.segments``, see
+    :func:`~engine.ops.purge_op`) returns a :class:`~engine.ops.PurgeOutcome`."""
+    in_segments = 0
+    if op.segments:
+        assert op.queue is not None
+        ids, in_segments = _purge_planned(state, op.queue, still_expected(state, op.job_ids, op.expect),
+                                          op.segments)
+    elif op.expect:
         ids = still_expected(state, op.job_ids, op.expect)
     elif op.job_ids:
         for job_id in op.job_ids:
@@ -294,7 +303,37 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)
-    return ids
+    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.segments else ids
+
+
+def _purge_planned(state: QueueState, queue: str, ids: list[str],
+                   planned: tuple[PlannedSegment, ...]) -> tuple[list[str], int]:
+    """The planned-segments part of a purge (see :func:`~engine.ops.purge_op`):
+    drops the references it may (counting their jobs as purged) and returns
+    ``ids`` plus the queue's pending jobs in the document that were in a
+    planned segment at the dry run, and how many jobs left with the
+    references. Never more than the dry run counted (I9): a reference is
+    dropped only while it leads the queue's segments (segments are added
+    at the end and used up from the front, so the planned ones still
+    referenced lead, unless one was purged and others sealed since) and
+    holds no more jobs than planned (refills only lower it)."""
+    by_key = {segment.key: segment for segment in planned}
+    refs = state.lanes.get(queue, [])
+    lead = 0
+    while lead < len(refs) and refs[lead].key in by_key and refs[lead].remaining <= by_key[refs[lead].key].remaining:
+        lead += 1
+    # A job keeps its pos while pending, and a pos is never handed out twice:
+    # a pending job of the queue inside a planned span was in that segment then.
+    spans = [(segment.front, segment.last_pos) for segment in planned]
+    listed = set(ids)
+    refilled = [job_id for job_id, job in state.jobs.items()
+                if job.queue == queue and job.status == "pending" and job_id not in listed
+                and any(front <= state.pos[job_id] <= last for front, last in spans)]
+    dropped = state.drop_refs(queue, lead) if lead else []
+    in_segments = sum(ref.remaining for ref in dropped)
+    if in_segments:
+        state.counters(queue).purged += in_segments
+    return [*ids, *refilled], in_segments
 
 
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:

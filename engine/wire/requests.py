@@ -257,13 +257,16 @@ def operator_json(op: Operation) -> dict[str, Any]:
         case Requeue():
             return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
         case Purge():
-            return {
+            body: dict[str, Any] = {
                 "kind": "purge",
                 "job_ids": list(op.job_ids),
                 "queue": op.queue,
                 "status": op.status,
                 "expect": list(op.expect),
             }
+            if op.segments:
+                body["segments"] = [list(segment) for segment in op.segments]
+            return body
         case SetPaused():
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
         case ForgetQueue():
@@ -296,6 +299,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
     if kind == "requeue":
         return requeue_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "purge":
+        if data.get("segments") is not None:
+            return purge_op(data["job_ids"], expect=data["expect"], queue=data["queue"], segments=data["segments"])
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)
         return purge_op(queue=data.get("queue"), status=data.get("status"))
