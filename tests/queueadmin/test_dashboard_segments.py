@@ -21,9 +21,10 @@ from engine import Broker, ObjectStore
 from engine.ops import Tick, claim_op, complete_op
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.source import source
+from queueadmin.models import AuditEntry
 from tests.helpers import stored, wait_for
 from tests.queueadmin.api_client import Client as ApiClient
-from tests.queueadmin.dashboard_fixtures import push
+from tests.queueadmin.dashboard_fixtures import confirm, preview, push
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -246,3 +247,95 @@ def test_queuestatus_counts_the_jobs_in_segments(small_segments: None, broker: B
     header = next(line.split() for line in lines if line.startswith("queue "))
     row = next(line.split() for line in lines if line.startswith("q "))
     assert header[:3] == ["queue", "ready", "segments"] and row[:3] == ["q", str(100 - held), str(held)]
+
+
+# -- operator actions ------------------------------------------------------------------------------
+
+
+def pending_ids(store: ObjectStore, queue: str = "q") -> list[str]:
+    return [j["id"] for j in document(store)["jobs"] if j["queue"] == queue and j["status"] == "pending"]
+
+
+def test_a_purge_of_a_queues_pending_jobs_counts_and_removes_those_in_segments(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=300)
+    push(broker, "other", [1, 2])
+    dry = preview(operator, action="purge", queue="q", status="pending")
+    plan = dry.context["plan"]
+    assert plan.count == 300 and plan.in_segments == 300 - len(pending_ids(broker.store))
+    assert len(plan.sample) == 10 and [j["payload"] for j in plan.sample] == list(range(10))
+    assert b"sit in" in dry.content and b"segment objects" in dry.content
+    assert plan.confirm_phrase == "purge 300"
+    seq = document(broker.store)["seq"]
+    done = confirm(operator, plan.token, reason="backlog of junk", confirm_text="purge 300")
+    assert done.status_code == 302
+    doc = document(broker.store)
+    assert doc["seq"] == seq + 1  # one commit, whatever the backlog
+    assert "q" not in doc["lanes"] and pending_ids(broker.store) == []
+    assert doc["queues"]["q"]["purged"] == 300 and len(pending_ids(broker.store, "other")) == 2
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.outcome == "ok" and entry.count == 300
+    assert "in segment objects" in entry.detail
+    source.reset()
+    assert viewer_count(operator, "q") == 0
+
+
+def viewer_count(client: Client, queue: str) -> int:
+    row = next(r for r in client.get("/").context["rows"] if r["q"].name == queue)
+    return int(row["q"].pending)
+
+
+def test_a_purge_never_removes_more_than_its_dry_run_showed(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """I9: pushed, sealed, refilled and claimed since the dry run, through the jobs list's filter button."""
+    backlog(broker, n=200)
+    page = operator.get("/jobs/", {"queue": "q", "status": "pending"})
+    assert b"Purge all 200 matching" in page.content
+    plan = preview(operator, action="purge", filter="queue=q&status=pending").context["plan"]
+    assert plan.count == 200 and plan.segments
+    # Since the dry run: 15 jobs claimed (running now), so the front is refilled from the first segment;
+    # 40 more pushed, and some of them sealed into a new segment.
+    claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=15))
+    later = push(broker, "q", list(range(1000, 1040)))
+    first = plan.segments[0][0]
+
+    def moved_on(doc: dict[str, Any]) -> bool:
+        refs = doc["lanes"]["q"]["segments"]
+        refilled = refs[0]["key"] != first or refs[0]["consumed"] > 0
+        return refilled and any(r["front"] > max(s[2] for s in plan.segments) for r in refs)
+
+    settle(broker, moved_on, what="a refill and a segment sealed after the dry run")
+    done = confirm(operator, plan.token, reason="r", confirm_text="purge 200")
+    assert done.status_code == 302
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.count == 185  # 200 planned, less the 15 claimed
+    doc = document(broker.store)
+    assert doc["queues"]["q"]["purged"] == 185
+    left_pending = sum(1 for j in doc["jobs"] if j["queue"] == "q" and j["status"] == "pending")
+    left_pending += sum(r["total"] - r["consumed"] for r in doc["lanes"].get("q", {}).get("segments", []))
+    assert left_pending == 40  # exactly the later pushes
+    running = {j["id"] for j in doc["jobs"] if j["status"] == "running"}
+    assert running == {c.id for c in claimed}
+    source.reset()
+    assert sorted(every_pending(operator)) == list(range(1000, 1040))
+    assert set(later).isdisjoint(AuditEntry.objects.get(action="purge").jobs.values_list("job_id", flat=True))
+
+
+def test_a_queue_with_jobs_in_segments_cannot_be_forgotten(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=100)
+    dry = preview(operator, action="forget", queue="q")
+    assert not dry.context["plan"].token
+    assert "holds 100 jobs (pending, running or dead)" in dry.content.decode()
+
+
+def test_a_requeued_job_goes_behind_the_segments(small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=100)
+    [claimed] = broker.execute(claim_op("w", ["q"], policy=broker.policy))
+    source.reset()
+    plan = preview(operator, action="requeue", ids=claimed.id).context["plan"]
+    assert plan.count == 1 and not plan.segments
+    assert confirm(operator, plan.token, reason="stuck").status_code == 302
+    source.reset()
+    order = every_pending(operator)
+    assert order == [*range(1, 100), 0]  # back of the queue (I7), behind every segment
