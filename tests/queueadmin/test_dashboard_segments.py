@@ -8,6 +8,8 @@ pages are read as a user reads them.
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -347,3 +349,32 @@ def test_a_requeued_job_goes_behind_the_segments(small_segments: None, broker: B
     source.reset()
     order = every_pending(operator)
     assert order == [*range(1, 100), 0]  # back of the queue (I7), behind every segment
+
+
+# -- the live socket -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_jobs_fragment_pages_into_segments(small_segments: None, broker: Broker) -> None:
+    """An open page of a queue's pending jobs deep in its backlog is redrawn
+    from the segments, as the page itself was."""
+    from asgiref.sync import sync_to_async
+
+    from tests.queueadmin.dashboard_fixtures import client_for, make_user
+    from tests.queueadmin.test_dashboard_live import ORIGIN, connect, cookie_for, next_update
+
+    backlog(broker, n=200)
+
+    async def body() -> None:
+        viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard", staff=True)))()
+        path = "/jobs/%3Fqueue%3Dq%26status%3Dpending%26page%3D3"
+        communicator, connected, _ = await connect(path, cookie_for(viewer), ORIGIN)
+        assert connected
+        try:
+            fragment = (await next_update(communicator))["fragments"]["live-jobs"]
+            assert "200 jobs · page 3 of 4" in fragment
+            assert re.findall(r"<code>(\d+)</code>", fragment) == [str(n) for n in range(100, 150)]
+        finally:
+            await communicator.disconnect()
+
+    asyncio.run(body())
