@@ -40,7 +40,6 @@ __all__ = [
     "Merge",
     "NewJob",
     "Operation",
-    "PlannedSegment",
     "Purge",
     "PurgeOutcome",
     "PurgeStatus",
@@ -151,40 +150,26 @@ class Requeue:
     expect: tuple[PurgeStatus, ...] = ()
 
 
-class PlannedSegment(NamedTuple):
-    """A segment of pending jobs as an operator's dry run saw it (format 2):
-    its object ``key``, the ``pos`` span of the jobs it still held
-    (``front`` to ``last_pos``) and how many those were (``remaining``).
-    A conditional purge (:func:`purge_op` with ``segments``) removes at most
-    these jobs, wherever they are when it commits."""
-
-    key: str
-    front: int
-    last_pos: int
-    remaining: int
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Purge:
     """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
     With ``expect`` (one status per id), only the listed jobs still in their
-    expected status go; with ``segments`` too, also the pending jobs of
-    ``queue`` that were in those segments at the dry run; see
-    :func:`purge_op`."""
+    expected status go. With ``before_pos`` (format 2), only the pending
+    jobs of ``queue`` whose ``pos`` is below it go, in the document and in
+    segments alike; see :func:`purge_op`."""
 
     job_ids: tuple[str, ...] = ()
     queue: str | None = None
     status: PurgeStatus | None = None
     expect: tuple[PurgeStatus, ...] = ()
-    segments: tuple[PlannedSegment, ...] = ()
+    before_pos: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PurgeOutcome:
-    """The outcome of a purge with ``segments``: the ids removed from the
-    document (the listed jobs still in their expected status, and jobs
-    refilled from a planned segment since the dry run), and how many jobs
-    left with the segment references dropped (their ids are not read)."""
+    """The outcome of a purge with ``before_pos``: the ids removed from the
+    document, and how many jobs left with the segment references dropped
+    (their ids are not read)."""
 
     ids: list[str]
     in_segments: int
@@ -531,20 +516,6 @@ def requeue_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -
     return Requeue(job_ids=ids, expect=statuses)
 
 
-def _planned(item: Sequence[Any]) -> PlannedSegment:
-    """One planned segment, checked: a key and three non-negative integers."""
-    try:
-        key, front, last_pos, remaining = item
-    except (TypeError, ValueError):
-        raise ValidationError("a planned segment is [key, front, last_pos, remaining]") from None
-    if not isinstance(key, str) or not key:
-        raise ValidationError(f"a planned segment's key must be a non-empty string, got {key!r}")
-    numbers = (front, last_pos, remaining)
-    if any(type(n) is not int or n < 0 for n in numbers) or front > last_pos:
-        raise ValidationError(f"planned segment {key!r}: front <= last_pos and remaining must be integers >= 0")
-    return PlannedSegment(key, front, last_pos, remaining)
-
-
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
     """Pause (``paused=True``) or resume (``paused=False``) one queue."""
     if not isinstance(paused, bool):
@@ -563,7 +534,7 @@ def forget_op(queue: str) -> ForgetQueue:
 
 def purge_op(
     job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None,
-    expect: Iterable[str] | None = None, segments: Iterable[Sequence[Any]] | None = None,
+    expect: Iterable[str] | None = None, before_pos: int | None = None,
 ) -> Purge:
     """Purge ``job_ids`` (all or nothing: an unknown id refuses the whole
     operation), or every job of ``queue`` with ``status``. With ``expect``,
@@ -571,25 +542,24 @@ def purge_op(
     it is still in its expected status when the operation commits, the others
     are skipped (not refused), and the outcome lists the removed ids.
 
-    ``segments`` (format 2) makes it an operator's dry run of "every pending
-    job of ``queue``": the ids the dry run saw in the document (``job_ids``
-    and ``expect``, possibly none) and the segments it saw
-    (:class:`PlannedSegment` values, or ``(key, front, last_pos, remaining)``
-    sequences). It removes at most what the dry run counted (I9): the listed
-    jobs still in their expected status; each planned segment still
-    referenced, with the same or fewer jobs left, among the queue's first
-    segments (a reference drop, whatever its size); and the queue's pending
-    jobs in the document whose ``pos`` lies in a planned segment's span
-    (refilled from it since). Segments sealed after the dry run, and jobs
-    pushed after it, stay. Its outcome is a :class:`PurgeOutcome`."""
-    if segments is not None:
-        planned = tuple(_planned(item) for item in segments)
-        if queue is None or status not in (None, "pending"):
-            raise ValidationError("a purge of planned segments names its queue, and only pending jobs")
-        ids, statuses = _expected(job_ids or (), expect or (), ("pending",))
-        if not ids and not planned:
-            raise ValidationError("purge needs at least one job id or segment")
-        return Purge(job_ids=ids, expect=statuses, queue=check_queue(queue), segments=planned)
+    ``before_pos`` (format 2, with ``queue`` and status ``pending``) makes
+    the purge of a queue's pending jobs conditional on an operator's dry run
+    of it: pass the ``next_pos`` of the version the dry run counted. Only
+    the queue's pending jobs with a smaller ``pos`` go, and each of those
+    was pending, with that ``pos``, when the dry run counted (a job gets a
+    new ``pos`` whenever it becomes pending again, a pos is never handed
+    out twice, and a job refilled from a segment keeps its own): so the run
+    removes at most what the dry run counted (I9), whatever was claimed,
+    pushed, sealed, refilled or merged since. The queue's leading segment
+    references whose jobs all lie below it are dropped (one commit,
+    whatever their size); a segment that also holds later jobs is left,
+    with the ones behind it. Its outcome is a :class:`PurgeOutcome`."""
+    if before_pos is not None:
+        if type(before_pos) is not int or before_pos < 0:
+            raise ValidationError(f"before_pos must be an integer >= 0, got {before_pos!r}")
+        if job_ids is not None or expect is not None or queue is None or status != "pending":
+            raise ValidationError("before_pos goes with a queue and status pending, and no job ids")
+        return Purge(queue=check_queue(queue), status="pending", before_pos=before_pos)
     if job_ids is not None:
         if queue is not None or status is not None:
             raise ValidationError("purge takes job ids, or a queue and a status, not both")

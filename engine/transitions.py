@@ -44,7 +44,6 @@ from engine.ops import (
     Heartbeat,
     Merge,
     Operation,
-    PlannedSegment,
     Purge,
     PurgeOutcome,
     Push,
@@ -276,13 +275,12 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
     """Remove jobs by id (pending, running or dead; all or nothing), or every
     job of one queue and status. A conditional purge (``op.expect``) skips
     every listed job not in its expected status. Returns the removed ids;
-    a purge of planned segments (``op.segments``, see
-    :func:`~engine.ops.purge_op`) returns a :class:`~engine.ops.PurgeOutcome`."""
+    a purge bounded by ``op.before_pos`` (see :func:`~engine.ops.purge_op`)
+    returns a :class:`~engine.ops.PurgeOutcome`."""
     in_segments = 0
-    if op.segments:
+    if op.before_pos is not None:
         assert op.queue is not None
-        ids, in_segments = _purge_planned(state, op.queue, still_expected(state, op.job_ids, op.expect),
-                                          op.segments)
+        ids, in_segments = _purge_before(state, op.queue, op.before_pos)
     elif op.expect:
         ids = still_expected(state, op.job_ids, op.expect)
     elif op.job_ids:
@@ -305,37 +303,27 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)
-    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.segments else ids
+    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.before_pos is not None else ids
 
 
-def _purge_planned(state: QueueState, queue: str, ids: list[str],
-                   planned: tuple[PlannedSegment, ...]) -> tuple[list[str], int]:
-    """The planned-segments part of a purge (see :func:`~engine.ops.purge_op`):
-    drops the references it may (counting their jobs as purged) and returns
-    ``ids`` plus the queue's pending jobs in the document that were in a
-    planned segment at the dry run, and how many jobs left with the
-    references. Never more than the dry run counted (I9): a reference is
-    dropped only while it leads the queue's segments (segments are added
-    at the end and used up from the front, so the planned ones still
-    referenced lead, unless one was purged and others sealed since) and
-    holds no more jobs than planned (refills only lower it)."""
-    by_key = {segment.key: segment for segment in planned}
+def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int]:
+    """The pos-bounded part of a purge (see :func:`~engine.ops.purge_op`):
+    drops the queue's leading segment references that hold only jobs below
+    ``before_pos`` (counting their jobs as purged), and returns the ids of
+    the queue's pending jobs in the document below it (for the caller to
+    remove) and how many jobs left with the references."""
+    ids = [job_id for job_id, job in state.jobs.items()
+           if job.queue == queue and job.status == "pending" and state.pos[job_id] < before_pos]
     refs = state.lanes.get(queue, [])
     lead = 0
-    while lead < len(refs) and refs[lead].key in by_key and refs[lead].remaining <= by_key[refs[lead].key].remaining:
+    # References are in pos order: the ones wholly below the bound lead.
+    while lead < len(refs) and refs[lead].last_pos < before_pos:
         lead += 1
-    # A job keeps its pos while pending, and a pos is never handed out twice:
-    # a pending job of the queue inside a planned span was in that segment then.
-    spans = [(segment.front, segment.last_pos) for segment in planned]
-    listed = set(ids)
-    refilled = [job_id for job_id, job in state.jobs.items()
-                if job.queue == queue and job.status == "pending" and job_id not in listed
-                and any(front <= state.pos[job_id] <= last for front, last in spans)]
     dropped = state.drop_refs(queue, lead) if lead else []
     in_segments = sum(ref.remaining for ref in dropped)
     if in_segments:
         state.counters(queue).purged += in_segments
-    return [*ids, *refilled], in_segments
+    return ids, in_segments
 
 
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:

@@ -256,17 +256,18 @@ def operator_json(op: Operation) -> dict[str, Any]:
     match op:
         case Requeue():
             return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
+        case Purge() if op.before_pos is not None:
+            # A kind of its own: a node that does not know the bound must
+            # refuse it, never read it as "every pending job of the queue".
+            return {"kind": "purge_before", "queue": op.queue, "before_pos": op.before_pos}
         case Purge():
-            body: dict[str, Any] = {
+            return {
                 "kind": "purge",
                 "job_ids": list(op.job_ids),
                 "queue": op.queue,
                 "status": op.status,
                 "expect": list(op.expect),
             }
-            if op.segments:
-                body["segments"] = [list(segment) for segment in op.segments]
-            return body
         case SetPaused():
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
         case ForgetQueue():
@@ -299,11 +300,11 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
     if kind == "requeue":
         return requeue_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "purge":
-        if data.get("segments") is not None:
-            return purge_op(data["job_ids"], expect=data["expect"], queue=data["queue"], segments=data["segments"])
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)
         return purge_op(queue=data.get("queue"), status=data.get("status"))
+    if kind == "purge_before":
+        return purge_op(queue=data["queue"], status="pending", before_pos=data["before_pos"])
     if kind == "pause":
         return pause_op(data["queue"], paused=data["paused"])
     if kind == "forget":

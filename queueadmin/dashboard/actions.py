@@ -16,11 +16,13 @@ What differs from one action to another (its permission, scopes, engine
 operation and wording) is in :class:`~queueadmin.models.AuditEntry.Action`.
 
 In format 2 a purge of a queue's pending jobs (by queue and status, or by a
-filter of exactly that queue and status) also plans the queue's segment
-objects: their keys, spans and job counts, not their ids (that would mean
-reading every object). The run sends the engine's purge of planned segments
-(:func:`engine.ops.purge_op` with ``segments``), which drops those
-references in the same commit and removes at most what the dry run counted.
+filter of exactly that queue and status) also counts the jobs in the queue's
+segment objects, from their references (their ids would mean reading every
+object), and keeps the version's ``next_pos``. The run sends the engine's
+pos-bounded purge (:func:`engine.ops.purge_op` with ``before_pos``): it
+removes only pending jobs that already had their place in the queue at the
+dry run, so at most what the dry run counted, and drops the segment
+references in the same commit.
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ class Plan:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
-    #: Format 2, a purge of a queue's pending jobs: the queue's segments the
-    #: dry run saw, each ``[key, front, last_pos, remaining]`` (see
-    #: :class:`engine.ops.PlannedSegment`). Their jobs count, unlisted.
-    segments: list[list[Any]] = field(default_factory=list)
+    #: Format 2, a purge of a queue's pending jobs: the ``next_pos`` of the
+    #: version it counted (the run removes only jobs placed before it), and
+    #: how many of its jobs sat in how many segment objects (counted, unlisted).
+    before_pos: int | None = None
+    segment_jobs: int = 0
+    segment_objects: int = 0
     sample: list[Doc] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -89,13 +93,8 @@ class Plan:
         return self.spec.removes
 
     @property
-    def in_segments(self) -> int:
-        """Of :attr:`count`, the jobs in segment objects."""
-        return sum(int(segment[3]) for segment in self.segments)
-
-    @property
     def count(self) -> int:
-        return len(self.ids) + self.in_segments
+        return len(self.ids) + self.segment_jobs
 
     @property
     def more(self) -> int:
@@ -119,7 +118,7 @@ class Plan:
 
     @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or self.forgets or bool(self.ids) or bool(self.segments))
+        return not self.problems and (self.toggles or self.forgets or bool(self.count))
 
     @property
     def confirm_phrase(self) -> str | None:
@@ -137,8 +136,8 @@ class Plan:
 
     def operation(self) -> Operation:
         """The broker operation: conditional on each job's dry-run status."""
-        if self.segments:  # only a purge of a queue's pending jobs plans segments
-            return purge_op(self.ids, expect=self.expect, queue=self.queue, segments=self.segments)
+        if self.before_pos is not None:  # a purge of a queue's pending jobs, in format 2
+            return purge_op(queue=self.queue, status="pending", before_pos=self.before_pos)
         build = self.spec.operation
         assert build is not None, f"{self.action} has no dry run"
         return build(self.ids, self.expect, self.queue)
@@ -189,22 +188,25 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
         if p.status == "pending":
             _plan_segments(p, snapshot)
     fill_sample(p, snapshot)
-    if not p.ids and not p.segments:
+    if not p.count:
         p.problems.append("Nothing matches: no job would change.")
     return p
 
 
 def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
-    """A purge of ``p.queue``'s pending jobs: add the queue's segments (format 2)."""
-    refs = snapshot.lanes.get(p.queue) if p.removes else None
-    if not refs:
+    """A purge of ``p.queue``'s pending jobs in format 2: bound it by the
+    version's ``next_pos`` and count the jobs in the queue's segments."""
+    if not p.removes or snapshot.next_pos is None:
         return
-    p.segments = [[ref.key, ref.front, ref.last_pos, ref.remaining] for ref in refs]
-    p.notes.append(ngettext(
-        "%(n)d of these jobs sits in a segment object: it goes with the object's reference, in the same "
-        "commit as the others.",
-        "%(n)d of these jobs sit in %(objects)d segment objects: they go with the objects' references, in the "
-        "same commit as the others.", p.in_segments) % {"n": p.in_segments, "objects": len(refs)})
+    p.before_pos = snapshot.next_pos
+    refs = snapshot.lanes.get(p.queue, [])
+    p.segment_jobs, p.segment_objects = snapshot.in_segments(p.queue), len(refs)
+    if refs:
+        p.notes.append(ngettext(
+            "%(n)d of these jobs sits in a segment object: it goes with the object's reference, in the same "
+            "commit as the others.",
+            "%(n)d of these jobs sit in %(objects)d segment objects: they go with the objects' references, in "
+            "the same commit as the others.", p.segment_jobs) % {"n": p.segment_jobs, "objects": len(refs)})
 
 
 def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
@@ -271,10 +273,9 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
         found = snapshot.job(job_id)
         if found is not None:
             p.sample.append(dict(found[0], status=found[1]))
-    if len(p.sample) < SAMPLE_SIZE and p.segments:
-        ref = next((r for r in snapshot.lanes.get(p.queue, ()) if r.key == p.segments[0][0]), None)
-        if ref is None:
-            return
+    refs = snapshot.lanes.get(p.queue) if p.segment_jobs else None
+    if len(p.sample) < SAMPLE_SIZE and refs:
+        ref = refs[0]
         try:
             jobs = segments.cache.jobs(ref)
         except EngineError as exc:  # the count stands (the reference says it); only the sample is missing
@@ -424,11 +425,12 @@ def arrivals(p: Plan) -> int:
     else:
         now = tuple(j["id"] for j in snapshot.select(queue=p.queue, status=p.status))
     planned = set(p.ids)
-    # Jobs pushed after the dry run may have been sealed into new segments since.
-    keys = {segment[0] for segment in p.segments}
-    sealed_since = sum(ref.remaining for ref in snapshot.lanes.get(p.queue, ()) if ref.key not in keys) \
-        if p.segments or (p.status == "pending" and not p.filter) else 0
-    return sum(1 for job_id in now if job_id not in planned) + sealed_since
+    if p.before_pos is not None:
+        # Placed after the dry run: in the document, or sealed into segments since.
+        bound = p.before_pos
+        later = sum(1 for j in snapshot.select(queue=p.queue, status="pending") if j.get("pos", 0) >= bound)
+        return later + sum(ref.remaining for ref in snapshot.lanes.get(p.queue, ()) if ref.front >= bound)
+    return sum(1 for job_id in now if job_id not in planned)
 
 
 def submit(op: Push, *, user: User | AnonymousUser, reason: str) -> tuple[str | None, str | None]:

@@ -132,6 +132,9 @@ class Snapshot:
         self.writer: str | None = header.get("writer")
         self.written_at = moment(header.get("written_at"))
         self.broker: Doc = header.get("broker") or {"id": None, "url": None, "epoch": 0}
+        #: Format 2: the ``pos`` the next job placed in the queue will get
+        #: (every job placed before this version has a smaller one); None in format 1.
+        self.next_pos: int | None = header.get("next_pos") if header.get("format") == FORMAT_SEGMENTS else None
         self._queues: dict[str, QueueSummary] | None = None
         self._by_id: dict[str, Doc] | None = None
         self._dead_by_id: dict[str, Doc] | None = None

@@ -272,7 +272,8 @@ def test_a_purge_of_a_queues_pending_jobs_counts_and_removes_those_in_segments(
     push(broker, "other", [1, 2])
     dry = preview(operator, action="purge", queue="q", status="pending")
     plan = dry.context["plan"]
-    assert plan.count == 300 and plan.in_segments == 300 - len(pending_ids(broker.store))
+    assert plan.count == 300 and plan.segment_jobs == 300 - len(pending_ids(broker.store))
+    assert plan.before_pos == document(broker.store)["next_pos"]
     assert len(plan.sample) == 10 and [j["payload"] for j in plan.sample] == list(range(10))
     assert b"sit in" in dry.content and b"segment objects" in dry.content
     assert plan.confirm_phrase == "purge 300"
@@ -302,17 +303,17 @@ def test_a_purge_never_removes_more_than_its_dry_run_showed(
     page = operator.get("/jobs/", {"queue": "q", "status": "pending"})
     assert b"Purge all 200 matching" in page.content
     plan = preview(operator, action="purge", filter="queue=q&status=pending").context["plan"]
-    assert plan.count == 200 and plan.segments
+    assert plan.count == 200 and plan.segment_jobs > 150
     # Since the dry run: 15 jobs claimed (running now), so the front is refilled from the first segment;
     # 40 more pushed, and some of them sealed into a new segment.
+    before = document(broker.store)["lanes"]["q"]["segments"]
     claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=15))
     later = push(broker, "q", list(range(1000, 1040)))
-    first = plan.segments[0][0]
 
     def moved_on(doc: dict[str, Any]) -> bool:
         refs = doc["lanes"]["q"]["segments"]
-        refilled = refs[0]["key"] != first or refs[0]["consumed"] > 0
-        return refilled and any(r["front"] > max(s[2] for s in plan.segments) for r in refs)
+        refilled = refs[0]["key"] != before[0]["key"] or refs[0]["consumed"] > 0
+        return refilled and any(r["front"] >= plan.before_pos for r in refs)
 
     settle(broker, moved_on, what="a refill and a segment sealed after the dry run")
     done = confirm(operator, plan.token, reason="r", confirm_text="purge 200")
@@ -344,7 +345,7 @@ def test_a_requeued_job_goes_behind_the_segments(small_segments: None, broker: B
     [claimed] = broker.execute(claim_op("w", ["q"], policy=broker.policy))
     source.reset()
     plan = preview(operator, action="requeue", ids=claimed.id).context["plan"]
-    assert plan.count == 1 and not plan.segments
+    assert plan.count == 1 and plan.before_pos is None
     assert confirm(operator, plan.token, reason="stuck").status_code == 302
     source.reset()
     order = every_pending(operator)
@@ -378,3 +379,42 @@ def test_the_live_jobs_fragment_pages_into_segments(small_segments: None, broker
             await communicator.disconnect()
 
     asyncio.run(body())
+
+
+@pytest.fixture
+def cluster_key(settings: SettingsWrapper) -> None:
+    """The nodes' shared secret key (not the public development one), set
+    before any user signs in: standbys sign what they forward with it."""
+    settings.SECRET_KEY = "test-cluster-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def test_a_purge_on_a_standby_runs_bounded_on_the_leader_and_is_audited_with_its_count(
+        small_segments: None, cluster_key: None, broker: Broker, operator: Client,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pos bound travels in the signed operation; the leader's outcome comes back as JSON."""
+    import httpx
+
+    from engine import NotLeader
+    from queueadmin.api import forward
+
+    backlog(broker, n=100)
+    plan = preview(operator, action="purge", queue="q", status="pending").context["plan"]
+    later = push(broker, "q", ["late"])
+    real_execute = broker.execute
+
+    def standby(op: object) -> None:
+        raise NotLeader("http://leader.test:8000")
+
+    def leader(url: str, *, content: bytes, **kwargs: Any) -> httpx.Response:
+        monkeypatch.setattr(broker, "execute", real_execute)
+        answer = ApiClient().post("/api/v1/operator", content.decode(), content_type="text/plain")
+        monkeypatch.setattr(broker, "execute", standby)
+        return httpx.Response(answer.status_code, content=answer.content, request=httpx.Request("POST", url))
+
+    monkeypatch.setattr(broker, "execute", standby)
+    monkeypatch.setattr(forward.httpx, "post", leader)
+    assert confirm(operator, plan.token, reason="from b", confirm_text="purge 100").status_code == 302
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.outcome == "ok" and entry.count == 100 and "on the leader" in entry.detail
+    assert pending_ids(broker.store) == later  # the job pushed after the dry run stays
+    assert "q" not in document(broker.store)["lanes"]
