@@ -99,6 +99,8 @@ def test_counts_include_the_jobs_in_segments(small_segments: None, broker: Broke
     assert response.context["totals"]["pending"] == 300
     queue_page = viewer.get("/queues/q/")
     assert queue_page.context["q"].pending == 300
+    in_segments = row["q"].in_segments
+    assert f"{in_segments} of them, in {row['q'].segments} segment objects" in queue_page.content.decode()
     # The oldest pending job is the first one pushed, at the front.
     first = min(j["enqueued_at"] for j in doc["jobs"])
     assert queue_page.context["q"].oldest_pending_at.isoformat().replace("+00:00", "Z").startswith(first[:19])
