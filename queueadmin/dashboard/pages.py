@@ -332,6 +332,8 @@ def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
         # Who ran the last attempt of a job no one holds (what the worker filter also matches).
         "last_worker": None if lease else job_worker(item),
         "payload": payload_text(item),
+        # Read from a segment object: no per-job action reaches it there (act on its queue).
+        "segment": item.get("segment"),
     }
 
 

@@ -167,7 +167,8 @@ def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef]) -> list[Block]:
 def page(blocks: list[Block], start: int, count: int,
          read: Callable[[SegmentRef], list[Doc]] | None = None) -> list[Doc]:
     """Jobs ``start`` to ``start + count`` of ``blocks`` (see
-    :func:`fifo_blocks`), each with its ``status``: only the segments the
+    :func:`fifo_blocks`), each with its ``status``, and those read from a
+    segment with its object's key as ``segment``: only the segments the
     page overlaps are read, through ``read`` (default :data:`cache`).
     Raises what ``read`` raises."""
     read = read or cache.jobs
@@ -182,7 +183,8 @@ def page(blocks: list[Block], start: int, count: int,
             else:
                 assert block.ref is not None
                 skip = block.ref.consumed  # refilled into the document already
-                shown.extend(dict(j, status="pending") for j in read(block.ref)[skip + lo:skip + hi])
+                key = block.ref.key
+                shown.extend(dict(j, status="pending", segment=key) for j in read(block.ref)[skip + lo:skip + hi])
         offset = end
         if offset >= start + count:
             break

@@ -141,6 +141,17 @@ def test_a_deep_page_lists_the_right_jobs_in_fifo_order_reading_only_its_segment
     assert every_pending(viewer) == list(range(300))
 
 
+
+def test_rows_from_segments_offer_no_selection(small_segments: None, broker: Broker, operator: Client) -> None:
+    """A job in a segment cannot be acted on by id: its row has no checkbox (the front's rows do)."""
+    backlog(broker, n=100)
+    front = operator.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
+    assert all(r["segment"] is None for r in front.context["rows"][:20])
+    assert all(r["segment"] for r in front.context["rows"][20:])
+    content = front.content.decode()
+    assert content.count("data-select>") == 20 and content.count('data-testid="in-segment-row"') == 30
+
+
 def test_a_refilled_front_keeps_the_fifo_order(small_segments: None, broker: Broker, viewer: Client) -> None:
     backlog(broker, n=125)  # 20 at the front, 10 segments, 5 in the tail
     # Drain 25 jobs: the front runs low and is refilled from the first segment,
