@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import EngineError, ObjectStore, SegmentRef, read_segment
+from engine import DOCUMENT_KEY, DocumentError, EngineError, ObjectStore, SegmentRef, read_segment
 from queueadmin import runtime
 
 Doc = dict[str, Any]
@@ -50,8 +50,32 @@ def _moment(value: str | None) -> datetime:
     return datetime.fromisoformat(value) if value else datetime.fromtimestamp(0, UTC)
 
 
+def lanes_of(header: Doc, *, key: str = DOCUMENT_KEY) -> dict[str, list[SegmentRef]]:
+    """Per queue, its segment references from a format-2 document's header
+    (``lanes``), oldest first; queues without any are left out. Raises
+    DocumentError naming the field for a reference that is not one (the
+    engine refuses such a document too, I6); no I/O."""
+    lanes: dict[str, list[SegmentRef]] = {}
+    raw = header.get("lanes") or {}
+    if not isinstance(raw, dict):
+        raise DocumentError(key, "lanes: expected an object")
+    for queue, lane in raw.items():
+        items = lane.get("segments") if isinstance(lane, dict) else None
+        if not isinstance(items, list):
+            raise DocumentError(key, f"lanes.{queue}: expected an object with a list of segments")
+        for i, item in enumerate(items):
+            try:
+                lanes.setdefault(queue, []).append(ref_of(item))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise DocumentError(key, f"lanes.{queue}.segments[{i}]: not a segment reference ({exc!r})") from exc
+    return lanes
+
+
 def ref_of(item: Doc) -> SegmentRef:
-    """A segment reference from the document's JSON (``lanes.<queue>.segments[i]``)."""
+    """A segment reference from the document's JSON (``lanes.<queue>.segments[i]``).
+    Raises KeyError, TypeError or ValueError for anything else."""
+    if not isinstance(item["key"], str) or not isinstance(item["sha256"], str):
+        raise TypeError("key and sha256 must be strings")
     return SegmentRef(
         key=item["key"], total=int(item["total"]), consumed=int(item["consumed"]), front=int(item["front"]),
         last_pos=int(item["last_pos"]), size=int(item["size"]), sha256=item["sha256"],
@@ -249,6 +273,7 @@ __all__ = [
     "describe",
     "fifo_blocks",
     "find_in_segments",
+    "lanes_of",
     "page",
     "ref_of",
 ]

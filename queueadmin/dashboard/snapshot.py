@@ -35,7 +35,7 @@ from engine import (
     SegmentRef,
     decode_document_json,
 )
-from queueadmin.dashboard.segments import ref_of
+from queueadmin.dashboard.segments import lanes_of
 
 Doc = dict[str, Any]
 
@@ -116,6 +116,9 @@ class DeadGroup:
 class Snapshot:
     """A decoded, read-only version of the queue document.
 
+    Raises DocumentError for a format-2 header whose segment references are
+    malformed (the pages then show the document as unreadable).
+
     ``etag`` and ``size`` describe the stored object; ``taken_at`` is when the
     dashboard read it. Derived summaries are computed once, on first use.
     """
@@ -146,9 +149,7 @@ class Snapshot:
         #: Format 2: per queue, its segment references, oldest first (see
         #: :mod:`.segments`); empty in format 1.
         self.lanes: dict[str, list[SegmentRef]] = (
-            {name: [ref_of(r) for r in (lane.get("segments") or ())]
-             for name, lane in (header.get("lanes") or {}).items() if lane.get("segments")}
-            if header.get("format") == FORMAT_SEGMENTS else {})
+            lanes_of(header) if header.get("format") == FORMAT_SEGMENTS else {})
 
     def at(self, taken_at: datetime) -> Snapshot:
         """The same version, as read again at ``taken_at``: the document is

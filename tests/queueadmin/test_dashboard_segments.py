@@ -431,3 +431,18 @@ def test_a_purge_on_a_standby_runs_bounded_on_the_leader_and_is_audited_with_its
     assert entry.outcome == "ok" and entry.count == 100 and "on the leader" in entry.detail
     assert pending_ids(broker.store) == later  # the job pushed after the dry run stays
     assert "q" not in document(broker.store)["lanes"]
+
+
+def test_a_document_with_a_malformed_segment_reference_is_shown_as_unreadable(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=60)
+    broker.stop()  # nobody leads: the page reads the store itself
+    doc = document(broker.store)
+    del doc["lanes"]["q"]["segments"][0]["sha256"]
+    broken = orjson.dumps(doc)
+    broker.store.put("queue.json", broken)
+    source.reset()
+    response = viewer.get("/")
+    assert response.status_code == 503
+    assert b"lanes.q.segments[0]" in response.content
+    assert stored(broker.store) == broken
