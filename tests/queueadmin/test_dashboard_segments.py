@@ -446,3 +446,30 @@ def test_a_document_with_a_malformed_segment_reference_is_shown_as_unreadable(
     assert response.status_code == 503
     assert b"lanes.q.segments[0]" in response.content
     assert stored(broker.store) == broken
+
+
+def test_an_altered_segment_or_a_store_outage_is_named_on_the_page(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import StoreUnavailable
+
+    backlog(broker, n=100)
+    key = document(broker.store)["lanes"]["q"]["segments"][-1]["key"]
+    blob = broker.store.get(key)
+    assert blob is not None
+    broker.store.put(key, blob.data.replace(b'"pending"', b'"pendinG"', 1))
+    last = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "2"})
+    assert last.status_code == 200 and key in last.context["segment_error"]
+    assert "SHA-256" in last.context["segment_error"]
+
+    def outage(ref: object, **kwargs: object) -> list[Any]:
+        raise StoreUnavailable("the store answered 503")
+
+    segments.cache.clear()
+    monkeypatch.setattr(segments.cache, "jobs", outage)
+    down = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
+    assert down.status_code == 200 and "StoreUnavailable" in down.context["segment_error"]
+    # A job page whose lookup must read a segment says why it could not.
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: True)
+    job = viewer.get(f"/jobs/{'x' * 32}/")
+    assert job.status_code == 200 and "StoreUnavailable" in job.context["segment_error"]
+    assert b'data-testid="segment-error"' in job.content
