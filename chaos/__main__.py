@@ -42,12 +42,23 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
+    parser.add_argument("--segments", default=None, metavar="SEGMENT,HEAD,REFILL",
+                        help="run format 2 with these QUEUE_SEGMENT_JOBS, QUEUE_HEAD_JOBS and QUEUE_REFILL_BELOW "
+                             "(e.g. 5,10,5: small, so that sealing and refilling happen all the time; "
+                             "default: format 1)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
     parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
     parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
                         help="start nothing: check the history a run left in WORKDIR/<store> again")
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
+    if args.segments is not None:
+        try:
+            args.segments = tuple(int(n) for n in args.segments.split(","))
+        except ValueError:
+            args.segments = ()
+        if len(args.segments) != 3 or min(args.segments) < 1:
+            parser.error("--segments takes three positive integers: SEGMENT_JOBS,HEAD_JOBS,REFILL_BELOW")
     if set(args.kinds) - set(KINDS) or not args.kinds:
         parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}")
     if args.nodes < 2:
@@ -66,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir,
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, segments=args.segments,
+                          workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)
         print(text(outcome), flush=True)
