@@ -296,6 +296,10 @@ def _check_versions(history: History, verdict: Verdict) -> None:
             problems.append(f"{len(brokers)} nodes said they lead with epoch {epoch}: {sorted(brokers)}")
     verdict.failures["seq_epoch"] = problems
     verdict.figures["versions_seen"] = len(seen)
+    # Format 2: how much sealing the run saw (every key a version referenced).
+    keys = [v.segments for v in history.versions if v.segments is not None]
+    verdict.figures["segments_seen"] = len({key for refs in keys for key in refs})
+    verdict.figures["most_segments_at_once"] = max((len(refs) for refs in keys), default=0)
 
 
 def _explained(call: Call, faults: list[Fault]) -> bool:
