@@ -178,6 +178,10 @@ class LaneKeeper:
             task = self._refill_task(state, queue, now) or self._seal_task(state, queue)
             if task is not None:
                 tasks.append(task)
+        # A queue with no segments left cannot be stopped at one: a problem
+        # reported by a refill that raced the drop of its segment is void.
+        for queue in [q for q in self.problems if q not in state.lanes]:
+            self.problems.pop(queue, None)
         with self._cond:
             self._referenced = referenced
             for task in tasks:
@@ -299,6 +303,14 @@ class LaneKeeper:
             if jobs[ref.consumed][1] != ref.front:
                 raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
         except SegmentUnreadable as exc:
+            with self._cond:
+                referenced = self._referenced
+            if referenced is not None and ref.key not in referenced:
+                # A landed commit dropped the reference since this refill was
+                # planned (a purge, a refill to its end) and the object went
+                # after its grace: the task is stale, the queue is fine. Not
+                # a problem to report, nor a reason to delay its refills.
+                return
             if self.problems.get(queue) != str(exc):
                 log.error("%s", exc)
             self.problems[queue] = str(exc)
