@@ -205,7 +205,11 @@ class LaneKeeper:
         if policy.segment_jobs <= 0 or state.pending_here.get(queue, 0) < policy.head_jobs + policy.segment_jobs:
             return None
         refs = state.lanes.get(queue)
-        ready = state.ready_in_order(queue)
+        # A delayed job that came due is indexed as ready but keeps its
+        # not_before until claimed, and Seal refuses such a job: naming it
+        # would get every seal of the queue refused until it is claimed. It
+        # stays in the document, like a delayed job that is not due yet.
+        ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
         if refs:
             last = refs[-1].last_pos
             tail = [entry for entry in ready if entry[0] > last]

@@ -96,3 +96,29 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     lanes.seal("q")
     assert lanes.state.lanes["q"][0].key != ref.key
 
+
+def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() -> None:
+    # Found by tests/fuzz/test_fuzz_segments.py: once a claim or the keeper's
+    # own refill planning had indexed a due delayed job as ready, every seal
+    # planned for its queue named it, and the Seal was refused (the job still
+    # has a not_before): a segment object written and deleted per commit, and
+    # a tail that grows without bound, until the job is claimed.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")
+    lanes.push("q", ["late"], delay=1)
+    lanes.push("q", ["b0", "b1", "b2"])
+    lanes.now += timedelta(seconds=2)
+    lanes.execute(None)  # a heartbeat: the keeper plans (and its refill check indexes 'late' as due)
+
+    lanes.seal("q")
+    assert lanes.keeper._seal_task(lanes.state, "q") is None
+    order = []
+    while len(order) < 9:
+        got = lanes.claim_all(["q"])
+        order += got
+        if not got:
+            ref = lanes.state.lanes["q"][0]
+            lanes.keeper._refill(_RefillTask("q", ref, want=3))
+    # 'late' was pushed before b0..b2: it keeps its place (I7).
+    assert order == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
