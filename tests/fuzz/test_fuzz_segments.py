@@ -112,6 +112,8 @@ class SegmentMachine(RuleBasedStateMachine):
         self.stale: list[_SealTask | _RefillTask] = []
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
         self.tokens: list[str] = []
+        self.auto = True  # the keeper works after each commit (see keeper_follows_commits)
+        self.in_keeper = False
         # The first commit upgrades to format 2, as a node with segments on does.
         apply_batch(self.state, [], self.now)
         self.state.encoded(seq=1, writer=WRITER)
@@ -204,6 +206,26 @@ class SegmentMachine(RuleBasedStateMachine):
 
     def after_step(self) -> None:
         self.commit()
+        if self.auto and not self.in_keeper:
+            # The keeper plans from every landed version and does the work
+            # at once (its thread is idle): refill first, as it does.
+            self.in_keeper = True
+            try:
+                for queue in QUEUES:
+                    refill = self.keeper._refill_task(self.state, queue, time.monotonic())
+                    if refill is not None:
+                        self.run_refill(refill, fresh=True)
+                    seal = self.seal_task(queue)
+                    if seal is not None:
+                        self.run_seal(seal, fresh=True)
+            finally:
+                self.in_keeper = False
+
+    @rule(auto=st.booleans())
+    def keeper_follows_commits(self, auto: bool) -> None:
+        """Switch between a keeper that works after every commit and one
+        that lags (its steps then come from the seal and refill rules)."""
+        self.auto = auto
 
     # -- client operations ----------------------------------------------------------------------
 
@@ -416,16 +438,20 @@ class SegmentMachine(RuleBasedStateMachine):
                 not self.outcomes and self.store.get(task.ref.key) is None), self.outcomes
         self.after_step()
 
-    @rule(queue=st.sampled_from(QUEUES))
-    def seal(self, queue: str) -> None:
+    @rule(queue=st.sampled_from(QUEUES), again=st.booleans())
+    def seal(self, queue: str, again: bool) -> None:
         task = self.seal_task(queue)
         if task is not None:
+            if again:  # the same task once more, later: a retry, or a second keeper
+                self.stale.append(task)
             self.run_seal(task, fresh=True)
 
-    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5))
-    def refill(self, queue: str, want: int) -> None:
+    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), again=st.booleans())
+    def refill(self, queue: str, want: int, again: bool) -> None:
         task = self.refill_task(queue, want)
         if task is not None:
+            if again:
+                self.stale.append(task)
             self.run_refill(task, fresh=True)
 
     @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill"]))
@@ -515,5 +541,5 @@ class SegmentMachine(RuleBasedStateMachine):
 
 
 # Pure and fast: many sequences, long enough for a backlog to build up.
-SegmentMachine.TestCase.settings = settings(settings.default, max_examples=scaled(150), stateful_step_count=60)
+SegmentMachine.TestCase.settings = settings(settings.default, max_examples=scaled(300), stateful_step_count=60)
 test_segments_machine = SegmentMachine.TestCase
