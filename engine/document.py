@@ -188,7 +188,19 @@ class QueueState:
         self.format = FORMAT_SEGMENTS
         for job_id, job in self.jobs.items():
             self._encoded_jobs.update(job_id, encode_job(job, self.pos[job_id]))
-        self.dirty = True
+        # Not dirty: the upgrade rides the next commit that changes something
+        # (a heartbeat at the latest), so a refused operation still writes nothing.
+
+    def tidy_ready(self, queue: str) -> None:
+        """Drop the queue's stale claim-index entries. After a seal: the
+        sealed jobs' entries would otherwise stay until they reach the top,
+        and a backlog of millions sealed over time would keep millions of
+        them. O(n) in the queue's pending jobs here, which format 2 keeps small."""
+        heap = self._ready.get(queue)
+        if heap:
+            live = list({entry for entry in heap if self._is_current(entry[1], entry[0])})
+            heapq.heapify(live)
+            self._ready[queue] = live
 
     def drop_refs(self, queue: str, count: int | None = None) -> list[SegmentRef]:
         """Stop referencing the first ``count`` (default: all) segments of
@@ -335,6 +347,30 @@ class QueueState:
                 if count == limit:
                     break
         return count
+
+    def front_ready(self, queue: str, now: datetime, limit: int) -> int:
+        """How many jobs of ``queue`` a claim at ``now`` could take from its
+        front (before its segments; every eligible job when it has none),
+        counted exactly up to ``limit``. Walks only the index entries below
+        the first segment's ``front``, from the heap's root: O(limit) when
+        the front is full, whatever the size of the tail. Tidies the indexes
+        as a claim would; changes no job."""
+        self._promote_due(queue, now)
+        heap = self._ready.get(queue)
+        if not heap or limit <= 0:
+            return 0
+        front = self.frontier(queue)
+        seen: set[str] = set()
+        stack = [0]
+        while stack and len(seen) < limit:
+            i = stack.pop()
+            pos, job_id = heap[i]
+            if front is not None and pos >= front:
+                continue  # a heap's children are never smaller: nothing below here
+            if self._is_current(job_id, pos) is not None:
+                seen.add(job_id)
+            stack.extend(child for child in (2 * i + 1, 2 * i + 2) if child < len(heap))
+        return len(seen)
 
     def due_times(self, queue: str, limit: int) -> list[datetime]:
         """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
