@@ -191,7 +191,7 @@ class LaneKeeper:
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
         # Writer-thread planning memos (see _refill_task and _seal_task).
-        self._front_counted: dict[str, tuple[int, int]] = {}
+        self._front_counted: dict[str, tuple[int, int, int]] = {}
         self._seal_fruitless: dict[str, int] = {}
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -254,17 +254,21 @@ class LaneKeeper:
             return None
         if self._retry_at.get(queue, 0.0) > now:
             return None
-        here = state.pending_here.get(queue, 0)
+        here, appended = state.pending_here.get(queue, 0), state.next_pos
         counted = self._front_counted.get(queue)
         if counted is not None:
-            # Only claims and purges take jobs out of the front, and each
-            # takes one out of ``pending_here`` too: a lower bound on the
-            # front without walking it on every commit.
-            count, here_then = counted
-            if count - max(0, here_then - here) >= shares.refill:
+            # Each job that leaves the front (a claim, a purge, a move to the
+            # back) takes one out of ``pending_here``; but jobs appended to
+            # the tail meanwhile (pushes, retries, requeues: each takes a new
+            # ``pos``) put as many back, so count those as gone too. The
+            # difference alone let pushes that kept pace with claims hide a
+            # front that ran dry: no refill, the queue stalled for good.
+            # Still a lower bound on the front without walking it.
+            count, here_then, appended_then = counted
+            if count - max(0, here_then - here + appended - appended_then) >= shares.refill:
                 return None
         ready = state.front_ready(queue, self.clock(), shares.head)
-        self._front_counted[queue] = (ready, here)
+        self._front_counted[queue] = (ready, here, appended)
         if ready >= shares.refill:
             return None
         del self._front_counted[queue]  # the refill changes the front: count again after it

@@ -22,7 +22,7 @@ import orjson
 
 from engine import Broker, Policy, QueueState
 from engine.errors import StoreUnavailable
-from engine.lanes import LaneKeeper, _RefillTask
+from engine.lanes import LaneKeeper, _RefillTask, _Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
 from engine.segments import segment_prefix
 from engine.stores import ObjectStore, open_store
@@ -61,11 +61,14 @@ class Lanes:
             raise result[0]
         return result[0] if result else None
 
+    def shares(self) -> _Shares:
+        return _Shares.of(self.policy, len(self.state.lanes))
+
     def push(self, queue: str, ids: list[str], delay: float = 0) -> None:
         self.execute(push_op(queue, [{}] * len(ids), ids=ids, policy=self.policy, delay_seconds=delay))
 
     def seal(self, queue: str) -> None:
-        task = self.keeper._seal_task(self.state, queue)
+        task = self.keeper._seal_task(self.state, queue, self.shares())
         assert task is not None
         sealed, abandoned = self.keeper.sealed, self.keeper.abandoned
         self.keeper._seal(task)
@@ -112,7 +115,7 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
     lanes.execute(None)  # a heartbeat: the keeper plans (and its refill check indexes 'late' as due)
 
     lanes.seal("q")
-    assert lanes.keeper._seal_task(lanes.state, "q") is None
+    assert lanes.keeper._seal_task(lanes.state, "q", lanes.shares()) is None
     order = []
     while len(order) < 9:
         got = lanes.claim_all(["q"])
@@ -122,3 +125,19 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
             lanes.keeper._refill(_RefillTask("q", ref, want=3))
     # 'late' was pushed before b0..b2: it keeps its place (I7).
     assert order == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
+
+
+def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() -> None:
+    # The keeper's memo took "pending_here went down by n" for "the front
+    # lost at most n", but pushes to the tail put as many back: with pushes
+    # keeping pace with claims it never counted the front again, planned no
+    # refill, and the queue stalled for good behind its segment.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")  # front a0 a1, segment a2 a3 a4
+    lanes.push("q", ["b0", "b1"])  # the tail
+    assert lanes.claim_all(["q"]) == ["a0", "a1"]
+    # Each landed version is planned from; the front is empty now, so the
+    # keeper must read the segment back.
+    task = lanes.keeper._refill_task(lanes.state, "q", 0.0, lanes.shares())
+    assert task is not None, "the front ran dry and no refill was planned"
