@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engine import JobNotFound, Policy, QueueError, QueueState, ValidationError, parse_document
-from engine.lanes import LaneKeeper, _RefillTask, _SealTask
+from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
 from engine.ops import (
     claim_op,
     complete_op,
@@ -69,7 +69,7 @@ KEY = "queue.json"
 WRITER = "fuzz-writer"
 # Small thresholds: seals and refills all the time.
 POLICY = Policy(max_attempts=3, dead_letter_limit=4, backoff_base_seconds=1, backoff_cap_seconds=4,
-                segment_jobs=3, head_jobs=2, refill_below=2)
+                segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=12)
 EPOCH = 7
 
 
@@ -109,7 +109,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.left: set[str] = set()  # ids that left: a push of one within the window adds nothing
         self.next_pos = 0
         self.n = 0
-        self.stale: list[_SealTask | _RefillTask] = []
+        self.stale: list[_SealTask | _RefillTask | _MergeTask] = []
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
         self.tokens: list[str] = []
         self.auto = True  # the keeper works after each commit (see keeper_follows_commits)
@@ -211,15 +211,31 @@ class SegmentMachine(RuleBasedStateMachine):
             # at once (its thread is idle): refill first, as it does.
             self.in_keeper = True
             try:
-                for queue in QUEUES:
-                    refill = self.keeper._refill_task(self.state, queue, time.monotonic())
-                    if refill is not None:
-                        self.run_refill(refill, fresh=True)
-                    seal = self.seal_task(queue)
-                    if seal is not None:
-                        self.run_seal(seal, fresh=True)
+                for _ in range(20):  # each step commits, and the keeper plans again from it
+                    worked = False
+                    for queue in QUEUES:
+                        refill = self.keeper._refill_task(self.state, queue, time.monotonic(), self.shares())
+                        if refill is not None:
+                            self.run_refill(refill, fresh=True)
+                            worked = True
+                        seal = self.seal_task(queue)
+                        if seal is not None:
+                            self.run_seal(seal, fresh=True)
+                            worked = True
+                        merge = self.keeper._merge_task(self.state, queue)
+                        if merge is not None:
+                            self.run_merge(merge, fresh=True)
+                            worked = True
+                    if not worked:
+                        break
             finally:
                 self.in_keeper = False
+            # Liveness: a keeper that follows the commits leaves no queue
+            # with a short front while it has segments to refill from.
+            shares = self.shares()
+            for queue in self.state.lanes:
+                assert self.state.front_ready(queue, self.now, shares.head) >= shares.refill, (
+                    f"queue {queue} has segments but its front ran short and no refill was planned")
 
     @rule(auto=st.booleans())
     def keeper_follows_commits(self, auto: bool) -> None:
@@ -388,12 +404,15 @@ class SegmentMachine(RuleBasedStateMachine):
 
     # -- the lane keeper --------------------------------------------------------------------
 
+    def shares(self) -> _Shares:
+        return _Shares.of(POLICY, len(self.state.lanes))
+
     def seal_task(self, queue: str) -> _SealTask | None:
-        return self.keeper._seal_task(self.state, queue)
+        return self.keeper._seal_task(self.state, queue, self.shares())
 
     def refill_task(self, queue: str, want: int) -> _RefillTask | None:
         refs = self.state.lanes.get(queue)
-        planned = self.keeper._refill_task(self.state, queue, time.monotonic())
+        planned = self.keeper._refill_task(self.state, queue, time.monotonic(), self.shares())
         if planned is None and refs:  # below the threshold or not: refill anyway, any amount
             planned = _RefillTask(queue, refs[0], want=want)
         return planned
@@ -454,9 +473,33 @@ class SegmentMachine(RuleBasedStateMachine):
                 self.stale.append(task)
             self.run_refill(task, fresh=True)
 
-    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill"]))
+    def run_merge(self, task: _MergeTask, *, fresh: bool) -> None:
+        self.model_expire()
+        before = self.keeper.merged, self.keeper.abandoned
+        self.outcomes.clear()
+        self.keeper._merge(task)
+        landed = self.keeper.merged > before[0]
+        event(f"merge ({'fresh' if fresh else 'stale'}): {'landed' if landed else 'refused'}")
+        if not landed:
+            assert not fresh, f"a merge planned from the current state was refused: {self.outcomes}"
+        self.after_step()  # the merged segment holds the same jobs: the invariants check it
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def merge(self, queue: str) -> None:
+        task = self.keeper._merge_task(self.state, queue)
+        if task is not None:
+            self.stale.append(task)  # and once more later
+            self.run_merge(task, fresh=True)
+
+    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill", "merge"]))
     def plan_for_later(self, queue: str, want: int, kind: str) -> None:
-        task = self.seal_task(queue) if kind == "seal" else self.refill_task(queue, want)
+        task: _SealTask | _RefillTask | _MergeTask | None
+        if kind == "seal":
+            task = self.seal_task(queue)
+        elif kind == "refill":
+            task = self.refill_task(queue, want)
+        else:
+            task = self.keeper._merge_task(self.state, queue)
         if task is not None:
             self.stale.append(task)
 
@@ -467,8 +510,10 @@ class SegmentMachine(RuleBasedStateMachine):
         note(f"running a task planned earlier: {task!r}")
         if isinstance(task, _SealTask):
             self.run_seal(task, fresh=False)
-        else:
+        elif isinstance(task, _RefillTask):
             self.run_refill(task, fresh=False)
+        else:
+            self.run_merge(task, fresh=False)
 
     # -- invariants ---------------------------------------------------------------------------
 
