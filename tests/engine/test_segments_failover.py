@@ -13,20 +13,21 @@ lane keeper's work, and races between its planned work and later commits.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import pytest
 
 from engine import Broker, Policy, QueueState
 from engine.errors import StoreUnavailable
 from engine.lanes import LaneKeeper, _RefillTask, _Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
-from engine.segments import segment_prefix
+from engine.segments import epoch_of_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from engine.stores.base import Blob
+from engine.stores.wrappers import FaultyStore
 from engine.transitions import apply_batch
 from tests.helpers import wait_for
 
@@ -141,3 +142,228 @@ def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() ->
     # keeper must read the segment back.
     task = lanes.keeper._refill_task(lanes.state, "q", 0.0, lanes.shares())
     assert task is not None, "the front ran dry and no refill was planned"
+
+
+# -- failover: a leader stops in the middle of the keeper's work -----------------------------
+
+SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+# Segments larger than a refill (at most head_jobs - refill_below + 1 = 11... 20
+# jobs): refills take part of a segment, and a segment is consumed in steps.
+PARTIAL = Policy(segment_jobs=25, head_jobs=20, refill_below=10)
+PREFIX = segment_prefix(KEY)
+Trigger = Callable[[str, str], bool]  # (call, key) -> freeze this node after that call
+
+
+class Node(FaultyStore):
+    """One broker's view of the shared store: a FaultyStore that, once
+    ``trigger`` matches a call (checked after the call, so it happened),
+    freezes: every later call of this node blocks until :meth:`release`,
+    then fails. That is a node stopped at that instruction (SIGSTOP, a
+    crash): it writes nothing more. Deletes of segments that the latest
+    document still references are recorded in ``bad_deletes``."""
+
+    def __init__(self, inner: ObjectStore, trigger: Trigger | None = None) -> None:
+        super().__init__(inner)
+        self.trigger = trigger
+        self.frozen = threading.Event()
+        self.released = threading.Event()
+        self.bad_deletes: list[str] = []
+
+    def _gate(self) -> None:
+        if self.frozen.is_set():
+            self.released.wait()
+            raise StoreUnavailable("this node is stopped")
+
+    def _after(self, call: str, key: str) -> None:
+        if self.trigger is not None and not self.frozen.is_set() and self.trigger(call, key):
+            self.frozen.set()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def get(self, key: str) -> Blob | None:
+        self._gate()
+        blob = super().get(key)
+        self._after("get", key)
+        return blob
+
+    def etag(self, key: str) -> str | None:
+        self._gate()
+        return self.inner.etag(key)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        self._gate()
+        etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        self._after("put", key)
+        return etag
+
+    def delete(self, key: str) -> None:
+        self._gate()
+        self._after("delete", key)  # before: a node stopped on its way to deleting
+        self._gate()
+        if key.startswith(PREFIX) and key in referenced(self.inner):
+            self.bad_deletes.append(key)
+        super().delete(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        self._gate()
+        return super().list(prefix)
+
+
+def referenced(store: ObjectStore) -> set[str]:
+    blob = store.get(KEY)
+    if blob is None:
+        return set()
+    doc = orjson.loads(blob.data)
+    return {ref["key"] for lane in doc.get("lanes", {}).values() for ref in lane["segments"]}
+
+
+def stored_segments(store: ObjectStore) -> set[str]:
+    return set(store.list(PREFIX))
+
+
+@pytest.fixture
+def shared() -> Iterator[tuple[ObjectStore, list[Node]]]:
+    """The store every node shares, and the nodes made on it (released after the test)."""
+    nodes: list[Node] = []
+    yield open_store("memory://"), nodes
+    for node in nodes:
+        node.release()
+
+
+def node(shared: tuple[ObjectStore, list[Node]], trigger: Trigger | None = None) -> Node:
+    made = Node(shared[0], trigger)
+    shared[1].append(made)
+    return made
+
+
+def lead(make_broker: Callable[..., Broker], store: ObjectStore, url: str, policy: Policy = SMALL) -> Broker:
+    broker = make_broker(store, url, policy=policy)
+    wait_for(lambda: broker.role == "leader", what=f"{url} leading")
+    return broker
+
+
+def push_ids(broker: Broker, n: int) -> list[str]:
+    ids = [f"q-{i:05d}" for i in range(n)]
+    broker.execute(push_op("q", [{"i": i} for i in range(n)], ids=ids, policy=SMALL))
+    return ids
+
+
+def drain(broker: Broker, *, expect: int, batch: int = 7) -> list[str]:
+    """Claim and complete through ``broker`` until ``expect`` jobs came back, in claim order."""
+    seen: list[str] = []
+
+    def step() -> bool:
+        for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=batch)):
+            seen.append(job.id)
+            broker.execute(complete_op(job.id, job.lease))
+        return len(seen) >= expect
+
+    wait_for(step, timeout=30, what=f"{expect} jobs drained")
+    return seen
+
+
+def take_over(make_broker: Callable[..., Broker], store: Node, old: Node, policy: Policy = SMALL) -> Broker:
+    """Start a standby on ``store`` once ``old`` froze, and wait until it leads."""
+    wait_for(old.frozen.is_set, what="the leader stopped at its fault")
+    return lead(make_broker, store, "http://b", policy)
+
+
+def test_leader_stops_after_writing_a_segment_before_its_seal_commit(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    a = node(shared, lambda call, key: call == "put" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)  # acknowledged; sealing starts after it
+    b = node(shared)
+    standby = take_over(make_broker, b, a)
+
+    (orphan,) = stored_segments(inner)  # written, never referenced: the Seal never landed
+    assert orphan not in referenced(inner) and epoch_of_key(orphan) == 1
+    wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
+    assert drain(standby, expect=100) == ids  # every job once, in FIFO order (I2, I7)
+    assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
+    wait_for(lambda: not stored_segments(inner), what="the new leader's segments deleted once used")
+    assert b.bad_deletes == [] and a.bad_deletes == []
+    assert orjson.loads(inner.get(KEY).data)["queues"]["q"]["completed"] == 100  # type: ignore[union-attr]
+
+
+def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_never_the_referenced_one(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    # Stop after writing the second segment: the first one's Seal landed.
+    a = node(shared, lambda call, key: call == "put" and key.startswith(PREFIX) and bool(referenced(inner)))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)
+    b = node(shared)
+    standby = take_over(make_broker, b, a)
+
+    (kept,) = referenced(inner)
+    (orphan,) = stored_segments(inner) - {kept}
+    assert epoch_of_key(kept) == epoch_of_key(orphan) == 1  # both older than the new leader's epoch
+    # The collector makes passes until the orphan goes (two at least, a
+    # collect interval apart): the referenced segment must outlive them all.
+    wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
+    assert kept in stored_segments(inner) and b.bad_deletes == []
+    assert drain(standby, expect=100) == ids
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+    assert b.bad_deletes == []
+
+
+def test_leader_stops_during_a_refill(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    refilling = threading.Event()
+    a = node(shared, lambda call, key: refilling.is_set() and call == "get" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a", PARTIAL)
+    ids = push_ids(leader, 100)
+    wait_for(lambda: len(referenced(inner)) >= 3, what="the backlog sealed")
+    first = drain(leader, expect=28, batch=7)  # refills took a segment in parts (25 jobs, 11 to 20 a refill)
+    assert first == ids[:28]
+    refilling.set()  # from here, the next segment read stops the leader, before its Refill commit
+    claimed = leader.execute(claim_op("w", ["q"], policy=PARTIAL, max_jobs=15))  # the front runs low
+    assert [job.id for job in claimed] == ids[28:43]
+    b = node(shared)
+    standby = take_over(make_broker, b, a, PARTIAL)
+
+    for job in claimed:  # the leases survive the takeover (renewed)
+        standby.execute(complete_op(job.id, job.lease))
+    assert drain(standby, expect=57) == ids[43:]  # every job once, in FIFO order
+    assert standby.execute(claim_op("w", ["q"], policy=PARTIAL)) == []
+    assert b.bad_deletes == []
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+
+
+def test_leader_stops_after_a_commit_dropped_a_segment_before_deleting_it(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    armed = threading.Event()
+    a = node(shared, lambda call, key: armed.is_set() and call == "delete" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)
+    wait_for(lambda: len(referenced(inner)) >= 7, what="the backlog sealed")
+    first = drain(leader, expect=42)  # refills use segments up; their objects are deleted
+    assert first == ids[:42]
+    wait_for(lambda: stored_segments(inner) == referenced(inner), what="used segments deleted")
+    armed.set()  # from here, the leader stops on its way to deleting a used segment
+    claimed = leader.execute(claim_op("w", ["q"], policy=SMALL, max_jobs=15))  # the front runs low
+    assert [job.id for job in claimed] == ids[42:57]
+    b = node(shared)
+    wait_for(a.frozen.is_set, what="the leader stopped before deleting a used segment")
+    dropped = stored_segments(inner) - referenced(inner)
+    assert len(dropped) == 1  # the refill that used it up landed; the object is still there
+    standby = lead(make_broker, b, "http://b")
+
+    for job in claimed:
+        standby.execute(complete_op(job.id, job.lease))
+    assert drain(standby, expect=43) == ids[57:]  # every job once, in FIFO order
+    assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
+    wait_for(lambda: not (dropped & stored_segments(inner)), what="the dropped segment collected")
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+    assert b.bad_deletes == []
