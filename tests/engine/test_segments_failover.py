@@ -117,7 +117,7 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
 
     lanes.seal("q")
     assert lanes.keeper._seal_task(lanes.state, "q", lanes.shares()) is None
-    order = []
+    order: list[str] = []
     while len(order) < 9:
         got = lanes.claim_all(["q"])
         order += got
