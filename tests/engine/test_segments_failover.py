@@ -367,3 +367,29 @@ def test_leader_stops_after_a_commit_dropped_a_segment_before_deleting_it(
     wait_for(lambda: not (dropped & stored_segments(inner)), what="the dropped segment collected")
     wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
     assert b.bad_deletes == []
+
+
+def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice() -> None:
+    # docs/format.md ("Push ids") drops the older copy when it comes back
+    # while the newer one is in the document; but the newer one can be
+    # sealed too, and then both came back and ran: the id ran twice, though
+    # the first run was well within the dedup window when the second came.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, dedup_window_seconds=60))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")  # a2 a3 a4 in a segment
+    lanes.now += timedelta(seconds=61)
+    lanes.push("q", ["x0", "x1", "x2"])  # a2 left the sealed window (by age)
+    lanes.push("q", ["a2"])  # a retried push of a2, after its window: a second job a2, at the back
+    lanes.push("q", ["y0", "y1"])
+    lanes.seal("q")  # x0 x1 x2
+    lanes.seal("q")  # a2 (the second) y0 y1: both copies of a2 are in segments now
+    done: list[str] = []
+    for _ in range(20):
+        for job in lanes.execute(claim_op("w", ["q"], policy=lanes.policy, max_jobs=100)):
+            done.append(job.id)
+            lanes.execute(complete_op(job.id, job.lease))
+        if lanes.state.lanes.get("q"):
+            lanes.keeper._refill(_RefillTask("q", lanes.state.lanes["q"][0], want=3))
+    assert done == ["a0", "a1", "a2", "a3", "a4", "x0", "x1", "x2", "y0", "y1"]
+    c = lanes.state.queues["q"]
+    assert (c.pushed, c.completed, c.purged) == (11, 10, 1)  # the second a2: pushed, then dropped as a duplicate
