@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from chaos.nemesis import KINDS
+from chaos.nemesis import ALL_KINDS, KINDS, SEGMENT_KINDS
 from chaos.report import text, write_docs
 from chaos.run import Options, Outcome, recheck, run
 
@@ -34,7 +34,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pace", type=float, default=0.08, help="mean seconds between one producer's pushes")
     parser.add_argument("--faults", type=int, default=None, help="stop after this many faults")
     parser.add_argument("--each", action="store_true", help="every fault kind in turn instead of drawn by weight")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
+    parser.add_argument("--kinds", default=None,
+                        help=f"fault kinds among {','.join(ALL_KINDS)} (default {','.join(KINDS)}, and "
+                             f"{','.join(SEGMENT_KINDS)} with --segments)")
     parser.add_argument("--odd-strings", type=float, default=0.005,
                         help="chance that a claim carries a lone surrogate in its worker name (x10 for a fail's "
                              "error; default 0.005)")
@@ -51,6 +53,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
                         help="start nothing: check the history a run left in WORKDIR/<store> again")
     args = parser.parse_args(argv)
+    if args.kinds is None:
+        args.kinds = ",".join(KINDS + (SEGMENT_KINDS if args.segments is not None else ()))
     args.kinds = [k for k in args.kinds.split(",") if k]
     if args.segments is not None:
         try:
@@ -59,8 +63,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
             args.segments = ()
         if len(args.segments) != 3 or min(args.segments) < 1:
             parser.error("--segments takes three positive integers: SEGMENT_JOBS,HEAD_JOBS,REFILL_BELOW")
-    if set(args.kinds) - set(KINDS) or not args.kinds:
-        parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}")
+    if set(args.kinds) - set(ALL_KINDS) or not args.kinds:
+        parser.error(f"--kinds takes a comma-separated list of {', '.join(ALL_KINDS)}")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2 (failover needs a standby)")
     return args
