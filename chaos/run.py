@@ -22,8 +22,7 @@ from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, EngineError
-from engine.segments import segment_prefix
-from engine.stores.base import ObjectStore
+from engine.stores import ObjectStore
 
 DRAIN_TIMEOUT_SECONDS = 90.0
 LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
@@ -204,7 +203,8 @@ def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
     doc["segment_jobs"] = jobs
     doc["segment_problems"] = problems
     try:
-        doc["unreferenced_segments"] = sorted(set(store.list(segment_prefix(DOCUMENT_KEY))) - referenced)
+        # Where segments live is part of the storage format (docs/format.md).
+        doc["unreferenced_segments"] = sorted(set(store.list(f"{DOCUMENT_KEY}.seg/")) - referenced)
     except EngineError as exc:
         problems.append(f"listing the segments: {exc}")
 
