@@ -21,7 +21,6 @@ import orjson
 import pytest
 
 from engine import Broker, Policy, QueueState
-from engine.errors import StoreUnavailable
 from engine.lanes import LaneKeeper, _RefillTask, _Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_prefix
@@ -157,9 +156,10 @@ Trigger = Callable[[str, str], bool]  # (call, key) -> freeze this node after th
 class Node(FaultyStore):
     """One broker's view of the shared store: a FaultyStore that, once
     ``trigger`` matches a call (checked after the call, so it happened),
-    freezes: every later call of this node blocks until :meth:`release`,
-    then fails. That is a node stopped at that instruction (SIGSTOP, a
-    crash): it writes nothing more. Deletes of segments that the latest
+    freezes: every later call of this node blocks until :meth:`release`
+    (SIGCONT), then goes on. That is a node stopped at that instruction: it
+    writes nothing more until it resumes, and resuming after a takeover must
+    do no harm (its next document write is fenced). Deletes of segments that the latest
     document still references are recorded in ``bad_deletes``."""
 
     def __init__(self, inner: ObjectStore, trigger: Trigger | None = None) -> None:
@@ -171,8 +171,7 @@ class Node(FaultyStore):
 
     def _gate(self) -> None:
         if self.frozen.is_set():
-            self.released.wait()
-            raise StoreUnavailable("this node is stopped")
+            self.released.wait()  # then go on, as a node does after SIGCONT
 
     def _after(self, call: str, key: str) -> None:
         if self.trigger is not None and not self.frozen.is_set() and self.trigger(call, key):
@@ -284,7 +283,9 @@ def test_leader_stops_after_writing_a_segment_before_its_seal_commit(
     (orphan,) = stored_segments(inner)  # written, never referenced: the Seal never landed
     assert orphan not in referenced(inner) and epoch_of_key(orphan) == 1
     wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
+    a.release()  # the old leader resumes: its Seal is fenced, it steps down
     assert drain(standby, expect=100) == ids  # every job once, in FIFO order (I2, I7)
+    wait_for(lambda: leader.role == "standby", what="the old leader stepped down")
     assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
     wait_for(lambda: not stored_segments(inner), what="the new leader's segments deleted once used")
     assert b.bad_deletes == [] and a.bad_deletes == []
@@ -309,9 +310,10 @@ def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_neve
     # collect interval apart): the referenced segment must outlive them all.
     wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
     assert kept in stored_segments(inner) and b.bad_deletes == []
+    a.release()
     assert drain(standby, expect=100) == ids
     wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
-    assert b.bad_deletes == []
+    assert b.bad_deletes == [] and a.bad_deletes == []
 
 
 def test_leader_stops_during_a_refill(
@@ -330,6 +332,7 @@ def test_leader_stops_during_a_refill(
     assert [job.id for job in claimed] == ids[28:43]
     b = node(shared)
     standby = take_over(make_broker, b, a, PARTIAL)
+    a.release()  # the old leader resumes in the middle of its refill: the Refill commit is fenced
 
     for job in claimed:  # the leases survive the takeover (renewed)
         standby.execute(complete_op(job.id, job.lease))
@@ -365,8 +368,9 @@ def test_leader_stops_after_a_commit_dropped_a_segment_before_deleting_it(
     assert drain(standby, expect=43) == ids[57:]  # every job once, in FIFO order
     assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
     wait_for(lambda: not (dropped & stored_segments(inner)), what="the dropped segment collected")
+    a.release()  # the old leader resumes and deletes what it had dropped: gone already, no harm
     wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
-    assert b.bad_deletes == []
+    assert b.bad_deletes == [] and a.bad_deletes == []
 
 
 def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice() -> None:
