@@ -46,8 +46,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a client drops an answer it got and retries (default 0.02)")
     parser.add_argument("--segments", default=None, metavar="SEGMENT,HEAD,REFILL",
                         help="run format 2 with these QUEUE_SEGMENT_JOBS, QUEUE_HEAD_JOBS and QUEUE_REFILL_BELOW "
-                             "(e.g. 5,10,5: small, so that sealing and refilling happen all the time; "
-                             "default: format 1)")
+                             "(e.g. 5,10,5: small, so that sealing and refilling happen all the time), and add the "
+                             "segment fault; default: the app's own settings")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
     parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
     parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
