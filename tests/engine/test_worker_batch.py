@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from engine import GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
-from engine.ops import Complete, Fail, Heartbeat, Operation
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
 from engine.worker import PermanentFailure, Worker, WorkerOptions
 from tests.helpers import FAST_WORKER, start, wait_for
 
 TIMEOUT = 10.0
-NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat"}
+NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat", Claim: "claim"}
 
 
 def options(**changes: Any) -> WorkerOptions:
@@ -29,13 +29,16 @@ def options(**changes: Any) -> WorkerOptions:
 
 class Spy(GroupCommitter):
     """A GroupCommitter that records single calls and ``execute_many``
-    calls apart. ``item_faults`` replace one job's outcome in a batch;
-    ``hold`` (when set) holds every execute_many call until it is released."""
+    calls apart (a claim riding an ``execute_many`` call in ``carried``, the
+    claim itself, not in ``batches``). ``item_faults`` replace one job's
+    outcome in a batch; ``hold`` (when set) holds every execute_many call
+    until it is released."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.singles: list[str] = []
         self.batches: list[list[tuple[str, str]]] = []
+        self.carried: list[Claim] = []
         self.item_faults: dict[str, list[Exception]] = {}
         self.call_faults: list[Exception] = []
         self.hold: threading.Event | None = None
@@ -54,7 +57,9 @@ class Spy(GroupCommitter):
         return super().fail(job_id, lease, **kwargs)
 
     def execute_many(self, ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
-        self.batches.append([(NAMES[type(op)], op.job_id) for op in ops])  # type: ignore[attr-defined]
+        self.batches.append([(NAMES[type(op)], op.job_id) for op in ops  # type: ignore[attr-defined]
+                             if not isinstance(op, Claim)])
+        self.carried.extend(op for op in ops if isinstance(op, Claim))
         self.entered.set()
         if self.hold is not None:
             self.hold.wait(TIMEOUT)
@@ -62,7 +67,7 @@ class Spy(GroupCommitter):
             raise self.call_faults.pop(0)
         outcomes = super().execute_many(ops, **kwargs)
         for index, op in enumerate(ops):
-            faults = self.item_faults.get(op.job_id)  # type: ignore[attr-defined]
+            faults = self.item_faults.get(getattr(op, "job_id", ""))
             if faults and NAMES[type(op)] != "heartbeat":
                 outcomes[index] = faults.pop(0)
         return outcomes
@@ -121,7 +126,7 @@ def test_a_transient_item_error_is_retried_alone(client: Spy) -> None:
     failed_once: list[str] = []
 
     def flaky(ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
-        keep = [op for op in ops if not (op.job_id == second and not failed_once)]  # type: ignore[attr-defined]
+        keep = [op for op in ops if not (getattr(op, "job_id", "") == second and not failed_once)]
         outcomes = dict(zip(map(id, keep), original(keep, **kwargs), strict=True)) if keep else {}
         result = []
         for op in ops:
