@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from engine import GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
+from engine import ClaimedJob, GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
 from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
 from engine.worker import PermanentFailure, Worker, WorkerOptions
 from tests.helpers import FAST_WORKER, start, wait_for
@@ -39,10 +39,15 @@ class Spy(GroupCommitter):
         self.singles: list[str] = []
         self.batches: list[list[tuple[str, str]]] = []
         self.carried: list[Claim] = []
+        self.own_claims = 0
         self.item_faults: dict[str, list[Exception]] = {}
         self.call_faults: list[Exception] = []
         self.hold: threading.Event | None = None
         self.entered = threading.Event()
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
+        self.own_claims += 1
+        return super().claim(*args, **kwargs)
 
     def heartbeat(self, job_id: str, lease: str, *, lease_seconds: float | None = None) -> datetime:
         self.singles.append("heartbeat")
@@ -57,7 +62,7 @@ class Spy(GroupCommitter):
         return super().fail(job_id, lease, **kwargs)
 
     def execute_many(self, ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
-        self.batches.append([(NAMES[type(op)], op.job_id) for op in ops  # type: ignore[attr-defined]
+        self.batches.append([(NAMES[type(op)], getattr(op, "job_id", "")) for op in ops
                              if not isinstance(op, Claim)])
         self.carried.extend(op for op in ops if isinstance(op, Claim))
         self.entered.set()
@@ -253,3 +258,50 @@ def test_without_batch_every_call_is_single(client: Spy) -> None:
 def test_bad_batch_options_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         WorkerOptions(**changes)
+
+
+def test_the_next_claim_rides_the_acknowledgements(client: Spy) -> None:
+    ids = client.push("q", list(range(8)))
+    together = threading.Barrier(4, timeout=TIMEOUT)
+    seqs: list[int] = []
+    original = client.execute_many
+
+    def noting(ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
+        outcomes = original(ops, **kwargs)
+        seqs.append(client.committed_seq)
+        return outcomes
+
+    client.execute_many = noting  # type: ignore[method-assign]
+    worker = Worker(client, queues=["q"], handler=lambda _: together.wait(),
+                    options=options(burst=True, concurrency=4, ack_linger_seconds=1.0))
+    stats = worker.run()
+    assert (stats.claimed, stats.completed, stats.lost) == (8, 8, 0)
+    # Claimed alone: the first four, and the empty claim that ends the burst.
+    # Each ack call carried a claim for the four free slots, in its commit:
+    # the second found the last four jobs, the third none.
+    assert client.own_claims == 2
+    assert [c.max_jobs for c in client.carried] == [4, 4]
+    assert [len(b) for b in client.acks()] == [4, 4]
+    assert len(set(seqs)) == len(seqs) == 2  # one commit per call
+    assert client.document()["queues"]["q"]["completed"] == 8 and len(ids) == 8
+
+
+def test_a_stopping_worker_carries_no_claim(client: Spy) -> None:
+    client.push("q", list(range(4)))
+    running = threading.Barrier(3, timeout=TIMEOUT)
+    release = threading.Event()
+
+    def handler(_: Any) -> None:
+        running.wait()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, options=options(concurrency=2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    running.wait()
+    worker.stop()
+    release.set()
+    thread.join(TIMEOUT)
+    assert (worker.stats.claimed, worker.stats.completed) == (2, 2)
+    assert client.carried == [] and client.own_claims == 1
+    assert [j["status"] for j in client.document()["jobs"]] == ["pending", "pending"]
