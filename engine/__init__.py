@@ -37,7 +37,7 @@ from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
-from engine.document import FORMAT, QueueState, counters_dict
+from engine.document import FORMAT, FORMAT_SEGMENTS, QueueState, counters_dict
 from engine.errors import (
     BrokerUnavailable,
     CommitterStopped,
@@ -55,6 +55,7 @@ from engine.errors import (
     PayloadTooLarge,
     PreconditionFailed,
     QueueError,
+    SegmentUnreadable,
     StoreConfigError,
     StoreError,
     StoreUnavailable,
@@ -80,9 +81,12 @@ from engine.model import (
 from engine.parsing import empty_state, parse_document
 from engine.pending import Buckets
 from engine.policy import (
+    DEFAULT_HEAD_JOBS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_REFILL_BELOW,
+    DEFAULT_SEGMENT_JOBS,
     DOCUMENT_KEY,
     MAX_DELAY_SECONDS,
     Policy,
@@ -106,14 +110,18 @@ __all__ = [
     "API_PREFIX",
     "DEFAULT_ACK_LINGER_SECONDS",
     "DEFAULT_GRACE_SECONDS",
+    "DEFAULT_HEAD_JOBS",
     "DEFAULT_HEARTBEAT_SECONDS",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_REFILL_BELOW",
+    "DEFAULT_SEGMENT_JOBS",
     "DEFAULT_TAKEOVER_SECONDS",
     "DEFAULT_WAIT_SECONDS",
     "DOCUMENT_KEY",
     "FORMAT",
+    "FORMAT_SEGMENTS",
     "MAX_DELAY_SECONDS",
     "AsyncQueueMethods",
     "Attempt",
@@ -160,6 +168,7 @@ __all__ = [
     "QueueError",
     "QueueState",
     "Readiness",
+    "SegmentUnreadable",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",

@@ -52,6 +52,7 @@ from engine.errors import (
     PreconditionFailed,
     StoreError,
 )
+from engine.lanes import LaneKeeper
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
 from engine.ops import Operation, TakeOver, Tick
@@ -131,6 +132,7 @@ class Broker:
         self._seen_seq = 0
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
         self._committer: GroupCommitter | None = None
+        self._keeper: LaneKeeper | None = None  # format 2's background work, while leading
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -159,6 +161,9 @@ class Broker:
         if thread is not None:
             thread.join(timeout)
         committer, self._committer = self._committer, None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop(timeout=0)  # it may be inside a commit of this committer: do not wait for it
         if committer is not None:
             committer.stop(timeout=timeout)
         self.role = "stopped"
@@ -365,6 +370,7 @@ class Broker:
             on_load=self._check_named,
             on_commit=self._committed,
             on_departures=self.on_departures,
+            on_segments_dropped=self._segments_dropped,
             presence=self.presence,
             stats=self.stats,
         )
@@ -373,6 +379,14 @@ class Broker:
         except NotLeader:
             return
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
+        self._keeper = LaneKeeper(
+            self.store, key=self.key, policy=self.policy,
+            execute=lambda op: committer.execute(op, timeout=self.takeover_seconds),
+            epoch=self.leader.epoch, clock=self.clock,
+            grace_seconds=2 * self.heartbeat_seconds,
+            collect_seconds=max(self.takeover_seconds, 10 * self.heartbeat_seconds),
+            retry_seconds=self.heartbeat_seconds,
+        ).start()
         self._committer = committer
         self._store_ok_at = self.monotonic()  # the takeover wrote, the committer read
         self.role = "leader"
@@ -384,8 +398,26 @@ class Broker:
             self.waiters.committed(state)
         except Exception:  # a bug there must neither break commits nor starve on_commit
             log.exception("broker %s: waking long-poll claims failed", self.id)
+        keeper = self._keeper
+        if keeper is not None:
+            try:
+                keeper.committed(state)
+            except Exception:
+                log.exception("broker %s: planning segment work failed", self.id)
         if self.on_commit is not None:
             self.on_commit(state)
+
+    def _segments_dropped(self, keys: list[str]) -> None:
+        """The committer's on_segments_dropped (its writer thread)."""
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.dropped(keys)
+
+    @property
+    def segment_problems(self) -> dict[str, str]:
+        """Per queue, why its next segment cannot be read (empty: none), while leading."""
+        keeper = self._keeper
+        return dict(keeper.problems) if keeper is not None else {}
 
     def _check_named(self, state: QueueState) -> None:
         """Runs on every read of the leader's committer: fence if replaced."""
@@ -404,6 +436,9 @@ class Broker:
         self.last_error = why
         self.waiters.close(error or NotLeader(self.leader.url))
         committer, self._committer = self._committer, None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop(timeout=0)  # it may be inside a commit of this committer: do not wait for it
         if committer is not None:
             # Bounded: a writer stuck in a store call must not hold the
             # control loop (the committer fails its queue itself).

@@ -126,6 +126,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_load: Callable[[QueueState], None] | None = None,
         on_commit: Callable[[QueueState], None] | None = None,
         on_departures: Callable[[list[Departure]], None] | None = None,
+        on_segments_dropped: Callable[[list[str]], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
         presence: Presence | None = None,
@@ -145,6 +146,9 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         # Jobs that left the document, per landed write (completed, purged,
         # dead letters dropped); only kept when someone listens.
         self.on_departures = on_departures
+        # Keys of segment objects that a landed write stopped referencing
+        # (format 2): they may be deleted now (engine.lanes does, after a grace).
+        self.on_segments_dropped = on_segments_dropped
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
         # Whether the document existed (I10); a broker shares one across its committers.
@@ -539,6 +543,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self._last_seq = seq
         write = Write(batch, seq, parts, state)
         write.departures = state.take_departures()
+        write.dropped_segments = state.take_dropped_segments()
         if_match = state.etag
         write.created = if_match is None
         state.encoded(seq=seq, writer=self.writer_id)
@@ -627,12 +632,20 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         return redo, durable
 
     def _report_departures(self, write: Write) -> None:
-        """Hand ``write``'s departures to ``on_departures`` (it has landed)."""
+        """Hand ``write``'s departures to ``on_departures``, and the segments
+        it stopped referencing to ``on_segments_dropped`` (it has landed:
+        never before, or a segment could be deleted while a version that
+        still references it is the latest)."""
         if self.on_departures is not None and write.departures:
             try:
                 self.on_departures(write.departures)
             except Exception:  # a listener's bug must not break commits
                 log.exception("on_departures listener failed")
+        if self.on_segments_dropped is not None and write.dropped_segments:
+            try:
+                self.on_segments_dropped(write.dropped_segments)
+            except Exception:
+                log.exception("on_segments_dropped listener failed")
 
     def _load(self) -> QueueState:
         blob = self.store.get(self.key)

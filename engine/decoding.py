@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from engine.document import FORMAT
+from engine.document import READABLE_FORMATS
 from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 
@@ -69,7 +69,8 @@ def decode_document_json(data: bytes, *, key: str = DOCUMENT_KEY) -> DecodedDocu
     """
     try:
         raw = orjson.loads(data)
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT or isinstance(raw.get("format"), bool):
+        version = raw.get("format") if isinstance(raw, dict) else None
+        if version not in READABLE_FORMATS or isinstance(version, bool):
             raise ValueError
         jobs, dead = raw.pop("jobs"), raw.pop("dead")
         _check_items(jobs, dead)

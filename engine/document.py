@@ -1,4 +1,4 @@
-"""The queue document (format 1): in-memory state, parsing and incremental encoding.
+"""The queue document (formats 1 and 2): in-memory state and incremental encoding.
 
 ``QueueState`` is the parsed document plus indexes that make claims and lease
 expiry cheap. It is mutated only by :mod:`engine.transitions`, and only inside
@@ -8,6 +8,13 @@ re-reads, so the in-memory state never drifts from what is in the store.
 Encoding is incremental: each job's JSON is cached when the job changes, and a
 commit joins the cached pieces, so its cost does not grow with the number of
 unchanged jobs beyond a memory copy. See ``docs/format.md`` for the format.
+
+Format 2 adds, per job, a ``pos``: its place in the FIFO order, which no
+longer follows the list order once jobs come back from segment objects; per
+queue, references to the segments that hold the pending jobs between its
+front (in the document, ``pos`` below the first segment's ``front``) and its
+tail (in the document, after the last segment); and ``sealed``, the window of
+ids moved into segments recently, so that a retried push finds them.
 """
 
 from __future__ import annotations
@@ -23,9 +30,15 @@ import orjson
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.segments import SegmentRef
 from engine.sequence import EncodedSequence
 
+#: The format a node writes unless segments are on (``Policy.segment_jobs``).
 FORMAT = 1
+#: The format with segments; a node that reads it keeps writing it.
+FORMAT_SEGMENTS = 2
+#: Every format this engine reads.
+READABLE_FORMATS = (FORMAT, FORMAT_SEGMENTS)
 # How many recent (writer, seq) pairs a document remembers, to settle an
 # ambiguous write even when other writers committed after it.
 RECENT_COMMITS = 32
@@ -36,8 +49,11 @@ _DUMPS_OPTS = orjson.OPT_UTC_Z
 class QueueState:
     """One version of the queue document, with claim and expiry indexes.
 
-    Jobs are kept in FIFO order (the document's list order). A job that goes
-    back to pending (retry, expiry, requeue) moves to the back of the order.
+    Every job has a ``pos``: its FIFO place (format 1: the document's list
+    order). A job that goes back to pending (retry, expiry, requeue) moves to
+    the back of the order, with a new ``pos``. In format 2 a queue may have
+    segment references (``lanes``): its pending jobs whose ``pos`` is at or
+    above the first segment's ``front`` wait behind the segments' jobs.
     ``etag`` is the store ETag of the version this state was read from or
     last written as (``None``: the document does not exist yet).
     """
@@ -52,14 +68,27 @@ class QueueState:
         self.recent: deque[tuple[str, int]] = deque(maxlen=RECENT_COMMITS)
         self.jobs: dict[str, Job] = {}
         self.dead: dict[str, DeadLetter] = {}
+        self.format = FORMAT
+        # FIFO place of each job in ``jobs``, and the next one to hand out.
+        self.pos: dict[str, int] = {}
+        self.next_pos = 0
+        # Format 2: per queue, references to its segments, oldest first.
+        self.lanes: dict[str, list[SegmentRef]] = {}
+        # Ids sealed into segments recently: pushes retried with them are
+        # answered without a second job (bounded like ``finished``).
+        self.sealed = FinishedIds()
+        # Keys of segments the state stopped referencing since the last
+        # encoding: deleted once the version without them has landed.
+        self.dropped_segments: list[str] = []
+        # Pending jobs per queue in the document (not in segments).
+        self.pending_here: dict[str, int] = {}
         # Ids of jobs that left the document recently: the dedup window.
         self.finished = FinishedIds()
         # Jobs that left since the last encoding, when someone listens for
         # them (a committer with on_departures sets a list); None: not kept.
         self.departures: list[Departure] | None = None
         self.dirty = False
-        # Encoded jobs and dead letters, in document order. A job's slot in
-        # _encoded_jobs is also its FIFO position.
+        # Encoded jobs and dead letters, in document order.
         self._encoded_jobs = EncodedSequence()
         self._encoded_dead = EncodedSequence()
         # Per queue: heap of (pos, id) of pending jobs with no pending delay,
@@ -79,6 +108,26 @@ class QueueState:
             self.dirty = True
         return counters
 
+    def pending(self, queue: str) -> int:
+        """The queue's pending jobs: in the document and in its segments."""
+        return self.pending_here.get(queue, 0) + sum(ref.remaining for ref in self.lanes.get(queue, ()))
+
+    def frontier(self, queue: str) -> int | None:
+        """The ``pos`` of the queue's first job still in a segment (None: it
+        has none). Only pending jobs before it may be claimed."""
+        refs = self.lanes.get(queue)
+        return refs[0].front if refs else None
+
+    def ready_in_order(self, queue: str) -> list[tuple[int, str]]:
+        """``(pos, id)`` of the queue's pending jobs in the document that have
+        no delay, in FIFO order (front and tail alike). O(n log n) in the
+        queue's pending jobs here, which format 2 keeps small."""
+        return sorted({entry for entry in self._ready.get(queue, ()) if self._is_current(entry[1], entry[0])})
+
+    def encoded_job(self, job_id: str) -> bytes:
+        """The job's JSON as this state writes it (cached; format 2: with ``pos``)."""
+        return self._encoded_jobs.get(job_id)
+
     def has_commit(self, writer: str, seq: int) -> bool:
         """True if this version is, or follows, commit ``seq`` by ``writer``."""
         return (writer, seq) in self.recent
@@ -87,23 +136,83 @@ class QueueState:
 
     def add_job(self, job: Job) -> None:
         """Append ``job`` at the back of the FIFO order (or move it there)."""
-        self.jobs.pop(job.id, None)
+        old = self.jobs.pop(job.id, None)
+        if old is not None and old.status == "pending":
+            self.pending_here[old.queue] -= 1
+        pos = self.next_pos
+        self.next_pos = pos + 1
+        self._place(job, pos)
+
+    def restore_job(self, job: Job, pos: int) -> None:
+        """Put ``job`` (not in the document) back at FIFO place ``pos``: a
+        job read from a stored document or from a segment."""
+        if pos >= self.next_pos:
+            self.next_pos = pos + 1
+        self._place(job, pos)
+
+    def _place(self, job: Job, pos: int) -> None:
         self.jobs[job.id] = job
-        self._index(job, self._encoded_jobs.append(job.id, encode_job(job)))
+        self.pos[job.id] = pos
+        self._encoded_jobs.append(job.id, encode_job(job, pos if self.format == FORMAT_SEGMENTS else None))
+        if job.status == "pending":
+            self.pending_here[job.queue] = self.pending_here.get(job.queue, 0) + 1
+        self._index(job, pos)
         self.dirty = True
 
     def replace_job(self, job: Job) -> None:
         """Replace a job in place, keeping its position."""
+        old = self.jobs[job.id]
+        if old.status != job.status:
+            self.pending_here[job.queue] += 1 if job.status == "pending" else -1
         self.jobs[job.id] = job
-        self._encoded_jobs.update(job.id, encode_job(job))
-        self._index(job, self._encoded_jobs.slot(job.id))
+        pos = self.pos[job.id]
+        self._encoded_jobs.update(job.id, encode_job(job, pos if self.format == FORMAT_SEGMENTS else None))
+        self._index(job, pos)
         self.dirty = True
 
     def remove_job(self, job_id: str) -> Job:
         job = self.jobs.pop(job_id)
+        del self.pos[job_id]
+        if job.status == "pending":
+            self.pending_here[job.queue] -= 1
         self._encoded_jobs.remove(job_id)
         self.dirty = True
         return job
+
+    def upgrade(self) -> None:
+        """Switch to format 2 (segments): every job's encoding gains its
+        ``pos``. Done once, by the first commit of a node with segments on;
+        there is no way back while segments are referenced."""
+        if self.format == FORMAT_SEGMENTS:
+            return
+        self.format = FORMAT_SEGMENTS
+        for job_id, job in self.jobs.items():
+            self._encoded_jobs.update(job_id, encode_job(job, self.pos[job_id]))
+        # Not dirty: the upgrade rides the next commit that changes something
+        # (a heartbeat at the latest), so a refused operation still writes nothing.
+
+    def tidy_ready(self, queue: str) -> None:
+        """Drop the queue's stale claim-index entries. After a seal: the
+        sealed jobs' entries would otherwise stay until they reach the top,
+        and a backlog of millions sealed over time would keep millions of
+        them. O(n) in the queue's pending jobs here, which format 2 keeps small."""
+        heap = self._ready.get(queue)
+        if heap:
+            live = list({entry for entry in heap if self._is_current(entry[1], entry[0])})
+            heapq.heapify(live)
+            self._ready[queue] = live
+
+    def drop_refs(self, queue: str, count: int | None = None) -> list[SegmentRef]:
+        """Stop referencing the first ``count`` (default: all) segments of
+        ``queue``; their keys are deleted once this version has landed."""
+        refs = self.lanes.get(queue, [])
+        dropped = refs[:count] if count is not None else list(refs)
+        del refs[:len(dropped)]
+        if not refs:
+            self.lanes.pop(queue, None)
+        self.dropped_segments.extend(ref.key for ref in dropped)
+        self.dirty = True
+        return dropped
 
     def add_dead(self, dead: DeadLetter) -> None:
         self.dead.pop(dead.id, None)
@@ -138,6 +247,12 @@ class QueueState:
         self.departures = []
         return taken
 
+    def take_dropped_segments(self) -> list[str]:
+        """Keys of segments no longer referenced since the last call (to be
+        deleted once the version that dropped them has landed)."""
+        taken, self.dropped_segments = self.dropped_segments, []
+        return taken
+
     def add_finished(self, job_id: str, at: datetime) -> None:
         """Remember that ``job_id`` left the document at ``at`` (the dedup
         window), keeping the window within its count at once; its age is
@@ -158,7 +273,7 @@ class QueueState:
 
     def _is_current(self, job_id: str, pos: int) -> Job | None:
         job = self.jobs.get(job_id)
-        if job is None or job.status != "pending" or self._encoded_jobs.slot(job_id) != pos:
+        if job is None or job.status != "pending" or self.pos[job_id] != pos:
             return None
         return job
 
@@ -174,11 +289,16 @@ class QueueState:
                 heads.append((head[0], head[1], queue))
         heapq.heapify(heads)
         taken: list[Job] = []
+        # A job restored from a segment at its old pos can have two equal
+        # index entries (the one from before it was sealed is current again).
+        seen: set[str] = set()
         while heads and len(taken) < limit:
             _, job_id, queue = heapq.heappop(heads)
             ready = self._ready[queue]
             heapq.heappop(ready)
-            taken.append(self.jobs[job_id])
+            if job_id not in seen:
+                seen.add(job_id)
+                taken.append(self.jobs[job_id])
             head = self._ready_head(queue)
             if head is not None:
                 heapq.heappush(heads, (head[0], head[1], queue))
@@ -191,7 +311,9 @@ class QueueState:
             # Valid while the job is pending at that position: any change that
             # could make it ineligible (a retry, a requeue) also moves it.
             if self._is_current(job_id, pos) is not None:
-                return ready[0]
+                # Behind the queue's segments: their jobs come first (I7).
+                front = self.frontier(queue)
+                return ready[0] if front is None or pos < front else None
             heapq.heappop(ready)
         return None
 
@@ -213,15 +335,42 @@ class QueueState:
         if limit <= 0 or self._ready_head(queue) is None:
             return 0
         count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
+        front = self.frontier(queue)
+        seen: set[str] = set()
         for pos, job_id in self._ready[queue]:
             if budget == 0:
                 return limit
             budget -= 1
-            if self._is_current(job_id, pos) is not None:
+            if (front is None or pos < front) and self._is_current(job_id, pos) is not None and job_id not in seen:
+                seen.add(job_id)
                 count += 1
                 if count == limit:
                     break
         return count
+
+    def front_ready(self, queue: str, now: datetime, limit: int) -> int:
+        """How many jobs of ``queue`` a claim at ``now`` could take from its
+        front (before its segments; every eligible job when it has none),
+        counted exactly up to ``limit``. Walks only the index entries below
+        the first segment's ``front``, from the heap's root: O(limit) when
+        the front is full, whatever the size of the tail. Tidies the indexes
+        as a claim would; changes no job."""
+        self._promote_due(queue, now)
+        heap = self._ready.get(queue)
+        if not heap or limit <= 0:
+            return 0
+        front = self.frontier(queue)
+        seen: set[str] = set()
+        stack = [0]
+        while stack and len(seen) < limit:
+            i = stack.pop()
+            pos, job_id = heap[i]
+            if front is not None and pos >= front:
+                continue  # a heap's children are never smaller: nothing below here
+            if self._is_current(job_id, pos) is not None:
+                seen.add(job_id)
+            stack.extend(child for child in (2 * i + 1, 2 * i + 2) if child < len(heap))
+        return len(seen)
 
     def due_times(self, queue: str, limit: int) -> list[datetime]:
         """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
@@ -268,8 +417,8 @@ class QueueState:
         changed since the last encoding are rebuilt; the rest are shared.
         Does not change the state; call :meth:`encoded` next."""
         recent = [*self.recent, (writer, seq)][-RECENT_COMMITS:]
-        header = {
-            "format": FORMAT,
+        header: dict[str, Any] = {
+            "format": self.format,
             "seq": seq,
             "writer": writer,
             "written_at": now,
@@ -277,11 +426,18 @@ class QueueState:
             "broker": {"id": self.broker.id, "url": self.broker.url, "epoch": self.broker.epoch},
             "queues": {name: counters_dict(c) for name, c in sorted(self.queues.items())},
         }
+        if self.format == FORMAT_SEGMENTS:
+            header["next_pos"] = self.next_pos
+            header["lanes"] = {
+                name: {"segments": [ref.as_dict() for ref in refs]} for name, refs in sorted(self.lanes.items())
+            }
         # The dedup window goes into the first part, with the header: readers
         # that decode the parts one by one (the dashboard) expect the first
         # part to be the header and the next one to open the dead letters.
         # Its groups are encoded once and cached; only the join is per commit.
         head = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"finished":[', *self.finished.parts(), b"]"]
+        if self.format == FORMAT_SEGMENTS:
+            head.extend((b',"sealed":[', *self.sealed.parts(), b"]"))
         parts = [b"".join(head), b',"dead":[']
         parts.extend(self._encoded_dead.parts())
         parts.append(b'],"jobs":[')
@@ -373,8 +529,9 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
     return middle
 
 
-def encode_job(job: Job) -> bytes:
-    """The job's JSON object (byte for byte what ``_encode_job_fields`` gives)."""
+def encode_job(job: Job, pos: int | None = None) -> bytes:
+    """The job's JSON object (byte for byte what ``_encode_job_fields`` gives),
+    with ``"pos"`` after the id when ``pos`` is given (format 2)."""
     not_before = job.not_before
     if (
         job.lease is None
@@ -391,15 +548,17 @@ def encode_job(job: Job) -> bytes:
         middle = _PLAIN_MIDDLES.get(key)
         if middle is None:
             middle = _plain_middle(key)
-        return b"".join((b'{"id":', orjson.dumps(job.id), middle, job.payload, b"}"))
-    return _encode_job_fields(job)
+        at = b"" if pos is None else b',"pos":%d' % pos
+        return b"".join((b'{"id":', orjson.dumps(job.id), at, middle, job.payload, b"}"))
+    return _encode_job_fields(job, pos)
 
 
-def _encode_job_fields(job: Job) -> bytes:
+def _encode_job_fields(job: Job, pos: int | None = None) -> bytes:
     """The general encoding of a job, field by field."""
+    fields: dict[str, Any] = {"id": job.id} if pos is None else {"id": job.id, "pos": pos}
     return exact(orjson.dumps(
         {
-            "id": job.id,
+            **fields,
             "queue": job.queue,
             "status": job.status,
             "attempts": job.attempts,

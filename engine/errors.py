@@ -9,7 +9,8 @@ Every error the engine raises derives from :class:`EngineError`::
     │   │   └── BrokerUnavailable  no broker answered a BrokerClient: refused, reset, timed out
     │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
-    │   └── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
+    │   ├── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
+    │   └── SegmentUnreadable      a segment the document references is missing or does not verify
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     ├── Unauthorized               the broker refused the API token; fix it, retrying won't help
     ├── CommitterStopped           the group committer is not running; nothing was applied
@@ -113,6 +114,24 @@ class DocumentMissing(DocumentError):
         self.key = key
         self.problem = f"missing; it existed ({why})"
         self.why = why
+
+
+class SegmentUnreadable(DocumentError):
+    """A segment object that the document references is missing, or its
+    bytes do not match the reference's size and SHA-256, or do not parse.
+
+    Like an unreadable document (I6) it is never worked around: the leader
+    keeps the reference, never overwrites the object, stops refilling that
+    queue (its other jobs, and other queues, carry on) and reports the
+    object; it resumes by itself once the object is restored.
+    """
+
+    code = "segment_unreadable"
+
+    def __init__(self, key: str, problem: str) -> None:
+        Exception.__init__(self, f"segment {key}: {problem}; the queue stops at it until it is restored")
+        self.key = key
+        self.problem = problem
 
 
 class NotLeader(EngineError):

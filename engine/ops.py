@@ -14,13 +14,15 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 import orjson
 
 from engine.errors import InvalidPayload, PayloadTooLarge, ValidationError
-from engine.model import exact, new_job_id
+from engine.model import Job, exact, new_job_id
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
+from engine.segments import SegmentRef
 
 __all__ = [
     "ID_PATTERN",
@@ -35,12 +37,15 @@ __all__ = [
     "ForgetQueue",
     "GetJob",
     "Heartbeat",
+    "Merge",
     "NewJob",
     "Operation",
     "Purge",
     "PurgeStatus",
     "Push",
+    "Refill",
     "Requeue",
+    "Seal",
     "SetPaused",
     "TakeOver",
     "Tick",
@@ -199,6 +204,50 @@ class TakeOver:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seal:
+    """The leader's own (see :mod:`engine.lanes`): replace the pending jobs
+    ``jobs`` of ``queue`` (``(id, pos)`` pairs, in FIFO order) by ``ref``, a
+    segment already written with exactly those jobs. Refused, changing
+    nothing, unless each is still pending at that ``pos`` with no delay and
+    the queue's last segment is still ``after`` (None: it has none)."""
+
+    queue: str
+    ref: SegmentRef
+    jobs: tuple[tuple[str, int], ...]
+    after: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refill:
+    """The leader's own (see :mod:`engine.lanes`): move ``jobs`` (``(job,
+    pos)`` pairs), the next jobs of ``queue``'s first segment ``key`` after
+    its first ``consumed``, back into the document. ``front`` and ``oldest``
+    describe the first job still in the segment afterwards (None when none
+    is left). Refused, changing nothing, unless the queue's first segment is
+    still ``key`` with ``consumed`` consumed."""
+
+    queue: str
+    key: str
+    consumed: int
+    jobs: tuple[tuple[Job, int], ...]
+    front: int | None
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Merge:
+    """The leader's own (see :mod:`engine.lanes`): replace the adjacent
+    segment references ``keys`` of ``queue`` by ``ref``, one segment already
+    written with all their jobs in order. Refused, changing nothing, unless
+    those references are still there, adjacent, in that order, and none has
+    been refilled from (``consumed`` 0)."""
+
+    queue: str
+    keys: tuple[str, ...]
+    ref: SegmentRef
+
+
 Operation = (
     Push
     | Claim
@@ -213,6 +262,9 @@ Operation = (
     | GetJob
     | Tick
     | TakeOver
+    | Seal
+    | Refill
+    | Merge
 )
 
 

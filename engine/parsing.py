@@ -15,10 +15,12 @@ from typing import Any, NoReturn
 
 import orjson
 
-from engine.document import FORMAT, QueueState
+from engine.document import FORMAT_SEGMENTS, READABLE_FORMATS, QueueState
 from engine.errors import DocumentError
+from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.segments import SegmentRef
 
 
 class _Reader:
@@ -128,8 +130,9 @@ def _load(r: _Reader, data: bytes) -> dict[str, Any]:
         r.fail("", f"not valid JSON ({exc})")
     if not isinstance(raw, dict) or "format" not in raw:
         r.fail("", "not a queueadmin document (no top-level 'format' field)")
-    if type(raw["format"]) is not int or raw["format"] != FORMAT:  # (True == 1 in Python)
-        r.fail("", f"unsupported format version {raw['format']!r}; this engine reads format {FORMAT}")
+    if type(raw["format"]) is not int or raw["format"] not in READABLE_FORMATS:  # (True == 1 in Python)
+        readable = " and ".join(str(f) for f in READABLE_FORMATS)
+        r.fail("", f"unsupported format version {raw['format']!r}; this engine reads formats {readable}")
     return raw
 
 
@@ -188,7 +191,12 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             paused=r.flag(counters, "paused", where),
         )
 
-    _finished(r, raw.get("finished", []), state)
+    _finished(r, raw.get("finished", []), state.finished, "finished")
+    segmented = raw["format"] == FORMAT_SEGMENTS
+    if segmented:
+        state.format = FORMAT_SEGMENTS
+        _finished(r, raw.get("sealed", []), state.sealed, "sealed")
+        _lanes(r, r.obj(raw.get("lanes", {}), "lanes"), state)
 
     for i, item in enumerate(r.array(raw, "dead", "")):
         letter = _dead(r, r.obj(item, f"dead[{i}]"), f"dead[{i}]")
@@ -196,29 +204,91 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             r.fail(f"dead[{i}]", f"duplicate dead-letter id {letter.id!r}")
         state.add_dead(letter)
 
+    seen_pos: set[int] = set()
     for i, item in enumerate(r.array(raw, "jobs", "")):
-        job = _job(r, r.obj(item, f"jobs[{i}]"), f"jobs[{i}]")
+        where = f"jobs[{i}]"
+        obj = r.obj(item, where)
+        job = _job(r, obj, where)
         if job.id in state.jobs:
-            r.fail(f"jobs[{i}]", f"duplicate job id {job.id!r}")
+            r.fail(where, f"duplicate job id {job.id!r}")
         if job.id in state.dead:
-            r.fail(f"jobs[{i}]", f"duplicate id {job.id!r}: it is also in the dead letters")
-        state.add_job(job)
+            r.fail(where, f"duplicate id {job.id!r}: it is also in the dead letters")
+        if segmented:
+            pos = r.integer(obj, "pos", where)
+            if pos in seen_pos:
+                r.fail(where, f"duplicate pos {pos}")
+            seen_pos.add(pos)
+            state.restore_job(job, pos)
+        else:
+            state.add_job(job)
+    if segmented:
+        next_pos = r.integer(raw, "next_pos", "")
+        highest = max(seen_pos | {ref.last_pos for refs in state.lanes.values() for ref in refs}, default=-1)
+        if next_pos <= highest:
+            r.fail("next_pos", f"{next_pos} is not above every pos in use ({highest})")
+        state.next_pos = next_pos
     state.dirty = False
     return state
 
 
-def _finished(r: _Reader, groups: Any, state: QueueState) -> None:
-    """The dedup window: ``[["<time>", "<id> <id> ..."], ...]``; absent (a
-    document written before the window existed) is read as empty."""
+def parse_segment_jobs(key: str, items: list[Any]) -> list[tuple[Job, int]]:
+    """The jobs of a segment (decoded JSON objects, see
+    :func:`engine.segments.read_segment`) as ``(job, pos)`` pairs, checked
+    as strictly as the document's. Raises DocumentError naming ``key``."""
+    r = _Reader(key)
+    result = []
+    for i, item in enumerate(items):
+        where = f"jobs[{i}]"
+        obj = r.obj(item, where)
+        job = _job(r, obj, where)
+        if job.status != "pending":
+            r.fail(where, "a segment holds only pending jobs")
+        result.append((job, r.integer(obj, "pos", where)))
+    return result
+
+
+def _lanes(r: _Reader, lanes: Mapping[str, Any], state: QueueState) -> None:
+    """Format 2's ``lanes``: per queue, its segment references, in order."""
+    for queue, lane in lanes.items():
+        where = f"lanes.{queue}"
+        refs: list[SegmentRef] = []
+        for i, item in enumerate(r.array(r.obj(lane, where), "segments", where)):
+            rw = f"{where}.segments[{i}]"
+            obj = r.obj(item, rw)
+            ref = SegmentRef(
+                key=r.text(obj, "key", rw),
+                total=r.integer(obj, "total", rw, low=1),
+                consumed=r.integer(obj, "consumed", rw),
+                front=r.integer(obj, "front", rw),
+                last_pos=r.integer(obj, "last_pos", rw),
+                size=r.integer(obj, "size", rw, low=1),
+                sha256=r.text(obj, "sha256", rw),
+                oldest_enqueued_at=r.moment(obj, "oldest_enqueued_at", rw),
+                epoch=r.integer(obj, "epoch", rw),
+                sealed_at=r.moment(obj, "sealed_at", rw),
+            )
+            if ref.consumed >= ref.total or ref.front > ref.last_pos:
+                r.fail(rw, "a referenced segment must have jobs left, with front <= last_pos")
+            if refs and ref.front <= refs[-1].last_pos:
+                r.fail(rw, "segments must follow each other in pos order")
+            refs.append(ref)
+        if refs:
+            state.lanes[queue] = refs
+
+
+def _finished(r: _Reader, groups: Any, window: FinishedIds, name: str) -> None:
+    """A window of ids (``finished``, or format 2's ``sealed``):
+    ``[["<time>", "<id> <id> ..."], ...]``; absent (a document written before
+    the window existed) is read as empty."""
     if not isinstance(groups, list):
-        r.fail("finished", "expected a list")
+        r.fail(name, "expected a list")
     for i, group in enumerate(groups):
-        where = f"finished[{i}]"
+        where = f"{name}[{i}]"
         if not isinstance(group, list) or len(group) != 2 or not isinstance(group[1], str):
             r.fail(where, 'expected ["<time>", "<ids separated by spaces>"]')
         at = r.moment({"at": group[0]}, "at", where)
         for job_id in group[1].split():
-            state.finished.add(job_id, at)
+            window.add(job_id, at)
 
 
 def _job(r: _Reader, obj: Mapping[str, Any], where: str) -> Job:

@@ -134,7 +134,8 @@ FAILED = object()
 class Write:
     """One conditional PUT, run on the I/O thread."""
 
-    __slots__ = ("batch", "created", "departures", "done", "error", "etag", "parts", "seq", "started", "state")
+    __slots__ = ("batch", "created", "departures", "done", "dropped_segments", "error", "etag", "parts", "seq",
+                 "started", "state")
 
     def __init__(self, batch: list[Pending], seq: int, parts: list[bytes], state: QueueState) -> None:
         self.batch = batch
@@ -148,6 +149,8 @@ class Write:
         self.error: EngineError | None = None
         # The jobs this write removes from the document, reported once it lands.
         self.departures: list[Departure] = []
+        # Segment keys this write stops referencing, reported once it lands.
+        self.dropped_segments: list[str] = []
 
 
 @dataclass(slots=True, eq=False)

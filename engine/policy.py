@@ -31,6 +31,16 @@ DEDUP_WINDOW_SECONDS = 15 * 60.0
 MAX_CLAIM_JOBS = 1000
 MAX_DELAY_SECONDS = 366 * 24 * 3600.0
 MAX_LEASE_SECONDS = 24 * 3600.0
+# Format 2 (segments): off unless segment_jobs > 0. A queue keeps up to
+# HEAD_JOBS pending jobs at its front in the document; beyond them, once its
+# tail holds segment_jobs more, the leader seals them into a segment object.
+# When the front holds fewer than REFILL_BELOW, the next segment is read back.
+DEFAULT_SEGMENT_JOBS = 0
+DEFAULT_HEAD_JOBS = 1000
+DEFAULT_REFILL_BELOW = 500
+# Runs of sealed segments are merged into segments of up to this many jobs,
+# so that a backlog of millions needs a few hundred references, not thousands.
+DEFAULT_MERGE_JOBS = 16384
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +59,15 @@ class Policy:
       that left the document are remembered, and for how long: a push with
       such an id is answered with that id and enqueues nothing (0 turns the
       window off).
+    * ``segment_jobs`` / ``head_jobs`` / ``refill_below`` — format 2: seal a
+      queue's pending jobs beyond its first ``head_jobs`` into segment
+      objects of ``segment_jobs`` jobs, and read the next segment back when
+      fewer than ``refill_below`` are left in front of it (see
+      ``docs/format.md``). ``segment_jobs = 0`` (the default) keeps format 1.
+      With several queues holding segments, each gets an equal share of
+      ``head_jobs`` and ``segment_jobs`` (at least a tenth), so the document
+      stays about the same size. Adjacent sealed segments are merged into
+      segments of up to ``merge_jobs``.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -60,6 +79,10 @@ class Policy:
     max_error_chars: int = DEFAULT_MAX_ERROR_CHARS
     dedup_window_ids: int = DEDUP_WINDOW_IDS
     dedup_window_seconds: float = DEDUP_WINDOW_SECONDS
+    segment_jobs: int = DEFAULT_SEGMENT_JOBS
+    head_jobs: int = DEFAULT_HEAD_JOBS
+    refill_below: int = DEFAULT_REFILL_BELOW
+    merge_jobs: int = DEFAULT_MERGE_JOBS
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -72,6 +95,10 @@ class Policy:
             raise ValueError("backoff needs 0 <= base <= cap")
         if self.dedup_window_ids < 0 or not 0 <= self.dedup_window_seconds < float("inf"):
             raise ValueError("the dedup window needs a count >= 0 and a finite number of seconds >= 0")
+        if self.segment_jobs < 0 or self.head_jobs < 1 or not 0 < self.refill_below <= self.head_jobs:
+            raise ValueError("segments need segment_jobs >= 0, head_jobs >= 1 and 0 < refill_below <= head_jobs")
+        if self.merge_jobs < max(self.segment_jobs, 1):
+            raise ValueError("merge_jobs must be at least segment_jobs")
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before the retry that follows failed attempt number ``attempts``."""

@@ -38,6 +38,10 @@ class EncodedSequence:
         """The item's position number; larger means later in the order."""
         return self._slot[key]
 
+    def get(self, key: str) -> bytes:
+        """The item's encoded bytes."""
+        return self._chunks[self._slot[key] // CHUNK_ITEMS][key]
+
     def append(self, key: str, data: bytes) -> int:
         """Put ``key`` at the back with ``data``; return its new slot."""
         if key in self._slot:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from engine.document import QueueState, encode_dead, encode_job
+from engine.document import FORMAT_SEGMENTS, QueueState, encode_dead, encode_job
 from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
 from engine.model import (
     Attempt,
@@ -42,10 +42,13 @@ from engine.ops import (
     ForgetQueue,
     GetJob,
     Heartbeat,
+    Merge,
     Operation,
     Purge,
     Push,
+    Refill,
     Requeue,
+    Seal,
     SetPaused,
     TakeOver,
     Tick,
@@ -62,9 +65,12 @@ __all__ = [
     "forget_queue",
     "get_job",
     "heartbeat",
+    "merge",
     "purge",
     "push",
+    "refill",
     "requeue",
+    "seal",
     "set_paused",
     "still_expected",
     "take_over",
@@ -76,9 +82,9 @@ def push(state: QueueState, op: Push, now: datetime) -> list[str]:
     """Append the jobs at the back of ``op.queue``. A job whose id is already
     in the document, or left it within the dedup window, is left as it is and
     its id answered all the same (pushes are idempotent by id)."""
-    jobs, dead, finished, queue = state.jobs, state.dead, state.finished, op.queue
+    jobs, dead, finished, sealed, queue = state.jobs, state.dead, state.finished, state.sealed, op.queue
     for new in op.jobs:
-        if new.id in jobs or new.id in dead or new.id in finished:
+        if new.id in jobs or new.id in dead or new.id in finished or new.id in sealed:
             continue
         counters = state.counters(queue)
         not_before = now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None
@@ -279,6 +285,12 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         ids = [d.id for d in state.dead.values() if d.queue == op.queue]
     else:
         ids = [j.id for j in state.jobs.values() if j.queue == op.queue and j.status == op.status]
+        if op.status == "pending" and op.queue in state.lanes:
+            # The jobs in segments go with their references: one commit,
+            # whatever the backlog. Their ids are not listed one by one.
+            assert op.queue is not None
+            dropped = state.drop_refs(op.queue)
+            state.counters(op.queue).purged += sum(ref.remaining for ref in dropped)
     for job_id in ids:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
         state.add_finished(job_id, now)  # a retried push must not bring it back either
@@ -313,8 +325,10 @@ def forget_queue(state: QueueState, op: ForgetQueue, now: datetime) -> bool:
     queue is in the document: its counters are still in use."""
     # A scan, not an index: forgetting is a rare operator action, and a hit stops it early.
     queue = op.queue
-    if any(j.queue == queue for j in state.jobs.values()) or any(d.queue == queue for d in state.dead.values()):
+    if (queue in state.lanes or any(j.queue == queue for j in state.jobs.values())
+            or any(d.queue == queue for d in state.dead.values())):
         held = sum(1 for j in state.jobs.values() if j.queue == queue)
+        held += sum(ref.remaining for ref in state.lanes.get(queue, ()))
         held += sum(1 for d in state.dead.values() if d.queue == queue)
         raise ValidationError(
             f"queue {op.queue!r} is not empty: it holds {held} job{'' if held == 1 else 's'} "
@@ -366,6 +380,83 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
     return state.broker.epoch
 
 
+def seal(state: QueueState, op: Seal, now: datetime) -> int:
+    """Replace ``op.jobs`` by the segment reference ``op.ref`` (see
+    :class:`~engine.ops.Seal`); returns how many jobs moved. Raises
+    ValidationError, changing nothing, when the queue moved on since the
+    segment was written: the caller deletes the unused object."""
+    if state.format != FORMAT_SEGMENTS:
+        raise ValidationError("the document is not in format 2")
+    refs = state.lanes.get(op.queue, [])
+    last = refs[-1] if refs else None
+    if (last.key if last is not None else None) != op.after:
+        raise ValidationError(f"the segments of queue {op.queue!r} changed since the seal began")
+    if not op.jobs or (last is not None and op.jobs[0][1] <= last.last_pos):
+        raise ValidationError("a segment must follow the queue's last one")
+    for job_id, pos in op.jobs:
+        job = state.jobs.get(job_id)
+        if (job is None or job.queue != op.queue or job.status != "pending" or job.not_before is not None
+                or state.pos[job_id] != pos):
+            raise ValidationError(f"job {job_id!r} changed since the seal began")
+    for job_id, _ in op.jobs:
+        state.remove_job(job_id)
+        state.sealed.add(job_id, now)
+    state.lanes.setdefault(op.queue, []).append(op.ref)
+    state.tidy_ready(op.queue)
+    state.dirty = True
+    return len(op.jobs)
+
+
+def refill(state: QueueState, op: Refill, now: datetime) -> int:
+    """Move the next jobs of the queue's first segment back into the
+    document (see :class:`~engine.ops.Refill`); returns how many came back.
+    Raises ValidationError, changing nothing, if the segment moved on.
+
+    A job whose id is in the document already (a push reused the id after
+    it left the ``sealed`` window) stays in the document as it is; the copy
+    from the segment, the older, is counted as purged."""
+    refs = state.lanes.get(op.queue)
+    if not refs or refs[0].key != op.key or refs[0].consumed != op.consumed:
+        raise ValidationError(f"the first segment of queue {op.queue!r} changed since the refill began")
+    ref = refs[0]
+    restored = 0
+    for job, pos in op.jobs:
+        if job.id in state.jobs or job.id in state.dead:
+            state.counters(op.queue).purged += 1
+            state.departed("purged", job, now)
+            continue
+        state.restore_job(job, pos)
+        restored += 1
+    consumed = op.consumed + len(op.jobs)
+    if consumed >= ref.total or op.front is None or op.oldest is None:
+        state.drop_refs(op.queue, 1)
+    else:
+        refs[0] = ref._replace(consumed=consumed, front=op.front, oldest_enqueued_at=op.oldest)
+    state.dirty = True
+    return restored
+
+
+def merge(state: QueueState, op: Merge, now: datetime) -> int:
+    """Replace the adjacent references ``op.keys`` by ``op.ref`` (see
+    :class:`~engine.ops.Merge`); returns how many references went. Raises
+    ValidationError, changing nothing, if they changed meanwhile."""
+    refs = state.lanes.get(op.queue, [])
+    keys = [ref.key for ref in refs]
+    try:
+        start = keys.index(op.keys[0]) if op.keys else -1
+    except ValueError:
+        start = -1
+    run = refs[start:start + len(op.keys)] if start >= 0 else []
+    if (len(op.keys) < 2 or [ref.key for ref in run] != list(op.keys) or any(ref.consumed for ref in run)
+            or op.ref.total != sum(ref.total for ref in run) or op.ref.front != run[0].front
+            or op.ref.last_pos != run[-1].last_pos):
+        raise ValidationError(f"the segments of queue {op.queue!r} changed since the merge began")
+    refs[start:start + len(run)] = [op.ref]
+    state.dropped_segments.extend(op.keys)
+    state.dirty = True
+    return len(run)
+
+
 _TRANSITIONS: dict[type, Any] = {
     Push: push,
     Claim: claim,
@@ -380,6 +471,9 @@ _TRANSITIONS: dict[type, Any] = {
     GetJob: get_job,
     Tick: tick,
     TakeOver: take_over,
+    Seal: seal,
+    Refill: refill,
+    Merge: merge,
 }
 
 
@@ -397,6 +491,9 @@ def apply_batch(state: QueueState, ops: list[Operation], now: datetime) -> list[
     # write for it (I11); the next commit carries it.
     policy = state.policy
     state.finished.prune(now, max_ids=policy.dedup_window_ids, max_seconds=policy.dedup_window_seconds)
+    state.sealed.prune(now, max_ids=policy.dedup_window_ids, max_seconds=policy.dedup_window_seconds)
+    if policy.segment_jobs > 0 and state.format != FORMAT_SEGMENTS:
+        state.upgrade()  # a node with segments on writes format 2 from its first commit
     results: list[Any] = []
     for op in ops:
         try:

@@ -21,9 +21,12 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import (
+    DEFAULT_HEAD_JOBS,
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_REFILL_BELOW,
+    DEFAULT_SEGMENT_JOBS,
     DEFAULT_TAKEOVER_SECONDS,
     BrokerClient,
     ObjectStore,
@@ -150,14 +153,22 @@ def max_payload_bytes() -> int:
 
 
 def policy() -> Policy:
-    """The engine policy the settings describe: :func:`lease_seconds` and
-    :func:`max_payload_bytes`, the engine's defaults for the rest.
+    """The engine policy the settings describe: :func:`lease_seconds`,
+    :func:`max_payload_bytes` and format 2's ``QUEUE_SEGMENT_JOBS``,
+    ``QUEUE_HEAD_JOBS`` and ``QUEUE_REFILL_BELOW``; the engine's defaults
+    for the rest.
 
     Brokers enforce it; clients (commands, workers, forms, the tasks backend)
     validate with it locally, so both agree. Raises ValueError for values the
     engine refuses.
     """
-    return Policy(lease_seconds=lease_seconds(), max_payload_bytes=max_payload_bytes())
+    return Policy(
+        lease_seconds=lease_seconds(),
+        max_payload_bytes=max_payload_bytes(),
+        segment_jobs=int(getattr(settings, "QUEUE_SEGMENT_JOBS", DEFAULT_SEGMENT_JOBS)),
+        head_jobs=int(getattr(settings, "QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)),
+        refill_below=int(getattr(settings, "QUEUE_REFILL_BELOW", DEFAULT_REFILL_BELOW)),
+    )
 
 
 def finished_retention_seconds() -> float:

@@ -51,6 +51,11 @@ QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
 QUEUE_METRICS_SAMPLE_SECONDS
                             how often the leader records the metrics history
                             for the charts, seconds (10)
+QUEUE_SEGMENT_JOBS          format 2: jobs per segment object; 0 keeps format 1 (0)
+QUEUE_HEAD_JOBS             format 2: pending jobs a queue keeps in queue.json
+                            in front of its segments (1000)
+QUEUE_REFILL_BELOW          format 2: read the next segment back when fewer
+                            claimable jobs are left in front (500)
 =========================== ====================================================
 """
 
@@ -65,7 +70,15 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from engine import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_TAKEOVER_SECONDS
+from engine import (
+    DEFAULT_HEAD_JOBS,
+    DEFAULT_HEARTBEAT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_REFILL_BELOW,
+    DEFAULT_SEGMENT_JOBS,
+    DEFAULT_TAKEOVER_SECONDS,
+)
 from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
     DEFAULT_HTTP_IDLE_SECONDS,
@@ -317,6 +330,13 @@ QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS
 QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
 # The leader records a point of the metrics history this often (queueadmin.metrics.sampler).
 QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS)
+
+# Format 2 (docs/format.md): a backlog beyond each queue's first
+# QUEUE_HEAD_JOBS pending jobs moves to segment objects of QUEUE_SEGMENT_JOBS
+# jobs; 0 keeps format 1. A node that reads format 2 keeps writing it.
+QUEUE_SEGMENT_JOBS = env_int("QUEUE_SEGMENT_JOBS", DEFAULT_SEGMENT_JOBS, minimum=0)
+QUEUE_HEAD_JOBS = env_int("QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)
+QUEUE_REFILL_BELOW = env_int("QUEUE_REFILL_BELOW", min(DEFAULT_REFILL_BELOW, QUEUE_HEAD_JOBS))
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader

@@ -69,6 +69,8 @@ ENGINE_ALIASES: Mapping[str, str] = {
     "store_config": "store_unavailable",
     # A stopped committer applied nothing; to a client that is "not the leader".
     "committer_stopped": "not_leader",
+    # A segment that does not verify is the document's trouble to a client.
+    "segment_unreadable": "document_error",
     # The generic queue refusal: bad input that no narrower code describes.
     "queue_error": "invalid",
 }

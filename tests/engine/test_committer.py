@@ -283,7 +283,7 @@ CORRUPT = [
     b"",
     b'{"hello": "world"}',
     b'["a", "list"]',
-    b'{"format": 2, "seq": 1, "jobs": [], "dead": [], "queues": {}}',
+    b'{"format": 3, "seq": 1, "jobs": [], "dead": [], "queues": {}}',
 ]
 
 

@@ -1,0 +1,176 @@
+"""Segment objects: immutable runs of one queue's pending jobs (format 2).
+
+A queue's pending jobs beyond a window in the document are sealed, in FIFO
+order, into *segment* objects next to ``queue.json``; the document keeps a
+:class:`SegmentRef` per segment (see ``docs/format.md``, "Format 2"). This
+module names, encodes, writes, reads and verifies segments. It knows nothing
+of the committer: the leader's :mod:`engine.lanes` decides when to seal and
+refill, and the transitions (:mod:`engine.transitions`) change the document.
+
+A segment is written once with ``If-None-Match: *`` and never changed. Its
+reference carries its size and SHA-256, so a truncated or altered object is
+refused (:class:`~engine.errors.SegmentUnreadable`), never decoded: the
+node stops that queue and reports the object, as it does for an unreadable
+document (I6).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import orjson
+
+from engine.errors import SegmentUnreadable, StoreError
+from engine.stores.base import ObjectStore
+
+#: The ``kind`` of a segment of pending jobs.
+PENDING_KIND = "pending"
+
+
+class SegmentRef(NamedTuple):
+    """The document's reference to one segment object.
+
+    ``total`` jobs are in the object, oldest first; the first ``consumed`` of
+    them have been moved back into the document (refilled). ``front`` is the
+    ``pos`` of the first job not yet consumed, ``last_pos`` that of the last
+    job: every pending job of the queue in the document whose ``pos`` is
+    below ``front`` (of the first reference) comes before it in FIFO order,
+    every one above the last reference's ``last_pos`` after it.
+    ``oldest_enqueued_at`` is the ``enqueued_at`` of the job at ``front``.
+    ``size`` and ``sha256`` describe the object's bytes exactly; ``epoch`` is
+    the broker epoch of the leader that wrote it (see the collector in
+    :mod:`engine.lanes`).
+    """
+
+    key: str
+    total: int
+    consumed: int
+    front: int
+    last_pos: int
+    size: int
+    sha256: str
+    oldest_enqueued_at: datetime
+    epoch: int
+    sealed_at: datetime
+
+    @property
+    def remaining(self) -> int:
+        """Jobs still in the object, not yet refilled into the document."""
+        return self.total - self.consumed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "total": self.total,
+            "consumed": self.consumed,
+            "front": self.front,
+            "last_pos": self.last_pos,
+            "size": self.size,
+            "sha256": self.sha256,
+            "oldest_enqueued_at": self.oldest_enqueued_at,
+            "epoch": self.epoch,
+            "sealed_at": self.sealed_at,
+        }
+
+
+def segment_prefix(document_key: str) -> str:
+    """Where the segments of ``document_key`` live: every key under it."""
+    return f"{document_key}.seg/"
+
+
+def segment_key(document_key: str, *, queue: str, epoch: int, first_pos: int) -> str:
+    """A new, unique key for a segment of ``queue`` starting at ``first_pos``.
+
+    The key names the writer's broker epoch (read back by
+    :func:`epoch_of_key` for the collector's rule) and ends in a random
+    suffix, so two writers never pick the same key; ``If-None-Match`` makes
+    sure of it. Queue names are key-safe (letters, digits, ``_ . : -``).
+    """
+    return f"{segment_prefix(document_key)}{queue}/e{epoch:08d}-p{first_pos:014d}-{secrets.token_hex(4)}.json"
+
+
+def epoch_of_key(key: str) -> int | None:
+    """The broker epoch written in a segment key, or None for a key this
+    module did not make (the collector leaves such objects alone)."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.startswith("e") or "-" not in name:
+        return None
+    digits = name[1:].split("-", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def encode_segment(queue: str, first_pos: int, jobs: Sequence[bytes]) -> bytes:
+    """A segment's bytes: ``jobs`` are the jobs' encoded JSON objects (each
+    with its ``pos``), in FIFO order."""
+    head = orjson.dumps({"format": 2, "kind": PENDING_KIND, "queue": queue, "first_pos": first_pos,
+                         "count": len(jobs)})
+    return b"".join((head[:-1], b',"jobs":[', b",".join(jobs), b"]}"))
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_segment(store: ObjectStore, key: str, data: bytes) -> None:
+    """Create ``key`` with ``data``, never overwriting: a key that exists
+    raises :class:`~engine.errors.PreconditionFailed` (keys are unique, so it
+    means a bug or an ambiguous earlier attempt of this very write). Other
+    store errors propagate."""
+    store.put(key, data, if_none_match=True)
+
+
+def read_segment(store: ObjectStore, ref: SegmentRef) -> list[Any]:
+    """The jobs of the segment ``ref`` names, as decoded JSON objects, after
+    checking the object's size and SHA-256 against the reference and its
+    shape. Raises :class:`~engine.errors.SegmentUnreadable` naming the object
+    when it is missing, altered or malformed, and StoreError subclasses for
+    transient store trouble (worth retrying)."""
+    blob = store.get(ref.key)
+    if blob is None:
+        raise SegmentUnreadable(ref.key, "the object is missing")
+    return decode_segment(ref, blob.data)
+
+
+def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
+    """Verify ``data`` against ``ref`` and return its jobs (see :func:`read_segment`)."""
+    if len(data) != ref.size:
+        raise SegmentUnreadable(ref.key, f"its size is {len(data)} bytes, the document says {ref.size}")
+    if digest(data) != ref.sha256:
+        raise SegmentUnreadable(ref.key, "its SHA-256 does not match the document's reference")
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # a matching hash makes this a writer's bug; still refuse it
+        raise SegmentUnreadable(ref.key, f"not valid JSON ({exc})") from exc
+    jobs = raw.get("jobs") if isinstance(raw, dict) else None
+    if not isinstance(jobs, list) or raw.get("kind") != PENDING_KIND or len(jobs) != ref.total:
+        raise SegmentUnreadable(ref.key, "not a segment of pending jobs with the referenced count")
+    return jobs
+
+
+def delete_quietly(store: ObjectStore, key: str) -> bool:
+    """Delete ``key``; a store error is reported as False (a later pass of
+    the collector retries). Deleting a missing key is not an error."""
+    try:
+        store.delete(key)
+    except StoreError:
+        return False
+    return True
+
+
+__all__ = [
+    "PENDING_KIND",
+    "SegmentRef",
+    "decode_segment",
+    "delete_quietly",
+    "digest",
+    "encode_segment",
+    "epoch_of_key",
+    "read_segment",
+    "segment_key",
+    "segment_prefix",
+    "write_segment",
+]

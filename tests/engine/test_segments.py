@@ -1,0 +1,267 @@
+"""Format 2: pending jobs beyond a queue's front move to segment objects and
+back (sealing, refilling, deleting, collecting), through a real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from engine import Broker, DocumentError, Policy
+from engine.ops import Purge, claim_op, complete_op, push_op
+from engine.parsing import parse_document
+from engine.segments import segment_key, segment_prefix
+from engine.stores import ObjectStore, open_store
+from tests.helpers import wait_for
+
+SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+
+
+def document(store: ObjectStore) -> dict[str, Any]:
+    blob = store.get("queue.json")
+    assert blob is not None
+    return orjson.loads(blob.data)  # type: ignore[no-any-return]
+
+
+def segments(store: ObjectStore) -> list[str]:
+    return store.list(segment_prefix("queue.json"))
+
+
+def leader(make_broker: Callable[..., Broker], store: ObjectStore, policy: Policy = SMALL) -> Broker:
+    broker = make_broker(store, "http://a", policy=policy)
+    wait_for(lambda: broker.role == "leader", what="leading")
+    return broker
+
+
+def push(broker: Broker, queue: str, n: int, start: int = 0) -> list[str]:
+    ids = [f"{queue}-{i:05d}" for i in range(start, start + n)]
+    broker.execute(push_op(queue, [{"i": i} for i in range(start, start + n)], ids=ids, policy=broker.policy))
+    return ids
+
+
+def drain(broker: Broker, queue: str, *, expect: int, batch: int = 7) -> list[str]:
+    """Claim and complete until ``expect`` jobs came back, in claim order."""
+    seen: list[str] = []
+
+    def step() -> bool:
+        for job in broker.execute(claim_op("w", [queue], policy=broker.policy, max_jobs=batch)):
+            seen.append(job.id)
+            broker.execute(complete_op(job.id, job.lease))
+        return len(seen) >= expect
+
+    wait_for(step, timeout=30, what=f"{expect} jobs drained")
+    return seen
+
+
+def test_a_backlog_is_sealed_into_segments_and_comes_back_in_fifo_order(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = push(broker, "q", 200)
+
+    # The leader seals everything past the front, ten jobs a segment.
+    wait_for(lambda: document(store)["format"] == 2 and len(document(store)["jobs"]) <= 20 + 10, what="sealed")
+    doc = document(store)
+    refs = doc["lanes"]["q"]["segments"]
+    assert sum(ref["total"] - ref["consumed"] for ref in refs) + len(doc["jobs"]) == 200
+    assert sorted(segments(store)) == sorted(ref["key"] for ref in refs)
+
+    assert drain(broker, "q", expect=200) == ids  # I7, across the segments
+    wait_for(lambda: not segments(store), what="used segments deleted")
+    doc = document(store)
+    assert doc["lanes"] == {} and doc["jobs"] == []
+    assert doc["queues"]["q"]["completed"] == 200
+
+
+def test_adjacent_small_segments_are_merged_and_still_drain_in_order(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=50))
+    ids = push(broker, "q", 600)
+
+    def merged() -> bool:
+        refs = document(store).get("lanes", {}).get("q", {}).get("segments", [])
+        return sum(ref["total"] for ref in refs) >= 500 and len(refs) <= 14
+
+    wait_for(merged, timeout=30, what="merged segments")
+    refs = document(store)["lanes"]["q"]["segments"]
+    assert any(ref["total"] == 50 for ref in refs)
+    wait_for(lambda: sorted(segments(store)) == sorted(r["key"] for r in document(store)["lanes"]["q"]["segments"]),
+             what="merged-away segments deleted")
+    assert drain(broker, "q", expect=600) == ids
+    wait_for(lambda: not segments(store), what="all deleted")
+
+
+def test_pushes_keep_landing_in_the_tail_while_the_front_drains(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    first = push(broker, "q", 100)
+    wait_for(lambda: "q" in document(store).get("lanes", {}), what="a segment")
+    second = push(broker, "q", 100, start=100)
+    assert drain(broker, "q", expect=200) == first + second
+
+
+def test_a_retried_push_of_a_sealed_job_adds_nothing(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = push(broker, "q", 100)
+    wait_for(lambda: len(document(store)["jobs"]) < 100, what="sealed")
+    sealed = set(ids) - {job["id"] for job in document(store)["jobs"]}
+    assert sealed
+    again = sorted(sealed)[:5]
+    assert broker.execute(push_op("q", [{}] * 5, ids=again, policy=broker.policy)) == again
+    assert document(store)["queues"]["q"]["pushed"] == 100
+    assert drain(broker, "q", expect=100) == ids
+
+
+def test_purging_a_queue_drops_its_segments_in_one_commit(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    push(broker, "q", 300)
+    wait_for(lambda: len(document(store)["jobs"]) <= 30, what="sealed")
+    seq = document(store)["seq"]
+    broker.execute(Purge(queue="q", status="pending"))
+    doc = document(store)
+    assert doc["seq"] == seq + 1 or doc["lanes"] == {}
+    assert doc["lanes"] == {} and doc["jobs"] == []
+    assert doc["queues"]["q"]["purged"] == 300
+    wait_for(lambda: not segments(store), what="purged segments deleted")
+
+
+def test_a_missing_segment_stops_that_queue_and_is_reported(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = push(broker, "q", 100)
+    other = push(broker, "other", 5)
+    wait_for(lambda: len(document(store)["lanes"].get("q", {}).get("segments", [])) >= 3, what="sealed")
+    first = document(store)["lanes"]["q"]["segments"][0]["key"]
+    blob = store.get(first)
+    assert blob is not None
+    store.delete(first)
+
+    drained = drain(broker, "q", expect=20)  # the front is still in the document
+    assert drained == ids[:20]
+    wait_for(lambda: "q" in broker.segment_problems, what="the problem reported")
+    assert first in broker.segment_problems["q"] and "missing" in broker.segment_problems["q"]
+    assert broker.execute(claim_op("w", ["q"], policy=broker.policy)) == []
+    assert drain(broker, "other", expect=5) == other  # other queues go on
+    assert first in [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]  # never dropped
+
+    store.put(first, blob.data)  # restored: the queue resumes by itself
+    assert drain(broker, "q", expect=80) == ids[20:]
+    assert broker.segment_problems == {}
+
+
+def test_an_altered_segment_is_refused_not_decoded(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    push(broker, "q", 100)
+    wait_for(lambda: len(document(store)["lanes"].get("q", {}).get("segments", [])) >= 2, what="sealed")
+    first = document(store)["lanes"]["q"]["segments"][0]["key"]
+    blob = store.get(first)
+    assert blob is not None
+    store.put(first, blob.data.replace(b'"i":2', b'"i":9'))
+    drain(broker, "q", expect=20)
+    wait_for(lambda: "q" in broker.segment_problems, what="the problem reported")
+    assert "SHA-256" in broker.segment_problems["q"]
+
+
+def test_format_1_is_upgraded_at_the_first_commit_and_keeps_its_order(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    old = leader(make_broker, store, Policy())
+    ids = push(old, "q", 120)
+    assert document(store)["format"] == 1
+    old.stop(timeout=10)
+
+    new = leader(make_broker, store)
+    wait_for(lambda: document(store)["format"] == 2, what="upgraded")
+    assert drain(new, "q", expect=120) == ids
+
+
+def test_a_format_1_node_refuses_format_2_without_writing(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store("memory://")
+    new = leader(make_broker, store)
+    push(new, "q", 5)
+    new.stop(timeout=10)
+    blob = store.get("queue.json")
+    assert blob is not None
+
+    # A node of the last release reads format 1 only: the version check is
+    # the first thing its parser does, as here.
+    monkeypatch.setattr("engine.parsing.READABLE_FORMATS", (1,))
+    with pytest.raises(DocumentError, match="unsupported format version 2"):
+        parse_document("queue.json", blob.data, policy=Policy())
+    old = make_broker(store, "http://old", policy=Policy())
+    wait_for(lambda: old.document_problem is not None, what="the old node reports it")
+    assert old.role == "standby"
+    after = store.get("queue.json")
+    assert after is not None and after.data == blob.data  # I6: nothing written
+
+
+def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    first = leader(make_broker, store)
+    ids = push(first, "q", 100)
+    wait_for(lambda: len(document(store).get("lanes", {}).get("q", {}).get("segments", [])) >= 3, what="sealed")
+    epoch = document(store)["broker"]["epoch"]
+    first.stop(timeout=10)
+    # What a leader that lost its seal commit, or died before deleting, leaves behind:
+    orphan = segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9)
+    store.put(orphan, b"{}")
+    foreign = segment_prefix("queue.json") + "q/notes.txt"  # not a key the engine makes
+    store.put(foreign, b"keep me")
+
+    second = leader(make_broker, store)
+    assert document(store)["broker"]["epoch"] == epoch + 1
+    wait_for(lambda: orphan not in segments(store), timeout=20, what="the orphan collected")
+    referenced = [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]
+    assert set(referenced) <= set(segments(store))  # still referenced: never collected
+    assert foreign in segments(store)
+    assert drain(second, "q", expect=100) == ids
+
+
+def test_sealing_leaves_no_index_entries_behind() -> None:
+    """A backlog sealed over time must not keep an index entry per sealed job
+    in the leader's memory (millions of them at 5M pending)."""
+    from datetime import UTC, datetime
+
+    from engine import empty_state
+    from engine.ops import Seal
+    from engine.segments import SegmentRef
+    from engine.transitions import apply, apply_batch
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    state = empty_state(policy=SMALL)
+    apply_batch(state, [push_op("q", [{}] * 5000, policy=SMALL)], now)
+    for n in range(4):
+        ready = state.ready_in_order("q")
+        chosen = ready[20:1020]
+        ref = SegmentRef(key=f"k{n}", total=1000, consumed=0, front=chosen[0][0], last_pos=chosen[-1][0], size=1,
+                         sha256="x", oldest_enqueued_at=now, epoch=1, sealed_at=now)
+        after = state.lanes["q"][-1].key if "q" in state.lanes else None
+        if after is not None:
+            chosen = [entry for entry in ready if entry[0] > state.lanes["q"][-1].last_pos][:1000]
+            ref = ref._replace(front=chosen[0][0], last_pos=chosen[-1][0])
+        apply(state, Seal(queue="q", ref=ref, jobs=tuple((i, p) for p, i in chosen), after=after), now)
+    assert state.pending_here["q"] == 1000 and state.pending("q") == 5000
+    assert len(state._ready["q"]) == 1000
+
+
+def test_the_upgrade_rides_a_real_commit_never_a_refused_operation() -> None:
+    from engine import GroupCommitter, JobNotFound
+    from engine.ops import Tick
+
+    store = open_store("memory://")
+    with GroupCommitter(store, policy=Policy()) as old:
+        old.execute(push_op("q", [{}], policy=old.policy))
+    before = store.get("queue.json")
+    assert before is not None and b'"format":1' in before.data
+    with GroupCommitter(store, policy=SMALL) as new:
+        with pytest.raises(JobNotFound):
+            new.execute(complete_op("nope", "token"))
+        after = store.get("queue.json")
+        assert after is not None and after.data == before.data
+        new.execute(Tick())
+    assert document(store)["format"] == 2
