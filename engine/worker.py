@@ -157,9 +157,11 @@ class WorkerOptions:
     * ``batch`` — acknowledge and heartbeat in batches through the client's
       ``execute_many`` (one ``POST /api/v1/ack`` for many finished jobs, one
       ``POST /api/v1/heartbeat`` per beat for all leases; see
-      :mod:`engine.reporter`). False: one request per acknowledgement and per
-      heartbeat, as before (the single-job calls). Either way a claim asks
-      for as many jobs as there are free handler threads;
+      :mod:`engine.reporter`), each acknowledgement request also carrying
+      the claim for the slots free then (one commit for both). False: one
+      request per acknowledgement and per heartbeat, as before (the
+      single-job calls). Either way a claim asks for as many jobs as there
+      are free handler threads;
     * ``ack_linger_seconds`` — with ``batch``, how long a finished job's
       acknowledgement may wait for others to join it.
 
