@@ -200,7 +200,7 @@ class LaneKeeper:
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
         # Writer-thread planning memos (see _refill_task and _seal_task).
-        self._front_counted: dict[str, tuple[int, int]] = {}
+        self._front_counted: dict[str, tuple[int, int, int]] = {}
         self._seal_fruitless: dict[str, int] = {}
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -245,6 +245,10 @@ class LaneKeeper:
                     or self._merge_task(state, queue))
             if task is not None:
                 tasks.append(task)
+        # A queue with no segments left cannot be stopped at one: a problem
+        # reported by a refill that raced the drop of its segment is void.
+        for queue in [q for q in self.problems if q not in state.lanes]:
+            self.problems.pop(queue, None)
         with self._cond:
             self._referenced = referenced
             self._known |= referenced
@@ -262,17 +266,21 @@ class LaneKeeper:
             return None
         if self._retry_at.get(queue, 0.0) > now:
             return None
-        here = state.pending_here.get(queue, 0)
+        here, appended = state.pending_here.get(queue, 0), state.next_pos
         counted = self._front_counted.get(queue)
         if counted is not None:
-            # Only claims and purges take jobs out of the front, and each
-            # takes one out of ``pending_here`` too: a lower bound on the
-            # front without walking it on every commit.
-            count, here_then = counted
-            if count - max(0, here_then - here) >= shares.refill:
+            # Each job that leaves the front (a claim, a purge, a move to the
+            # back) takes one out of ``pending_here``; but jobs appended to
+            # the tail meanwhile (pushes, retries, requeues: each takes a new
+            # ``pos``) put as many back, so count those as gone too. The
+            # difference alone let pushes that kept pace with claims hide a
+            # front that ran dry: no refill, the queue stalled for good.
+            # Still a lower bound on the front without walking it.
+            count, here_then, appended_then = counted
+            if count - max(0, here_then - here + appended - appended_then) >= shares.refill:
                 return None
         ready = state.front_ready(queue, self.clock(), shares.head)
-        self._front_counted[queue] = (ready, here)
+        self._front_counted[queue] = (ready, here, appended)
         if ready >= shares.refill:
             return None
         del self._front_counted[queue]  # the refill changes the front: count again after it
@@ -289,7 +297,11 @@ class LaneKeeper:
         if fruitless is not None and here < fruitless + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
-        ready = state.ready_in_order(queue)
+        # A delayed job that came due is indexed as ready but keeps its
+        # not_before until claimed, and Seal refuses such a job: naming it
+        # would get every seal of the queue refused until it is claimed. It
+        # stays in the document, like a delayed job that is not due yet.
+        ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
         if refs:
             last = refs[-1].last_pos
             tail = [entry for entry in ready if entry[0] > last]
@@ -418,6 +430,14 @@ class LaneKeeper:
             if jobs[ref.consumed][1] != ref.front:
                 raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
         except SegmentUnreadable as exc:
+            with self._cond:
+                referenced = self._referenced
+            if referenced is not None and ref.key not in referenced:
+                # A landed commit dropped the reference since this refill was
+                # planned (a purge, a refill to its end) and the object went
+                # after its grace: the task is stale, the queue is fine. Not
+                # a problem to report, nor a reason to delay its refills.
+                return
             if self.problems.get(queue) != str(exc):
                 log.error("%s", exc)
             self.problems[queue] = str(exc)
