@@ -188,7 +188,19 @@ class QueueState:
         self.format = FORMAT_SEGMENTS
         for job_id, job in self.jobs.items():
             self._encoded_jobs.update(job_id, encode_job(job, self.pos[job_id]))
-        self.dirty = True
+        # Not dirty: the upgrade rides the next commit that changes something
+        # (a heartbeat at the latest), so a refused operation still writes nothing.
+
+    def tidy_ready(self, queue: str) -> None:
+        """Drop the queue's stale claim-index entries. After a seal: the
+        sealed jobs' entries would otherwise stay until they reach the top,
+        and a backlog of millions sealed over time would keep millions of
+        them. O(n) in the queue's pending jobs here, which format 2 keeps small."""
+        heap = self._ready.get(queue)
+        if heap:
+            live = list({entry for entry in heap if self._is_current(entry[1], entry[0])})
+            heapq.heapify(live)
+            self._ready[queue] = live
 
     def drop_refs(self, queue: str, count: int | None = None) -> list[SegmentRef]:
         """Stop referencing the first ``count`` (default: all) segments of

@@ -13,6 +13,10 @@ only plans) and does the work on its own thread:
   ``refill_below`` claimable jobs gets the next jobs of its first segment
   back, by a :class:`~engine.ops.Refill` commit; the read happens before the
   front runs dry, so claims do not wait for it while the front has jobs;
+* **merge**: adjacent small segments that have not been refilled from are
+  merged into one of up to ``merge_jobs`` jobs (a :class:`~engine.ops.Merge`
+  commit swaps the references), so that a backlog of millions needs a few
+  hundred references, not thousands;
 * **delete**: a segment a landed commit stopped referencing (refilled to
   its end, purged) is deleted ``grace_seconds`` later, so that readers of
   the version before (dashboards, standbys) can finish reading it;
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.document import FORMAT_SEGMENTS, QueueState
+from engine.document import FORMAT_SEGMENTS, QueueState, encode_job
 from engine.errors import (
     CommitterStopped,
     DocumentError,
@@ -54,7 +58,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import Job
-from engine.ops import Operation, Refill, Seal
+from engine.ops import Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
 from engine.policy import Policy
 from engine.segments import (
@@ -75,6 +79,11 @@ log = logging.getLogger(__name__)
 # Segments whose decoded jobs are kept, most recently used last: a queue
 # refills from its first segment several times before it is used up.
 CACHED_SEGMENTS = 4
+# Encoded jobs of segments this leader sealed, kept for merging them.
+SEALED_CACHE_BYTES = 64 * 1024 * 1024
+# How often the collector lists the segments when its last pass found no
+# suspect (it lists every collect_seconds while it has some).
+IDLE_COLLECT_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,36 @@ class _RefillTask:
     queue: str
     ref: SegmentRef
     want: int
+
+
+@dataclass(frozen=True, slots=True)
+class _MergeTask:
+    queue: str
+    refs: tuple[SegmentRef, ...]
+
+
+_Task = _SealTask | _RefillTask | _MergeTask
+
+# A merge waits until its run of small segments holds ``merge_jobs`` jobs, or
+# this many segments (a queue with many small shares), whichever comes first.
+MAX_MERGE_RUN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Shares:
+    """One queue's part of the document's budget while ``n`` queues hold segments."""
+
+    head: int
+    seal: int
+    refill: int
+
+    @classmethod
+    def of(cls, policy: Policy, n: int) -> _Shares:
+        n = max(1, n)
+        head = max(policy.head_jobs // n, policy.head_jobs // 10, 1)
+        seal = max(policy.segment_jobs // n, policy.segment_jobs // 10, 1)
+        refill = max(1, min(head, policy.refill_below * head // policy.head_jobs))
+        return cls(head=head, seal=seal, refill=refill)
 
 
 class LaneKeeper:
@@ -116,6 +155,7 @@ class LaneKeeper:
         grace_seconds: float,
         collect_seconds: float,
         retry_seconds: float,
+        threads: int = 4,
     ) -> None:
         self.store = store
         self.key = key
@@ -126,6 +166,7 @@ class LaneKeeper:
         self.grace_seconds = grace_seconds
         self.collect_seconds = collect_seconds
         self.retry_seconds = retry_seconds
+        self.threads = threads
         #: Per queue, why its next segment cannot be read (I6), while it cannot.
         self.problems: dict[str, str] = {}
         #: Counters for tests, benchmarks and health pages.
@@ -134,8 +175,9 @@ class LaneKeeper:
         self.deleted = 0
         self.collected = 0
         self.abandoned = 0
+        self.merged = 0
         self._cond = threading.Condition()
-        self._tasks: list[_SealTask | _RefillTask] = []
+        self._tasks: list[_Task] = []
         self._busy: set[str] = set()  # queues with a task planned or running
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
         self._deletions: list[tuple[float, str]] = []  # (monotonic deadline, key), in deadline order
@@ -143,25 +185,35 @@ class LaneKeeper:
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self._next_collect = 0.0
         self._cache: OrderedDict[str, list[tuple[Job, int]]] = OrderedDict()
+        # The encoded jobs of segments this keeper sealed, for merging them
+        # without reading them back (bounded by SEALED_CACHE_BYTES).
+        self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._sealed_bytes = 0
+        self._cache_lock = threading.Lock()
         # Writer-thread planning memos (see _refill_task and _seal_task).
         self._front_counted: dict[str, tuple[int, int]] = {}
         self._seal_fruitless: dict[str, int] = {}
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> LaneKeeper:
-        self._thread = threading.Thread(target=self._run, name=f"lanes:{self.key}", daemon=True)
-        self._thread.start()
+        """Start ``threads`` threads: tasks of one queue never run at once,
+        so a slow merge of one queue does not hold up another's refill."""
+        for i in range(self.threads):
+            thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
         return self
 
     def stop(self, timeout: float | None = None) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
 
     # -- called on the committer's writer thread ----------------------------------
 
@@ -172,13 +224,15 @@ class LaneKeeper:
             return
         now = time.monotonic()
         referenced = frozenset(ref.key for refs in state.lanes.values() for ref in refs)
-        tasks: list[_SealTask | _RefillTask] = []
+        shares = _Shares.of(self.policy, len(state.lanes))
+        tasks: list[_Task] = []
         with self._cond:
             busy = set(self._busy)
         for queue in {*state.pending_here, *state.lanes}:
             if queue in busy:
                 continue
-            task = self._refill_task(state, queue, now) or self._seal_task(state, queue)
+            task = (self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
+                    or self._merge_task(state, queue))
             if task is not None:
                 tasks.append(task)
         with self._cond:
@@ -189,14 +243,13 @@ class LaneKeeper:
                     self._tasks.append(task)
             self._cond.notify_all()
 
-    def _refill_task(self, state: QueueState, queue: str, now: float) -> _RefillTask | None:
+    def _refill_task(self, state: QueueState, queue: str, now: float, shares: _Shares) -> _RefillTask | None:
         refs = state.lanes.get(queue)
         if not refs:
             self._front_counted.pop(queue, None)
             return None
         if self._retry_at.get(queue, 0.0) > now:
             return None
-        policy = self.policy
         here = state.pending_here.get(queue, 0)
         counted = self._front_counted.get(queue)
         if counted is not None:
@@ -204,24 +257,24 @@ class LaneKeeper:
             # takes one out of ``pending_here`` too: a lower bound on the
             # front without walking it on every commit.
             count, here_then = counted
-            if count - max(0, here_then - here) >= policy.refill_below:
+            if count - max(0, here_then - here) >= shares.refill:
                 return None
-        ready = state.front_ready(queue, self.clock(), policy.head_jobs)
+        ready = state.front_ready(queue, self.clock(), shares.head)
         self._front_counted[queue] = (ready, here)
-        if ready >= policy.refill_below:
+        if ready >= shares.refill:
             return None
         del self._front_counted[queue]  # the refill changes the front: count again after it
-        return _RefillTask(queue, refs[0], want=policy.head_jobs - ready)
+        return _RefillTask(queue, refs[0], want=shares.head - ready)
 
-    def _seal_task(self, state: QueueState, queue: str) -> _SealTask | None:
+    def _seal_task(self, state: QueueState, queue: str, shares: _Shares) -> _SealTask | None:
         policy = self.policy
         here = state.pending_here.get(queue, 0)
-        if policy.segment_jobs <= 0 or here < policy.head_jobs + policy.segment_jobs:
+        if policy.segment_jobs <= 0 or here < shares.head + shares.seal:
             return None
         # A plan that found too few jobs to seal (the rest are delayed, or in
         # the front) is not tried again until the queue grew by a quarter segment.
         fruitless = self._seal_fruitless.get(queue)
-        if fruitless is not None and here < fruitless + max(1, policy.segment_jobs // 4):
+        if fruitless is not None and here < fruitless + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
         ready = state.ready_in_order(queue)
@@ -229,12 +282,12 @@ class LaneKeeper:
             last = refs[-1].last_pos
             tail = [entry for entry in ready if entry[0] > last]
         else:
-            tail = ready[policy.head_jobs:]  # the front stays in the document
-        if len(tail) < policy.segment_jobs:
+            tail = ready[shares.head:]  # the front stays in the document
+        if len(tail) < shares.seal:
             self._seal_fruitless[queue] = here
             return None  # the rest are delayed, or in the front: they stay in the document
         self._seal_fruitless.pop(queue, None)
-        chosen = tuple(tail[:policy.segment_jobs])
+        chosen = tuple(tail[:shares.seal])
         return _SealTask(
             queue=queue,
             jobs=tuple((job_id, pos) for pos, job_id in chosen),
@@ -242,6 +295,29 @@ class LaneKeeper:
             after=refs[-1].key if refs else None,
             oldest=state.jobs[chosen[0][1]].enqueued_at,
         )
+
+    def _merge_task(self, state: QueueState, queue: str) -> _MergeTask | None:
+        """The first run of adjacent small segments (not the first segment,
+        which refills draw from) that is full enough to merge."""
+        refs = state.lanes.get(queue)
+        if not refs or len(refs) < 3:
+            return None
+        limit = self.policy.merge_jobs
+        small = limit // 4
+        run: list[SegmentRef] = []
+        total = 0
+        for ref in refs[1:]:
+            if ref.consumed or ref.total >= small or total + ref.total > limit:
+                if len(run) >= 2 and (total + ref.total > limit or len(run) >= MAX_MERGE_RUN):
+                    return _MergeTask(queue, tuple(run))
+                run, total = [], 0
+                if ref.consumed or ref.total >= small:
+                    continue
+            run.append(ref)
+            total += ref.total
+            if len(run) >= MAX_MERGE_RUN:
+                return _MergeTask(queue, tuple(run))
+        return None  # the last run may still grow
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
@@ -265,6 +341,8 @@ class LaneKeeper:
                     self._seal(task)
                 elif isinstance(task, _RefillTask):
                     self._refill(task)
+                elif isinstance(task, _MergeTask):
+                    self._merge(task)
                 self._delete_due()
                 self._collect()
             except (NotLeader, CommitterStopped):
@@ -316,6 +394,7 @@ class LaneKeeper:
             log.warning("sealing queue %s into %s: %s", task.queue, key, exc)
             return
         self.sealed += 1
+        self._keep_parts(key, task.parts)
 
     def _refill(self, task: _RefillTask) -> None:
         ref, queue = task.ref, task.queue
@@ -351,24 +430,81 @@ class LaneKeeper:
             return
         self.refilled += 1
 
+    def _merge(self, task: _MergeTask) -> None:
+        first = task.refs[0]
+        try:
+            parts = [part for ref in task.refs for part in self._parts_of(ref)]
+        except (SegmentUnreadable, StoreError) as exc:
+            # Not urgent: the refill of that segment reports a lasting problem.
+            log.warning("merging segments of queue %s: %s", task.queue, exc)
+            return
+        key = segment_key(self.key, queue=task.queue, epoch=self.epoch, first_pos=first.front)
+        data = encode_segment(task.queue, first.front, parts)
+        try:
+            write_segment(self.store, key, data)
+        except StoreError as exc:
+            log.warning("merging segments of queue %s: writing %s failed: %s", task.queue, key, exc)
+            delete_quietly(self.store, key)
+            return
+        ref = SegmentRef(
+            key=key, total=len(parts), consumed=0, front=first.front, last_pos=task.refs[-1].last_pos,
+            size=len(data), sha256=digest(data), oldest_enqueued_at=first.oldest_enqueued_at, epoch=self.epoch,
+            sealed_at=self.clock(),
+        )
+        try:
+            self.execute(Merge(queue=task.queue, keys=tuple(r.key for r in task.refs), ref=ref))
+        except ValidationError:
+            self.abandoned += 1
+            delete_quietly(self.store, key)
+            return
+        except (NotLeader, CommitterStopped):
+            raise
+        except EngineError as exc:
+            log.warning("merging segments of queue %s into %s: %s", task.queue, key, exc)
+            return
+        self.merged += 1
+
+    def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:
+        """The encoded jobs of segment ``ref``: kept from sealing it, or read."""
+        with self._cache_lock:
+            parts = self._sealed_parts.get(ref.key)
+        if parts is not None:
+            return parts
+        return tuple(encode_job(job, pos) for job, pos in self._segment_jobs(ref))
+
+    def _keep_parts(self, key: str, parts: tuple[bytes, ...]) -> None:
+        size = sum(map(len, parts))
+        with self._cache_lock:
+            self._sealed_parts[key] = parts
+            self._sealed_bytes += size
+            while self._sealed_bytes > SEALED_CACHE_BYTES and self._sealed_parts:
+                _, old = self._sealed_parts.popitem(last=False)
+                self._sealed_bytes -= sum(map(len, old))
+
+    def _forget(self, key: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(key, None)
+            parts = self._sealed_parts.pop(key, None)
+            if parts is not None:
+                self._sealed_bytes -= sum(map(len, parts))
+
     def _segment_jobs(self, ref: SegmentRef) -> list[tuple[Job, int]]:
         """The segment's jobs, from the cache (segments never change) or read and verified."""
-        cached = self._cache.get(ref.key)
-        if cached is not None:
-            self._cache.move_to_end(ref.key)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(ref.key)
+            if cached is not None:
+                self._cache.move_to_end(ref.key)
+                return cached
         items = read_segment(self.store, ref)
         try:
             jobs = parse_segment_jobs(ref.key, items)
         except DocumentError as exc:
             raise SegmentUnreadable(ref.key, exc.problem) from exc
-        self._remember(ref.key, jobs)
+        with self._cache_lock:
+            self._cache[ref.key] = jobs
+            while len(self._cache) > CACHED_SEGMENTS:
+                self._cache.popitem(last=False)
         return jobs
-
-    def _remember(self, key: str, jobs: list[tuple[Job, int]]) -> None:
-        self._cache[key] = jobs
-        while len(self._cache) > CACHED_SEGMENTS:
-            self._cache.popitem(last=False)
 
     def _delete_due(self) -> None:
         now = time.monotonic()
@@ -376,7 +512,7 @@ class LaneKeeper:
             due = [key for deadline, key in self._deletions if deadline <= now]
             self._deletions = [(deadline, key) for deadline, key in self._deletions if deadline > now]
         for key in due:
-            self._cache.pop(key, None)
+            self._forget(key)
             if delete_quietly(self.store, key):
                 self.deleted += 1
             else:
@@ -408,4 +544,11 @@ class LaneKeeper:
                 continue
             suspects[key] = first_seen
         self._suspects = suspects
+        if not suspects:
+            # Orphans of older epochs come from before this leader's takeover,
+            # found by the passes so far; after that only a writer paused
+            # through the takeover can add one. Listing rarely keeps an idle
+            # leader's requests flat (I11).
+            with self._cond:
+                self._next_collect = now + IDLE_COLLECT_SECONDS
 

@@ -37,6 +37,7 @@ __all__ = [
     "ForgetQueue",
     "GetJob",
     "Heartbeat",
+    "Merge",
     "NewJob",
     "Operation",
     "Purge",
@@ -234,6 +235,19 @@ class Refill:
     oldest: datetime | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Merge:
+    """The leader's own (see :mod:`engine.lanes`): replace the adjacent
+    segment references ``keys`` of ``queue`` by ``ref``, one segment already
+    written with all their jobs in order. Refused, changing nothing, unless
+    those references are still there, adjacent, in that order, and none has
+    been refilled from (``consumed`` 0)."""
+
+    queue: str
+    keys: tuple[str, ...]
+    ref: SegmentRef
+
+
 Operation = (
     Push
     | Claim
@@ -250,6 +264,7 @@ Operation = (
     | TakeOver
     | Seal
     | Refill
+    | Merge
 )
 
 

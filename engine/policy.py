@@ -38,6 +38,9 @@ MAX_LEASE_SECONDS = 24 * 3600.0
 DEFAULT_SEGMENT_JOBS = 0
 DEFAULT_HEAD_JOBS = 1000
 DEFAULT_REFILL_BELOW = 500
+# Runs of sealed segments are merged into segments of up to this many jobs,
+# so that a backlog of millions needs a few hundred references, not thousands.
+DEFAULT_MERGE_JOBS = 16384
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,10 @@ class Policy:
       objects of ``segment_jobs`` jobs, and read the next segment back when
       fewer than ``refill_below`` are left in front of it (see
       ``docs/format.md``). ``segment_jobs = 0`` (the default) keeps format 1.
+      With several queues holding segments, each gets an equal share of
+      ``head_jobs`` and ``segment_jobs`` (at least a tenth), so the document
+      stays about the same size. Adjacent sealed segments are merged into
+      segments of up to ``merge_jobs``.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -75,6 +82,7 @@ class Policy:
     segment_jobs: int = DEFAULT_SEGMENT_JOBS
     head_jobs: int = DEFAULT_HEAD_JOBS
     refill_below: int = DEFAULT_REFILL_BELOW
+    merge_jobs: int = DEFAULT_MERGE_JOBS
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -89,6 +97,8 @@ class Policy:
             raise ValueError("the dedup window needs a count >= 0 and a finite number of seconds >= 0")
         if self.segment_jobs < 0 or self.head_jobs < 1 or not 0 < self.refill_below <= self.head_jobs:
             raise ValueError("segments need segment_jobs >= 0, head_jobs >= 1 and 0 < refill_below <= head_jobs")
+        if self.merge_jobs < max(self.segment_jobs, 1):
+            raise ValueError("merge_jobs must be at least segment_jobs")
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before the retry that follows failed attempt number ``attempts``."""

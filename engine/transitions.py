@@ -42,6 +42,7 @@ from engine.ops import (
     ForgetQueue,
     GetJob,
     Heartbeat,
+    Merge,
     Operation,
     Purge,
     Push,
@@ -64,6 +65,7 @@ __all__ = [
     "forget_queue",
     "get_job",
     "heartbeat",
+    "merge",
     "purge",
     "push",
     "refill",
@@ -400,6 +402,7 @@ def seal(state: QueueState, op: Seal, now: datetime) -> int:
         state.remove_job(job_id)
         state.sealed.add(job_id, now)
     state.lanes.setdefault(op.queue, []).append(op.ref)
+    state.tidy_ready(op.queue)
     state.dirty = True
     return len(op.jobs)
 
@@ -433,6 +436,27 @@ def refill(state: QueueState, op: Refill, now: datetime) -> int:
     return restored
 
 
+def merge(state: QueueState, op: Merge, now: datetime) -> int:
+    """Replace the adjacent references ``op.keys`` by ``op.ref`` (see
+    :class:`~engine.ops.Merge`); returns how many references went. Raises
+    ValidationError, changing nothing, if they changed meanwhile."""
+    refs = state.lanes.get(op.queue, [])
+    keys = [ref.key for ref in refs]
+    try:
+        start = keys.index(op.keys[0]) if op.keys else -1
+    except ValueError:
+        start = -1
+    run = refs[start:start + len(op.keys)] if start >= 0 else []
+    if (len(op.keys) < 2 or [ref.key for ref in run] != list(op.keys) or any(ref.consumed for ref in run)
+            or op.ref.total != sum(ref.total for ref in run) or op.ref.front != run[0].front
+            or op.ref.last_pos != run[-1].last_pos):
+        raise ValidationError(f"the segments of queue {op.queue!r} changed since the merge began")
+    refs[start:start + len(run)] = [op.ref]
+    state.dropped_segments.extend(op.keys)
+    state.dirty = True
+    return len(run)
+
+
 _TRANSITIONS: dict[type, Any] = {
     Push: push,
     Claim: claim,
@@ -449,6 +473,7 @@ _TRANSITIONS: dict[type, Any] = {
     TakeOver: take_over,
     Seal: seal,
     Refill: refill,
+    Merge: merge,
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 from engine import Broker, DocumentError, Policy
 from engine.ops import Purge, claim_op, complete_op, push_op
 from engine.parsing import parse_document
-from engine.segments import segment_prefix
+from engine.segments import segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from tests.helpers import wait_for
 
@@ -72,6 +72,24 @@ def test_a_backlog_is_sealed_into_segments_and_comes_back_in_fifo_order(make_bro
     doc = document(store)
     assert doc["lanes"] == {} and doc["jobs"] == []
     assert doc["queues"]["q"]["completed"] == 200
+
+
+def test_adjacent_small_segments_are_merged_and_still_drain_in_order(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=50))
+    ids = push(broker, "q", 600)
+
+    def merged() -> bool:
+        refs = document(store).get("lanes", {}).get("q", {}).get("segments", [])
+        return sum(ref["total"] for ref in refs) >= 500 and len(refs) <= 14
+
+    wait_for(merged, timeout=30, what="merged segments")
+    refs = document(store)["lanes"]["q"]["segments"]
+    assert any(ref["total"] == 50 for ref in refs)
+    wait_for(lambda: sorted(segments(store)) == sorted(r["key"] for r in document(store)["lanes"]["q"]["segments"]),
+             what="merged-away segments deleted")
+    assert drain(broker, "q", expect=600) == ids
+    wait_for(lambda: not segments(store), what="all deleted")
 
 
 def test_pushes_keep_landing_in_the_tail_while_the_front_drains(make_broker: Callable[..., Broker]) -> None:
@@ -180,3 +198,70 @@ def test_a_format_1_node_refuses_format_2_without_writing(
     assert old.role == "standby"
     after = store.get("queue.json")
     assert after is not None and after.data == blob.data  # I6: nothing written
+
+
+def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Callable[..., Broker]) -> None:
+    store = open_store("memory://")
+    first = leader(make_broker, store)
+    ids = push(first, "q", 100)
+    wait_for(lambda: len(document(store).get("lanes", {}).get("q", {}).get("segments", [])) >= 3, what="sealed")
+    epoch = document(store)["broker"]["epoch"]
+    first.stop(timeout=10)
+    # What a leader that lost its seal commit, or died before deleting, leaves behind:
+    orphan = segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9)
+    store.put(orphan, b"{}")
+    foreign = segment_prefix("queue.json") + "q/notes.txt"  # not a key the engine makes
+    store.put(foreign, b"keep me")
+
+    second = leader(make_broker, store)
+    assert document(store)["broker"]["epoch"] == epoch + 1
+    wait_for(lambda: orphan not in segments(store), timeout=20, what="the orphan collected")
+    referenced = [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]
+    assert set(referenced) <= set(segments(store))  # still referenced: never collected
+    assert foreign in segments(store)
+    assert drain(second, "q", expect=100) == ids
+
+
+def test_sealing_leaves_no_index_entries_behind() -> None:
+    """A backlog sealed over time must not keep an index entry per sealed job
+    in the leader's memory (millions of them at 5M pending)."""
+    from datetime import UTC, datetime
+
+    from engine import empty_state
+    from engine.ops import Seal
+    from engine.segments import SegmentRef
+    from engine.transitions import apply, apply_batch
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    state = empty_state(policy=SMALL)
+    apply_batch(state, [push_op("q", [{}] * 5000, policy=SMALL)], now)
+    for n in range(4):
+        ready = state.ready_in_order("q")
+        chosen = ready[20:1020]
+        ref = SegmentRef(key=f"k{n}", total=1000, consumed=0, front=chosen[0][0], last_pos=chosen[-1][0], size=1,
+                         sha256="x", oldest_enqueued_at=now, epoch=1, sealed_at=now)
+        after = state.lanes["q"][-1].key if "q" in state.lanes else None
+        if after is not None:
+            chosen = [entry for entry in ready if entry[0] > state.lanes["q"][-1].last_pos][:1000]
+            ref = ref._replace(front=chosen[0][0], last_pos=chosen[-1][0])
+        apply(state, Seal(queue="q", ref=ref, jobs=tuple((i, p) for p, i in chosen), after=after), now)
+    assert state.pending_here["q"] == 1000 and state.pending("q") == 5000
+    assert len(state._ready["q"]) == 1000
+
+
+def test_the_upgrade_rides_a_real_commit_never_a_refused_operation() -> None:
+    from engine import GroupCommitter, JobNotFound
+    from engine.ops import Tick
+
+    store = open_store("memory://")
+    with GroupCommitter(store, policy=Policy()) as old:
+        old.execute(push_op("q", [{}], policy=old.policy))
+    before = store.get("queue.json")
+    assert before is not None and b'"format":1' in before.data
+    with GroupCommitter(store, policy=SMALL) as new:
+        with pytest.raises(JobNotFound):
+            new.execute(complete_op("nope", "token"))
+        after = store.get("queue.json")
+        assert after is not None and after.data == before.data
+        new.execute(Tick())
+    assert document(store)["format"] == 2
