@@ -265,3 +265,21 @@ def test_the_upgrade_rides_a_real_commit_never_a_refused_operation() -> None:
         assert after is not None and after.data == before.data
         new.execute(Tick())
     assert document(store)["format"] == 2
+
+
+def test_queues_filling_up_together_share_the_budget_before_any_has_segments(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=100, head_jobs=100, refill_below=50))
+    queues = [f"q{i}" for i in range(10)]
+    committer = broker.committer
+    assert committer is not None
+    # One commit: each queue below head + segment (200), together three times the budget.
+    committer.execute_many([push_op(q, [{"i": i} for i in range(60)], ids=[f"{q}-{i:05d}" for i in range(60)],
+                                    policy=broker.policy) for q in queues])
+    # Each queue's share is a tenth: 10 in its head, sealed 10 at a time.
+    wait_for(lambda: len(document(store)["jobs"]) <= 10 * (10 + 10), what="the queues sealed down to their shares")
+    assert {key.split("/")[-2] for key in segments(store)} == set(queues)
+    for queue in queues:
+        assert drain(broker, queue, expect=60) == [f"{queue}-{i:05d}" for i in range(60)]
