@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from engine import Broker, DocumentError, Policy
-from engine.ops import Purge, claim_op, complete_op, push_op
+from engine.ops import Purge, Tick, claim_op, complete_op, push_op
 from engine.parsing import parse_document
 from engine.segments import segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
@@ -283,3 +283,18 @@ def test_queues_filling_up_together_share_the_budget_before_any_has_segments(
     assert {key.split("/")[-2] for key in segments(store)} == set(queues)
     for queue in queues:
         assert drain(broker, queue, expect=60) == [f"{queue}-{i:05d}" for i in range(60)]
+
+
+def test_the_front_is_refilled_even_when_pushes_to_the_tail_outnumber_the_claims(
+    make_broker: Callable[..., Broker],
+) -> None:
+    # Pushes raise the queue's pending count without adding to its front: a
+    # front count that were only lowered by what left pending_here would see
+    # a full front while claims found it empty, and never refill.
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=50, head_jobs=20, refill_below=5))
+    ids = push(broker, "q", 200)
+    wait_for(lambda: len(document(store)["jobs"]) < 70, what="sealed")
+    broker.execute(Tick())  # the keeper plans (and counts the front) once more before the push
+    ids += push(broker, "q", 15, start=200)  # stays in the tail: less than a segment
+    assert drain(broker, "q", expect=215) == ids
