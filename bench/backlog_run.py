@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.config import payload
-from engine import Blob, Broker, FileStore, LatencyStore, ObjectStore, Policy
+from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
 from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
 
 KEY = "queue.json"
@@ -219,6 +219,7 @@ async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) ->
     assert committer is not None
     window: dict[str, float] = {}
     latencies: list[float] = []
+    errors: dict[str, int] = {}
     done = 0
     running = True
 
@@ -227,7 +228,12 @@ async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) ->
         queue, job = queues[i % len(queues)], payload(i)
         while running:
             started = time.monotonic()
-            await committer.apush(queue, [job])
+            try:
+                await committer.apush(queue, [job])
+            except EngineError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                await asyncio.sleep(0.05)
+                continue
             ended = time.monotonic()
             if window.get("open", float("inf")) <= started and ended <= window.get("close", float("inf")):
                 latencies.append(ended - started)
@@ -242,7 +248,7 @@ async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) ->
     await asyncio.wait(tasks, timeout=60)
     return {
         "open": window["open"], "close": window["close"], "ops": done,
-        "ops_per_s": done / (window["close"] - window["open"]),
+        "ops_per_s": done / (window["close"] - window["open"]), "errors": errors,
         "p50_ms": 1000 * (_pct(latencies, 0.50) or 0), "p99_ms": 1000 * (_pct(latencies, 0.99) or 0),
     }
 
@@ -252,6 +258,7 @@ async def _drain_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -
     assert committer is not None
     policy = broker.policy
     window: dict[str, float] = {}
+    errors: dict[str, int] = {}
     done = 0
     empty = 0
     running = True
@@ -260,13 +267,18 @@ async def _drain_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -
         nonlocal done, empty
         claim = claim_op(f"bench-worker-{i}", queues, policy=policy, max_jobs=1)
         while running:
-            jobs = await committer.aexecute(claim)
-            if not jobs:
-                empty += 1
+            try:
+                jobs = await committer.aexecute(claim)
+                if not jobs:
+                    empty += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                for job in jobs:
+                    await committer.aexecute(complete_op(job.id, job.lease))
+            except EngineError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                 await asyncio.sleep(0.05)
                 continue
-            for job in jobs:
-                await committer.aexecute(complete_op(job.id, job.lease))
             ended = time.monotonic()
             if window.get("open", float("inf")) <= ended <= window.get("close", float("inf")):
                 done += len(jobs)
@@ -278,7 +290,7 @@ async def _drain_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -
     window["close"] = time.monotonic()
     running = False
     await asyncio.wait(tasks, timeout=60)
-    return {"open": window["open"], "close": window["close"], "jobs": done, "empty_claims": empty,
+    return {"open": window["open"], "close": window["close"], "jobs": done, "empty_claims": empty, "errors": errors,
             "jobs_per_s": done / (window["close"] - window["open"])}
 
 
