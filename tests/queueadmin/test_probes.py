@@ -60,7 +60,11 @@ def test_head_has_the_get_headers_and_no_body(beating_broker: Broker, path: str)
     got, head = Client().get(path), Client().generic("HEAD", path)
     assert head.status_code == got.status_code == 200
     assert head.content == b""
-    assert head["Content-Length"] == str(len(got.content))
+    assert head["Content-Type"] == got["Content-Type"]
+    if path == "/readyz":  # the store's age, to the millisecond, may gain or lose a digit in between
+        assert abs(int(head["Content-Length"]) - len(got.content)) <= 2
+    else:
+        assert head["Content-Length"] == str(len(got.content))
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
