@@ -121,18 +121,21 @@ def _ratio(value: float, base: float | None) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     rows = ["| queues | depth | push ops/s | p50 ms | p99 ms | push vs 0 | drain jobs/s | drain vs 0 "
-            "| bytes/commit mean | max | leader RSS MB | standby MB read/min | purge of queue 1 | seeded in |",
-            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "| bytes/commit mean | max | leader RSS MB | standby MB read/min | overview ms "
+            "| purge of queue 1 | seeded in |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     base: dict[int, dict[str, Any]] = {}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 11)
+            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 12)
             continue
         if r["depth"] == 0:
             base[r["queues"]] = r
         b = base.get(r["queues"])
         push, drain = r["push"], r["drain"]
         purge = r.get("purge")
+        ms = r.get("overview_ms")
+        overview = f"{ms:,.1f}" if isinstance(ms, float) else "—"
         purge_text = (f"{purge['pending']:,} jobs: {purge['commits']} commit(s), {purge['seconds'] * 1000:,.0f} ms"
                       if purge else "—")
         rows.append(
@@ -141,7 +144,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {_ratio(push['ops_per_s'], b and b['push']['ops_per_s'])} | {drain['jobs_per_s']:,.0f} "
             f"| {_ratio(drain['jobs_per_s'], b and b['drain']['jobs_per_s'])} "
             f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r['max_commit_bytes'] / MB:.2f} MB "
-            f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {purge_text} "
+            f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} | {purge_text} "
             f"| {r['seed_push_s'] + r['seed_settle_s']:,.0f} s |")
     return "\n".join(rows)
 

@@ -299,6 +299,35 @@ def _document_puts(store: CountingStore, start: float, end: float) -> list[int]:
         return [size for at, size in store.document_puts if start <= at <= end]
 
 
+def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
+    """The dashboard's overview of the leader's latest version: decode the
+    document into a snapshot and build the overview's context (median ms).
+    What an operator's first page load of a new version costs, without
+    rendering; the dashboard reads only the document (no segment)."""
+    try:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+        import django
+
+        django.setup()
+        from datetime import UTC, datetime
+
+        from queueadmin.dashboard import pages
+        from queueadmin.dashboard.snapshot import decode_document
+
+        committer = broker.committer
+        assert committer is not None
+        etag, parts = committer.committed
+        data = b"".join(parts)
+        samples = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            pages.overview(decode_document(data, etag=etag, taken_at=datetime.now(UTC)))
+            samples.append((time.perf_counter() - started) * 1000)
+        return statistics.median(samples)
+    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
     depth, nqueues = cfg["depth"], cfg["queues"]
     queues = [f"bench-{i}" for i in range(nqueues)]
@@ -351,6 +380,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["max_commit_bytes"] = max(all_puts, default=0)
         result["mean_commit_bytes"] = statistics.mean(all_puts) if all_puts else 0
 
+        if cfg.get("dashboard", True):
+            result["overview_ms"] = _overview_ms(leader)  # after the RSS: Django's imports are not the leader's
         if depth > 0:
             committer = leader.committer
             assert committer is not None
