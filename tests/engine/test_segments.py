@@ -298,3 +298,21 @@ def test_the_front_is_refilled_even_when_pushes_to_the_tail_outnumber_the_claims
     broker.execute(Tick())  # the keeper plans (and counts the front) once more before the push
     ids += push(broker, "q", 15, start=200)  # stays in the tail: less than a segment
     assert drain(broker, "q", expect=215) == ids
+
+
+def test_with_many_queues_a_long_tail_is_sealed_in_whole_shares_up_to_a_segment(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=100, head_jobs=100, refill_below=50))
+    committer = broker.committer
+    assert committer is not None
+    queues = [f"q{i}" for i in range(10)]
+    committer.execute_many([push_op(q, [{"i": i} for i in range(160)], ids=[f"{q}-{i:05d}" for i in range(160)],
+                                    policy=broker.policy) for q in queues])
+    # Shares of a tenth: 10 in the head; a tail of 150 goes as 100 (a whole segment_jobs), then 50.
+    wait_for(lambda: len(document(store)["jobs"]) <= 10 * 10, what="sealed down to the heads")
+    lanes = document(store)["lanes"]
+    assert {q: [ref["total"] for ref in lanes[q]["segments"]] for q in queues} == {q: [100, 50] for q in queues}
+    for queue in queues:
+        assert drain(broker, queue, expect=160) == [f"{queue}-{i:05d}" for i in range(160)]
