@@ -174,7 +174,7 @@ def target_lines(results: list[dict[str, Any]], latency: float) -> list[str]:
             continue
         push = r["push"]["ops_per_s"] / base["push"]["ops_per_s"]
         drain = r["drain"]["jobs_per_s"] / base["drain"]["jobs_per_s"]
-        lines.append(f"- {r['queues']} queue(s), depth {r['depth']:,}: push {push:.0%}, drain {drain:.0%} of depth 0 "
+        lines.append(f"- {r['queues']} queue(s), depth {r['depth']:,}: push {push:.1%}, drain {drain:.1%} of depth 0 "
                      f"(>= 80 %) — {verdict(push >= RELATIVE_TARGET and drain >= RELATIVE_TARGET)}")
     limit_ms = P99_TARGET_LATENCIES * latency * 1000
     worst_p99 = max(ok, key=lambda r: r["push"]["p99_ms"], default=None)
