@@ -92,6 +92,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
+from engine.segments import SegmentRef, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import (
@@ -168,6 +169,7 @@ __all__ = [
     "QueueError",
     "QueueState",
     "Readiness",
+    "SegmentRef",
     "SegmentUnreadable",
     "StoreConfigError",
     "StoreError",
@@ -191,5 +193,6 @@ __all__ = [
     "open_store",
     "parse_document",
     "read_marker",
+    "read_segment",
     "utc_now",
 ]

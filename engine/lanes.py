@@ -178,10 +178,19 @@ class LaneKeeper:
         self.merged = 0
         self._cond = threading.Condition()
         self._tasks: list[_Task] = []
-        self._busy: set[str] = set()  # queues with a task planned or running
+        # Queues with a task planned or running. Once the task's operation is
+        # submitted, ``_applied`` tells when a landed version shows it: from
+        # then on the queue is planned again (the task only tidies up), so a
+        # backlog pushed at once is sealed commit after commit, not one
+        # segment per heartbeat.
+        self._busy: dict[str, _Task] = {}
+        self._applied: dict[str, Callable[[QueueState], bool]] = {}
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
         self._deletions: list[tuple[float, str]] = []  # (monotonic deadline, key), in deadline order
         self._referenced: frozenset[str] | None = None  # keys the latest landed version references
+        # Every key a version seen by this leader referenced, until this leader
+        # deletes it: the collector never touches them (see _collect).
+        self._known: set[str] = set()
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self._next_collect = 0.0
         self._cache: OrderedDict[str, list[tuple[Job, int]]] = OrderedDict()
@@ -231,7 +240,8 @@ class LaneKeeper:
         shares = _Shares.of(self.policy, len(queues))
         tasks: list[_Task] = []
         with self._cond:
-            busy = set(self._busy)
+            busy = {queue for queue in self._busy
+                    if queue not in self._applied or not self._applied[queue](state)}
         for queue in queues:
             if queue in busy:
                 continue
@@ -241,9 +251,11 @@ class LaneKeeper:
                 tasks.append(task)
         with self._cond:
             self._referenced = referenced
+            self._known |= referenced
             for task in tasks:
-                if task.queue not in self._busy:
-                    self._busy.add(task.queue)
+                if task.queue not in busy:
+                    self._busy[task.queue] = task
+                    self._applied.pop(task.queue, None)
                     self._tasks.append(task)
             self._cond.notify_all()
 
@@ -359,7 +371,9 @@ class LaneKeeper:
             finally:
                 if task is not None:
                     with self._cond:
-                        self._busy.discard(task.queue)
+                        if self._busy.get(task.queue) is task:
+                            del self._busy[task.queue]
+                            self._applied.pop(task.queue, None)
 
     def _due_now(self) -> bool:
         now = time.monotonic()
@@ -387,7 +401,8 @@ class LaneKeeper:
             sealed_at=self.clock(),
         )
         try:
-            self.execute(Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after))
+            self._submit(task, Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after),
+                         lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
         except ValidationError:
             # The queue moved on (a purge, a requeue): nothing references the object.
             self.abandoned += 1
@@ -423,11 +438,12 @@ class LaneKeeper:
         end = min(ref.total, ref.consumed + max(task.want, 1))
         after = jobs[end] if end < ref.total else None
         try:
-            self.execute(Refill(
+            self._submit(task, Refill(
                 queue=queue, key=ref.key, consumed=ref.consumed, jobs=tuple(jobs[ref.consumed:end]),
                 front=after[1] if after is not None else None,
                 oldest=after[0].enqueued_at if after is not None else None,
-            ))
+            ), lambda state: not any(r.key == ref.key and r.consumed == ref.consumed
+                                     for r in state.lanes.get(queue, ())[:1]))
         except ValidationError:
             return  # the segment moved on (a purge): the next commit plans again
         except (NotLeader, CommitterStopped):
@@ -459,7 +475,8 @@ class LaneKeeper:
             sealed_at=self.clock(),
         )
         try:
-            self.execute(Merge(queue=task.queue, keys=tuple(r.key for r in task.refs), ref=ref))
+            self._submit(task, Merge(queue=task.queue, keys=tuple(r.key for r in task.refs), ref=ref),
+                         lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
         except ValidationError:
             self.abandoned += 1
             delete_quietly(self.store, key)
@@ -470,6 +487,14 @@ class LaneKeeper:
             log.warning("merging segments of queue %s into %s: %s", task.queue, key, exc)
             return
         self.merged += 1
+
+    def _submit(self, task: _Task, op: Operation, applied: Callable[[QueueState], bool]) -> None:
+        """Run ``op`` through the committer for ``task``; ``applied`` says
+        whether a version shows it (see ``_busy``)."""
+        with self._cond:
+            if self._busy.get(task.queue) is task:
+                self._applied[task.queue] = applied
+        self.execute(op)
 
     def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:
         """The encoded jobs of segment ``ref``: kept from sealing it, or read."""
@@ -522,6 +547,8 @@ class LaneKeeper:
             self._forget(key)
             if delete_quietly(self.store, key):
                 self.deleted += 1
+                with self._cond:
+                    self._known.discard(key)
             else:
                 self.dropped([key])  # try again after another grace
 
@@ -529,10 +556,14 @@ class LaneKeeper:
         """One pass of the orphan collector (see the module)."""
         now = time.monotonic()
         with self._cond:
-            referenced = self._referenced
-            if referenced is None or now < self._next_collect:
+            if self._referenced is None or now < self._next_collect:
                 return
             self._next_collect = now + self.collect_seconds
+            # Not just the latest version's references: the committer hands
+            # the keeper versions with staged, unlanded changes, and a merge
+            # that drops references may yet fail. A key any version showed is
+            # this leader's to delete (after its drop lands), never an orphan.
+            known = frozenset(self._known)
         try:
             keys = self.store.list(segment_prefix(self.key))
         except StoreError as exc:
@@ -541,7 +572,7 @@ class LaneKeeper:
         suspects: dict[str, float] = {}
         for key in keys:
             epoch = epoch_of_key(key)
-            if epoch is None or epoch >= self.epoch or key in referenced:
+            if epoch is None or epoch >= self.epoch or key in known:
                 continue
             first_seen = self._suspects.get(key, now)
             # Seen unreferenced in two passes at least collect_seconds apart:

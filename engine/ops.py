@@ -41,6 +41,7 @@ __all__ = [
     "NewJob",
     "Operation",
     "Purge",
+    "PurgeOutcome",
     "PurgeStatus",
     "Push",
     "Refill",
@@ -153,12 +154,29 @@ class Requeue:
 class Purge:
     """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
     With ``expect`` (one status per id), only the listed jobs still in their
-    expected status go; see :func:`purge_op`."""
+    expected status go. With ``before_pos`` (format 2), only the pending
+    jobs of ``queue`` whose ``pos`` is below it go, in the document and in
+    segments alike; see :func:`purge_op`."""
 
     job_ids: tuple[str, ...] = ()
     queue: str | None = None
     status: PurgeStatus | None = None
     expect: tuple[PurgeStatus, ...] = ()
+    before_pos: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeOutcome:
+    """The outcome of a purge with ``before_pos``: the ids removed from the
+    document, and how many jobs left with the segment references dropped
+    (their ids are not read)."""
+
+    ids: list[str]
+    in_segments: int
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) + self.in_segments
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -516,13 +534,32 @@ def forget_op(queue: str) -> ForgetQueue:
 
 def purge_op(
     job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None,
-    expect: Iterable[str] | None = None,
+    expect: Iterable[str] | None = None, before_pos: int | None = None,
 ) -> Purge:
     """Purge ``job_ids`` (all or nothing: an unknown id refuses the whole
     operation), or every job of ``queue`` with ``status``. With ``expect``,
     one status per id, a purge by ids is conditional: each job goes only if
     it is still in its expected status when the operation commits, the others
-    are skipped (not refused), and the outcome lists the removed ids."""
+    are skipped (not refused), and the outcome lists the removed ids.
+
+    ``before_pos`` (format 2, with ``queue`` and status ``pending``) makes
+    the purge of a queue's pending jobs conditional on an operator's dry run
+    of it: pass the ``next_pos`` of the version the dry run counted. Only
+    the queue's pending jobs with a smaller ``pos`` go, and each of those
+    was pending, with that ``pos``, when the dry run counted (a job gets a
+    new ``pos`` whenever it becomes pending again, a pos is never handed
+    out twice, and a job refilled from a segment keeps its own): so the run
+    removes at most what the dry run counted (I9), whatever was claimed,
+    pushed, sealed, refilled or merged since. The queue's leading segment
+    references whose jobs all lie below it are dropped (one commit,
+    whatever their size); a segment that also holds later jobs is left,
+    with the ones behind it. Its outcome is a :class:`PurgeOutcome`."""
+    if before_pos is not None:
+        if type(before_pos) is not int or before_pos < 0:
+            raise ValidationError(f"before_pos must be an integer >= 0, got {before_pos!r}")
+        if job_ids is not None or expect is not None or queue is None or status != "pending":
+            raise ValidationError("before_pos goes with a queue and status pending, and no job ids")
+        return Purge(queue=check_queue(queue), status="pending", before_pos=before_pos)
     if job_ids is not None:
         if queue is not None or status is not None:
             raise ValidationError("purge takes job ids, or a queue and a status, not both")

@@ -45,6 +45,7 @@ from engine.ops import (
     Merge,
     Operation,
     Purge,
+    PurgeOutcome,
     Push,
     Refill,
     Requeue,
@@ -270,11 +271,17 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     return job_ids
 
 
-def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
+def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutcome:
     """Remove jobs by id (pending, running or dead; all or nothing), or every
     job of one queue and status. A conditional purge (``op.expect``) skips
-    every listed job not in its expected status. Returns the removed ids."""
-    if op.expect:
+    every listed job not in its expected status. Returns the removed ids;
+    a purge bounded by ``op.before_pos`` (see :func:`~engine.ops.purge_op`)
+    returns a :class:`~engine.ops.PurgeOutcome`."""
+    in_segments = 0
+    if op.before_pos is not None:
+        assert op.queue is not None
+        ids, in_segments = _purge_before(state, op.queue, op.before_pos)
+    elif op.expect:
         ids = still_expected(state, op.job_ids, op.expect)
     elif op.job_ids:
         for job_id in op.job_ids:
@@ -296,7 +303,27 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str]:
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)
-    return ids
+    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.before_pos is not None else ids
+
+
+def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int]:
+    """The pos-bounded part of a purge (see :func:`~engine.ops.purge_op`):
+    drops the queue's leading segment references that hold only jobs below
+    ``before_pos`` (counting their jobs as purged), and returns the ids of
+    the queue's pending jobs in the document below it (for the caller to
+    remove) and how many jobs left with the references."""
+    ids = [job_id for job_id, job in state.jobs.items()
+           if job.queue == queue and job.status == "pending" and state.pos[job_id] < before_pos]
+    refs = state.lanes.get(queue, [])
+    lead = 0
+    # References are in pos order: the ones wholly below the bound lead.
+    while lead < len(refs) and refs[lead].last_pos < before_pos:
+        lead += 1
+    dropped = state.drop_refs(queue, lead) if lead else []
+    in_segments = sum(ref.remaining for ref in dropped)
+    if in_segments:
+        state.counters(queue).purged += in_segments
+    return ids, in_segments
 
 
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:

@@ -13,6 +13,12 @@ probe comes from the platform (a kubelet asks by pod IP), not from users.
   leader's URL, which clients follow, and forwards operator actions, so
   every ready node can take traffic.
 
+A leader that cannot read a queue's next segment object (format 2, I6)
+stays ready: its other queues, and that queue's pushes and front, carry on,
+and another node would find the same object. ``/readyz`` then adds
+``segment_problems`` (see :func:`segment_problems`), and so do
+``/api/v1/health`` and a banner on every dashboard page.
+
 Both answer ``GET`` and ``HEAD`` (no body), and ``405`` to anything else.
 Neither does I/O: readiness is what the broker's control loop last saw.
 """
@@ -31,6 +37,20 @@ PATHS = frozenset({LIVEZ, READYZ})
 METHODS = ("GET", "HEAD")
 
 
+def segment_problems() -> list[dict[str, str]]:
+    """This node's :attr:`Broker.segment_problems <engine.Broker.segment_problems>`
+    as ``[{"queue", "object", "message"}]``, by queue: which queue stops at
+    which segment object, and why. Empty unless this node leads and one of
+    its queues cannot read its next segment. No I/O."""
+    found = []
+    for queue, message in sorted(runtime.get_broker().segment_problems.items()):
+        # SegmentUnreadable's message: "segment <key>: <problem>; ..." (keys hold no ": ").
+        head = message.removeprefix("segment ")
+        found.append({"queue": queue, "object": head.split(": ", 1)[0] if head != message else "",
+                      "message": message})
+    return found
+
+
 def readiness_json() -> tuple[int, dict[str, Any]]:
     """The status and body of ``/readyz`` for this node now."""
     readiness = runtime.get_broker().readiness()
@@ -40,6 +60,9 @@ def readiness_json() -> tuple[int, dict[str, Any]]:
     if not readiness.ready:
         body["reason"] = readiness.reason
         body["message"] = readiness.message
+    problems = segment_problems()
+    if problems:
+        body["segment_problems"] = problems
     return (200 if readiness.ready else 503), body
 
 

@@ -256,6 +256,10 @@ def operator_json(op: Operation) -> dict[str, Any]:
     match op:
         case Requeue():
             return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
+        case Purge() if op.before_pos is not None:
+            # A kind of its own: a node that does not know the bound must
+            # refuse it, never read it as "every pending job of the queue".
+            return {"kind": "purge_before", "queue": op.queue, "before_pos": op.before_pos}
         case Purge():
             return {
                 "kind": "purge",
@@ -299,6 +303,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)
         return purge_op(queue=data.get("queue"), status=data.get("status"))
+    if kind == "purge_before":
+        return purge_op(queue=data["queue"], status="pending", before_pos=data["before_pos"])
     if kind == "pause":
         return pause_op(data["queue"], paused=data["paused"])
     if kind == "forget":

@@ -27,6 +27,7 @@ from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
 from queueadmin.api.http import Request, Response
+from queueadmin.probes import segment_problems
 
 
 async def _body(request: Request) -> Any:
@@ -144,7 +145,10 @@ async def health(request: Request) -> Response:
     """200 this node's role, the leader as it knows it, itself, the last seq it
     saw, and the state of the document: ``ok``, ``missing`` (it existed and is
     gone: nothing is written until an operator runs ``queueinit``, I10) or
-    ``unreadable`` (it does not parse, I6), with the engine's message. No I/O."""
+    ``unreadable`` (it does not parse, I6), with the engine's message; and,
+    in format 2, ``segments``: ``ok``, or ``unreadable`` with the queues
+    stopped at a segment object this leader cannot read (I6) and which
+    object (:func:`queueadmin.probes.segment_problems`). No I/O."""
     broker = runtime.get_broker()
     leader = broker.leader
     problem = broker.document_problem
@@ -160,6 +164,8 @@ async def health(request: Request) -> Response:
             "node": {"id": broker.id, "url": broker.url},
             "seq": broker.seq,
             "document": document,
+            "segments": {"state": "unreadable", "problems": problems} if (problems := segment_problems())
+            else {"state": "ok"},
         }
     )
 

@@ -14,6 +14,15 @@ exactly the ids it acted on.
 
 What differs from one action to another (its permission, scopes, engine
 operation and wording) is in :class:`~queueadmin.models.AuditEntry.Action`.
+
+In format 2 a purge of a queue's pending jobs (by queue and status, or by a
+filter of exactly that queue and status) also counts the jobs in the queue's
+segment objects, from their references (their ids would mean reading every
+object), and keeps the version's ``next_pos``. The run sends the engine's
+pos-bounded purge (:func:`engine.ops.purge_op` with ``before_pos``): it
+removes only pending jobs that already had their place in the queue at the
+dry run, so at most what the dry run counted, and drops the segment
+references in the same commit.
 """
 
 from __future__ import annotations
@@ -28,10 +37,10 @@ from django.http import QueryDict
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
-from engine.ops import Operation, Push
+from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import pages
+from queueadmin.dashboard import pages, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -62,6 +71,12 @@ class Plan:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
+    #: Format 2, a purge of a queue's pending jobs: the ``next_pos`` of the
+    #: version it counted (the run removes only jobs placed before it), and
+    #: how many of its jobs sat in how many segment objects (counted, unlisted).
+    before_pos: int | None = None
+    segment_jobs: int = 0
+    segment_objects: int = 0
     sample: list[Doc] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -79,7 +94,7 @@ class Plan:
 
     @property
     def count(self) -> int:
-        return len(self.ids)
+        return len(self.ids) + self.segment_jobs
 
     @property
     def more(self) -> int:
@@ -103,7 +118,7 @@ class Plan:
 
     @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or self.forgets or bool(self.ids))
+        return not self.problems and (self.toggles or self.forgets or bool(self.count))
 
     @property
     def confirm_phrase(self) -> str | None:
@@ -121,6 +136,8 @@ class Plan:
 
     def operation(self) -> Operation:
         """The broker operation: conditional on each job's dry-run status."""
+        if self.before_pos is not None:  # a purge of a queue's pending jobs, in format 2
+            return purge_op(queue=self.queue, status="pending", before_pos=self.before_pos)
         build = self.spec.operation
         assert build is not None, f"{self.action} has no dry run"
         return build(self.ids, self.expect, self.queue)
@@ -168,10 +185,28 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
         p.target = f"queue={p.queue} status={p.status}"
         p.ids = [j["id"] for j in snapshot.select(queue=p.queue, status=p.status)]
         p.expect = [p.status] * len(p.ids)
+        if p.status == "pending":
+            _plan_segments(p, snapshot)
     fill_sample(p, snapshot)
-    if not p.ids:
+    if not p.count:
         p.problems.append("Nothing matches: no job would change.")
     return p
+
+
+def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
+    """A purge of ``p.queue``'s pending jobs in format 2: bound it by the
+    version's ``next_pos`` and count the jobs in the queue's segments."""
+    if not p.removes or snapshot.next_pos is None:
+        return
+    p.before_pos = snapshot.next_pos
+    refs = snapshot.lanes.get(p.queue, [])
+    p.segment_jobs, p.segment_objects = snapshot.in_segments(p.queue), len(refs)
+    if refs:
+        p.notes.append(ngettext(
+            "%(n)d of these jobs sits in a segment object: it goes with the object's reference, in the same "
+            "commit as the others.",
+            "%(n)d of these jobs sit in %(objects)d segment objects: they go with the objects' references, in "
+            "the same commit as the others.", p.segment_jobs) % {"n": p.segment_jobs, "objects": len(refs)})
 
 
 def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
@@ -203,6 +238,13 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.problems.append("Choose a filter first: an action on all matching jobs needs at least one.")
         return
     p.target = "filter: " + " ".join(f"{k}={v}" for k, v in filters.items() if v)
+    if pages.segmented_queue(snapshot, filters) is not None and p.removes:
+        # Exactly one queue's pending jobs: those in segments too, as the list shows them.
+        p.queue = filters["queue"]
+        p.ids = [j["id"] for j in snapshot.select(queue=p.queue, status="pending")]
+        p.expect = ["pending"] * len(p.ids)
+        _plan_segments(p, snapshot)
+        return
     matches, notice = pages.matching(snapshot, filters)
     if notice:
         p.notes.append(notice)
@@ -223,12 +265,24 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
 
 
 def fill_sample(p: Plan, snapshot: Snapshot) -> None:
-    """Show the plan's first jobs as ``snapshot`` has them."""
+    """Show the plan's first jobs as ``snapshot`` has them; when the
+    document holds fewer than a sample's worth, the first segment's next
+    ones (one object read at most, through :data:`.segments.cache`)."""
     p.sample = []
     for job_id in p.ids[:SAMPLE_SIZE]:
         found = snapshot.job(job_id)
         if found is not None:
             p.sample.append(dict(found[0], status=found[1]))
+    refs = snapshot.lanes.get(p.queue) if p.segment_jobs else None
+    if len(p.sample) < SAMPLE_SIZE and refs:
+        ref = refs[0]
+        try:
+            jobs = segments.cache.jobs(ref)
+        except EngineError as exc:  # the count stands (the reference says it); only the sample is missing
+            p.notes.append(f"The sample could not read a segment object: {segments.describe(exc)}")
+            return
+        start = ref.consumed
+        p.sample.extend(dict(j, status="pending") for j in jobs[start:start + SAMPLE_SIZE - len(p.sample)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +321,7 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
         entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids,
                       ok=False, detail=message)
         return Outcome(entry, False, f"{p.action.title()} failed: {message}")
+    in_segments = 0
     if p.toggles:
         detail, changed = _toggled(p, was_paused=bool(result))
         ids: list[str] = []
@@ -274,9 +329,9 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
         detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
         detail, ids = detail % {"queue": p.queue}, []
     else:
-        ids = [str(i) for i in result]
-        detail, changed = _acted(p, ids)
-        if not ids:
+        ids, in_segments = _removed(result)
+        detail, changed = _acted(p, ids, in_segments)
+        if not ids and not in_segments:
             # Refused in effect (a conflict): every planned job had left or
             # changed (completed by a worker, purged, requeued) before the
             # run. Nothing changed; audit it as failed, with why, on the
@@ -285,10 +340,26 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
             entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids, ok=False,
                           detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
             return Outcome(entry, False, detail[0].upper() + detail[1:] + ".", True)
+        if in_segments:
+            detail += ngettext(" (%(n)d of them in a segment object, whose ids are not listed)",
+                               " (%(n)d of them in segment objects, whose ids are not listed)",
+                               in_segments) % {"n": in_segments}
     detail += where
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
-                  detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
+                  detail=f"{detail} (dry run at seq {p.seq})", seq=seq, unlisted=in_segments)
     return Outcome(entry, True, detail[0].upper() + detail[1:] + ".", changed)
+
+
+def _removed(result: Any) -> tuple[list[str], int]:
+    """The ids a requeue or purge acted on, and how many jobs went with
+    segment references (a purge of planned segments: a
+    :class:`~engine.ops.PurgeOutcome` here, its fields as a dict when
+    forwarded from a standby)."""
+    if isinstance(result, PurgeOutcome):
+        return list(result.ids), result.in_segments
+    if isinstance(result, dict):
+        return [str(i) for i in result.get("ids") or ()], int(result.get("in_segments") or 0)
+    return [str(i) for i in result], 0
 
 
 def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
@@ -306,8 +377,8 @@ def _refused(p: Plan) -> str:
                     "purged or moved since the dry run)", p.count) % values
 
 
-def _acted(p: Plan, ids: list[str]) -> tuple[str, bool]:
-    n = len(ids)
+def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
+    n = len(ids) + in_segments
     parts = [str(p.spec.done % {"n": n, "queue": p.queue})]
     left = p.count - n
     if left:
@@ -354,6 +425,11 @@ def arrivals(p: Plan) -> int:
     else:
         now = tuple(j["id"] for j in snapshot.select(queue=p.queue, status=p.status))
     planned = set(p.ids)
+    if p.before_pos is not None:
+        # Placed after the dry run: in the document, or sealed into segments since.
+        bound = p.before_pos
+        later = sum(1 for j in snapshot.select(queue=p.queue, status="pending") if j.get("pos", 0) >= bound)
+        return later + sum(ref.remaining for ref in snapshot.lanes.get(p.queue, ()) if ref.front >= bound)
     return sum(1 for job_id in now if job_id not in planned)
 
 
@@ -380,8 +456,10 @@ def already_submitted(job_id: str) -> bool:
 
 
 def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, target: str,
-          ids: list[str], ok: bool, detail: str, seq: int | None = None) -> AuditEntry:
-    """Write one audit entry and its job index rows, together."""
+          ids: list[str], ok: bool, detail: str, seq: int | None = None, unlisted: int = 0) -> AuditEntry:
+    """Write one audit entry and its job index rows, together. ``unlisted``
+    jobs were acted on too, without their ids (jobs in segment objects):
+    they count, with no index rows."""
     with transaction.atomic():
         entry = AuditEntry.objects.create(
             user=user if user.is_authenticated else None,
@@ -390,7 +468,7 @@ def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, t
             reason=reason,
             queue=queue,
             target=target[:500],
-            count=len(ids),
+            count=len(ids) + unlisted,
             outcome=AuditEntry.Outcome.OK if ok else AuditEntry.Outcome.FAILED,
             detail=detail,
             seq=seq,

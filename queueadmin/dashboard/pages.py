@@ -22,6 +22,7 @@ from django.utils.translation import ngettext
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
+from queueadmin.dashboard import segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
@@ -225,20 +226,71 @@ def sort_jobs(items: list[Doc], sort: str) -> list[Doc]:
     return items
 
 
+def segmented_queue(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
+    """The queue whose pending jobs ``filters`` select exactly (queue and
+    status pending, nothing else) when that queue has segments (format 2):
+    the one filter whose list pages into segment objects. None otherwise."""
+    queue = filters.get("queue") or ""
+    only = filters.get("status") == "pending" and not any(
+        filters.get(name) for name in FILTERS if name not in ("queue", "status"))
+    return queue if only and queue in snapshot.lanes else None
+
+
+def pending_blocks(snapshot: Snapshot, queue: str) -> list[segments.Block]:
+    """``queue``'s pending jobs in FIFO order, as blocks (see
+    :func:`.segments.fifo_blocks`): counts only, no I/O."""
+    return segments.fifo_blocks(snapshot.select(queue=queue, status="pending"), snapshot.lanes.get(queue, []))
+
+
+def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
+    """Why jobs in segments are not in this list, when some could match."""
+    queue, status = filters.get("queue") or None, filters.get("status") or ""
+    if status not in ("", "pending") or filters.get("id"):
+        return None
+    held = snapshot.in_segments(queue)
+    if not held:
+        return None
+    return (ngettext("%(n)d pending job sits in segment objects and is not listed (or searched) here",
+                     "%(n)d pending jobs sit in segment objects and are not listed (or searched) here",
+                     held) % {"n": held}
+            + ": filter by one queue and status pending, with no other filter, to page through them.")
+
+
 def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
+    """The jobs list. Filtered to one queue's pending jobs (and nothing
+    else) in format 2, it lists them all in FIFO order, reading only the
+    segment objects the page shows (through :data:`.segments.cache`); a
+    segment that cannot be read leaves the page's rows empty and says
+    which object (``segment_error``). Any other filter lists the document's
+    jobs only, and says how many pending jobs in segments it leaves out."""
     filters = job_filters(params)
     sort = params.get("sort") or ""
     if sort not in SORTS:
         sort = ""
-    matches, notice = matching(snapshot, filters)
-    matches = sort_jobs(matches, sort)
-    pages = max(1, math.ceil(len(matches) / PAGE_SIZE))
+    segment_error = None
+    lane = segmented_queue(snapshot, filters) if not sort else None
+    if lane is not None:
+        blocks = pending_blocks(snapshot, lane)
+        total, notice, matches = sum(b.count for b in blocks), None, list[Doc]()
+    else:
+        matches, notice = matching(snapshot, filters)
+        matches = sort_jobs(matches, sort)
+        total = len(matches)
+        unlisted = _unlisted(snapshot, filters)
+        notice = " ".join(n for n in (notice, unlisted) if n) or None
+    pages = max(1, math.ceil(total / PAGE_SIZE))
     try:
         page = min(max(int(params.get("page") or 1), 1), pages)
     except ValueError:
         page = 1
     start = (page - 1) * PAGE_SIZE
-    shown = matches[start:start + PAGE_SIZE]
+    if lane is not None:
+        try:
+            shown = segments.page(blocks, start, PAGE_SIZE)
+        except EngineError as exc:  # SegmentUnreadable (I6) or store trouble: say so, show no rows
+            shown, segment_error = [], segments.describe(exc)
+    else:
+        shown = matches[start:start + PAGE_SIZE]
     filter_query = urlencode({k: v for k, v in filters.items() if v})
     return {
         "snapshot": snapshot,
@@ -256,12 +308,14 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
                                              "sort": key if sort == f"-{key}" else f"-{key}"})
                        for key in ("age", "attempts")},
         "rows": [_row(snapshot, j) for j in shown],
-        "total": len(matches),
+        "total": total,
         "page": page,
         "pages": pages,
         "first_index": start + 1,
         "last_index": start + len(shown),
         "notice": notice,
+        "segment_error": segment_error,
+        "in_segments": snapshot.in_segments(lane) if lane is not None else 0,
     }
 
 
@@ -278,6 +332,8 @@ def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
         # Who ran the last attempt of a job no one holds (what the worker filter also matches).
         "last_worker": None if lease else job_worker(item),
         "payload": payload_text(item),
+        # Read from a segment object: no per-job action reaches it there (act on its queue).
+        "segment": item.get("segment"),
     }
 
 
@@ -293,12 +349,29 @@ class Event:
     tone: str = ""  # "", "ok", "warn", "bad"
 
 
-def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
+def find_job(snapshot: Snapshot, job_id: str) -> tuple[tuple[Doc, str] | None, str | None, bool]:
+    """The job ``job_id`` and its status, looked up in the document, then
+    (format 2) in segment objects within :func:`.segments.find_in_segments`'s
+    bound; also an error reading a segment, if one stopped the lookup, and
+    whether the job was found in a segment."""
     found = snapshot.job(job_id)
+    if found is not None or not snapshot.lanes:
+        return found, None, False
+    try:
+        hit = segments.find_in_segments(job_id, snapshot.lanes, sealed_recently=snapshot.sealed_recently(job_id))
+    except EngineError as exc:
+        return None, segments.describe(exc), False
+    return ((hit[0], "pending"), None, True) if hit is not None else (None, None, False)
+
+
+def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
+    found, segment_error, in_segment = find_job(snapshot, job_id)
     if found is None:
         # A task job that finished has left the document; its result says how it ended.
         result, result_error = task_result(job_id)
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
+                "segment_error": segment_error, "segments_held": snapshot.in_segments(),
+                "lookup_reads": segments.JOB_LOOKUP_READS,
                 "result": result, "result_error": result_error,
                 "task": result.task if result is not None else None,
                 "task_call": task_call(result.task) if result is not None else None,
@@ -339,6 +412,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
         "snapshot": snapshot,
         "job_id": job_id,
         "found": True,
+        "in_segment": in_segment,
         "job": item,
         "status": status,
         "events": events,

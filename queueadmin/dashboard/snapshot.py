@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import DOCUMENT_KEY, FORMAT, DecodedDocument, DocumentError, decode_document_json
+from engine import (
+    DOCUMENT_KEY,
+    FORMAT,
+    FORMAT_SEGMENTS,
+    DecodedDocument,
+    DocumentError,
+    SegmentRef,
+    decode_document_json,
+)
+from queueadmin.dashboard.segments import lanes_of
 
 Doc = dict[str, Any]
 
@@ -56,7 +65,12 @@ class QueueSummary:
     """One queue's line on the overview."""
 
     name: str
+    #: Pending jobs: in the document and, in format 2, in segment objects.
     pending: int = 0
+    #: Of ``pending``, how many sit in segment objects (format 2).
+    in_segments: int = 0
+    #: How many segment objects hold them.
+    segments: int = 0
     #: Pending and claimable now (no not_before in the future).
     ready: int = 0
     running: int = 0
@@ -102,6 +116,9 @@ class DeadGroup:
 class Snapshot:
     """A decoded, read-only version of the queue document.
 
+    Raises DocumentError for a format-2 header whose segment references are
+    malformed (the pages then show the document as unreadable).
+
     ``etag`` and ``size`` describe the stored object; ``taken_at`` is when the
     dashboard read it. Derived summaries are computed once, on first use.
     """
@@ -118,12 +135,21 @@ class Snapshot:
         self.writer: str | None = header.get("writer")
         self.written_at = moment(header.get("written_at"))
         self.broker: Doc = header.get("broker") or {"id": None, "url": None, "epoch": 0}
+        #: Format 2: the ``pos`` the next job placed in the queue will get
+        #: (every job placed before this version has a smaller one); None in format 1.
+        self.next_pos: int | None = header.get("next_pos") if header.get("format") == FORMAT_SEGMENTS else None
         self._queues: dict[str, QueueSummary] | None = None
         self._by_id: dict[str, Doc] | None = None
         self._dead_by_id: dict[str, Doc] | None = None
         self._workers: dict[str, WorkerSummary] | None = None
         self._dead_groups: list[DeadGroup] | None = None
         self._status_counts: Counter[str] | None = None
+        self._ordered: Sequence[Doc] | None = None
+        self._sealed: frozenset[str] | None = None
+        #: Format 2: per queue, its segment references, oldest first (see
+        #: :mod:`.segments`); empty in format 1.
+        self.lanes: dict[str, list[SegmentRef]] = (
+            lanes_of(header) if header.get("format") == FORMAT_SEGMENTS else {})
 
     def at(self, taken_at: datetime) -> Snapshot:
         """The same version, as read again at ``taken_at``: the document is
@@ -133,6 +159,7 @@ class Snapshot:
         again = Snapshot(self.header, self.jobs, self.dead, etag=self.etag, size=self.size, taken_at=taken_at)
         again._by_id, again._dead_by_id = self._by_id, self._dead_by_id
         again._dead_groups, again._status_counts = self._dead_groups, self._status_counts
+        again._ordered, again._sealed = self._ordered, self._sealed
         return again
 
     @classmethod
@@ -159,9 +186,38 @@ class Snapshot:
         dead = self._dead_by_id.get(job_id)
         return (dead, "dead") if dead is not None else None
 
+    @property
+    def ordered_jobs(self) -> Sequence[Doc]:
+        """The document's jobs in FIFO order: by ``pos`` in format 2 (where
+        jobs refilled from a segment are appended to the list with their
+        old, smaller ``pos``), the list order in format 1. Computed once."""
+        if self._ordered is None:
+            if self.header.get("format") == FORMAT_SEGMENTS:
+                self._ordered = sorted(self.jobs, key=lambda j: j.get("pos", 0))
+            else:
+                self._ordered = self.jobs
+        return self._ordered
+
+    def sealed_recently(self, job_id: str) -> bool:
+        """Whether ``job_id`` is in the document's ``sealed`` window (format 2):
+        it was moved into a segment object recently."""
+        if self._sealed is None:
+            self._sealed = frozenset(
+                job for group in (self.header.get("sealed") or ()) for job in str(group[1]).split())
+        return job_id in self._sealed
+
+    def in_segments(self, queue: str | None = None) -> int:
+        """How many pending jobs of ``queue`` (default every queue) sit in
+        segment objects, from the references alone (no I/O)."""
+        lanes = self.lanes if queue is None else {queue: self.lanes.get(queue, [])}
+        return sum(ref.remaining for refs in lanes.values() for ref in refs)
+
     def select(self, *, queue: str | None = None, status: str | None = None) -> list[Doc]:
-        """Jobs (or, for status ``dead``, dead letters) of ``queue`` with ``status``, in document order."""
-        items: Iterable[Doc] = self.dead if status == "dead" else self.jobs
+        """Jobs (or, for status ``dead``, dead letters) of ``queue`` with
+        ``status`` that are in the document, in FIFO order (see
+        :attr:`ordered_jobs`; dead letters in the order they died). Jobs in
+        segment objects are not among them (see :mod:`.segments`)."""
+        items: Iterable[Doc] = self.dead if status == "dead" else self.ordered_jobs
         return [
             j for j in items
             if (queue is None or j["queue"] == queue) and (status in (None, "dead") or j["status"] == status)
@@ -204,6 +260,21 @@ class Snapshot:
             enqueued = sortable(job["enqueued_at"])
             if queue not in oldest or enqueued < oldest[queue]:
                 oldest[queue] = enqueued
+        for queue, refs in self.lanes.items():
+            row = rows.get(queue) or rows.setdefault(queue, QueueSummary(name=queue))
+            held = sum(ref.remaining for ref in refs)
+            # Segments hold only jobs that were ready when sealed (delayed
+            # ones stay in the document), so all of them are ready.
+            row.pending += held
+            row.ready += held
+            row.in_segments = held
+            row.segments = len(refs)
+            # A reference knows the enqueue time of its first unconsumed job:
+            # the first segment's is the oldest the backlog holds in FIFO
+            # order (a requeued job deeper inside may be older; it is not read).
+            first = sortable(refs[0].oldest_enqueued_at.isoformat())
+            if queue not in oldest or first < oldest[queue]:
+                oldest[queue] = first
         for queue, first in oldest.items():
             rows[queue].oldest_pending_at = moment(first)
         for letter in self.dead:
@@ -306,6 +377,8 @@ class Snapshot:
         if self._status_counts is None:
             counts: Counter[str] = Counter(j["status"] for j in self.jobs)
             counts["dead"] = len(self.dead)
+            if self.lanes:
+                counts["pending"] += self.in_segments()
             self._status_counts = counts
         return Counter(self._status_counts)
 

@@ -176,6 +176,16 @@ def document_missing() -> str:
     return "" if missing is None else str(missing)
 
 
+@register.simple_tag
+def segment_problems() -> list[dict[str, str]]:
+    """The queues this node (leading) stops at an unreadable segment object
+    (format 2, I6): ``[{"queue", "object", "message"}]``, empty when none.
+    base.html shows them as a banner on every page. No I/O."""
+    from queueadmin.probes import segment_problems as problems  # here: template libraries load before apps
+
+    return problems()
+
+
 @register.simple_tag(takes_context=True)
 def can_use_admin(context: template.Context) -> bool:
     """Whether the signed-in user would find anything in Django admin: staff

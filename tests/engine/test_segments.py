@@ -316,3 +316,17 @@ def test_with_many_queues_a_long_tail_is_sealed_in_whole_shares_up_to_a_segment(
     assert {q: [ref["total"] for ref in lanes[q]["segments"]] for q in queues} == {q: [100, 50] for q in queues}
     for queue in queues:
         assert drain(broker, queue, expect=160) == [f"{queue}-{i:05d}" for i in range(160)]
+
+
+def test_a_backlog_pushed_at_once_is_sealed_commit_after_commit_not_once_per_heartbeat() -> None:
+    """Only the keeper's own commits happen here (the heartbeat is 30 s): each
+    one must plan the next seal, or 30 segments would take 15 minutes."""
+    store = open_store("memory://")
+    broker = Broker(store, url="http://a", policy=SMALL, heartbeat_seconds=30, takeover_seconds=120).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="leading")
+        push(broker, "q", 320)
+        wait_for(lambda: len(document(store)["jobs"]) <= 30, timeout=20, what="sealed without heartbeats")
+        assert sum(r["total"] for r in document(store)["lanes"]["q"]["segments"]) >= 290
+    finally:
+        broker.stop(timeout=10)

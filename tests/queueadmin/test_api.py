@@ -256,6 +256,7 @@ def test_health_needs_no_token_and_names_the_leader(broker: Broker, store: Objec
         "node": {"id": broker.id, "url": NODE_A},
         "seq": document(store)["seq"],
         "document": {"state": "ok"},
+        "segments": {"state": "ok"},
     }
 
 

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from engine import (
     DOCUMENT_KEY,
+    FORMAT_SEGMENTS,
     EngineError,
     Policy,
     QueueCounters,
@@ -31,17 +32,25 @@ from queueadmin.management import open_document_store
 COUNTERS = ("pushed", "completed", "failed", "dead", "purged", "dead_dropped")
 # Short labels for the text table, where "dead" already counts the dead letters present.
 COUNTER_LABELS = ("pushed", "completed", "failed", "died", "purged", "dropped")
+NOW_LABELS = {"in_segments": "segments"}
 
 
 def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     """The status as plain data: leader, seq, per-queue counts and the running leases.
 
     Ages and time left are measured against ``now`` (this machine's clock),
-    while the document's times come from the leader's clock.
+    while the document's times come from the leader's clock. In format 2,
+    ``in_segments`` counts a queue's pending jobs in segment objects (from
+    the document's references: the objects are not read) and ``segments``
+    the objects; they are pending and were ready when sealed, but not in
+    ``ready``, which counts the document's jobs.
     """
-    names = set(state.queues) | {j.queue for j in state.jobs.values()} | {d.queue for d in state.dead.values()}
+    names = (set(state.queues) | {j.queue for j in state.jobs.values()} | {d.queue for d in state.dead.values()}
+             | set(state.lanes))
     queues: dict[str, dict[str, Any]] = {
         name: {"ready": 0, "delayed": 0, "running": 0, "dead": 0,
+               "in_segments": sum(ref.remaining for ref in state.lanes.get(name, ())),
+               "segments": len(state.lanes.get(name, ())),
                "counters": counters_dict(state.queues.get(name) or QueueCounters())}
         for name in sorted(names)
     }
@@ -64,6 +73,7 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     for dead in state.dead.values():
         queues[dead.queue]["dead"] += 1
     return {
+        "format": state.format,
         "seq": state.seq,
         "writer": state.writer,
         "leader": {"id": state.broker.id, "url": state.broker.url, "epoch": state.broker.epoch},
@@ -105,11 +115,16 @@ def render(status: dict[str, Any]) -> list[str]:
     ]
     queues = status["queues"]
     if queues:
-        header = ["queue", "ready", "delayed", "running", "dead", *COUNTER_LABELS]
-        rows = [[name, *(str(q[k]) for k in ("ready", "delayed", "running", "dead")),
+        # Format 2: a column for the pending jobs in segment objects (format 1 has none).
+        now = ("ready", "in_segments", "delayed", "running", "dead") if status.get("format") == FORMAT_SEGMENTS \
+            else ("ready", "delayed", "running", "dead")
+        header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *COUNTER_LABELS]
+        rows = [[name, *(str(q[k]) for k in now),
                  *(str(q["counters"][k]) for k in COUNTERS)] for name, q in queues.items()]
         lines += _table(header, rows)
-        lines.append("(ready to dead: in the document now; pushed to dropped: counters since the queue began; "
+        lines.append("(ready to dead: in the document now" + (", segments: pending jobs in segment objects"
+                                                           if "in_segments" in now else "")
+                     + "; pushed to dropped: counters since the queue began; "
                      "died: moved to the dead letters, dropped: dead letters dropped from a full list)")
     else:
         lines.append("no queues yet")

@@ -1,0 +1,279 @@
+"""Format 2's segments, as the dashboard reads them.
+
+In format 2 (``docs/format.md``) a queue's pending jobs beyond a window live
+in immutable *segment* objects that the document references. The dashboard
+counts them from the references alone (no I/O: a reference says how many
+jobs it still holds), and reads an object only to *show* its jobs: a page of
+a queue's pending jobs deep in its backlog, or a job page for a job that
+sits in one.
+
+Reads go through :data:`cache`, a least-recently-used cache of decoded
+segments keyed by object key. A segment is written once and never changed,
+so an entry can never go stale: a key the document stops referencing simply
+stops being asked for and ages out. The cache holds at most
+:data:`CACHE_BYTES` of segment objects (their stored size; decoded, they take
+a few times that in memory), and always the most recent one, however large.
+
+A segment that is missing, altered or malformed raises
+:class:`~engine.SegmentUnreadable` (naming the object), and store trouble
+raises :class:`~engine.StoreError`; the pages show either as an error naming
+the object, never a 500. Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from engine import DOCUMENT_KEY, DocumentError, EngineError, ObjectStore, SegmentRef, read_segment
+from queueadmin import runtime
+
+Doc = dict[str, Any]
+
+#: The cache's bound: the stored bytes of the segments it keeps decoded.
+#: 64 MB is 64 segments of 1,000 jobs of ~1 KB, or ~160,000 jobs of the
+#: engine's ~400 bytes: enough to page back and forth through a deep backlog
+#: without re-reading, small beside a node's memory.
+CACHE_BYTES = 64 * 1024 * 1024
+#: A job page looks for a job that is not in the document in at most this
+#: many segments it has not read yet (beyond every one already cached), and
+#: only when the document's ``sealed`` window says the job was sealed
+#: recently: it is then in one of the newest segments, which are read first.
+JOB_LOOKUP_READS = 8
+
+
+def _moment(value: str | None) -> datetime:
+    return datetime.fromisoformat(value) if value else datetime.fromtimestamp(0, UTC)
+
+
+def lanes_of(header: Doc, *, key: str = DOCUMENT_KEY) -> dict[str, list[SegmentRef]]:
+    """Per queue, its segment references from a format-2 document's header
+    (``lanes``), oldest first; queues without any are left out. Raises
+    DocumentError naming the field for a reference that is not one (the
+    engine refuses such a document too, I6); no I/O."""
+    lanes: dict[str, list[SegmentRef]] = {}
+    raw = header.get("lanes") or {}
+    if not isinstance(raw, dict):
+        raise DocumentError(key, "lanes: expected an object")
+    for queue, lane in raw.items():
+        items = lane.get("segments") if isinstance(lane, dict) else None
+        if not isinstance(items, list):
+            raise DocumentError(key, f"lanes.{queue}: expected an object with a list of segments")
+        for i, item in enumerate(items):
+            try:
+                lanes.setdefault(queue, []).append(ref_of(item))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise DocumentError(key, f"lanes.{queue}.segments[{i}]: not a segment reference ({exc!r})") from exc
+    return lanes
+
+
+def ref_of(item: Doc) -> SegmentRef:
+    """A segment reference from the document's JSON (``lanes.<queue>.segments[i]``).
+    Raises KeyError, TypeError or ValueError for anything else."""
+    if not isinstance(item["key"], str) or not isinstance(item["sha256"], str):
+        raise TypeError("key and sha256 must be strings")
+    return SegmentRef(
+        key=item["key"], total=int(item["total"]), consumed=int(item["consumed"]), front=int(item["front"]),
+        last_pos=int(item["last_pos"]), size=int(item["size"]), sha256=item["sha256"],
+        oldest_enqueued_at=_moment(item.get("oldest_enqueued_at")), epoch=int(item.get("epoch") or 0),
+        sealed_at=_moment(item.get("sealed_at")),
+    )
+
+
+class SegmentCache:
+    """Decoded segments by object key, least recently used first out, at
+    most ``max_bytes`` of stored size (the latest entry is kept even when
+    it alone is larger). Thread-safe; the read itself happens outside the
+    lock, so two pages missing the same key may both read it (harmless: the
+    object is immutable)."""
+
+    def __init__(self, *, max_bytes: int = CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[int, list[Doc]]] = OrderedDict()
+        self._bytes = 0
+        #: Counters, for tests and measurements.
+        self.hits = 0
+        self.reads = 0
+
+    def cached(self, key: str) -> list[Doc] | None:
+        """The jobs of ``key`` if cached (marking it recently used), else None. No I/O."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry[1]
+
+    def keys(self) -> list[str]:
+        """The cached keys, most recently used last."""
+        with self._lock:
+            return list(self._entries)
+
+    def jobs(self, ref: SegmentRef, *, store: ObjectStore | None = None) -> list[Doc]:
+        """Every job of the segment ``ref`` names, oldest first (the first
+        ``ref.consumed`` of them are back in the document by now), as the
+        plain dicts the document's jobs decode to. Reads the object (from
+        ``store``, default this node's broker's) unless cached. Raises
+        SegmentUnreadable for an object that is missing or does not verify
+        against ``ref``, StoreError for store trouble."""
+        found = self.cached(ref.key)
+        if found is not None:
+            return found
+        store = store if store is not None else runtime.get_broker().store
+        items: list[Doc] = read_segment(store, ref)  # verified: size, SHA-256, shape
+        with self._lock:
+            self.reads += 1
+            if ref.key not in self._entries:
+                self._entries[ref.key] = (ref.size, items)
+                self._bytes += ref.size
+            while self._bytes > self.max_bytes and len(self._entries) > 1:
+                _, (size, _) = self._entries.popitem(last=False)
+                self._bytes -= size
+        return items
+
+    def clear(self) -> None:
+        """Forget every entry (tests; a change of store)."""
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self.hits = self.reads = 0
+
+
+#: The process-wide cache every page reads segments through.
+cache = SegmentCache()
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A run of a queue's pending jobs in FIFO order: jobs in the document
+    (``items``), or the unconsumed jobs of one segment (``ref``)."""
+
+    count: int
+    items: list[Doc] | None = None
+    ref: SegmentRef | None = None
+
+
+def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef]) -> list[Block]:
+    """A queue's pending jobs as blocks in FIFO order: the front (document
+    jobs with ``pos`` below the first segment's ``front``), then each
+    segment, each followed by the document's jobs whose ``pos`` lies between
+    it and the next one, and the tail last. ``pending_here`` are the queue's
+    pending jobs in the document, in ``pos`` order.
+
+    Delayed jobs stay in the document whatever their ``pos``; one whose
+    ``pos`` falls inside a segment's span is listed just after that segment
+    (placing it exactly would mean reading the segment to count)."""
+    blocks: list[Block] = []
+    i = 0
+    bounds = [ref.front for ref in refs[1:]] + [None]
+    first = refs[0].front if refs else None
+    start = i
+    while i < len(pending_here) and (first is None or pending_here[i]["pos"] < first):
+        i += 1
+    if i > start:
+        blocks.append(Block(i - start, items=pending_here[start:i]))
+    for ref, upto in zip(refs, bounds, strict=True):
+        blocks.append(Block(ref.remaining, ref=ref))
+        start = i
+        while i < len(pending_here) and (upto is None or pending_here[i]["pos"] < upto):
+            i += 1
+        if i > start:
+            blocks.append(Block(i - start, items=pending_here[start:i]))
+    return blocks
+
+
+def page(blocks: list[Block], start: int, count: int,
+         read: Callable[[SegmentRef], list[Doc]] | None = None) -> list[Doc]:
+    """Jobs ``start`` to ``start + count`` of ``blocks`` (see
+    :func:`fifo_blocks`), each with its ``status``, and those read from a
+    segment with its object's key as ``segment``: only the segments the
+    page overlaps are read, through ``read`` (default :data:`cache`).
+    Raises what ``read`` raises."""
+    read = read or cache.jobs
+    shown: list[Doc] = []
+    offset = 0
+    for block in blocks:
+        end = offset + block.count
+        if end > start and offset < start + count:
+            lo, hi = max(start - offset, 0), min(start + count - offset, block.count)
+            if block.items is not None:
+                shown.extend(block.items[lo:hi])
+            else:
+                assert block.ref is not None
+                skip = block.ref.consumed  # refilled into the document already
+                key = block.ref.key
+                shown.extend(dict(j, status="pending", segment=key) for j in read(block.ref)[skip + lo:skip + hi])
+        offset = end
+        if offset >= start + count:
+            break
+    return shown
+
+
+def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_recently: bool,
+                     read: Callable[[SegmentRef], list[Doc]] | None = None,
+                     budget: int = JOB_LOOKUP_READS) -> tuple[Doc, str] | None:
+    """The pending job ``job_id`` and its queue, if it sits (unconsumed) in
+    one of the referenced segments the lookup tries: every cached one (no
+    I/O), then, when ``sealed_recently`` (its id is in the document's
+    ``sealed`` window), up to ``budget`` more, newest first across queues.
+    None when not found within that bound. Raises what ``read`` raises."""
+    read = read or cache.jobs
+    referenced = {ref.key: (queue, ref) for queue, refs in lanes.items() for ref in refs}
+    tried: set[str] = set()
+    for key in reversed(cache.keys()):
+        if key in referenced:
+            tried.add(key)
+            found = _look(job_id, *referenced[key], read)
+            if found is not None:
+                return found
+    if not sealed_recently:
+        return None
+    for queue, ref in _newest_first(lanes):
+        if budget <= 0:
+            break
+        if ref.key in tried:
+            continue
+        budget -= 1
+        found = _look(job_id, queue, ref, read)
+        if found is not None:
+            return found
+    return None
+
+
+def _newest_first(lanes: dict[str, list[SegmentRef]]) -> Iterator[tuple[str, SegmentRef]]:
+    pairs = [(queue, ref) for queue, refs in lanes.items() for ref in refs]
+    return iter(sorted(pairs, key=lambda pair: pair[1].sealed_at, reverse=True))
+
+
+def _look(job_id: str, queue: str, ref: SegmentRef,
+          read: Callable[[SegmentRef], list[Doc]]) -> tuple[Doc, str] | None:
+    for job in read(ref)[ref.consumed:]:
+        if job.get("id") == job_id:
+            return dict(job, status="pending"), queue
+    return None
+
+
+def describe(exc: EngineError) -> str:
+    """An error reading a segment, for a page (it names the object)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = [
+    "CACHE_BYTES",
+    "JOB_LOOKUP_READS",
+    "Block",
+    "SegmentCache",
+    "cache",
+    "describe",
+    "fifo_blocks",
+    "find_in_segments",
+    "lanes_of",
+    "page",
+    "ref_of",
+]

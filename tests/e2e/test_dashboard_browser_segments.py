@@ -1,0 +1,116 @@
+"""Format 2 in a real browser, on a real daphne node with tiny segments
+(10 jobs each, 20 kept at the front): a backlog of 300 jobs sits almost
+entirely in segment objects, and the dashboard must still show it whole.
+
+The operator reads the queue's pending count on the overview, follows it to
+the jobs list, pages deep into the backlog (whose jobs are read from the
+segment objects) and finds exactly the right jobs in FIFO order; then
+purges every pending job of the queue through the list's button, with its
+dry run counting the jobs in segments, and the run removing exactly those.
+
+The fixtures (``browser``) and helpers are in tests/e2e/browser.py.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.e2e.browser import push, shot, signed_in, with_operator
+from tests.e2e.harness import Cluster, Node
+
+pytestmark = pytest.mark.e2e
+
+SEGMENT_ENV = {"QUEUE_SEGMENT_JOBS": "10", "QUEUE_HEAD_JOBS": "20", "QUEUE_REFILL_BELOW": "10"}
+BACKLOG = 300
+
+
+@pytest.fixture
+def node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
+    return with_operator(cluster_factory(**SEGMENT_ENV))
+
+
+def sealed_backlog(cluster: Cluster, server: Node, queue: str = "backlog") -> dict[str, Any]:
+    """Push BACKLOG jobs (payloads {"n": 0..299}) and wait until the leader has
+    sealed all but the front and a partial tail into segments."""
+    for start in range(0, BACKLOG, 100):
+        push(server, queue, [{"n": n} for n in range(start, start + 100)])
+    deadline = time.monotonic() + 30
+    while True:
+        doc: dict[str, Any] = cluster.document()
+        here = sum(1 for j in doc["jobs"] if j["queue"] == queue)
+        if doc.get("format") == 2 and here < 30:
+            return doc
+        assert time.monotonic() < deadline, f"not sealed: {here} jobs still in the document"
+        time.sleep(0.1)
+
+
+def shown_payloads(page: Any) -> list[int]:
+    texts = page.locator("#live-jobs tbody tr[data-job-id] td.payload code").all_inner_texts()
+    return [orjson.loads(text)["n"] for text in texts]
+
+
+def test_the_overview_counts_and_a_deep_page_lists_jobs_in_segments(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    cluster, server = node
+    doc = sealed_backlog(cluster, server)
+    assert len(doc["lanes"]["backlog"]["segments"]) >= 27
+    with signed_in(browser, server) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        pending = page.locator('tr[data-row="backlog"] td.num a').first
+        expect(pending).to_have_text(str(BACKLOG))
+        expect(page.locator("#live-broker")).to_contain_text(f"{BACKLOG} pending")
+        shot(page, "segments-overview")
+
+        pending.click()  # the queue's pending jobs, in FIFO order
+        expect(page.get_by_test_id("jobs-total")).to_contain_text(f"{BACKLOG} jobs · page 1 of 6")
+        expect(page.get_by_test_id("in-segments")).to_be_visible()
+        assert shown_payloads(page) == list(range(50))
+
+        page.locator("nav.pager a[rel=next]").click()
+        expect(page.get_by_test_id("jobs-total")).to_contain_text("page 2 of 6")
+        assert shown_payloads(page) == list(range(50, 100))
+
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&page=5")
+        expect(page.get_by_test_id("jobs-total")).to_contain_text("page 5 of 6")
+        expect(page.locator("#live-jobs tbody tr[data-job-id]")).to_have_count(50)
+        assert shown_payloads(page) == list(range(200, 250))
+        shot(page, "segments-deep-page")
+
+        # A job deep in the backlog opens from the list: its page reads it from its segment.
+        page.locator("#live-jobs tbody tr[data-job-id] td.id a").nth(7).click()
+        expect(page.get_by_test_id("job-status")).to_have_text("pending")
+        expect(page.get_by_test_id("in-segment")).to_be_visible()
+        expect(page.locator("main")).to_contain_text('"n": 207')
+        assert errors == []
+
+
+def test_an_operator_purges_a_queue_whose_jobs_sit_in_segments(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    cluster, server = node
+    sealed_backlog(cluster, server)
+    push(server, "keep", [{"n": n} for n in range(3)])
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending")
+        page.get_by_role("button", name=f"Purge all {BACKLOG} matching").click()
+        expect(page.get_by_test_id("plan-count")).to_have_text(f"{BACKLOG} jobs would be removed for good.")
+        expect(page.locator("#action-panel")).to_contain_text("segment objects")
+        shot(page, "segments-purge-dry-run")
+        page.get_by_test_id("reason").fill("a runaway producer")
+        page.get_by_test_id("confirm-text").fill(f"purge {BACKLOG}")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator("main")).to_contain_text(re.compile(rf"[Pp]urged {BACKLOG} jobs"))
+        doc: dict[str, Any] = cluster.document()
+        assert "backlog" not in doc.get("lanes", {})
+        assert not [j for j in doc["jobs"] if j["queue"] == "backlog"]
+        assert doc["queues"]["backlog"]["purged"] == BACKLOG
+        assert sorted(j["payload"]["n"] for j in doc["jobs"] if j["queue"] == "keep") == [0, 1, 2]
+        page.goto(f"{server.url}/")
+        expect(page.locator('tr[data-row="backlog"] td.num a').first).to_have_text("0")

@@ -1,0 +1,475 @@
+"""The dashboard in format 2: counts, lists, job pages and problems with
+pending jobs in segment objects (``docs/dashboard.md``, "Segments").
+
+A real broker with tiny segments (10 jobs, 20 kept at the front) seals a
+backlog of a few hundred jobs into segment objects of a memory store; the
+pages are read as a user reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from io import StringIO
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from engine import Broker, ObjectStore
+from engine.ops import Tick, claim_op, complete_op
+from queueadmin.dashboard import segments
+from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.source import source
+from queueadmin.models import AuditEntry
+from tests.helpers import stored, wait_for
+from tests.queueadmin.api_client import Client as ApiClient
+from tests.queueadmin.dashboard_fixtures import confirm, preview, push
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
+
+SEGMENT, HEAD = 10, 20
+
+
+@pytest.fixture
+def small_segments(settings: SettingsWrapper) -> Iterator[None]:
+    """Format 2 with segments of 10 jobs and 20 at the front (set before the broker starts)."""
+    settings.QUEUE_SEGMENT_JOBS = SEGMENT
+    settings.QUEUE_HEAD_JOBS = HEAD
+    settings.QUEUE_REFILL_BELOW = 10
+    segments.cache.clear()
+    yield
+    segments.cache.clear()
+
+
+def document(store: ObjectStore) -> dict[str, Any]:
+    return orjson.loads(stored(store))  # type: ignore[no-any-return]
+
+
+def backlog(broker: Broker, queue: str = "q", n: int = 300) -> list[str]:
+    """Push ``n`` jobs (payloads 0..n-1) and wait until all but the front and a partial tail are sealed."""
+    ids = [job_id for start in range(0, n, 100)
+           for job_id in push(broker, queue, list(range(start, min(n, start + 100))))]
+    settle(broker, lambda doc: sum(1 for j in doc["jobs"] if j["queue"] == queue) < HEAD + SEGMENT,
+           what="the backlog sealed")
+    return ids
+
+
+def settle(broker: Broker, done: Callable[[dict[str, Any]], bool], *, what: str) -> None:
+    """Commit until the stored document satisfies ``done``. The lane keeper
+    plans its next seal or refill when a commit lands, and the fixture's
+    idle heartbeat is minutes long: each empty commit (a Tick) lets it take
+    its next step."""
+    def step() -> bool:
+        if done(document(broker.store)):
+            return True
+        broker.execute(Tick())
+        return False
+
+    wait_for(step, what=what)
+    source.reset()
+
+
+def listed(client: Client, **params: Any) -> list[Any]:
+    """The payloads of the jobs a jobs page lists, in order."""
+    response = client.get("/jobs/", params)
+    assert response.status_code == 200
+    return [row["job"]["payload"] for row in response.context["rows"]]
+
+
+def every_pending(client: Client, queue: str = "q") -> list[Any]:
+    """The payloads of every pending job of ``queue``, page after page."""
+    pages = client.get("/jobs/", {"queue": queue, "status": "pending"}).context["pages"]
+    return [p for n in range(1, pages + 1) for p in listed(client, queue=queue, status="pending", page=n)]
+
+
+def test_counts_include_the_jobs_in_segments(small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=300)
+    doc = document(broker.store)
+    assert len(doc["lanes"]["q"]["segments"]) >= 25  # nearly all of it sits in segments
+    response = viewer.get("/")
+    row = next(r for r in response.context["rows"] if r["q"].name == "q")
+    assert row["q"].pending == 300 and row["q"].ready == 300
+    assert row["q"].in_segments == 300 - sum(1 for j in doc["jobs"] if j["queue"] == "q")
+    assert response.context["totals"]["pending"] == 300
+    queue_page = viewer.get("/queues/q/")
+    assert queue_page.context["q"].pending == 300
+    in_segments = row["q"].in_segments
+    assert f"{in_segments} of them, in {row['q'].segments} segment objects" in queue_page.content.decode()
+    # The oldest pending job is the first one pushed, at the front.
+    first = min(j["enqueued_at"] for j in doc["jobs"])
+    assert queue_page.context["q"].oldest_pending_at.isoformat().replace("+00:00", "Z").startswith(first[:19])
+
+
+def test_oldest_pending_comes_from_the_first_segment_when_it_is_older() -> None:
+    """A front of young jobs (a requeued one, say) and a first segment whose
+    first job waited longer: the oldest pending is the segment's."""
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    ref = {"key": "queue.json.seg/q/a", "total": 10, "consumed": 2, "front": 12, "last_pos": 21, "size": 100,
+           "sha256": "0" * 64, "oldest_enqueued_at": "2026-01-01T10:00:00Z", "epoch": 1,
+           "sealed_at": "2026-01-01T10:00:01Z"}
+    job = {"id": "young", "pos": 30, "queue": "q", "status": "pending", "attempts": 0, "max_attempts": 3,
+           "enqueued_at": "2026-01-01T11:59:00Z", "not_before": None, "lease": None, "last_error": None,
+           "history": [], "payload": 1}
+    header = {"format": 2, "seq": 5, "queues": {"q": {"pushed": 11}}, "next_pos": 31,
+              "lanes": {"q": {"segments": [ref]}}}
+    snapshot = Snapshot(header, [job], [], etag="e", size=1, taken_at=now)
+    q = snapshot.queues["q"]
+    assert (q.pending, q.ready, q.in_segments, q.segments) == (9, 9, 8, 1)
+    assert q.oldest_pending_at == datetime(2026, 1, 1, 10, tzinfo=UTC)
+    assert snapshot.status_counts()["pending"] == 9
+
+
+def test_a_deep_page_lists_the_right_jobs_in_fifo_order_reading_only_its_segments(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=300)
+    assert listed(viewer, queue="q", status="pending", page=1) == list(range(50))
+    reads = segments.cache.reads
+    assert listed(viewer, queue="q", status="pending", page=4) == list(range(150, 200))
+    assert segments.cache.reads - reads <= 6  # 50 jobs span at most 6 segments of 10
+    again = segments.cache.reads
+    assert listed(viewer, queue="q", status="pending", page=4) == list(range(150, 200))
+    assert segments.cache.reads == again  # cached: immutable objects never go stale
+    response = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "6"})
+    assert response.context["total"] == 300 and response.context["pages"] == 6
+    assert [r["job"]["payload"] for r in response.context["rows"]] == list(range(250, 300))
+    assert every_pending(viewer) == list(range(300))
+
+
+
+def test_rows_from_segments_offer_no_selection(small_segments: None, broker: Broker, operator: Client) -> None:
+    """A job in a segment cannot be acted on by id: its row has no checkbox (the front's rows do)."""
+    backlog(broker, n=100)
+    front = operator.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
+    assert all(r["segment"] is None for r in front.context["rows"][:20])
+    assert all(r["segment"] for r in front.context["rows"][20:])
+    content = front.content.decode()
+    assert content.count("data-select>") == 20 and content.count('data-testid="in-segment-row"') == 30
+
+
+def test_a_refilled_front_keeps_the_fifo_order(small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=125)  # 20 at the front, 10 segments, 5 in the tail
+    # Drain 25 jobs: the front runs low and is refilled from the first segment,
+    # whose jobs come back at the end of the document's list (after the tail) with their old pos.
+    done = 0
+    while done < 25:
+        claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=5))
+        for job in claimed:
+            broker.execute(complete_op(job.id, job.lease))
+        done += len(claimed)
+    settle(broker, lambda doc: sum(1 for j in doc["jobs"] if j["status"] == "pending") >= 10, what="a refill")
+    doc = document(broker.store)
+    order = [j["payload"] for j in doc["jobs"] if j["status"] == "pending"]
+    assert order != sorted(order)  # the list order is not the FIFO order
+    assert every_pending(viewer) == list(range(25, 125))
+
+
+def test_a_missing_segment_shows_an_error_naming_it_never_a_500(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=200)
+    refs = document(broker.store)["lanes"]["q"]["segments"]
+    victim = refs[len(refs) // 2]["key"]
+    broker.store.delete(victim)
+    before = stored(broker.store)
+    pages = [viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": str(n)}) for n in range(1, 5)]
+    assert all(p.status_code == 200 for p in pages)
+    broken = [p for p in pages if p.context["segment_error"]]
+    assert broken and all(victim in p.context["segment_error"] for p in broken)
+    assert victim.encode() in broken[0].content and b'data-testid="segment-error"' in broken[0].content
+    assert pages[0].context["segment_error"] is None  # the front needs no segment
+    assert stored(broker.store) == before  # the dashboard never writes
+
+
+def test_other_filters_say_how_many_jobs_in_segments_they_leave_out(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=100)
+    held = viewer.get("/").context["rows"][0]["q"].in_segments
+    response = viewer.get("/jobs/", {"queue": "q"})
+    assert f"{held} pending jobs sit in segment objects" in response.context["notice"]
+    assert response.context["total"] == 100 - held
+
+
+def test_a_job_page_finds_a_job_in_a_segment(small_segments: None, broker: Broker, viewer: Client) -> None:
+    ids = backlog(broker, n=100)
+    deep = ids[75]
+    response = viewer.get(f"/jobs/{deep}/")
+    assert response.status_code == 200 and response.context["found"]
+    assert response.context["in_segment"] and response.context["status"] == "pending"
+    assert response.context["job"]["payload"] == 75
+    assert b'data-testid="in-segment"' in response.content
+
+
+def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, viewer: Client,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = backlog(broker, n=200)
+    # Not in the sealed window, and nothing cached: the page does not read the segments.
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    response = viewer.get(f"/jobs/{ids[100]}/")
+    assert not response.context["found"] and segments.cache.reads == 0
+    assert b'data-testid="segments-not-searched"' in response.content
+    # Once its segment was read for a list page, the job page finds it with no read.
+    listed(viewer, queue="q", status="pending", page=3)
+    reads = segments.cache.reads
+    found = viewer.get(f"/jobs/{ids[100]}/")
+    assert found.context["found"] and segments.cache.reads == reads
+
+
+def stop_at_a_missing_segment(broker: Broker) -> str:
+    """Seal a backlog, delete its first segment and claim the front: the
+    leader cannot refill queue q and reports it. Returns the object's key."""
+    backlog(broker, n=100)
+    first: str = document(broker.store)["lanes"]["q"]["segments"][0]["key"]
+    broker.store.delete(first)
+    broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=HEAD))
+    settle(broker, lambda doc: "q" in broker.segment_problems, what="the problem reported")
+    return first
+
+
+def test_every_page_has_a_banner_naming_the_queue_and_object_a_segment_stops(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    assert b'id="segment-problems"' not in viewer.get("/").content
+    key = stop_at_a_missing_segment(broker)
+    for path in ("/", "/jobs/", "/workers/", "/dead/", "/queues/q/"):
+        content = viewer.get(path).content
+        assert b'id="segment-problems"' in content, path
+        assert key.encode() in content and b'href="/queues/q/"' in content
+
+
+def test_health_and_readyz_report_a_segment_problem(small_segments: None, broker: Broker) -> None:
+    assert ApiClient().get("/api/v1/health").json()["segments"] == {"state": "ok"}
+    assert "segment_problems" not in ApiClient().get("/readyz").json()
+    key = stop_at_a_missing_segment(broker)
+    health = ApiClient().get("/api/v1/health").json()["segments"]
+    assert health["state"] == "unreadable"
+    [problem] = health["problems"]
+    assert problem["queue"] == "q" and problem["object"] == key and "missing" in problem["message"]
+    ready = ApiClient().get("/readyz", HTTP_HOST="10.1.2.3:8000")
+    # Still ready: other queues, and q's pushes, carry on; another node would find the same object.
+    assert ready.status_code == 200 and ready.json()["segment_problems"] == [problem]
+
+
+def test_queuestatus_counts_the_jobs_in_segments(small_segments: None, broker: Broker) -> None:
+    backlog(broker, n=100)
+    doc = document(broker.store)
+    held = sum(ref["total"] - ref["consumed"] for ref in doc["lanes"]["q"]["segments"])
+    out = StringIO()
+    call_command("queuestatus", "--json", stdout=out)
+    status = orjson.loads(out.getvalue())
+    q = status["queues"]["q"]
+    assert status["format"] == 2
+    assert q["in_segments"] == held and q["segments"] == len(doc["lanes"]["q"]["segments"])
+    assert q["ready"] + q["in_segments"] == 100
+    text = StringIO()
+    call_command("queuestatus", stdout=text)
+    lines = text.getvalue().splitlines()
+    header = next(line.split() for line in lines if line.startswith("queue "))
+    row = next(line.split() for line in lines if line.startswith("q "))
+    assert header[:3] == ["queue", "ready", "segments"] and row[:3] == ["q", str(100 - held), str(held)]
+
+
+# -- operator actions ------------------------------------------------------------------------------
+
+
+def pending_ids(store: ObjectStore, queue: str = "q") -> list[str]:
+    return [j["id"] for j in document(store)["jobs"] if j["queue"] == queue and j["status"] == "pending"]
+
+
+def test_a_purge_of_a_queues_pending_jobs_counts_and_removes_those_in_segments(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=300)
+    push(broker, "other", [1, 2])
+    dry = preview(operator, action="purge", queue="q", status="pending")
+    plan = dry.context["plan"]
+    assert plan.count == 300 and plan.segment_jobs == 300 - len(pending_ids(broker.store))
+    assert plan.before_pos == document(broker.store)["next_pos"]
+    assert len(plan.sample) == 10 and [j["payload"] for j in plan.sample] == list(range(10))
+    assert b"sit in" in dry.content and b"segment objects" in dry.content
+    assert plan.confirm_phrase == "purge 300"
+    seq = document(broker.store)["seq"]
+    done = confirm(operator, plan.token, reason="backlog of junk", confirm_text="purge 300")
+    assert done.status_code == 302
+    doc = document(broker.store)
+    assert doc["seq"] == seq + 1  # one commit, whatever the backlog
+    assert "q" not in doc["lanes"] and pending_ids(broker.store) == []
+    assert doc["queues"]["q"]["purged"] == 300 and len(pending_ids(broker.store, "other")) == 2
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.outcome == "ok" and entry.count == 300
+    assert "in segment objects" in entry.detail
+    source.reset()
+    assert viewer_count(operator, "q") == 0
+
+
+def viewer_count(client: Client, queue: str) -> int:
+    row = next(r for r in client.get("/").context["rows"] if r["q"].name == queue)
+    return int(row["q"].pending)
+
+
+def test_a_purge_never_removes_more_than_its_dry_run_showed(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """I9: pushed, sealed, refilled and claimed since the dry run, through the jobs list's filter button."""
+    backlog(broker, n=200)
+    page = operator.get("/jobs/", {"queue": "q", "status": "pending"})
+    assert b"Purge all 200 matching" in page.content
+    plan = preview(operator, action="purge", filter="queue=q&status=pending").context["plan"]
+    assert plan.count == 200 and plan.segment_jobs > 150
+    # Since the dry run: 15 jobs claimed (running now), so the front is refilled from the first segment;
+    # 40 more pushed, and some of them sealed into a new segment.
+    before = document(broker.store)["lanes"]["q"]["segments"]
+    claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=15))
+    later = push(broker, "q", list(range(1000, 1040)))
+
+    def moved_on(doc: dict[str, Any]) -> bool:
+        refs = doc["lanes"]["q"]["segments"]
+        refilled = refs[0]["key"] != before[0]["key"] or refs[0]["consumed"] > 0
+        return refilled and any(r["front"] >= plan.before_pos for r in refs)
+
+    settle(broker, moved_on, what="a refill and a segment sealed after the dry run")
+    done = confirm(operator, plan.token, reason="r", confirm_text="purge 200")
+    assert done.status_code == 302
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.count == 185  # 200 planned, less the 15 claimed
+    doc = document(broker.store)
+    assert doc["queues"]["q"]["purged"] == 185
+    left_pending = sum(1 for j in doc["jobs"] if j["queue"] == "q" and j["status"] == "pending")
+    left_pending += sum(r["total"] - r["consumed"] for r in doc["lanes"].get("q", {}).get("segments", []))
+    assert left_pending == 40  # exactly the later pushes
+    running = {j["id"] for j in doc["jobs"] if j["status"] == "running"}
+    assert running == {c.id for c in claimed}
+    source.reset()
+    assert sorted(every_pending(operator)) == list(range(1000, 1040))
+    assert set(later).isdisjoint(AuditEntry.objects.get(action="purge").jobs.values_list("job_id", flat=True))
+
+
+def test_a_queue_with_jobs_in_segments_cannot_be_forgotten(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=100)
+    dry = preview(operator, action="forget", queue="q")
+    assert not dry.context["plan"].token
+    assert "holds 100 jobs (pending, running or dead)" in dry.content.decode()
+
+
+def test_a_requeued_job_goes_behind_the_segments(small_segments: None, broker: Broker, operator: Client) -> None:
+    backlog(broker, n=100)
+    [claimed] = broker.execute(claim_op("w", ["q"], policy=broker.policy))
+    source.reset()
+    plan = preview(operator, action="requeue", ids=claimed.id).context["plan"]
+    assert plan.count == 1 and plan.before_pos is None
+    assert confirm(operator, plan.token, reason="stuck").status_code == 302
+    source.reset()
+    order = every_pending(operator)
+    assert order == [*range(1, 100), 0]  # back of the queue (I7), behind every segment
+
+
+# -- the live socket -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_jobs_fragment_pages_into_segments(small_segments: None, broker: Broker) -> None:
+    """An open page of a queue's pending jobs deep in its backlog is redrawn
+    from the segments, as the page itself was."""
+    from asgiref.sync import sync_to_async
+
+    from tests.queueadmin.dashboard_fixtures import client_for, make_user
+    from tests.queueadmin.test_dashboard_live import ORIGIN, connect, cookie_for, next_update
+
+    backlog(broker, n=200)
+
+    async def body() -> None:
+        viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard", staff=True)))()
+        path = "/jobs/%3Fqueue%3Dq%26status%3Dpending%26page%3D3"
+        communicator, connected, _ = await connect(path, cookie_for(viewer), ORIGIN)
+        assert connected
+        try:
+            fragment = (await next_update(communicator))["fragments"]["live-jobs"]
+            assert "200 jobs · page 3 of 4" in fragment
+            assert re.findall(r"<code>(\d+)</code>", fragment) == [str(n) for n in range(100, 150)]
+        finally:
+            await communicator.disconnect()
+
+    asyncio.run(body())
+
+
+@pytest.fixture
+def cluster_key(settings: SettingsWrapper) -> None:
+    """The nodes' shared secret key (not the public development one), set
+    before any user signs in: standbys sign what they forward with it."""
+    settings.SECRET_KEY = "test-cluster-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def test_a_purge_on_a_standby_runs_bounded_on_the_leader_and_is_audited_with_its_count(
+        small_segments: None, cluster_key: None, broker: Broker, operator: Client,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pos bound travels in the signed operation; the leader's outcome comes back as JSON."""
+    import httpx
+
+    from engine import NotLeader
+    from queueadmin.api import forward
+
+    backlog(broker, n=100)
+    plan = preview(operator, action="purge", queue="q", status="pending").context["plan"]
+    later = push(broker, "q", ["late"])
+    real_execute = broker.execute
+
+    def standby(op: object) -> None:
+        raise NotLeader("http://leader.test:8000")
+
+    def leader(url: str, *, content: bytes, **kwargs: Any) -> httpx.Response:
+        monkeypatch.setattr(broker, "execute", real_execute)
+        answer = ApiClient().post("/api/v1/operator", content.decode(), content_type="text/plain")
+        monkeypatch.setattr(broker, "execute", standby)
+        return httpx.Response(answer.status_code, content=answer.content, request=httpx.Request("POST", url))
+
+    monkeypatch.setattr(broker, "execute", standby)
+    monkeypatch.setattr(forward.httpx, "post", leader)
+    assert confirm(operator, plan.token, reason="from b", confirm_text="purge 100").status_code == 302
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.outcome == "ok" and entry.count == 100 and "on the leader" in entry.detail
+    assert pending_ids(broker.store) == later  # the job pushed after the dry run stays
+    assert "q" not in document(broker.store)["lanes"]
+
+
+def test_a_document_with_a_malformed_segment_reference_is_shown_as_unreadable(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    backlog(broker, n=60)
+    broker.stop()  # nobody leads: the page reads the store itself
+    doc = document(broker.store)
+    del doc["lanes"]["q"]["segments"][0]["sha256"]
+    broken = orjson.dumps(doc)
+    broker.store.put("queue.json", broken)
+    source.reset()
+    response = viewer.get("/")
+    assert response.status_code == 503
+    assert b"lanes.q.segments[0]" in response.content
+    assert stored(broker.store) == broken
+
+
+def test_an_altered_segment_or_a_store_outage_is_named_on_the_page(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import StoreUnavailable
+
+    backlog(broker, n=100)
+    key = document(broker.store)["lanes"]["q"]["segments"][-1]["key"]
+    blob = broker.store.get(key)
+    assert blob is not None
+    broker.store.put(key, blob.data.replace(b'"pending"', b'"pendinG"', 1))
+    last = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "2"})
+    assert last.status_code == 200 and key in last.context["segment_error"]
+    assert "SHA-256" in last.context["segment_error"]
+
+    def outage(ref: object, **kwargs: object) -> list[Any]:
+        raise StoreUnavailable("the store answered 503")
+
+    segments.cache.clear()
+    monkeypatch.setattr(segments.cache, "jobs", outage)
+    down = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
+    assert down.status_code == 200 and "StoreUnavailable" in down.context["segment_error"]
+    # A job page whose lookup must read a segment says why it could not.
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: True)
+    job = viewer.get(f"/jobs/{'x' * 32}/")
+    assert job.status_code == 200 and "StoreUnavailable" in job.context["segment_error"]
+    assert b'data-testid="segment-error"' in job.content
