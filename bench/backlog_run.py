@@ -299,6 +299,25 @@ def _document_puts(store: CountingStore, start: float, end: float) -> list[int]:
         return [size for at, size in store.document_puts if start <= at <= end]
 
 
+def _heap_census(broker: Broker) -> dict[str, Any]:
+    """What holds the leader's memory: jobs in its state, jobs in the
+    keeper's segment cache, and the most numerous Python objects."""
+    import collections
+    import gc
+
+    committer = broker.committer
+    state = committer.state if committer is not None else None
+    keeper = broker._keeper  # the benchmark reads the keeper's cache
+    cached = getattr(keeper, "_cache", {}) if keeper is not None else {}
+    counts = collections.Counter(type(obj).__name__ for obj in gc.get_objects())
+    return {
+        "state_jobs": len(state.jobs) if state is not None else 0,
+        "cached_segments": len(cached),
+        "cached_jobs": sum(len(v) for v in cached.values()),
+        "objects": counts.most_common(8),
+    }
+
+
 def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
     """The dashboard's overview of the leader's latest version: decode the
     document into a snapshot and build the overview's context (median ms).
@@ -380,6 +399,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["max_commit_bytes"] = max(all_puts, default=0)
         result["mean_commit_bytes"] = statistics.mean(all_puts) if all_puts else 0
 
+        result["heap"] = _heap_census(leader)  # after the RSS: what the leader holds, for the report
         if cfg.get("dashboard", True):
             result["overview_ms"] = _overview_ms(leader)  # after the RSS: Django's imports are not the leader's
         if depth > 0:
