@@ -26,13 +26,18 @@ from engine import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_REFILL_BELOW,
-    DEFAULT_SEGMENT_JOBS,
     DEFAULT_TAKEOVER_SECONDS,
     BrokerClient,
     ObjectStore,
     Policy,
     open_store,
 )
+
+#: ``QUEUE_SEGMENT_JOBS`` when unset: the app runs format 2 (docs/format.md),
+#: so a backlog of millions does not make every commit rewrite it. The
+#: engine's own default (``engine.DEFAULT_SEGMENT_JOBS``, 0) keeps format 1
+#: for code that embeds the engine without the app.
+DEFAULT_QUEUE_SEGMENT_JOBS = 1000
 
 #: The smallest default limit on a broker API request body (see :func:`default_max_request_bytes`).
 MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024
@@ -165,7 +170,7 @@ def policy() -> Policy:
     return Policy(
         lease_seconds=lease_seconds(),
         max_payload_bytes=max_payload_bytes(),
-        segment_jobs=int(getattr(settings, "QUEUE_SEGMENT_JOBS", DEFAULT_SEGMENT_JOBS)),
+        segment_jobs=int(getattr(settings, "QUEUE_SEGMENT_JOBS", DEFAULT_QUEUE_SEGMENT_JOBS)),
         head_jobs=int(getattr(settings, "QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)),
         refill_below=int(getattr(settings, "QUEUE_REFILL_BELOW", DEFAULT_REFILL_BELOW)),
     )

@@ -51,7 +51,8 @@ QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
 QUEUE_METRICS_SAMPLE_SECONDS
                             how often the leader records the metrics history
                             for the charts, seconds (10)
-QUEUE_SEGMENT_JOBS          format 2: jobs per segment object; 0 keeps format 1 (0)
+QUEUE_SEGMENT_JOBS          format 2: jobs per sealed segment object; 0 keeps
+                            format 1 (1000)
 QUEUE_HEAD_JOBS             format 2: pending jobs a queue keeps in queue.json
                             in front of its segments (1000)
 QUEUE_REFILL_BELOW          format 2: read the next segment back when fewer
@@ -76,12 +77,12 @@ from engine import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_REFILL_BELOW,
-    DEFAULT_SEGMENT_JOBS,
     DEFAULT_TAKEOVER_SECONDS,
 )
 from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
     DEFAULT_HTTP_IDLE_SECONDS,
+    DEFAULT_QUEUE_SEGMENT_JOBS,
     DEFAULT_RESULT_TTL_SECONDS,
     DEFAULT_SAMPLE_SECONDS,
     default_max_request_bytes,
@@ -334,7 +335,7 @@ QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAU
 # Format 2 (docs/format.md): a backlog beyond each queue's first
 # QUEUE_HEAD_JOBS pending jobs moves to segment objects of QUEUE_SEGMENT_JOBS
 # jobs; 0 keeps format 1. A node that reads format 2 keeps writing it.
-QUEUE_SEGMENT_JOBS = env_int("QUEUE_SEGMENT_JOBS", DEFAULT_SEGMENT_JOBS, minimum=0)
+QUEUE_SEGMENT_JOBS = env_int("QUEUE_SEGMENT_JOBS", DEFAULT_QUEUE_SEGMENT_JOBS, minimum=0)
 QUEUE_HEAD_JOBS = env_int("QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)
 QUEUE_REFILL_BELOW = env_int("QUEUE_REFILL_BELOW", min(DEFAULT_REFILL_BELOW, QUEUE_HEAD_JOBS))
 

@@ -90,10 +90,13 @@ def test_open_queue_store_opens_the_store_the_setting_names(settings: SettingsWr
 def test_policy_follows_the_lease_and_payload_settings(settings: SettingsWrapper) -> None:
     settings.QUEUE_LEASE_SECONDS = 12.0
     settings.QUEUE_MAX_PAYLOAD_BYTES = 2048
-    assert config.policy() == Policy(lease_seconds=12.0, max_payload_bytes=2048)
+    settings.QUEUE_SEGMENT_JOBS = 500
+    assert config.policy() == Policy(lease_seconds=12.0, max_payload_bytes=2048, segment_jobs=500)
     del settings.QUEUE_LEASE_SECONDS
     del settings.QUEUE_MAX_PAYLOAD_BYTES
-    assert config.policy() == Policy()
+    del settings.QUEUE_SEGMENT_JOBS
+    # The app runs format 2 unless told otherwise; the engine alone keeps format 1.
+    assert config.policy() == Policy(segment_jobs=config.DEFAULT_QUEUE_SEGMENT_JOBS) != Policy()
 
 
 def test_the_request_limit_without_its_setting_follows_the_payload_limit(settings: SettingsWrapper) -> None:
@@ -110,7 +113,8 @@ def test_broker_client_for_given_brokers(settings: SettingsWrapper) -> None:
     with config.broker_client(["http://node-a.test:8000/"], token="t") as client:
         assert client.urls == ("http://node-a.test:8000",)
         assert client.store is None
-        assert client.policy == Policy(lease_seconds=9.0, max_payload_bytes=4096)
+        assert client.policy == Policy(lease_seconds=9.0, max_payload_bytes=4096,
+                                       segment_jobs=config.policy().segment_jobs)
 
 
 def test_broker_client_without_brokers_reads_the_leader_from_the_settings_store(settings: SettingsWrapper) -> None:
