@@ -12,13 +12,13 @@ checks (issue 13). jqueue is not run here: it keeps every job in one object,
 so ``python -m bench --systems jqueue-broker --depths ...`` is its side of
 the comparison, at the depths where it finishes.
 
-Defaults: ``--segments 4096,1000,500`` (segment_jobs, head_jobs,
-refill_below). A document at rest holds at most head_jobs + segment_jobs
-pending jobs per queue, ~5,100 jobs at ~420 bytes = ~2.1 MB before it is
-sealed down to ~1,000 (0.4 MB); a segment of 4,096 jobs is ~1.7 MB, one
-read of 50 ms + 17 ms, which 256 workers need every ~3 s; refill_below =
-500 leaves ~0.4 s of their claims before the head runs dry, enough for one
-segment read and a refill commit at 50 ms.
+Defaults: ``--segments 1024,1000,500`` (segment_jobs, head_jobs,
+refill_below). A seal takes a queue's whole tail (up to ``merge_jobs``),
+so small segments keep up with 2,048 submitters and the document at rest
+holds at most ~2,000 jobs (the queues share them), ~0.9 MB at ~420 bytes;
+refill_below = 500 leaves 256 workers ~0.4 s of claims before the head
+runs dry, enough for one segment read and a refill commit at 50 ms.
+Measured against 4096,1000,500 in docs/benchmark.md.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.facts import machine_facts
 
-DEFAULT_SEGMENTS = (4096, 1000, 500)
+DEFAULT_SEGMENTS = (1024, 1000, 500)
 DEFAULT_DEPTHS = (0, 100_000, 1_000_000, 5_000_000)
 DEFAULT_QUEUES = (1, 10)
 QUICK_DEPTHS = (0, 2_000)
