@@ -33,7 +33,7 @@ import orjson
 
 from bench.children import own_cpu_seconds, say, wait_for
 from engine import BrokerClient, ClaimedJob, EngineError, FailOutcome, QueueError, Worker, WorkerOptions, WorkerStats
-from engine.ops import Complete, Fail, Heartbeat, Operation
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
 
 PROGRESS_SECONDS = 0.2
 GO_TIMEOUT_SECONDS = 120.0
@@ -74,6 +74,10 @@ class TimedBrokerClient(BrokerClient):
     ) -> list[ClaimedJob]:
         """Claim as usual, noting when the answer arrived for each job."""
         jobs = super().claim(worker, queues, max_jobs=max_jobs, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        self._record_claim(jobs)
+        return jobs
+
+    def _record_claim(self, jobs: list[ClaimedJob]) -> None:
         now = time.monotonic()
         with self.tally.lock:
             self.tally.claims += 1
@@ -81,7 +85,6 @@ class TimedBrokerClient(BrokerClient):
             for job in jobs:
                 self.tally.claimed.append((job.id, job.attempt))
                 self.tally.claimed_at[job.id] = now
-        return jobs
 
     def complete(self, job_id: str, lease: str) -> None:
         """Complete as usual, then record the job's claim-to-complete time (or why it was refused)."""
@@ -94,15 +97,18 @@ class TimedBrokerClient(BrokerClient):
 
     def execute_many(self, ops: Sequence[Operation]) -> list[Any]:
         """The batching worker's acknowledgements and heartbeats (``POST /ack``,
-        ``POST /heartbeat``, where BrokerClient has ``execute_many``): sent as
-        usual, then each outcome recorded like :meth:`complete`'s and
-        :meth:`heartbeat`'s. Only a worker with ``WorkerOptions(batch=True)`` calls it."""
+        ``POST /heartbeat``, where BrokerClient has ``execute_many``), and the
+        claim an acknowledgement carries: sent as usual, then each outcome
+        recorded like :meth:`complete`'s, :meth:`heartbeat`'s and
+        :meth:`claim`'s. Only a worker with ``WorkerOptions(batch=True)`` calls it."""
         ops = list(ops)
         outcomes: list[Any] = super().execute_many(ops)
         for op, outcome in zip(ops, outcomes, strict=True):
             error = outcome if isinstance(outcome, EngineError) else None
             if isinstance(op, Complete):
                 self._record_complete(op.job_id, error)
+            elif isinstance(op, Claim) and error is None:
+                self._record_claim(outcome)
             elif error is None and isinstance(op, Heartbeat | Fail):
                 with self.tally.lock:
                     self.tally.heartbeats += isinstance(op, Heartbeat)

@@ -148,6 +148,7 @@ def measure(cfg: IdleConfig, tmp: Path) -> Measured:
             sys.executable,
             "-m",
             "bench.idlers",
+            "--",  # a random token may start with "-", which argparse would take for an option
             node.url,
             node.token,
             str(cfg.workers),

@@ -121,9 +121,14 @@ def target_lines(rows: Sequence[Row], *, file_store: str, latency_store: str) ->
         if not found:
             out.append(f"- {label}: {goal}: not run")
             return
-        best = max(found, key=lambda r: r.jobs_per_s or 0.0)
-        rate, tail = best.jobs_per_s or 0.0, best.p99_ms
-        ok = rate >= jobs_s and (p99 is None or (tail is not None and tail <= p99))
+        def meets(r: Row) -> bool:
+            tail = r.p99_ms
+            return (r.jobs_per_s or 0.0) >= jobs_s and (p99 is None or (tail is not None and tail <= p99))
+
+        # The target holds for a slot count at which both halves hold: a
+        # faster row whose p99 is over the bound does not hide it.
+        best = max([r for r in found if meets(r)] or found, key=lambda r: r.jobs_per_s or 0.0)
+        rate, tail, ok = best.jobs_per_s or 0.0, best.p99_ms, meets(best)
         measured = f"{rate:,.0f} jobs/s, p99 {num(tail, '.1f')} ms ({best.width} slots)"
         out.append(f"- {label}: {goal}: {measured} — {_verdict(ok)}")
 

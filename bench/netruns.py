@@ -59,7 +59,8 @@ class Runner:
     def push(self, node: Node, *, label: str, kind: str, clients: int, queue: str) -> tuple[Row, list[str]]:
         """One push window with ``clients`` closed-loop clients; the row and every id acknowledged."""
         cfg = self.cfg
-        args = ["--port", str(node.port), "--token", node.token, "--queue", queue, "--prefix", f"p{self.count + 1}",
+        # --token=...: a random token may start with "-", which argparse would take for an option.
+        args = ["--port", str(node.port), f"--token={node.token}", "--queue", queue, "--prefix", f"p{self.count + 1}",
                 "--clients", str(clients), "--duration", str(cfg.duration), "--warmup", str(cfg.warmup),
                 "--timeout", str(ANSWER_TIMEOUT_SECONDS)]
         child = self._child(f"pushgen-{clients}", "bench.pushgen", args + (["--expect-ids"] if node.is_broker else []))
@@ -96,7 +97,7 @@ class Runner:
 
     def _drainers(self, node: Node, *, mode: str, slots: int, queue: str) -> list[Child]:
         """Unbatched: the slots as Workers of concurrency 1 over the worker processes; batched: one Worker."""
-        common = ["--url", node.url, "--token", node.token, "--queue", queue, "--wait-seconds", str(WAIT_SECONDS),
+        common = ["--url", node.url, f"--token={node.token}", "--queue", queue, "--wait-seconds", str(WAIT_SECONDS),
                   "--max-seconds", str(self.cfg.timeout + RESULT_TIMEOUT_SECONDS)]
         if mode == "batched":
             name = f"drain-b{slots}"

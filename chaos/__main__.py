@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from chaos.nemesis import KINDS
+from chaos.nemesis import ALL_KINDS, KINDS, SEGMENT_KINDS
 from chaos.report import text, write_docs
 from chaos.run import Options, Outcome, recheck, run
 
@@ -34,7 +34,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pace", type=float, default=0.08, help="mean seconds between one producer's pushes")
     parser.add_argument("--faults", type=int, default=None, help="stop after this many faults")
     parser.add_argument("--each", action="store_true", help="every fault kind in turn instead of drawn by weight")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds (default {','.join(KINDS)})")
+    parser.add_argument("--kinds", default=None,
+                        help=f"fault kinds among {','.join(ALL_KINDS)} (default {','.join(KINDS)}, and "
+                             f"{','.join(SEGMENT_KINDS)} with --segments)")
     parser.add_argument("--odd-strings", type=float, default=0.005,
                         help="chance that a claim carries a lone surrogate in its worker name (x10 for a fail's "
                              "error; default 0.005)")
@@ -42,14 +44,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
+    parser.add_argument("--segments", default=None, metavar="SEGMENT,HEAD,REFILL",
+                        help="run format 2 with these QUEUE_SEGMENT_JOBS, QUEUE_HEAD_JOBS and QUEUE_REFILL_BELOW "
+                             "(e.g. 5,10,5: small, so that sealing and refilling happen all the time), and add the "
+                             "segment fault; default: the app's own settings")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
     parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
     parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
                         help="start nothing: check the history a run left in WORKDIR/<store> again")
     args = parser.parse_args(argv)
+    if args.kinds is None:
+        args.kinds = ",".join(KINDS + (SEGMENT_KINDS if args.segments is not None else ()))
     args.kinds = [k for k in args.kinds.split(",") if k]
-    if set(args.kinds) - set(KINDS) or not args.kinds:
-        parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}")
+    if args.segments is not None:
+        try:
+            args.segments = tuple(int(n) for n in args.segments.split(","))
+        except ValueError:
+            args.segments = ()
+        if len(args.segments) != 3 or min(args.segments) < 1:
+            parser.error("--segments takes three positive integers: SEGMENT_JOBS,HEAD_JOBS,REFILL_BELOW")
+    if set(args.kinds) - set(ALL_KINDS) or not args.kinds:
+        parser.error(f"--kinds takes a comma-separated list of {', '.join(ALL_KINDS)}")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2 (failover needs a standby)")
     return args
@@ -66,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, workdir=workdir,
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, segments=args.segments,
+                          workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)
         print(text(outcome), flush=True)

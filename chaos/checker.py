@@ -7,6 +7,13 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   2xx), or still in the final document (pending, running or dead), or had a
   complete whose outcome is unknown (sent, answer lost: counted apart as
   ``unconfirmed``). Anything else was lost (I2).
+  Format 2: jobs still in the segment objects the final document references
+  count as remaining; a referenced segment that cannot be read is a failure.
+* ``fifo`` — within the queue, first claims follow push order (I7): when A's
+  push was acknowledged before B's was first sent, the claim that first
+  leased B (attempt 1) must not have been answered before the one that first
+  leased A was sent. Jobs whose first lease went to an answer nobody saw
+  (a 5xx, a timeout) are not compared.
 * ``stale_completions`` — no complete or fail answered 2xx with a lease token
   that a later claim of the same job, acknowledged before the call was sent,
   had superseded (I4).
@@ -96,6 +103,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     verdict.figures["operations"] = len(calls)
     verdict.figures["operations_by_kind"] = dict(sorted(_count(c.op for c in calls).items()))
     _check_pushes(history, calls, verdict)
+    _check_fifo(calls, verdict)
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
     _check_answers(history, calls, verdict)
@@ -132,10 +140,16 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
                 unconfirmed.add(job_id)
     final = history.final_document or {}
     remaining = {str(j.get("id")) for j in final.get("jobs", []) if isinstance(j, dict)}
+    # Format 2: the jobs in the segments the final document references (see chaos.run).
+    in_segments = {str(j.get("id")) for j in final.get("segment_jobs", []) if isinstance(j, dict)}
+    remaining |= in_segments
+    verdict.figures["left_in_segments"] = len(in_segments & acked.keys())
+    verdict.figures["unreferenced_segments"] = len(final.get("unreferenced_segments", []))
     dead = {str(j.get("id")) for j in final.get("dead", []) if isinstance(j, dict)}
     lost = sorted(j for j in acked if j not in completed and j not in remaining and j not in dead
                   and j not in unconfirmed)
     verdict.failures["lost_pushes"] = [f"push of {j} acknowledged at {acked[j]:.3f}, then gone" for j in lost]
+    verdict.failures["lost_pushes"] += [f"final document: {p}" for p in final.get("segment_problems", [])]
     verdict.figures["pushes_acknowledged"] = len(acked)
     verdict.figures["completed"] = len(completed)
     verdict.figures["left_pending_or_running"] = len(remaining & acked.keys())
@@ -153,6 +167,42 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
             twice.append(f"{job_id} completed {len(accepted)} times: {why}")
     verdict.failures["double_completions"] = twice
     verdict.figures["completed_twice"] = len(twice)
+
+
+def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
+    first_sent: dict[str, float] = {}  # job id -> when a push of it was first sent
+    acked: dict[str, float] = {}  # job id -> when a push of it was first acknowledged
+    first_claim: dict[str, Call] = {}  # job id -> the answered claim that leased it at attempt 1
+    for call in calls:
+        if call.op == "push":
+            for job_id in _pushed_ids(call):
+                first_sent[job_id] = min(first_sent.get(job_id, call.start), call.start)
+                if call.ok and call.end is not None:
+                    acked[job_id] = min(acked.get(job_id, call.end), call.end)
+        elif call.op == "claim" and call.end is not None:
+            for job in _jobs_of(call):
+                if job.get("attempt") == 1:
+                    first_claim.setdefault(str(job.get("id")), call)
+    # Sweep B by first send, keeping the latest first-claim start among the
+    # A acknowledged before it: one later than B's first claim's answer is a
+    # job that should have been handed out before B.
+    earlier = sorted((acked[j], first_claim[j].start, j) for j in acked if j in first_claim)
+    violations: list[str] = []
+    latest: tuple[float, str] | None = None
+    i = 0
+    for sent, job_id in sorted((first_sent[j], j) for j in first_claim if j in first_sent):
+        while i < len(earlier) and earlier[i][0] < sent:
+            if latest is None or earlier[i][1] > latest[0]:
+                latest = (earlier[i][1], earlier[i][2])
+            i += 1
+        end = first_claim[job_id].end
+        assert end is not None
+        if latest is not None and latest[0] > end:
+            violations.append(f"{job_id} was first leased (answer at {end:.3f}) before {latest[1]}, "
+                              f"pushed before it (its first lease asked for at {latest[0]:.3f})")
+    verdict.failures["fifo"] = violations
+    verdict.figures["fifo_compared"] = len(earlier)
+    verdict.figures["fifo_violations"] = len(violations)
 
 
 def _check_leases(calls: list[Call], verdict: Verdict) -> None:
@@ -246,6 +296,10 @@ def _check_versions(history: History, verdict: Verdict) -> None:
             problems.append(f"{len(brokers)} nodes said they lead with epoch {epoch}: {sorted(brokers)}")
     verdict.failures["seq_epoch"] = problems
     verdict.figures["versions_seen"] = len(seen)
+    # Format 2: how much sealing the run saw (every key a version referenced).
+    keys = [v.segments for v in history.versions if v.segments is not None]
+    verdict.figures["segments_seen"] = len({key for refs in keys for key in refs})
+    verdict.figures["most_segments_at_once"] = max((len(refs) for refs in keys), default=0)
 
 
 def _explained(call: Call, faults: list[Fault]) -> bool:

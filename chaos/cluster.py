@@ -195,6 +195,7 @@ class Cluster:
     azure_connection_string: str | None = None  # Azurite's development account, for "azure"
     moto: subprocess.Popen[bytes] | None = None
     emulator: subprocess.Popen[bytes] | None = None  # fake-gcs-server or Azurite
+    env: dict[str, str] = field(default_factory=dict)  # more environment for every node (format 2's settings)
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -249,6 +250,7 @@ class Cluster:
             QUEUE_BROKER_AUTOSTART="true",
         )
         env.update(extra)
+        env.update(self.env)
         return env
 
     def _start_moto(self) -> str:

@@ -62,6 +62,7 @@ class Version:
     digest: str | None = None  # content hash without volatile parts; None from health answers
     role: str | None = None  # from health answers
     pid: int | None = None  # the node process that answered (health)
+    segments: list[str] | None = None  # format 2: the segment keys the version references (store)
 
 
 @dataclass(slots=True, kw_only=True)

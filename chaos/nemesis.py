@@ -13,7 +13,11 @@ Kinds (each recorded as a :class:`~chaos.history.Fault`):
 * ``delete``   — the document is deleted, and restored from the last version after a moment
   (as an operator would from a backup), only if nobody re-created it meanwhile;
 * ``corrupt``  — the document is overwritten with garbage, and restored after a moment,
-  only if nobody overwrote the garbage meanwhile.
+  only if nobody overwrote the garbage meanwhile;
+* ``segment``  — format 2 only (``--segments``): the first segment the document references
+  (the next one a refill reads) is deleted or overwritten with garbage, and restored after a
+  moment, only if nobody wrote that key meanwhile. Only its queue may stop meanwhile; a node
+  that writes the key is an I6 violation.
 
 After each fault the nemesis heals it and waits until a push succeeds again
 (at most :data:`RECOVERY_CAP_SECONDS`) before the next one, so that each
@@ -27,12 +31,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import orjson
+
 from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
 from chaos.history import Fault, History
 from engine import DOCUMENT_KEY
 
 KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt")
-WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1}
+#: Faults that need format 2; added to the default kinds when segments are on.
+SEGMENT_KINDS = ("segment",)
+ALL_KINDS = KINDS + SEGMENT_KINDS
+WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1,
+           "segment": 3}
 RECOVERY_CAP_SECONDS = 20.0
 PROGRESS_EVERY = 25
 #: A pause at least this long must see a takeover (a push served by another
@@ -52,9 +62,9 @@ class Nemesis(threading.Thread):
                  recovered: Callable[[float], float | None], each: bool = False,
                  progress: Callable[[str], None] | None = None) -> None:
         super().__init__(name="nemesis", daemon=True)
-        unknown = set(kinds) - set(KINDS)
+        unknown = set(kinds) - set(ALL_KINDS)
         if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(ALL_KINDS)}")
         self.cluster = cluster
         self.history = history
         self.rng = random.Random(seed)
@@ -227,6 +237,34 @@ class Nemesis(threading.Thread):
     def fault_corrupt(self) -> Fault:
         garbage = b'{"format": 1, "seq": "not a number' + self.rng.randbytes(16)
         return self._break_document("corrupt", garbage, "I6: a node overwrote an unreadable document")
+
+    def fault_segment(self) -> Fault:
+        fault = self._begin("segment", None)
+        try:
+            doc = orjson.loads(self._raw_get() or b"{}")
+            keys = [lane["segments"][0]["key"] for lane in (doc.get("lanes") or {}).values() if lane["segments"]]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            keys = []
+        blob = self.store.get(keys[0]) if keys else None
+        if blob is None:
+            fault.detail = "no segment to damage"
+            return self._end(fault)
+        key = keys[0]
+        garbage = None if self.rng.random() < 0.5 else blob.data[: len(blob.data) // 2] + self.rng.randbytes(8)
+        if garbage is None:
+            self.store.delete(key)
+        else:
+            self.store.put(key, garbage)
+        fault.detail = f"{'deleted' if garbage is None else 'corrupted'} {key}"
+        self.stop_event.wait(self.rng.uniform(0.5, 2.0))
+        now = self.store.get(key)
+        if (None if now is None else now.data) == garbage:
+            self.store.put(key, blob.data)
+            fault.detail += "; restored"
+        else:
+            fault.detail += "; NOT restored: a node wrote the key"
+            self.history.event(f"I6: a node wrote the damaged segment {key}")
+        return self._end(fault)
 
     def _break_document(self, kind: str, garbage: bytes | None, violation: str) -> Fault:
         """Delete ``queue.json`` (``garbage`` None) or replace it with

@@ -11,6 +11,7 @@ from chaos.run import Outcome
 
 CHECKS = {
     "lost_pushes": "no acknowledged push lost (I2)",
+    "fifo": "first claims follow push order within the queue (I7)",
     "stale_completions": "no completion accepted from a stale lease (I4)",
     "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
     "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
@@ -35,6 +36,10 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"dead letters: {f['dead_letters']}; left pending or running: {f['left_pending_or_running']}; "
         f"completion unconfirmed (answer lost): {f['unconfirmed']}",
         f"acknowledged pushes lost: {f['lost']}",
+        f"format 2: segments referenced by the versions seen {f.get('segments_seen', 0)} (at most "
+        f"{f.get('most_segments_at_once', 0)} at once); left in segments {f.get('left_in_segments', 0)}; "
+        f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}",
+        f"FIFO: {f.get('fifo_compared', 0)} first claims compared, {f.get('fifo_violations', 0)} out of order",
         f"stale completions accepted: {f['stale_completions']}",
         f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "
         f"{f['timeouts_during_faults']})",
@@ -65,7 +70,9 @@ def text(outcome: Outcome) -> str:
     o = outcome.options
     head = (f"chaos run: seed {o.seed}, {o.store} store, {o.nodes} nodes, {o.producers} producers, "
             f"{o.workers} workers, {outcome.seconds:.0f} s; kinds {','.join(o.kinds)}; odd strings {o.odd_strings:g}, "
-            f"deep payloads {o.deep_payloads:g}, dropped answers {o.drop_answer:g}")
+            f"deep payloads {o.deep_payloads:g}, dropped answers {o.drop_answer:g}"
+            + (f"; format 2, segments {','.join(map(str, o.segments))} (segment, head, refill-below jobs)"
+               if o.segments else ""))
     verdict = "all checks passed" if outcome.verdict.ok else f"CHECKS FAILED; history in {outcome.workdir}"
     return "\n".join([head, *figures_lines(outcome), *check_lines(outcome.verdict), verdict]) + "\n"
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -20,7 +21,8 @@ from chaos.cluster import HEARTBEAT_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.watcher import HealthWatcher, StoreWatcher
-from engine import DOCUMENT_KEY
+from engine import DOCUMENT_KEY, EngineError
+from engine.stores import ObjectStore
 
 DRAIN_TIMEOUT_SECONDS = 90.0
 LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
@@ -46,6 +48,8 @@ class Options:
     odd_strings: float = 0.005
     deep_payloads: float = 0.005
     drop_answer: float = 0.02
+    # Format 2: (segment_jobs, head_jobs, refill_below) for every node; None: format 1.
+    segments: tuple[int, int, int] | None = None
     workdir: Path | None = None
     keep: bool = False
     command: str = ""  # the command line that asked for this run, for the report
@@ -72,11 +76,12 @@ def run(options: Options, *, log: bool = True) -> Outcome:
     """Run once; returns the verdict (never raises for a failed check)."""
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{options.store}-{options.seed}-"))
     history = History()
-    cluster = Cluster(workdir=workdir, store=options.store, size=options.nodes)
+    cluster = Cluster(workdir=workdir, store=options.store, size=options.nodes, env=segment_env(options.segments))
     say: Callable[..., None] = print if log else (lambda *a, **k: None)
     started = time.monotonic()
     try:
-        say(f"chaos: seed {options.seed}, {options.store} store, {options.nodes} nodes, in {workdir}")
+        say(f"chaos: seed {options.seed}, {options.store} store, {options.nodes} nodes"
+            + (f", segments {options.segments}" if options.segments else "") + f", in {workdir}")
         cluster.start()
         _wait_for_leader(cluster)
         _measure_idle(cluster, history, "before")
@@ -141,31 +146,77 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
         stop_watch.set()
         for watcher in watchers:
             watcher.join(10)
-    history.final_document = _read_document(cluster)
+    history.final_document = _read_document(cluster, segments=True)
     history.event("drained")
 
 
-def _read_document(cluster: Cluster) -> dict[str, object] | None:
+def segment_env(segments: tuple[int, int, int] | list[int] | None) -> dict[str, str]:
+    """The nodes' environment for format 2 (empty for format 1)."""
+    if not segments:
+        return {}
+    segment_jobs, head_jobs, refill_below = segments
+    return {"QUEUE_SEGMENT_JOBS": str(segment_jobs), "QUEUE_HEAD_JOBS": str(head_jobs),
+            "QUEUE_REFILL_BELOW": str(refill_below)}
+
+
+def _read_document(cluster: Cluster, *, segments: bool = False) -> dict[str, Any] | None:
+    """The document as stored, or None. With ``segments``, format 2's jobs
+    still in segment objects are added as ``"segment_jobs"`` (read from the
+    objects the document references, past their consumed ones), a segment
+    that cannot be read as an entry of ``"segment_problems"``, and objects
+    under the segment prefix that the document does not reference as
+    ``"unreferenced_segments"``: the checker counts every job, wherever it is."""
     store = cluster.open_store()
     try:
         blob = store.get(DOCUMENT_KEY)
+        if blob is None:
+            return None
+        try:
+            doc = orjson.loads(blob.data)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if segments:
+            _add_segment_jobs(store, doc)
+        return doc
     finally:
         store.close()
-    if blob is None:
-        return None
+
+
+def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
+    jobs: list[Any] = []
+    problems: list[str] = []
+    referenced: set[str] = set()
+    for queue, lane in (doc.get("lanes") or {}).items():
+        for ref in lane.get("segments", []):
+            referenced.add(ref["key"])
+            try:
+                segment = store.get(ref["key"])
+            except EngineError as exc:
+                problems.append(f"segment {ref['key']} of {queue}: {exc}")
+                continue
+            if segment is None:
+                problems.append(f"segment {ref['key']} of {queue} is missing")
+                continue
+            jobs.extend(orjson.loads(segment.data)["jobs"][ref["consumed"]:])
+    doc["segment_jobs"] = jobs
+    doc["segment_problems"] = problems
     try:
-        doc = orjson.loads(blob.data)
-    except orjson.JSONDecodeError:
-        return None
-    return doc if isinstance(doc, dict) else None
+        # Where segments live is part of the storage format (docs/format.md).
+        doc["unreferenced_segments"] = sorted(set(store.list(f"{DOCUMENT_KEY}.seg/")) - referenced)
+    except EngineError as exc:
+        problems.append(f"listing the segments: {exc}")
 
 
 def _drain(cluster: Cluster) -> None:
-    """Wait until no job is pending or running (the workers finish them)."""
+    """Wait until no job is pending or running (the workers finish them),
+    in the document or in segments."""
     deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         doc = _read_document(cluster)
-        if doc is not None and not doc.get("jobs"):
+        if doc is not None and not doc.get("jobs") and not any(
+                lane.get("segments") for lane in (doc.get("lanes") or {}).values()):
             return
         time.sleep(0.5)
 

@@ -23,8 +23,11 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
     try:
         doc = orjson.loads(data)
         broker = doc.get("broker") or {}
-        return {"seq": int(doc["seq"]), "epoch": int(broker.get("epoch") or 0), "broker": broker.get("id"),
+        info = {"seq": int(doc["seq"]), "epoch": int(broker.get("epoch") or 0), "broker": broker.get("id"),
                 "writer": doc.get("writer")}
+        if "lanes" in doc:  # format 2
+            info["segments"] = [str(ref["key"]) for lane in doc["lanes"].values() for ref in lane["segments"]]
+        return info
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 

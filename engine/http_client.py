@@ -50,7 +50,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import ClaimedJob
-from engine.ops import Complete, Fail, Heartbeat, Operation, claim_op
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation, claim_op
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.wire import MAX_WAIT_SECONDS
@@ -143,6 +143,9 @@ class BrokerClient(QueueClient):
         self._lock = threading.Lock()  # guards requests
         self._discovery = LeaderDiscovery(self.urls, ask=self._health, store=store, key=key)
         self._closed = threading.Event()
+        # Whether an ack request may carry a claim; False once a broker from
+        # before that field refused one.
+        self._ack_claims = True
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -201,12 +204,14 @@ class BrokerClient(QueueClient):
 
         Complete and Fail operations go in ``POST /ack`` requests, Heartbeat
         operations (grouped by lease length) in ``POST /heartbeat`` requests,
-        at most :data:`~engine.wire.MAX_BATCH_ITEMS` per request; any other
-        operation is sent on its own. The requests are sent one after the
-        other, acks first, so operations of different kinds are not applied
-        in the order given. Each request is retried like a single call.
-        Every outcome comes from the broker's answer, given only after the
-        commit holding its item landed (I1).
+        at most :data:`~engine.wire.MAX_BATCH_ITEMS` per request; the first
+        Claim among them rides the last ack request (its ``claim``: one
+        commit, applied after those acks, no long poll); any other operation
+        is sent on its own. The requests are sent one after the other, acks
+        first, so operations of different kinds are not applied in the order
+        given. Each request is retried like a single call. Every outcome
+        comes from the broker's answer, given only after the commit holding
+        its item landed (I1).
 
         Raises Unauthorized at once. Raises a request's failure (NotLeader,
         BrokerUnavailable, StoreUnavailable, ... after the retry budget) if
@@ -238,18 +243,30 @@ class BrokerClient(QueueClient):
         acks: list[int] = []
         beats: dict[float | None, list[int]] = {}
         singles: list[int] = []
+        claim: int | None = None
         for index, op in enumerate(ops):
             if isinstance(op, Complete | Fail):
                 acks.append(index)
             elif isinstance(op, Heartbeat):
                 beats.setdefault(op.lease_seconds, []).append(index)
+            elif isinstance(op, Claim) and claim is None and self._ack_claims:
+                claim = index
             else:
                 singles.append(index)
+        if claim is not None and not acks:
+            singles.insert(0, claim)
+            claim = None
         step = wire.MAX_BATCH_ITEMS
         plan: list[tuple[list[int], Callable[[list[Operation]], list[Any]]]] = []
-        for group, build in [(acks, wire.ack_request), *((b, wire.heartbeats_request) for b in beats.values())]:
+        for start in range(0, len(acks), step):
+            chunk = acks[start:start + step]
+            if claim is not None and start + step >= len(acks):  # the last ack request carries it
+                plan.append(([*chunk, claim], self._send_acks_with_claim))
+            else:
+                plan.append((chunk, functools.partial(self._send_batch, wire.ack_request)))
+        for group in beats.values():
             for start in range(0, len(group), step):
-                plan.append((group[start:start + step], functools.partial(self._send_batch, build)))
+                plan.append((group[start:start + step], functools.partial(self._send_batch, wire.heartbeats_request)))
         plan.extend(([index], self._send_single) for index in singles)
         return plan
 
@@ -257,6 +274,25 @@ class BrokerClient(QueueClient):
         request = build(ops)
         answer = self._call(request.method, request.path, request.body)
         return wire.batch_results_from(answer, ops, key=self.key)
+
+    def _send_acks_with_claim(self, ops: list[Operation]) -> list[Any]:
+        """``ops`` is acks then one Claim: one ``POST /ack`` with a ``claim``.
+        A broker from before that field refuses the whole request, having
+        applied nothing (400 naming ``claim``): then the acks and the claim
+        are sent apart, and from then on always apart."""
+        *acks, claim = ops
+        assert isinstance(claim, Claim)
+        request = wire.ack_request(acks, claim=claim)
+        try:
+            answer = self._call(request.method, request.path, request.body)
+        except ValidationError as exc:
+            if "claim" not in str(exc):
+                raise
+            log.warning("the broker does not take a claim with acknowledgements (%s); sending them apart", exc)
+            self._ack_claims = False
+            return [*self._send_batch(wire.ack_request, acks), *self._send_single([claim])]
+        outcomes = wire.batch_results_from(answer, acks, key=self.key)
+        return [*outcomes, wire.claim_outcome_from(answer, claim, key=self.key)]
 
     def _send_single(self, ops: list[Operation]) -> list[Any]:
         [op] = ops

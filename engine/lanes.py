@@ -200,6 +200,7 @@ class LaneKeeper:
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
         # Writer-thread planning memos (see _refill_task and _seal_task).
+        self._front_counted: dict[str, tuple[int, int, int]] = {}
         self._seal_fruitless: dict[str, tuple[int, int]] = {}
         self._stopping = False
         self._threads: list[threading.Thread] = []
@@ -249,6 +250,10 @@ class LaneKeeper:
                     or self._merge_task(state, queue))
             if task is not None:
                 tasks.append(task)
+        # A queue with no segments left cannot be stopped at one: a problem
+        # reported by a refill that raced the drop of its segment is void.
+        for queue in [q for q in self.problems if q not in state.lanes]:
+            self.problems.pop(queue, None)
         with self._cond:
             self._referenced = referenced
             self._known |= referenced
@@ -262,19 +267,28 @@ class LaneKeeper:
     def _refill_task(self, state: QueueState, queue: str, now: float, shares: _Shares) -> _RefillTask | None:
         refs = state.lanes.get(queue)
         if not refs:
+            self._front_counted.pop(queue, None)
             return None
         if self._retry_at.get(queue, 0.0) > now:
             return None
-        # Counted exactly up to the refill share on every plan: O(refill) from
-        # the heap's root. (A lower bound remembered from an earlier count and
-        # lowered by what left pending_here was wrong: pushes to the tail raise
-        # pending_here without adding to the front, so the front could run
-        # dry with the bound still above the share, and claims found nothing
-        # while the backlog waited in segments; bench backlog, 1 queue at
-        # depth 100k, drained 0 jobs/s after its push phase.)
-        ready = state.front_ready(queue, self.clock(), shares.refill)
+        here, appended = state.pending_here.get(queue, 0), state.next_pos
+        counted = self._front_counted.get(queue)
+        if counted is not None:
+            # Each job that leaves the front (a claim, a purge, a move to the
+            # back) takes one out of ``pending_here``; but jobs appended to
+            # the tail meanwhile (pushes, retries, requeues: each takes a new
+            # ``pos``) put as many back, so count those as gone too. The
+            # difference alone let pushes that kept pace with claims hide a
+            # front that ran dry: no refill, the queue stalled for good.
+            # Still a lower bound on the front without walking it.
+            count, here_then, appended_then = counted
+            if count - max(0, here_then - here + appended - appended_then) >= shares.refill:
+                return None
+        ready = state.front_ready(queue, self.clock(), shares.head)
+        self._front_counted[queue] = (ready, here, appended)
         if ready >= shares.refill:
             return None
+        del self._front_counted[queue]  # the refill changes the front: count again after it
         return _RefillTask(queue, refs[0], want=shares.head - ready)
 
     def _seal_task(self, state: QueueState, queue: str, shares: _Shares) -> _SealTask | None:
@@ -290,7 +304,11 @@ class LaneKeeper:
         if fruitless is not None and fruitless[1] <= shares.seal and here < fruitless[0] + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
-        ready = state.ready_in_order(queue)
+        # A delayed job that came due is indexed as ready but keeps its
+        # not_before until claimed, and Seal refuses such a job: naming it
+        # would get every seal of the queue refused until it is claimed. It
+        # stays in the document, like a delayed job that is not due yet.
+        ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
         if refs:
             last = refs[-1].last_pos
             tail = [entry for entry in ready if entry[0] > last]
@@ -430,6 +448,14 @@ class LaneKeeper:
             if jobs[ref.consumed][1] != ref.front:
                 raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
         except SegmentUnreadable as exc:
+            with self._cond:
+                referenced = self._referenced
+            if referenced is not None and ref.key not in referenced:
+                # A landed commit dropped the reference since this refill was
+                # planned (a purge, a refill to its end) and the object went
+                # after its grace: the task is stale, the queue is fine. Not
+                # a problem to report, nor a reason to delay its refills.
+                return
             if self.problems.get(queue) != str(exc):
                 log.error("%s", exc)
             self.problems[queue] = str(exc)

@@ -12,6 +12,17 @@ the way group commit batches:
   (nothing else could come) or the worker is stopping (flush at once);
 * at most :data:`~engine.wire.MAX_BATCH_ITEMS` go in one call.
 
+**The next claim rides along.** A worker that acknowledges jobs has free
+slots, and a claim sent on its own would cost a commit of its own (one more
+store write per cycle on a store with 50 ms writes). So each request the
+reporter sends also carries a claim for the slots free at that moment, if
+there are any and no claim is in flight (``execute_many(acks + [claim])``:
+the ack request's ``claim`` over HTTP, one commit in a GroupCommitter),
+without a long poll. The jobs it claims are dispatched as the claimer's
+are. The claimer meanwhile claims only when the reporter has nothing to
+send (:meth:`Worker._may_claim`): idle, or when a carried claim found
+nothing; then it long-polls as before. Never two claims in flight at once.
+
 Each job is settled from its own outcome exactly as a single call is: its
 result counts it completed or failed (dead), a QueueError (LeaseLost,
 JobNotFound, ...) counts it lost, and anything else (the broker unreachable,
@@ -33,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import QueueError
 from engine.model import FailOutcome
-from engine.ops import Complete, Fail
+from engine.ops import Claim, Complete, Fail, Operation, claim_op
 from engine.wire import MAX_BATCH_ITEMS
 
 if TYPE_CHECKING:
@@ -62,14 +73,25 @@ class AckReporter:
         self.worker = worker
         self.linger_seconds = linger_seconds
         self._queue: list[Ack] = []  # guarded by worker._cond
-        #: execute_many calls made, for tests and benchmarks.
+        self._sending = False  # a request is being sent; guarded by worker._cond
+        #: execute_many calls made, and claims they carried, for tests and benchmarks.
         self.calls = 0
+        self.carried = 0
 
     def put(self, record: _Running, op: Complete | Fail, took: float) -> None:
         """Queue ``record``'s acknowledgement. Call with ``worker._cond`` held."""
         record.reporting = True  # its ack is on its way: heartbeats hold off
         self._queue.append(Ack(record, op, took))
         self.worker._cond.notify_all()
+
+    def will_send(self) -> bool:
+        """Whether a request is being sent, or acknowledgements are due for
+        one (which will carry a claim for the free slots). Call with the
+        worker's lock held."""
+        if self._sending:
+            return True
+        now = self.worker.monotonic()
+        return any(a.not_before <= now for a in self._queue)
 
     def run(self) -> None:
         w = self.worker
@@ -104,27 +126,63 @@ class AckReporter:
             self._queue = [a for a in self._queue if id(a) not in taken]
             for ack in batch:
                 ack.record.reporting = True
+            self._sending = True
             return batch
+
+    def _claim(self) -> Claim | None:
+        """The claim to carry: for the slots free now, if there are any, no
+        claim is in flight and the worker is not stopping (then it is in
+        flight from here on). Call with the worker's lock held."""
+        w = self.worker
+        free = w.concurrency - w._busy
+        if free <= 0 or w._claim_in_flight or w._stopping.is_set():
+            return None
+        w._claim_in_flight = True
+        return claim_op(w.worker_id, w.queues, policy=w.client.policy, max_jobs=free, lease_seconds=w.lease_seconds)
 
     def _send(self, batch: list[Ack]) -> None:
         w = self.worker
-        live = []
-        for ack in batch:
-            if ack.record.lost:  # a heartbeat learned the lease is gone: the result would be refused
-                w._release(ack.record, "lost", f"finished after its lease was lost ({ack.took:.3f}s); result not sent")
-            else:
-                live.append(ack)
-        if not live:
-            return
-        self.calls += 1
+        claim: Claim | None = None
+        sent = w.monotonic()
         try:
-            outcomes: list[Any] = w.client.execute_many([ack.op for ack in live])
-        except Exception as exc:  # the whole call failed: every one of them is retried
-            for ack in live:
-                self._retry(ack, exc)
-            return
-        for ack, outcome in zip(live, outcomes, strict=True):
-            self._settle(ack, outcome)
+            live = []
+            for ack in batch:
+                if ack.record.lost:  # a heartbeat learned the lease is gone: the result would be refused
+                    w._release(ack.record, "lost",
+                               f"finished after its lease was lost ({ack.took:.3f}s); result not sent")
+                else:
+                    live.append(ack)
+            if not live:
+                return
+            with w._cond:
+                claim = self._claim()
+            ops: list[Operation] = [ack.op for ack in live]
+            if claim is not None:
+                ops.append(claim)
+            self.calls += 1
+            sent = w.monotonic()
+            try:
+                outcomes: list[Any] = w.client.execute_many(ops)
+            except Exception as exc:  # the whole call failed: every ack is retried
+                for ack in live:
+                    self._retry(ack, exc)
+                return
+            if claim is not None:
+                claimed = outcomes.pop()
+                if isinstance(claimed, list):
+                    self.carried += 1
+                    w._claimed(claimed, sent)
+                    claim = None
+                else:
+                    w._claim_error(claimed)
+            for ack, outcome in zip(live, outcomes, strict=True):
+                self._settle(ack, outcome)
+        finally:
+            if claim is not None:  # not answered: it leased nothing we know of, and the claimer takes over
+                w._claimed([], sent)
+            with w._cond:
+                self._sending = False
+                w._cond.notify_all()
 
     def _settle(self, ack: Ack, outcome: Any) -> None:
         w = self.worker

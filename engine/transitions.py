@@ -441,14 +441,19 @@ def refill(state: QueueState, op: Refill, now: datetime) -> int:
 
     A job whose id is in the document already (a push reused the id after
     it left the ``sealed`` window) stays in the document as it is; the copy
-    from the segment, the older, is counted as purged."""
+    from the segment, the older, is counted as purged. So is a copy whose id
+    is in the ``finished`` window: the other job with that id (pushed while
+    this one sat in a segment) has run already."""
     refs = state.lanes.get(op.queue)
     if not refs or refs[0].key != op.key or refs[0].consumed != op.consumed:
         raise ValidationError(f"the first segment of queue {op.queue!r} changed since the refill began")
     ref = refs[0]
     restored = 0
     for job, pos in op.jobs:
-        if job.id in state.jobs or job.id in state.dead:
+        # ``finished``: both copies were in segments (the re-push was sealed
+        # too), the first one came back and ran; without this check the id
+        # ran twice.
+        if job.id in state.jobs or job.id in state.dead or job.id in state.finished:
             state.counters(op.queue).purged += 1
             state.departed("purged", job, now)
             continue

@@ -21,7 +21,9 @@ such as a GroupCommitter, in tests). Threads, all daemons:
   sends the handlers' results in batches through the client's
   ``execute_many`` (``POST /api/v1/ack``), and the heartbeat thread extends
   all due leases in one ``execute_many`` (``POST /api/v1/heartbeat``). A
-  handler thread takes its next job as soon as it has handed its result over.
+  handler thread takes its next job as soon as it has handed its result over,
+  and the claimer's next claim rides the reporter's next request when one is
+  due or in flight (the same commit: see :mod:`engine.reporter`).
   Without ``batch``, each handler thread reports its own job, one call each.
 
 Either way a job is counted completed only once the client confirmed that
@@ -155,9 +157,11 @@ class WorkerOptions:
     * ``batch`` — acknowledge and heartbeat in batches through the client's
       ``execute_many`` (one ``POST /api/v1/ack`` for many finished jobs, one
       ``POST /api/v1/heartbeat`` per beat for all leases; see
-      :mod:`engine.reporter`). False: one request per acknowledgement and per
-      heartbeat, as before (the single-job calls). Either way a claim asks
-      for as many jobs as there are free handler threads;
+      :mod:`engine.reporter`), each acknowledgement request also carrying
+      the claim for the slots free then (one commit for both). False: one
+      request per acknowledgement and per heartbeat, as before (the
+      single-job calls). Either way a claim asks for as many jobs as there
+      are free handler threads;
     * ``ack_linger_seconds`` — with ``batch``, how long a finished job's
       acknowledgement may wait for others to join it.
 
@@ -249,6 +253,10 @@ class Worker:
         self._claimer_done = False
         self._finished = 0  # jobs whose handling ended; a burst claims again after any
         self._busy = 0  # jobs dispatched whose handler has not returned (free slots: concurrency - busy)
+        # A claim is in flight, the claimer's own or one an acknowledgement
+        # carries: never two at once, so a claim asks only for slots no
+        # other claim will fill.
+        self._claim_in_flight = False
         self._started = False
         self._reporter = AckReporter(self, linger_seconds=options.ack_linger_seconds) if options.batch else None
 
@@ -351,22 +359,22 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while self._busy >= self.concurrency and not self._stopping.is_set():
+                    while not (self._may_claim() or self._stopping.is_set()):
                         self._cond.wait(MAX_WAIT_STEP_SECONDS)
+                    if self._stopping.is_set():
+                        break
                     free = self.concurrency - self._busy
-                if self._stopping.is_set():
-                    break
-                started = self.monotonic()
-                with self._cond:
                     finished = self._finished
+                    self._claim_in_flight = True
+                started = self.monotonic()
                 try:
                     jobs = self._claim(free)
                 except FATAL_ERRORS as exc:
-                    log.error("worker %s: claims refused, stopping: %s", self.worker_id, exc)
-                    self.fatal = exc
-                    self.stop()
+                    self._claimed([], started)
+                    self._fatal_claim(exc)
                     break
                 except Exception as exc:  # transient, or a bug: never end the worker
+                    self._claimed([], started)
                     failures += 1
                     with self._cond:
                         self.stats.errors += 1
@@ -376,9 +384,10 @@ class Worker:
                     self._stopping.wait(delay)
                     continue
                 failures = 0
+                self._claimed(jobs, started)
                 if jobs:
-                    self._dispatch(jobs, started)
-                elif self.burst:
+                    continue
+                if self.burst:
                     with self._cond:
                         # Claim again once a running job ends: its failure may
                         # have made it claimable again at once.
@@ -397,6 +406,42 @@ class Worker:
             with self._cond:
                 self._claimer_done = True
                 self._cond.notify_all()
+
+    def _may_claim(self) -> bool:
+        """Whether the claimer should claim now: a slot is free, no claim is in
+        flight, and the reporter has no request to send or in flight, which
+        would carry the claim (see :mod:`engine.reporter`): every slot that
+        frees with a result does so with an acknowledgement to send. Call
+        with ``self._cond`` held."""
+        if self._busy >= self.concurrency or self._claim_in_flight:
+            return False
+        return self._reporter is None or not self._reporter.will_send()
+
+    def _claimed(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
+        """The claim in flight was answered with ``jobs`` (possibly none, or
+        it failed): dispatch them, and let the next claim go."""
+        with self._cond:
+            if jobs:
+                self._dispatch(jobs, claimed_at)
+            self._claim_in_flight = False
+            self._cond.notify_all()
+
+    def _fatal_claim(self, exc: EngineError) -> None:
+        log.error("worker %s: claims refused, stopping: %s", self.worker_id, exc)
+        self.fatal = exc
+        self.stop()
+
+    def _claim_error(self, exc: BaseException) -> None:
+        """A claim an acknowledgement carried failed alone: stop for good on
+        what retrying cannot fix, as the claimer does; else count it (the
+        next claim, carried or the claimer's own, tries again)."""
+        if isinstance(exc, FATAL_ERRORS):
+            self._fatal_claim(exc)
+            return
+        with self._cond:
+            self.stats.errors += 1
+        log.warning("worker %s: a claim riding the acknowledgements failed (%s: %s)",
+                    self.worker_id, type(exc).__name__, exc)
 
     def _claim(self, free: int) -> list[ClaimedJob]:
         return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,

@@ -24,6 +24,8 @@ operator action to the leader, in both directions and in one place.
   and answers with :func:`batch_results_json`; a client sends
   :func:`ack_request` or :func:`heartbeats_request` and reads the answer
   with :func:`batch_results_from` (one result or EngineError per operation).
+  An acknowledgement may carry the worker's next claim, riding the same
+  commit (:func:`ack_claim_from`, :func:`claim_json`, :func:`claim_outcome_from`).
 * **Reading JSON** (:mod:`engine.wire.reading`): :func:`loads` parses a
   body exactly, :class:`Fields` reads one object field by field.
 
@@ -54,10 +56,13 @@ from engine.wire.batches import (
     MAX_BATCH_ITEMS,
     InvalidItem,
     TooManyItems,
+    ack_claim_from,
     ack_from,
     ack_request,
     batch_results_from,
     batch_results_json,
+    claim_json,
+    claim_outcome_from,
     heartbeats_from,
     heartbeats_request,
 )
@@ -98,12 +103,15 @@ __all__ = [
     "MalformedJson",
     "Request",
     "TooManyItems",
+    "ack_claim_from",
     "ack_from",
     "ack_request",
     "batch_results_from",
     "batch_results_json",
     "check_url",
     "claim_from",
+    "claim_json",
+    "claim_outcome_from",
     "claimed_json",
     "complete_from",
     "error_code",

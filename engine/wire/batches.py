@@ -14,6 +14,13 @@ extends many leases, each item with its own lease and its own outcome:
   operation: its result, or the EngineError it was refused with (returned,
   not raised), as :data:`~engine.wire.codes.ERROR_BY_CODE` rebuilds it.
 
+An acknowledgement may carry the worker's next claim (``"claim"``, read by
+:func:`ack_claim_from`, sent by ``ack_request(..., claim=...)``, answered by
+:func:`claim_json` and read back by :func:`claim_outcome_from`): it is
+submitted with the acks, so it rides their commit, and applied after them.
+It never waits: a worker acknowledging jobs has a handler free already, and
+its acknowledgements must not be held back by a long poll.
+
 Pure: no I/O.
 """
 
@@ -23,12 +30,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import EngineError, ValidationError
-from engine.ops import Complete, Fail, Heartbeat, Operation, heartbeat_op
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation, heartbeat_op
 from engine.policy import Policy
 from engine.wire.answers import outcome_from, outcome_json
 from engine.wire.codes import STATUS_BY_CODE, error_from_answer, error_json
 from engine.wire.reading import Fields, json_type
-from engine.wire.requests import Request, complete_from, fail_from
+from engine.wire.requests import Request, claim_from, complete_from, fail_from, request_for
 
 #: The most items one batch call may carry; more is refused with 413 as a whole.
 MAX_BATCH_ITEMS = 1000
@@ -90,11 +97,39 @@ def ack_from(data: object, policy: Policy) -> list[Item]:
     One entry per item, in order: its Complete or Fail (through the same
     readers and builders as the single calls), or its InvalidItem. Raises
     ValidationError (TooManyItems above the limit) for a body that is not
-    this shape: then nothing is submitted.
+    this shape, a ``claim`` included (see :func:`ack_claim_from`): then
+    nothing is submitted.
     """
     body, items = _items(data, "acks")
     body.done()
+    return _acks(items, policy)
 
+
+def ack_claim_from(data: object, policy: Policy) -> tuple[list[Item], Claim | None]:
+    """``POST /api/v1/ack`` as :func:`ack_from` reads it, plus an optional
+    ``"claim": {"worker", "queues", "max_jobs"?, "lease_seconds"?}`` (the
+    fields of ``POST /api/v1/claim`` but ``wait_seconds``, which may only be
+    0): the items and the Claim (None without one). A claim that is not valid
+    refuses the whole request with ValidationError, naming ``claim``, so
+    that nothing is submitted: a worker must not have its acknowledgements
+    applied while it believes they were refused."""
+    body, items = _items(data, "acks")
+    raw = body.optional("claim")
+    body.done()
+    claim: Claim | None = None
+    if raw is not None:
+        if isinstance(raw, dict) and raw.get("wait_seconds") not in (None, 0):
+            raise ValidationError("'claim.wait_seconds' must be 0 or absent: a claim that rides "
+                                  "acknowledgements never waits")
+        try:
+            claim, _ = claim_from(raw, policy)
+        except ValidationError as exc:
+            exc.args = (f"claim: {exc}",)
+            raise
+    return _acks(items, policy), claim
+
+
+def _acks(items: list[Any], policy: Policy) -> list[Item]:
     def read(job_id: str, rest: dict[str, Any]) -> Operation:
         outcome = rest.pop("outcome", None)
         if outcome == "complete":
@@ -155,6 +190,15 @@ def batch_results_json(items: Sequence[Item], outcomes: Sequence[Any]) -> dict[s
     return {"results": results}
 
 
+def claim_json(claim: Claim, outcome: Any) -> dict[str, Any]:
+    """The ``"claim"`` of an acknowledgement's answer: what ``POST /claim``
+    would answer, ``{"jobs": [...]}``, or ``{"error", "message"}`` for the
+    EngineError the claim failed with."""
+    if isinstance(outcome, EngineError):
+        return error_json(outcome, where="claim")
+    return outcome_json(claim, outcome)
+
+
 # -- the client's side ---------------------------------------------------------------------------
 
 
@@ -163,9 +207,9 @@ def _check_size(ops: Sequence[Operation]) -> None:
         raise ValueError(f"a batch call carries 1 to {MAX_BATCH_ITEMS} operations, got {len(ops)}")
 
 
-def ack_request(ops: Sequence[Operation]) -> Request:
+def ack_request(ops: Sequence[Operation], *, claim: Claim | None = None) -> Request:
     """The ``POST /ack`` that carries ``ops``, Complete and Fail operations
-    (validated by their builders). Raises ValueError for any other
+    (validated by their builders), and ``claim`` if given (it never waits). Raises ValueError for any other
     operation, or for a count outside 1..MAX_BATCH_ITEMS."""
     _check_size(ops)
     acks: list[dict[str, Any]] = []
@@ -181,7 +225,12 @@ def ack_request(ops: Sequence[Operation]) -> Request:
             acks.append(ack)
         else:
             raise ValueError(f"{type(op).__name__} cannot be acknowledged in a batch")
-    return Request("POST", ACK_PATH, {"acks": acks})
+    body: dict[str, Any] = {"acks": acks}
+    if claim is not None:
+        claimed = request_for(claim).body
+        assert claimed is not None and "wait_seconds" not in claimed
+        body["claim"] = claimed
+    return Request("POST", ACK_PATH, body)
 
 
 def heartbeats_request(ops: Sequence[Heartbeat]) -> Request:
@@ -224,3 +273,19 @@ def batch_results_from(data: Any, ops: Sequence[Operation], *, key: str = "") ->
         status = STATUS_BY_CODE.get(code, 500) if isinstance(code, str) else 500
         outcomes.append(error_from_answer(status, result, where=f"job {job_id!r}", job_id=str(job_id), key=key))
     return outcomes
+
+
+def claim_outcome_from(data: Any, claim: Claim, *, key: str = "") -> Any:
+    """The outcome of the ``claim`` an acknowledgement carried, from its
+    parsed 200 answer: the claimed jobs, or the EngineError the claim failed
+    with (returned, not raised). Raises EngineError for an answer without a
+    ``claim`` object (a broker that does not know the field refuses the
+    whole request instead)."""
+    answer = data.get("claim") if isinstance(data, dict) else None
+    if not isinstance(answer, dict):
+        raise EngineError(f"the broker's acknowledgement answer has no claim: {data!r:.200}")
+    code = answer.get("error")
+    if code is None:
+        return outcome_from(claim, answer)
+    status = STATUS_BY_CODE.get(code, 500) if isinstance(code, str) else 500
+    return error_from_answer(status, answer, where="claim", key=key)

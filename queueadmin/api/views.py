@@ -21,7 +21,7 @@ from django.core import signing
 from django.db import close_old_connections
 
 from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
-from engine.ops import Operation, get_job_op
+from engine.ops import Claim, Operation, get_job_op
 from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
@@ -86,9 +86,15 @@ async def ack(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``acks`` in order, once every
     valid item's commit landed: ``{"id", "ok": true}`` for a complete,
     ``{"id", "status", "not_before"}`` for a fail, ``{"id", "error",
-    "message"}`` for an item refused alone (it changed nothing)."""
+    "message"}`` for an item refused alone (it changed nothing). With a
+    ``claim``, also ``"claim": {"jobs": [...]}`` (or ``{"error", "message"}``):
+    the claim is submitted with the acks, so it rides their commit, applied
+    after them; it never waits."""
     broker = runtime.get_broker()
-    return json_response(await _batch(broker, wire.ack_from(await _body(request), broker.policy)))
+    items, claim = wire.ack_claim_from(await _body(request), broker.policy)
+    if claim is not None:
+        runtime.seen_workers.note(claim.worker, claim.queues)
+    return json_response(await _batch(broker, items, claim))
 
 
 @endpoint("POST")
@@ -99,18 +105,27 @@ async def heartbeats(request: Request) -> Response:
     return json_response(await _batch(broker, wire.heartbeats_from(await _body(request))))
 
 
-async def _batch(broker: Broker, items: list[Operation | ValidationError]) -> dict[str, Any]:
-    """Submit every valid item at once (they ride the same commit) and answer
-    each after its commit landed (I1); an invalid item is its own answer and
-    is never submitted. If every submitted item failed for a reason of the
-    whole node (not leading, store down), that is the answer to the request."""
-    ops = [item for item in items if not isinstance(item, ValidationError)]
-    done = iter(await broker.aexecute_many(ops) if ops else [])
-    outcomes = [item if isinstance(item, ValidationError) else next(done) for item in items]
+async def _batch(
+    broker: Broker, items: list[Operation | ValidationError], claim: Claim | None = None
+) -> dict[str, Any]:
+    """Submit every valid item at once, then ``claim`` if given (they ride the
+    same commit, the claim applied last) and answer each after its commit
+    landed (I1); an invalid item is its own answer and is never submitted.
+    If every submitted operation failed for a reason of the whole node (not
+    leading, store down), that is the answer to the request."""
+    ops: list[Operation] = [item for item in items if not isinstance(item, ValidationError)]
+    if claim is not None:
+        ops.append(claim)
+    outcomes = await broker.aexecute_many(ops) if ops else []
     failed = [o for o in outcomes if isinstance(o, EngineError) and not isinstance(o, QueueError)]
     if ops and len(failed) == len(ops):
         raise failed[0]
-    return wire.batch_results_json(items, outcomes)
+    done = iter(outcomes)
+    answer = wire.batch_results_json(items, [item if isinstance(item, ValidationError) else next(done)
+                                             for item in items])
+    if claim is not None:
+        answer["claim"] = wire.claim_json(claim, next(done))
+    return answer
 
 
 @endpoint("GET")

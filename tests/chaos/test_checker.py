@@ -285,3 +285,58 @@ def test_items_of_a_batched_ack_are_checked_as_single_completions() -> None:
     assert len(verdict.failures["stale_completions"]) == 1
     assert "L3" in verdict.failures["stale_completions"][0]
     assert not verdict.failures["unanswered"]
+
+
+def test_jobs_in_segments_of_the_final_document_are_not_lost() -> None:
+    history = clean().final(jobs=["j2"])
+    assert history.final_document is not None
+    history.final_document["segment_jobs"] = [{"id": "j3"}]
+
+    verdict = check(history)
+
+    assert verdict.ok, verdict.failures
+    assert verdict.figures["left_in_segments"] == 1
+
+
+def test_an_unreadable_segment_in_the_final_document_is_flagged() -> None:
+    history = clean().final(jobs=["j2", "j3"])
+    assert history.final_document is not None
+    history.final_document["segment_problems"] = ["segment queue.json.seg/q/e1 of q is missing"]
+
+    verdict = check(history)
+
+    assert verdict.failures["lost_pushes"] == ["final document: segment queue.json.seg/q/e1 of q is missing"]
+
+
+def first_claim(r: Recorder, job: str, lease: str, attempt: int = 1, **kw: Any) -> Call:
+    return r.claim(job, lease, answer={"jobs": [{"id": job, "lease": lease, "attempt": attempt}]}, **kw)
+
+
+def test_first_claims_out_of_push_order_are_flagged() -> None:
+    r = Recorder()
+    r.push("a")
+    r.push("b")
+    first_claim(r, "b", "Lb")  # b handed out first although a was pushed (acknowledged) before b was sent
+    first_claim(r, "a", "La")
+
+    verdict = check(r.final(jobs=["a", "b"]))
+
+    assert len(verdict.failures["fifo"]) == 1
+    assert "b was first leased" in verdict.failures["fifo"][0]
+
+
+def test_first_claims_in_push_order_and_redeliveries_pass_the_fifo_check() -> None:
+    r = Recorder()
+    r.push("a")
+    r.push("b")
+    r.push("c")
+    first_claim(r, "a", "La")
+    first_claim(r, "b", "Lb")
+    first_claim(r, "a", "La2", attempt=2)  # a redelivery goes to the back: not compared
+    r.claim("x", "Lx", status=None, error="timeout", end=False)  # c's first lease went to a lost answer
+    first_claim(r, "c", "Lc2", attempt=2)
+
+    verdict = check(r.final(jobs=["a", "b", "c"]))
+
+    assert verdict.failures["fifo"] == []
+    assert verdict.figures["fifo_compared"] == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.netreport import check_exactly_once
+from bench.netreport import Row, check_exactly_once, target_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -67,3 +67,18 @@ def test_exactly_once_fails_on_a_missing_a_double_and_a_stray_completion() -> No
     assert "1 never completed: c" in verdict.lines[0]
     assert "1 completed more than once: a" in verdict.lines[0]
     assert "1 completed but never pushed: z" in verdict.lines[0]
+
+
+def test_the_latency_target_is_judged_at_a_slot_count_that_meets_both_halves() -> None:
+    def drained(width: int, jobs: int, p99: float) -> Row:
+        return Row(store="memory+50ms", kind="drain", mode="batched", width=width, jobs=jobs, seconds=1.0, p99_ms=p99)
+
+    # 512 slots drains faster but over the p99 bound; 384 meets both halves.
+    lines = target_lines([drained(256, 2900, 110.0), drained(384, 3400, 140.0), drained(512, 3900, 180.0)],
+                         file_store="file://", latency_store="memory+50ms")
+    [latency] = [line for line in lines if "memory+50ms" in line and "batched" in line]
+    assert "3,400 jobs/s, p99 140.0 ms (384 slots) — PASS" in latency
+    lines = target_lines([drained(256, 2900, 110.0), drained(512, 3900, 180.0)],
+                         file_store="file://", latency_store="memory+50ms")
+    [latency] = [line for line in lines if "memory+50ms" in line and "batched" in line]
+    assert "3,900 jobs/s, p99 180.0 ms (512 slots) — MISS" in latency

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
 import orjson
@@ -22,6 +23,7 @@ from engine import (
     PreconditionFailed,
     StoreUnavailable,
 )
+from engine.ops import Tick
 from engine.stores.base import Blob
 from tests.helpers import KEY
 
@@ -408,3 +410,23 @@ def test_answered_callers_rejoin_the_next_write_instead_of_splitting_in_two() ->
     assert len(stored_ids(memory)) == 160
     # Without the linger the callers settle into two alternating halves: ~20 writes.
     assert memory.writes <= 14, memory.writes
+
+
+def test_a_heartbeat_tick_waits_for_the_answered_caller_instead_of_writing_alone() -> None:
+    """A Tick staged right after a write landed does not end the linger when
+    arrivals pause: it rides the write of the caller that comes back, which
+    would otherwise wait a whole write behind it."""
+    memory = MemoryStore()
+    # A long write and a long linger, so that 20 ms of caller turnaround is
+    # well inside it (and well past the 5 ms idle gap).
+    committer = GroupCommitter(LatencyStore(memory, latency=0.2), max_linger_seconds=0.5).start()
+    committer.push("q", [0])
+    committer.push("q", [1])  # its write just landed: the linger runs
+    before = memory.writes
+    tick = threading.Thread(target=committer.execute, args=(Tick(),))
+    tick.start()
+    time.sleep(0.02)  # the caller's turnaround
+    committer.push("q", [2])
+    tick.join(5)
+    committer.stop()
+    assert memory.writes - before == 1  # the Tick and the push: one write

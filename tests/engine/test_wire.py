@@ -341,6 +341,21 @@ def test_acks_come_back_from_their_request_in_order() -> None:
     assert wire.ack_from(over_the_wire(request.body), POLICY) == ACKS
 
 
+def test_acks_and_a_claim_come_back_from_their_request_and_the_claim_from_its_answer() -> None:
+    claim = claim_op("w", ["a", "b"], policy=POLICY, max_jobs=7, lease_seconds=12.5)
+    request = wire.ack_request(ACKS, claim=claim)
+    assert "wait_seconds" not in request.body["claim"]  # type: ignore[index]
+    assert wire.ack_claim_from(over_the_wire(request.body), POLICY) == (ACKS, claim)
+    assert wire.ack_claim_from(over_the_wire(wire.ack_request(ACKS).body), POLICY) == (ACKS, None)
+    with pytest.raises(ValidationError, match="claim"):
+        wire.ack_from(over_the_wire(request.body), POLICY)  # the plain reader takes no claim
+    job = ClaimedJob(id="j", queue="a", payload={"x": 1}, attempt=1, lease="t", lease_expires_at=NOW)
+    answer = over_the_wire({"results": [], "claim": wire.claim_json(claim, [job])})
+    assert wire.claim_outcome_from(answer, claim) == [job]
+    with pytest.raises(EngineError, match="no claim"):
+        wire.claim_outcome_from({"results": []}, claim)
+
+
 @pytest.mark.parametrize("lease_seconds", [None, 42.5])
 def test_heartbeats_come_back_from_their_request_with_one_lease_length(lease_seconds: float | None) -> None:
     ops = [heartbeat_op(f"j{i}", f"l{i}", lease_seconds=lease_seconds) for i in range(3)]

@@ -29,7 +29,7 @@ from engine import (
     ValidationError,
 )
 from engine.errors import Unauthorized
-from engine.ops import Complete, Fail, Heartbeat, Operation
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
 from engine.worker import Worker, WorkerOptions, WorkerStats
 from tests.helpers import FAST_WORKER, start, wait_for
 
@@ -47,7 +47,7 @@ def fast(**changes: Any) -> WorkerOptions:
     """The fast test options, with this run's protocol and ``changes``."""
     return replace(FAST_WORKER, **{**PROTOCOL, **changes})
 TIMEOUT = 10.0
-NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat"}
+NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat", Claim: "claim"}
 
 
 class SpyCommitter(GroupCommitter):

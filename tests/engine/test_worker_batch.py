@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from engine import GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
-from engine.ops import Complete, Fail, Heartbeat, Operation
+from engine import ClaimedJob, GroupCommitter, JobNotFound, LeaseLost, MemoryStore, Policy, StoreUnavailable
+from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
 from engine.worker import PermanentFailure, Worker, WorkerOptions
 from tests.helpers import FAST_WORKER, start, wait_for
 
 TIMEOUT = 10.0
-NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat"}
+NAMES = {Complete: "complete", Fail: "fail", Heartbeat: "heartbeat", Claim: "claim"}
 
 
 def options(**changes: Any) -> WorkerOptions:
@@ -29,17 +29,25 @@ def options(**changes: Any) -> WorkerOptions:
 
 class Spy(GroupCommitter):
     """A GroupCommitter that records single calls and ``execute_many``
-    calls apart. ``item_faults`` replace one job's outcome in a batch;
-    ``hold`` (when set) holds every execute_many call until it is released."""
+    calls apart (a claim riding an ``execute_many`` call in ``carried``, the
+    claim itself, not in ``batches``). ``item_faults`` replace one job's
+    outcome in a batch; ``hold`` (when set) holds every execute_many call
+    until it is released."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.singles: list[str] = []
         self.batches: list[list[tuple[str, str]]] = []
+        self.carried: list[Claim] = []
+        self.own_claims = 0
         self.item_faults: dict[str, list[Exception]] = {}
         self.call_faults: list[Exception] = []
         self.hold: threading.Event | None = None
         self.entered = threading.Event()
+
+    def claim(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
+        self.own_claims += 1
+        return super().claim(*args, **kwargs)
 
     def heartbeat(self, job_id: str, lease: str, *, lease_seconds: float | None = None) -> datetime:
         self.singles.append("heartbeat")
@@ -54,7 +62,9 @@ class Spy(GroupCommitter):
         return super().fail(job_id, lease, **kwargs)
 
     def execute_many(self, ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
-        self.batches.append([(NAMES[type(op)], op.job_id) for op in ops])  # type: ignore[attr-defined]
+        self.batches.append([(NAMES[type(op)], getattr(op, "job_id", "")) for op in ops
+                             if not isinstance(op, Claim)])
+        self.carried.extend(op for op in ops if isinstance(op, Claim))
         self.entered.set()
         if self.hold is not None:
             self.hold.wait(TIMEOUT)
@@ -62,7 +72,7 @@ class Spy(GroupCommitter):
             raise self.call_faults.pop(0)
         outcomes = super().execute_many(ops, **kwargs)
         for index, op in enumerate(ops):
-            faults = self.item_faults.get(op.job_id)  # type: ignore[attr-defined]
+            faults = self.item_faults.get(getattr(op, "job_id", ""))
             if faults and NAMES[type(op)] != "heartbeat":
                 outcomes[index] = faults.pop(0)
         return outcomes
@@ -121,7 +131,7 @@ def test_a_transient_item_error_is_retried_alone(client: Spy) -> None:
     failed_once: list[str] = []
 
     def flaky(ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
-        keep = [op for op in ops if not (op.job_id == second and not failed_once)]  # type: ignore[attr-defined]
+        keep = [op for op in ops if not (getattr(op, "job_id", "") == second and not failed_once)]
         outcomes = dict(zip(map(id, keep), original(keep, **kwargs), strict=True)) if keep else {}
         result = []
         for op in ops:
@@ -248,3 +258,50 @@ def test_without_batch_every_call_is_single(client: Spy) -> None:
 def test_bad_batch_options_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         WorkerOptions(**changes)
+
+
+def test_the_next_claim_rides_the_acknowledgements(client: Spy) -> None:
+    ids = client.push("q", list(range(8)))
+    together = threading.Barrier(4, timeout=TIMEOUT)
+    seqs: list[int] = []
+    original = client.execute_many
+
+    def noting(ops: Sequence[Operation], **kwargs: Any) -> list[Any]:
+        outcomes = original(ops, **kwargs)
+        seqs.append(client.committed_seq)
+        return outcomes
+
+    client.execute_many = noting  # type: ignore[method-assign]
+    worker = Worker(client, queues=["q"], handler=lambda _: together.wait(),
+                    options=options(burst=True, concurrency=4, ack_linger_seconds=1.0))
+    stats = worker.run()
+    assert (stats.claimed, stats.completed, stats.lost) == (8, 8, 0)
+    # Claimed alone: the first four, and the empty claim that ends the burst.
+    # Each ack call carried a claim for the four free slots, in its commit:
+    # the second found the last four jobs, the third none.
+    assert client.own_claims == 2
+    assert [c.max_jobs for c in client.carried] == [4, 4]
+    assert [len(b) for b in client.acks()] == [4, 4]
+    assert len(set(seqs)) == len(seqs) == 2  # one commit per call
+    assert client.document()["queues"]["q"]["completed"] == 8 and len(ids) == 8
+
+
+def test_a_stopping_worker_carries_no_claim(client: Spy) -> None:
+    client.push("q", list(range(4)))
+    running = threading.Barrier(3, timeout=TIMEOUT)
+    release = threading.Event()
+
+    def handler(_: Any) -> None:
+        running.wait()
+        release.wait(TIMEOUT)
+
+    worker = Worker(client, queues=["q"], handler=handler, options=options(concurrency=2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    running.wait()
+    worker.stop()
+    release.set()
+    thread.join(TIMEOUT)
+    assert (worker.stats.claimed, worker.stats.completed) == (2, 2)
+    assert client.carried == [] and client.own_claims == 1
+    assert [j["status"] for j in client.document()["jobs"]] == ["pending", "pending"]

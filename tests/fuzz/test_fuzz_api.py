@@ -536,11 +536,19 @@ def test_batch_calls(nodes: Nodes, heartbeat: bool, data: st.DataObject) -> None
                 item["lease"] = {"real": job.lease if job else "0" * 24, "wrong": "0" * 24,
                                  "other": other.lease}[lease]
             sent.append(item)
-        body = {"leases": sent, **extra} if heartbeat else {"acks": sent}
+        if not heartbeat:  # the claim that may ride the acks, valid or not
+            extra = data.draw(st.one_of(st.just({}), st.fixed_dictionaries(
+                {"claim": st.one_of(claim_bodies, hostile_text, wrong_types)})))
+        body = {"leases": sent, **extra} if heartbeat else {"acks": sent, **extra}
         before = stored(broker)
         answer = post("/api/v1/heartbeat" if heartbeat else "/api/v1/ack", body)
         result = check_call(answer, before, broker, "heartbeat batch" if heartbeat else "ack")
         if answer.status == 200:
+            if "claim" in extra:  # answered as POST /api/v1/claim would be, or refused alone
+                claimed = result["claim"]
+                assert isinstance(claimed.get("jobs"), list) or claimed.get("error") in STATUS_BY_CODE, claimed
+            else:
+                assert "claim" not in result, result
             results = result["results"]
             assert len(results) == len(sent), f"{len(sent)} items, {len(results)} results: {results}"
             for item, got in zip(sent, results, strict=True):

@@ -10,8 +10,9 @@ to finish; a second signal exits at once (running jobs are then left to
 expire, and the broker hands them out again). A worker with no job running
 exits at once, without waiting out its long poll (see ``engine.worker``).
 One line per job outcome goes
-to stderr. Finished jobs are acknowledged in batches (``POST /api/v1/ack``)
-and leases heartbeated together, unless ``--no-batch`` asks for one request each.
+to stderr. Finished jobs are acknowledged in batches (``POST /api/v1/ack``,
+each carrying the next claim, on the same commit) and leases heartbeated
+together, unless ``--no-batch`` asks for one request each.
 """
 
 from __future__ import annotations

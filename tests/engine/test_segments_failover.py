@@ -1,0 +1,399 @@
+"""Format 2 under failure: the leader stops or dies in the middle of the
+lane keeper's work, and races between its planned work and later commits.
+
+* Races (the keeper's steps run by hand on a :class:`QueueState`, as its
+  thread would run them, with commits landing in between).
+* Failover (real brokers on a scripted store): the leader dies after writing
+  a segment but before its Seal commit, during a refill, and after a commit
+  that dropped a segment but before deleting it. A standby takes over and
+  every job comes back exactly once, in FIFO order; an orphan is collected
+  by the next leader, never while referenced.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from engine import Broker, Policy, QueueState
+from engine.lanes import LaneKeeper, _RefillTask, _Shares
+from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
+from engine.segments import epoch_of_key, segment_prefix
+from engine.stores import ObjectStore, open_store
+from engine.stores.base import Blob
+from engine.stores.wrappers import FaultyStore
+from engine.transitions import apply_batch
+from tests.helpers import wait_for
+
+KEY = "queue.json"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# -- races of the lane keeper, step by step ----------------------------------------------------
+
+class Lanes:
+    """A QueueState, a memory store and a LaneKeeper whose steps the test runs
+    itself; ``execute`` applies an operation as a landed commit would."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.state = QueueState(policy=policy)
+        self.store = open_store("memory://")
+        self.now = START
+        self.keeper = LaneKeeper(self.store, key=KEY, policy=policy, execute=self.execute, epoch=3,
+                                 clock=lambda: self.now, grace_seconds=0, collect_seconds=3600, retry_seconds=60)
+        self.execute(None)
+
+    def execute(self, op: Operation | None) -> Any:
+        result = apply_batch(self.state, [op] if op is not None else [], self.now)
+        self.state.encoded(seq=self.state.seq + 1, writer="w")
+        for key in self.state.take_dropped_segments():  # landed: delete at once (no grace here)
+            self.store.delete(key)
+        self.keeper.committed(self.state)
+        self.keeper._tasks.clear()  # the test runs the keeper's steps itself
+        self.keeper._busy.clear()
+        if result and isinstance(result[0], Exception):
+            raise result[0]
+        return result[0] if result else None
+
+    def shares(self) -> _Shares:
+        return _Shares.of(self.policy, len(self.state.lanes))
+
+    def push(self, queue: str, ids: list[str], delay: float = 0) -> None:
+        self.execute(push_op(queue, [{}] * len(ids), ids=ids, policy=self.policy, delay_seconds=delay))
+
+    def seal(self, queue: str) -> None:
+        task = self.keeper._seal_task(self.state, queue, self.shares())
+        assert task is not None
+        sealed, abandoned = self.keeper.sealed, self.keeper.abandoned
+        self.keeper._seal(task)
+        assert (self.keeper.sealed, self.keeper.abandoned) == (sealed + 1, abandoned), "the seal was refused"
+
+    def claim_all(self, queues: list[str]) -> list[str]:
+        claimed = self.execute(claim_op("w", queues, policy=self.policy, max_jobs=100))
+        return [c.id for c in claimed]
+
+
+def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> None:
+    # Found by tests/fuzz/test_fuzz_segments.py: the refill read the object
+    # the purge had dropped (and the grace had deleted), and the keeper
+    # reported the queue as stopped at a missing segment, for good.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
+    lanes.push("q", [f"j{i}" for i in range(5)])
+    lanes.seal("q")
+    ref = lanes.state.lanes["q"][0]
+    stale = _RefillTask("q", ref, want=2)  # planned; the keeper's thread is busy elsewhere
+
+    lanes.execute(purge_op(queue="q", status="pending"))
+    assert lanes.store.get(ref.key) is None  # dropped by a landed commit, then deleted
+    lanes.keeper._refill(stale)
+
+    assert lanes.keeper.problems == {}
+    assert "q" not in lanes.keeper._retry_at  # nor are the queue's next refills delayed
+    lanes.push("q", [f"k{i}" for i in range(5)])
+    lanes.seal("q")
+    assert lanes.state.lanes["q"][0].key != ref.key
+
+
+def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() -> None:
+    # Found by tests/fuzz/test_fuzz_segments.py: once a claim or the keeper's
+    # own refill planning had indexed a due delayed job as ready, every seal
+    # planned for its queue named it, and the Seal was refused (the job still
+    # has a not_before): a segment object written and deleted per commit, and
+    # a tail that grows without bound, until the job is claimed.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")
+    lanes.push("q", ["late"], delay=1)
+    lanes.push("q", ["b0", "b1", "b2"])
+    lanes.now += timedelta(seconds=2)
+    lanes.execute(None)  # a heartbeat: the keeper plans (and its refill check indexes 'late' as due)
+
+    lanes.seal("q")
+    assert lanes.keeper._seal_task(lanes.state, "q", lanes.shares()) is None
+    order: list[str] = []
+    while len(order) < 9:
+        got = lanes.claim_all(["q"])
+        order += got
+        if not got:
+            ref = lanes.state.lanes["q"][0]
+            lanes.keeper._refill(_RefillTask("q", ref, want=3))
+    # 'late' was pushed before b0..b2: it keeps its place (I7).
+    assert order == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
+
+
+def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() -> None:
+    # The keeper's memo took "pending_here went down by n" for "the front
+    # lost at most n", but pushes to the tail put as many back: with pushes
+    # keeping pace with claims it never counted the front again, planned no
+    # refill, and the queue stalled for good behind its segment.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")  # front a0 a1, segment a2 a3 a4
+    lanes.push("q", ["b0", "b1"])  # the tail
+    assert lanes.claim_all(["q"]) == ["a0", "a1"]
+    # Each landed version is planned from; the front is empty now, so the
+    # keeper must read the segment back.
+    task = lanes.keeper._refill_task(lanes.state, "q", 0.0, lanes.shares())
+    assert task is not None, "the front ran dry and no refill was planned"
+
+
+# -- failover: a leader stops in the middle of the keeper's work -----------------------------
+
+SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=10)  # seals of exactly 10
+# Segments larger than a refill (at most head_jobs - refill_below + 1 = 11... 20
+# jobs): refills take part of a segment, and a segment is consumed in steps.
+PARTIAL = Policy(segment_jobs=25, head_jobs=20, refill_below=10, merge_jobs=25)  # seals of exactly 25
+PREFIX = segment_prefix(KEY)
+Trigger = Callable[[str, str], bool]  # (call, key) -> freeze this node after that call
+
+
+class Node(FaultyStore):
+    """One broker's view of the shared store: a FaultyStore that, once
+    ``trigger`` matches a call (checked after the call, so it happened),
+    freezes: every later call of this node blocks until :meth:`release`
+    (SIGCONT), then goes on. That is a node stopped at that instruction: it
+    writes nothing more until it resumes, and resuming after a takeover must
+    do no harm (its next document write is fenced). Deletes of segments that the latest
+    document still references are recorded in ``bad_deletes``."""
+
+    def __init__(self, inner: ObjectStore, trigger: Trigger | None = None) -> None:
+        super().__init__(inner)
+        self.trigger = trigger
+        self.frozen = threading.Event()
+        self.released = threading.Event()
+        self.bad_deletes: list[str] = []
+
+    def _gate(self) -> None:
+        if self.frozen.is_set():
+            self.released.wait()  # then go on, as a node does after SIGCONT
+
+    def _after(self, call: str, key: str) -> None:
+        if self.trigger is not None and not self.frozen.is_set() and self.trigger(call, key):
+            self.frozen.set()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def get(self, key: str) -> Blob | None:
+        self._gate()
+        blob = super().get(key)
+        self._after("get", key)
+        return blob
+
+    def etag(self, key: str) -> str | None:
+        self._gate()
+        return self.inner.etag(key)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        self._gate()
+        etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        self._after("put", key)
+        return etag
+
+    def delete(self, key: str) -> None:
+        self._gate()
+        self._after("delete", key)  # before: a node stopped on its way to deleting
+        self._gate()
+        if key.startswith(PREFIX) and key in referenced(self.inner):
+            self.bad_deletes.append(key)
+        super().delete(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        self._gate()
+        return super().list(prefix)
+
+
+def referenced(store: ObjectStore) -> set[str]:
+    blob = store.get(KEY)
+    if blob is None:
+        return set()
+    doc = orjson.loads(blob.data)
+    return {ref["key"] for lane in doc.get("lanes", {}).values() for ref in lane["segments"]}
+
+
+def stored_segments(store: ObjectStore) -> set[str]:
+    return set(store.list(PREFIX))
+
+
+@pytest.fixture
+def shared() -> Iterator[tuple[ObjectStore, list[Node]]]:
+    """The store every node shares, and the nodes made on it (released after the test)."""
+    nodes: list[Node] = []
+    yield open_store("memory://"), nodes
+    for node in nodes:
+        node.release()
+
+
+def node(shared: tuple[ObjectStore, list[Node]], trigger: Trigger | None = None) -> Node:
+    made = Node(shared[0], trigger)
+    shared[1].append(made)
+    return made
+
+
+def lead(make_broker: Callable[..., Broker], store: ObjectStore, url: str, policy: Policy = SMALL) -> Broker:
+    broker = make_broker(store, url, policy=policy)
+    wait_for(lambda: broker.role == "leader", what=f"{url} leading")
+    return broker
+
+
+def push_ids(broker: Broker, n: int) -> list[str]:
+    ids = [f"q-{i:05d}" for i in range(n)]
+    broker.execute(push_op("q", [{"i": i} for i in range(n)], ids=ids, policy=SMALL))
+    return ids
+
+
+def drain(broker: Broker, *, expect: int, batch: int = 7) -> list[str]:
+    """Claim and complete through ``broker`` until ``expect`` jobs came back, in claim order."""
+    seen: list[str] = []
+
+    def step() -> bool:
+        for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=batch)):
+            seen.append(job.id)
+            broker.execute(complete_op(job.id, job.lease))
+        return len(seen) >= expect
+
+    wait_for(step, timeout=30, what=f"{expect} jobs drained")
+    return seen
+
+
+def take_over(make_broker: Callable[..., Broker], store: Node, old: Node, policy: Policy = SMALL) -> Broker:
+    """Start a standby on ``store`` once ``old`` froze, and wait until it leads."""
+    wait_for(old.frozen.is_set, what="the leader stopped at its fault")
+    return lead(make_broker, store, "http://b", policy)
+
+
+def test_leader_stops_after_writing_a_segment_before_its_seal_commit(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    a = node(shared, lambda call, key: call == "put" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)  # acknowledged; sealing starts after it
+    b = node(shared)
+    standby = take_over(make_broker, b, a)
+
+    (orphan,) = stored_segments(inner)  # written, never referenced: the Seal never landed
+    assert orphan not in referenced(inner) and epoch_of_key(orphan) == 1
+    wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
+    a.release()  # the old leader resumes: its Seal is fenced, it steps down
+    assert drain(standby, expect=100) == ids  # every job once, in FIFO order (I2, I7)
+    wait_for(lambda: leader.role == "standby", what="the old leader stepped down")
+    assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
+    wait_for(lambda: not stored_segments(inner), what="the new leader's segments deleted once used")
+    assert b.bad_deletes == [] and a.bad_deletes == []
+    assert orjson.loads(inner.get(KEY).data)["queues"]["q"]["completed"] == 100  # type: ignore[union-attr]
+
+
+def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_never_the_referenced_one(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    # Stop after writing the second segment: the first one's Seal landed.
+    a = node(shared, lambda call, key: call == "put" and key.startswith(PREFIX) and bool(referenced(inner)))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)
+    b = node(shared)
+    standby = take_over(make_broker, b, a)
+
+    (kept,) = referenced(inner)
+    (orphan,) = stored_segments(inner) - {kept}
+    assert epoch_of_key(kept) == epoch_of_key(orphan) == 1  # both older than the new leader's epoch
+    # The collector makes passes until the orphan goes (two at least, a
+    # collect interval apart): the referenced segment must outlive them all.
+    wait_for(lambda: orphan not in stored_segments(inner), what="the orphan collected by the new leader")
+    assert kept in stored_segments(inner) and b.bad_deletes == []
+    a.release()
+    assert drain(standby, expect=100) == ids
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+    assert b.bad_deletes == [] and a.bad_deletes == []
+
+
+def test_leader_stops_during_a_refill(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    refilling = threading.Event()
+    a = node(shared, lambda call, key: refilling.is_set() and call == "get" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a", PARTIAL)
+    ids = push_ids(leader, 100)
+    wait_for(lambda: len(referenced(inner)) >= 3, what="the backlog sealed")
+    first = drain(leader, expect=28, batch=7)  # refills took a segment in parts (25 jobs, 11 to 20 a refill)
+    assert first == ids[:28]
+    refilling.set()  # from here, the next segment read stops the leader, before its Refill commit
+    claimed = leader.execute(claim_op("w", ["q"], policy=PARTIAL, max_jobs=15))  # the front runs low
+    assert [job.id for job in claimed] == ids[28:43]
+    b = node(shared)
+    standby = take_over(make_broker, b, a, PARTIAL)
+    a.release()  # the old leader resumes in the middle of its refill: the Refill commit is fenced
+
+    for job in claimed:  # the leases survive the takeover (renewed)
+        standby.execute(complete_op(job.id, job.lease))
+    assert drain(standby, expect=57) == ids[43:]  # every job once, in FIFO order
+    assert standby.execute(claim_op("w", ["q"], policy=PARTIAL)) == []
+    assert b.bad_deletes == []
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+
+
+def test_leader_stops_after_a_commit_dropped_a_segment_before_deleting_it(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    inner = shared[0]
+    armed = threading.Event()
+    a = node(shared, lambda call, key: armed.is_set() and call == "delete" and key.startswith(PREFIX))
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)
+    wait_for(lambda: len(referenced(inner)) >= 7, what="the backlog sealed")
+    first = drain(leader, expect=42)  # refills use segments up; their objects are deleted
+    assert first == ids[:42]
+    wait_for(lambda: stored_segments(inner) == referenced(inner), what="used segments deleted")
+    armed.set()  # from here, the leader stops on its way to deleting a used segment
+    claimed = leader.execute(claim_op("w", ["q"], policy=SMALL, max_jobs=15))  # the front runs low
+    assert [job.id for job in claimed] == ids[42:57]
+    b = node(shared)
+    wait_for(a.frozen.is_set, what="the leader stopped before deleting a used segment")
+    dropped = stored_segments(inner) - referenced(inner)
+    assert len(dropped) == 1  # the refill that used it up landed; the object is still there
+    standby = lead(make_broker, b, "http://b")
+
+    for job in claimed:
+        standby.execute(complete_op(job.id, job.lease))
+    assert drain(standby, expect=43) == ids[57:]  # every job once, in FIFO order
+    assert standby.execute(claim_op("w", ["q"], policy=SMALL)) == []
+    wait_for(lambda: not (dropped & stored_segments(inner)), what="the dropped segment collected")
+    a.release()  # the old leader resumes and deletes what it had dropped: gone already, no harm
+    wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
+    assert b.bad_deletes == [] and a.bad_deletes == []
+
+
+def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice() -> None:
+    # docs/format.md ("Push ids") drops the older copy when it comes back
+    # while the newer one is in the document; but the newer one can be
+    # sealed too, and then both came back and ran: the id ran twice, though
+    # the first run was well within the dedup window when the second came.
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3, dedup_window_seconds=60))
+    lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
+    lanes.seal("q")  # a2 a3 a4 in a segment
+    lanes.now += timedelta(seconds=61)
+    lanes.push("q", ["x0", "x1", "x2"])  # a2 left the sealed window (by age)
+    lanes.push("q", ["a2"])  # a retried push of a2, after its window: a second job a2, at the back
+    lanes.push("q", ["y0", "y1"])
+    lanes.seal("q")  # x0 x1 x2
+    lanes.seal("q")  # a2 (the second) y0 y1: both copies of a2 are in segments now
+    done: list[str] = []
+    for _ in range(20):
+        for job in lanes.execute(claim_op("w", ["q"], policy=lanes.policy, max_jobs=100)):
+            done.append(job.id)
+            lanes.execute(complete_op(job.id, job.lease))
+        if lanes.state.lanes.get("q"):
+            lanes.keeper._refill(_RefillTask("q", lanes.state.lanes["q"][0], want=3))
+    assert done == ["a0", "a1", "a2", "a3", "a4", "x0", "x1", "x2", "y0", "y1"]
+    c = lanes.state.queues["q"]
+    assert (c.pushed, c.completed, c.purged) == (11, 10, 1)  # the second a2: pushed, then dropped as a duplicate
