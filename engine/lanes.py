@@ -319,8 +319,8 @@ class LaneKeeper:
             return None  # the rest are delayed, or in the front: they stay in the document
         self._seal_fruitless.pop(queue, None)
         # Every whole share the tail holds, up to merge_jobs, in one segment:
-        # the keeper runs one task at a time for all queues, and a seal
-        # costs a segment write and a commit (~0.3 s at 50 ms), so sealing
+        # a queue has one task at a time, and a seal costs a segment write
+        # and a commit (~0.3 s at 50 ms), so sealing
         # one share per task let 2,048 submitters outrun it: the tail, and
         # every commit, grew by the push rate x that cycle (and with n
         # queues, shares of segment_jobs / n, n times faster). Sealing what
