@@ -141,8 +141,8 @@ def table(results: list[dict[str, Any]]) -> str:
         rows.append(
             f"| {r['queues']} | {r['depth']:,} | {push['ops_per_s']:,.0f} "
             f"| {push['p50_ms']:.0f} | {push['p99_ms']:.0f} "
-            f"| {_ratio(push['ops_per_s'], b and b['push']['ops_per_s'])} | {drain['jobs_per_s']:,.0f} "
-            f"| {_ratio(drain['jobs_per_s'], b and b['drain']['jobs_per_s'])} "
+            f"| {_ratio(push['ops_per_s'], b['push']['ops_per_s'] if b else None)} | {drain['jobs_per_s']:,.0f} "
+            f"| {_ratio(drain['jobs_per_s'], b['drain']['jobs_per_s'] if b else None)} "
             f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r['max_commit_bytes'] / MB:.2f} MB "
             f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} | {purge_text} "
             f"| {r['seed_push_s'] + r['seed_settle_s']:,.0f} s |")
