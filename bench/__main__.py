@@ -14,6 +14,10 @@ queue (the idle target; it needs no jqueue either): see :mod:`bench.idle`.
 ``python -m bench requests [options]`` counts the store requests of an idle
 leader and standby per hour and of 1,000 jobs (what a cloud bills): see
 :mod:`bench.requests`.
+``python -m bench backlog [options]`` runs the depth runs in format 2
+(segments): 0 to 5M pending jobs in one queue and in ten, on ``file://``,
+with push, drain, bytes per commit, RSS, a standby's reads and a purge:
+see :mod:`bench.backlog`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from bench import idle, memory, network, requests
+from bench import backlog, idle, memory, network, requests
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 from bench.facts import machine_facts
 
@@ -126,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return idle.main(argv[1:])
     if argv[:1] == ["requests"]:
         return requests.main(argv[1:])
+    if argv[:1] == ["backlog"]:
+        return backlog.main(argv[1:])
     command, cfg, args = parse_args(argv)
     # Imported here: they need jqueue (the bench extra), which the network and idle benchmarks do not.
     from bench import report

@@ -10,13 +10,16 @@ import orjson
 import pytest
 
 from engine import Broker, DocumentError, Policy
-from engine.ops import Purge, claim_op, complete_op, push_op
+from engine.ops import Purge, Tick, claim_op, complete_op, push_op
 from engine.parsing import parse_document
 from engine.segments import segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from tests.helpers import wait_for
 
 SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+# Seals of exactly 10 jobs (a seal takes the whole tail up to merge_jobs): one
+# push makes several segments, for the tests that need more than one.
+TENS = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=10)
 
 
 def document(store: ObjectStore) -> dict[str, Any]:
@@ -130,7 +133,7 @@ def test_purging_a_queue_drops_its_segments_in_one_commit(make_broker: Callable[
 
 def test_a_missing_segment_stops_that_queue_and_is_reported(make_broker: Callable[..., Broker]) -> None:
     store = open_store("memory://")
-    broker = leader(make_broker, store)
+    broker = leader(make_broker, store, TENS)
     ids = push(broker, "q", 100)
     other = push(broker, "other", 5)
     wait_for(lambda: len(document(store)["lanes"].get("q", {}).get("segments", [])) >= 3, what="sealed")
@@ -154,7 +157,7 @@ def test_a_missing_segment_stops_that_queue_and_is_reported(make_broker: Callabl
 
 def test_an_altered_segment_is_refused_not_decoded(make_broker: Callable[..., Broker]) -> None:
     store = open_store("memory://")
-    broker = leader(make_broker, store)
+    broker = leader(make_broker, store, TENS)
     push(broker, "q", 100)
     wait_for(lambda: len(document(store)["lanes"].get("q", {}).get("segments", [])) >= 2, what="sealed")
     first = document(store)["lanes"]["q"]["segments"][0]["key"]
@@ -202,7 +205,7 @@ def test_a_format_1_node_refuses_format_2_without_writing(
 
 def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Callable[..., Broker]) -> None:
     store = open_store("memory://")
-    first = leader(make_broker, store)
+    first = leader(make_broker, store, TENS)
     ids = push(first, "q", 100)
     wait_for(lambda: len(document(store).get("lanes", {}).get("q", {}).get("segments", [])) >= 3, what="sealed")
     epoch = document(store)["broker"]["epoch"]
@@ -213,7 +216,7 @@ def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Calla
     foreign = segment_prefix("queue.json") + "q/notes.txt"  # not a key the engine makes
     store.put(foreign, b"keep me")
 
-    second = leader(make_broker, store)
+    second = leader(make_broker, store, TENS)
     assert document(store)["broker"]["epoch"] == epoch + 1
     wait_for(lambda: orphan not in segments(store), timeout=20, what="the orphan collected")
     referenced = [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]
@@ -267,6 +270,57 @@ def test_the_upgrade_rides_a_real_commit_never_a_refused_operation() -> None:
     assert document(store)["format"] == 2
 
 
+def test_queues_filling_up_together_share_the_budget_before_any_has_segments(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=100, head_jobs=100, refill_below=50))
+    queues = [f"q{i}" for i in range(10)]
+    committer = broker.committer
+    assert committer is not None
+    # One commit: each queue below head + segment (200), together three times the budget.
+    committer.execute_many([push_op(q, [{"i": i} for i in range(60)], ids=[f"{q}-{i:05d}" for i in range(60)],
+                                    policy=broker.policy) for q in queues])
+    # Each queue's share is a tenth: 10 in its head, sealed 10 at a time.
+    wait_for(lambda: len(document(store)["jobs"]) <= 10 * (10 + 10), what="the queues sealed down to their shares")
+    assert {key.split("/")[-2] for key in segments(store)} == set(queues)
+    for queue in queues:
+        assert drain(broker, queue, expect=60) == [f"{queue}-{i:05d}" for i in range(60)]
+
+
+def test_the_front_is_refilled_even_when_pushes_to_the_tail_outnumber_the_claims(
+    make_broker: Callable[..., Broker],
+) -> None:
+    # Pushes raise the queue's pending count without adding to its front: a
+    # front count that were only lowered by what left pending_here would see
+    # a full front while claims found it empty, and never refill.
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=50, head_jobs=20, refill_below=5))
+    ids = push(broker, "q", 200)
+    wait_for(lambda: len(document(store)["jobs"]) < 70, what="sealed")
+    broker.execute(Tick())  # the keeper plans (and counts the front) once more before the push
+    ids += push(broker, "q", 15, start=200)  # stays in the tail: less than a segment
+    assert drain(broker, "q", expect=215) == ids
+
+
+def test_with_many_queues_a_long_tail_is_sealed_in_whole_shares_up_to_merge_jobs(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=100, head_jobs=100, refill_below=50, merge_jobs=100))
+    committer = broker.committer
+    assert committer is not None
+    queues = [f"q{i}" for i in range(10)]
+    committer.execute_many([push_op(q, [{"i": i} for i in range(160)], ids=[f"{q}-{i:05d}" for i in range(160)],
+                                    policy=broker.policy) for q in queues])
+    # Shares of a tenth: 10 in the head; a tail of 150 goes as 100 (merge_jobs), then 50.
+    wait_for(lambda: len(document(store)["jobs"]) <= 10 * 10, what="sealed down to the heads")
+    lanes = document(store)["lanes"]
+    assert {q: [ref["total"] for ref in lanes[q]["segments"]] for q in queues} == {q: [100, 50] for q in queues}
+    for queue in queues:
+        assert drain(broker, queue, expect=160) == [f"{queue}-{i:05d}" for i in range(160)]
+
+
 def test_a_backlog_pushed_at_once_is_sealed_commit_after_commit_not_once_per_heartbeat() -> None:
     """Only the keeper's own commits happen here (the heartbeat is 30 s): each
     one must plan the next seal, or 30 segments would take 15 minutes."""
@@ -279,3 +333,14 @@ def test_a_backlog_pushed_at_once_is_sealed_commit_after_commit_not_once_per_hea
         assert sum(r["total"] for r in document(store)["lanes"]["q"]["segments"]) >= 290
     finally:
         broker.stop(timeout=10)
+
+
+def test_a_long_tail_is_sealed_at_once_up_to_merge_jobs_and_drains_in_order(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=40))
+    ids = push(broker, "q", 120)  # a tail of 100: 40 and 40 (merge_jobs), then 20
+    wait_for(lambda: len(document(store)["jobs"]) == 20, what="sealed down to the head")
+    assert [ref["total"] for ref in document(store)["lanes"]["q"]["segments"]] == [40, 40, 20]
+    assert drain(broker, "q", expect=120) == ids

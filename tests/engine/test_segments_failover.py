@@ -83,7 +83,7 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     # Found by tests/fuzz/test_fuzz_segments.py: the refill read the object
     # the purge had dropped (and the grace had deleted), and the keeper
     # reported the queue as stopped at a missing segment, for good.
-    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2))
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
     lanes.push("q", [f"j{i}" for i in range(5)])
     lanes.seal("q")
     ref = lanes.state.lanes["q"][0]
@@ -106,7 +106,7 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
     # planned for its queue named it, and the Seal was refused (the job still
     # has a not_before): a segment object written and deleted per commit, and
     # a tail that grows without bound, until the job is claimed.
-    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2))
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
     lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
     lanes.seal("q")
     lanes.push("q", ["late"], delay=1)
@@ -132,7 +132,7 @@ def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() ->
     # lost at most n", but pushes to the tail put as many back: with pushes
     # keeping pace with claims it never counted the front again, planned no
     # refill, and the queue stalled for good behind its segment.
-    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2))
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3))
     lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
     lanes.seal("q")  # front a0 a1, segment a2 a3 a4
     lanes.push("q", ["b0", "b1"])  # the tail
@@ -145,10 +145,10 @@ def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() ->
 
 # -- failover: a leader stops in the middle of the keeper's work -----------------------------
 
-SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=10)  # seals of exactly 10
 # Segments larger than a refill (at most head_jobs - refill_below + 1 = 11... 20
 # jobs): refills take part of a segment, and a segment is consumed in steps.
-PARTIAL = Policy(segment_jobs=25, head_jobs=20, refill_below=10)
+PARTIAL = Policy(segment_jobs=25, head_jobs=20, refill_below=10, merge_jobs=25)  # seals of exactly 25
 PREFIX = segment_prefix(KEY)
 Trigger = Callable[[str, str], bool]  # (call, key) -> freeze this node after that call
 
@@ -378,7 +378,7 @@ def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice()
     # while the newer one is in the document; but the newer one can be
     # sealed too, and then both came back and ran: the id ran twice, though
     # the first run was well within the dedup window when the second came.
-    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, dedup_window_seconds=60))
+    lanes = Lanes(Policy(segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=3, dedup_window_seconds=60))
     lanes.push("q", ["a0", "a1", "a2", "a3", "a4"])
     lanes.seal("q")  # a2 a3 a4 in a segment
     lanes.now += timedelta(seconds=61)

@@ -1,0 +1,438 @@
+"""One backlog run, in a fresh interpreter: ``python -m bench.backlog_run JSON``.
+
+Run by :mod:`bench.backlog`, never by hand. The JSON names the depth, the
+number of queues, the format-2 policy and the load; the last line printed
+is one JSON object of measurements (progress goes to stderr).
+
+A run, on a fresh ``file://`` folder (a memory store would hold every
+segment in this process, and the RSS would mean nothing):
+
+1. a leading :class:`engine.Broker` seeds ``depth`` pending jobs through the
+   real push path, in batches, with no latency added (seeding is not
+   measured); with segments on it is throttled so the LaneKeeper's sealing
+   keeps up, and it ends once every queue is sealed down to the document's
+   budget (``head_jobs + segment_jobs`` pending jobs in the document);
+2. the store gets its latency and bandwidth, and a standby broker starts on
+   its own counted view of the same folder;
+3. **push**: ``submitters`` closed-loop asyncio tasks push one job each
+   through ``GroupCommitter.apush`` (round robin over the queues);
+4. the backlog is let settle again (sealed to the budget);
+5. **drain**: ``workers`` asyncio tasks each claim one job and complete it,
+   both through the committer;
+6. **purge** (depth > 0): ``Purge(queue=q, status="pending")`` of the first
+   queue, timed, with the commits it took.
+
+Throughout, a thread samples this process's RSS every 0.1 s; the counted
+store records every document put (its size) and every byte the standby reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.config import payload
+from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
+from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
+
+KEY = "queue.json"
+SEED_OPS = 8  # push operations per seeding commit
+SEED_OP_JOBS = 1_000  # jobs per seeding push operation
+SETTLE_TIMEOUT_SECONDS = 600.0
+RSS_SAMPLE_SECONDS = 0.1
+
+
+class CountingStore(ObjectStore):
+    """Passes calls to ``inner``; records document puts and bytes read."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+        self.document_puts: list[tuple[float, int]] = []  # (monotonic, bytes)
+        self.segment_put_bytes = 0
+        self.bytes_read = 0
+
+    def _put(self, key: str, size: int) -> None:
+        with self.lock:
+            if key == KEY:
+                self.document_puts.append((time.monotonic(), size))
+            else:
+                self.segment_put_bytes += size
+
+    def get(self, key: str) -> Blob | None:
+        blob = self.inner.get(key)
+        if blob is not None:
+            with self.lock:
+                self.bytes_read += len(blob.data)
+        return blob
+
+    def etag(self, key: str) -> str | None:
+        return self.inner.etag(key)
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        etag = self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+        self._put(key, len(data))
+        return etag
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        etag = self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        self._put(key, sum(map(len, parts)))
+        return etag
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def describe(self) -> str:
+        return f"counting({self.inner.describe()})"
+
+
+class RssSampler:
+    """Samples this process's RSS on a thread; ``peak_since(t)`` is the
+    largest sample taken at or after monotonic time ``t``."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._thread = threading.Thread(target=self._run, name="rss", daemon=True)
+
+    def now(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self._page
+
+    def _run(self) -> None:
+        while not self._stop.wait(RSS_SAMPLE_SECONDS):
+            self.samples.append((time.monotonic(), self.now()))
+
+    def start(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak_since(self, since: float) -> int:
+        return max((rss for at, rss in self.samples if at >= since), default=self.now())
+
+
+def _log(message: str) -> None:
+    print(f"[backlog] {message}", file=sys.stderr, flush=True)
+
+
+def _doc_pending(broker: Broker) -> int:
+    """Pending jobs held in the leader's document (all queues)."""
+    committer = broker.committer
+    state = committer.state if committer is not None else None
+    return sum(state.pending_here.values()) if state is not None else 0
+
+
+def _keeper_idle(broker: Broker) -> bool:
+    keeper = broker._keeper
+    if keeper is None:
+        return True
+    with keeper._cond:
+        return not keeper._tasks and not keeper._busy
+
+
+def _settle(broker: Broker, policy: Policy) -> float:
+    """Wait until the LaneKeeper has nothing left to seal or refill.
+
+    The keeper plans only when a commit lands, and skips a queue while its
+    previous task is running, so the commit of a task's own Seal plans
+    nothing for that queue: without other commits the next seal would wait
+    for the next heartbeat. Each step here commits a Tick to make it plan;
+    settled is two Ticks in a row after which nothing was planned."""
+    started = time.monotonic()
+    if policy.segment_jobs <= 0:
+        return 0.0
+    committer = broker.committer
+    assert committer is not None
+    quiet = 0
+    while quiet < 2:
+        if time.monotonic() - started > SETTLE_TIMEOUT_SECONDS:
+            raise TimeoutError(f"the backlog was not sealed down within {SETTLE_TIMEOUT_SECONDS:g} s")
+        while not _keeper_idle(broker):
+            time.sleep(0.01)
+        committer.execute(Tick(), timeout=SETTLE_TIMEOUT_SECONDS)
+        quiet = quiet + 1 if _keeper_idle(broker) else 0
+    return time.monotonic() - started
+
+
+def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy) -> tuple[float, float]:
+    """Push ``depth`` jobs through the committer; return (push seconds, settle seconds)."""
+    committer = broker.committer
+    assert committer is not None
+    ceiling = len(queues) * (policy.head_jobs + policy.segment_jobs) + 2 * policy.segment_jobs
+    started = time.monotonic()
+    n = 0
+    last_log = started
+    while n < depth:
+        ops = []
+        for _ in range(SEED_OPS):
+            if n >= depth:
+                break
+            count = min(SEED_OP_JOBS, depth - n)
+            queue = queues[(n // SEED_OP_JOBS) % len(queues)]
+            ops.append(push_op(queue, [payload(i) for i in range(n, n + count)], policy=policy))
+            n += count
+        for outcome in committer.execute_many(ops, timeout=SETTLE_TIMEOUT_SECONDS):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        # Let the keeper seal: never let the document grow past a few segments'
+        # worth; a Tick makes it plan again when its last seal's own commit could not.
+        while policy.segment_jobs > 0 and _doc_pending(broker) > ceiling:
+            if _keeper_idle(broker):
+                committer.execute(Tick(), timeout=SETTLE_TIMEOUT_SECONDS)
+            else:
+                time.sleep(0.002)
+        if time.monotonic() - last_log > 10:
+            last_log = time.monotonic()
+            _log(f"seeded {n:,} of {depth:,} ({n / (last_log - started):,.0f} jobs/s)")
+    pushed = time.monotonic() - started
+    return pushed, _settle(broker, policy)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+    committer = broker.committer
+    assert committer is not None
+    window: dict[str, float] = {}
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    done = 0
+    running = True
+
+    async def submitter(i: int) -> None:
+        nonlocal done
+        queue, job = queues[i % len(queues)], payload(i)
+        while running:
+            started = time.monotonic()
+            try:
+                await committer.apush(queue, [job])
+            except EngineError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                await asyncio.sleep(0.05)
+                continue
+            ended = time.monotonic()
+            if window.get("open", float("inf")) <= started and ended <= window.get("close", float("inf")):
+                latencies.append(ended - started)
+                done += 1
+
+    tasks = [asyncio.create_task(submitter(i)) for i in range(cfg["submitters"])]
+    await asyncio.sleep(cfg["warmup"])
+    window["open"] = time.monotonic()
+    await asyncio.sleep(cfg["duration"])
+    window["close"] = time.monotonic()
+    running = False
+    await asyncio.wait(tasks, timeout=60)
+    return {
+        "open": window["open"], "close": window["close"], "ops": done,
+        "ops_per_s": done / (window["close"] - window["open"]), "errors": errors,
+        "p50_ms": 1000 * (_pct(latencies, 0.50) or 0), "p99_ms": 1000 * (_pct(latencies, 0.99) or 0),
+    }
+
+
+async def _drain_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+    committer = broker.committer
+    assert committer is not None
+    policy = broker.policy
+    window: dict[str, float] = {}
+    errors: dict[str, int] = {}
+    done = 0
+    empty = 0
+    running = True
+
+    async def worker(i: int) -> None:
+        nonlocal done, empty
+        claim = claim_op(f"bench-worker-{i}", queues, policy=policy, max_jobs=1)
+        while running:
+            try:
+                jobs = await committer.aexecute(claim)
+                if not jobs:
+                    empty += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                for job in jobs:
+                    await committer.aexecute(complete_op(job.id, job.lease))
+            except EngineError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                await asyncio.sleep(0.05)
+                continue
+            ended = time.monotonic()
+            if window.get("open", float("inf")) <= ended <= window.get("close", float("inf")):
+                done += len(jobs)
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(cfg["workers"])]
+    await asyncio.sleep(cfg["warmup"])
+    window["open"] = time.monotonic()
+    await asyncio.sleep(cfg["duration"])
+    window["close"] = time.monotonic()
+    running = False
+    await asyncio.wait(tasks, timeout=60)
+    return {"open": window["open"], "close": window["close"], "jobs": done, "empty_claims": empty, "errors": errors,
+            "jobs_per_s": done / (window["close"] - window["open"])}
+
+
+def _document_puts(store: CountingStore, start: float, end: float) -> list[int]:
+    with store.lock:
+        return [size for at, size in store.document_puts if start <= at <= end]
+
+
+def _heap_census(broker: Broker) -> dict[str, Any]:
+    """What holds the leader's memory: jobs in its state, jobs in the
+    keeper's segment cache, and the most numerous Python objects."""
+    import collections
+    import gc
+
+    committer = broker.committer
+    state = committer.state if committer is not None else None
+    keeper = broker._keeper  # the benchmark reads the keeper's cache
+    cached = getattr(keeper, "_cache", {}) if keeper is not None else {}
+    counts = collections.Counter(type(obj).__name__ for obj in gc.get_objects())
+    return {
+        "state_jobs": len(state.jobs) if state is not None else 0,
+        "cached_segments": len(cached),
+        "cached_jobs": sum(len(v) for v in cached.values()),
+        "objects": counts.most_common(8),
+    }
+
+
+def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
+    """The dashboard's overview of the leader's latest version: decode the
+    document into a snapshot and build the overview's context (median ms).
+    What an operator's first page load of a new version costs, without
+    rendering; the dashboard reads only the document (no segment)."""
+    try:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+        import django
+
+        django.setup()
+        from datetime import UTC, datetime
+
+        from queueadmin.dashboard import pages
+        from queueadmin.dashboard.snapshot import decode_document
+
+        committer = broker.committer
+        assert committer is not None
+        etag, parts = committer.committed
+        data = b"".join(parts)
+        samples = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            pages.overview(decode_document(data, etag=etag, taken_at=datetime.now(UTC)))
+            samples.append((time.perf_counter() - started) * 1000)
+        return statistics.median(samples)
+    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    depth, nqueues = cfg["depth"], cfg["queues"]
+    queues = [f"bench-{i}" for i in range(nqueues)]
+    segment_jobs, head_jobs, refill_below = cfg["segments"]
+    policy = Policy(segment_jobs=segment_jobs, head_jobs=head_jobs, refill_below=refill_below)
+    root = tempfile.mkdtemp(prefix="bench-backlog-", dir=cfg.get("tmp") or None)
+    rss = RssSampler().start()
+    baseline_rss = rss.now()
+    counted = CountingStore(FileStore(root))
+    leader_store = LatencyStore(counted, latency=0, bandwidth=0)  # free while seeding
+    leader = Broker(leader_store, url="http://leader", key=KEY, policy=policy,
+                    heartbeat_seconds=cfg["heartbeat"], takeover_seconds=cfg["takeover"]).start()
+    standby: Broker | None = None
+    result: dict[str, Any] = {"depth": depth, "queues": nqueues, "segments": [segment_jobs, head_jobs, refill_below]}
+    try:
+        while leader.role != "leader":
+            time.sleep(0.01)
+        _log(f"seeding {depth:,} jobs over {nqueues} queue(s), policy {segment_jobs},{head_jobs},{refill_below}")
+        result["seed_push_s"], result["seed_settle_s"] = _seed(leader, queues, depth, policy)
+        keeper = leader._keeper
+        result["segments_sealed"] = keeper.sealed if keeper is not None else 0
+        _log(f"seeded in {result['seed_push_s']:.1f} s + settled in {result['seed_settle_s']:.1f} s")
+
+        leader_store.latency, leader_store.bandwidth = cfg["latency"], cfg["bandwidth"] or None
+        standby_counted = CountingStore(FileStore(root))
+        standby = Broker(LatencyStore(standby_counted, latency=cfg["latency"], bandwidth=cfg["bandwidth"] or None),
+                         url="http://standby", key=KEY, policy=policy,
+                         heartbeat_seconds=cfg["heartbeat"], takeover_seconds=cfg["takeover"]).start()
+        measured_from = time.monotonic()
+        read_before = standby_counted.bytes_read
+
+        push = asyncio.run(_push_phase(leader, queues, cfg))
+        puts = _document_puts(counted, push["open"], push["close"])
+        result["push"] = push | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
+                                 "max_commit_bytes": max(puts, default=0)}
+        _log(f"push: {push['ops_per_s']:,.0f} ops/s, p50 {push['p50_ms']:.1f} ms, p99 {push['p99_ms']:.1f} ms, "
+             f"max commit {result['push']['max_commit_bytes'] / 1e6:.2f} MB")
+        result["settle_after_push_s"] = _settle(leader, policy)
+
+        drain = asyncio.run(_drain_phase(leader, queues, cfg))
+        puts = _document_puts(counted, drain["open"], drain["close"])
+        result["drain"] = drain | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
+                                   "max_commit_bytes": max(puts, default=0)}
+        _log(f"drain: {drain['jobs_per_s']:,.0f} jobs/s, max commit {result['drain']['max_commit_bytes'] / 1e6:.2f} MB")
+        measured_to = time.monotonic()
+        standby_read = standby_counted.bytes_read - read_before
+        result["standby_bytes_per_min"] = standby_read * 60 / (measured_to - measured_from)
+        result["rss_bytes"] = rss.peak_since(measured_from)
+        all_puts = _document_puts(counted, measured_from, measured_to)
+        result["max_commit_bytes"] = max(all_puts, default=0)
+        result["mean_commit_bytes"] = statistics.mean(all_puts) if all_puts else 0
+
+        result["heap"] = _heap_census(leader)  # after the RSS: what the leader holds, for the report
+        if cfg.get("dashboard", True):
+            result["overview_ms"] = _overview_ms(leader)  # after the RSS: Django's imports are not the leader's
+        if depth > 0:
+            committer = leader.committer
+            assert committer is not None
+            state = committer.state
+            pending = state.pending(queues[0]) if state is not None else None
+            commits_before = leader.stats.commits
+            started = time.monotonic()
+            committer.execute(purge_op(queue=queues[0], status="pending"), timeout=60)
+            result["purge"] = {"seconds": time.monotonic() - started, "commits": leader.stats.commits - commits_before,
+                               "pending": pending}
+            _log(f"purge: {result['purge']}")
+        if keeper is not None:
+            result["keeper"] = {"sealed": keeper.sealed, "refilled": keeper.refilled, "deleted": keeper.deleted,
+                                "problems": dict(keeper.problems)}
+    finally:
+        if standby is not None:
+            standby.stop(timeout=10)
+        leader.stop(timeout=30)
+        rss.stop()
+        result["baseline_rss_bytes"] = baseline_rss
+        with open("/proc/self/status") as f:
+            result["peak_rss_bytes"] = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(argv[0])
+    print(json.dumps(run(cfg)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
