@@ -64,7 +64,7 @@ class Policy:
       objects of ``segment_jobs`` jobs, and read the next segment back when
       fewer than ``refill_below`` are left in front of it (see
       ``docs/format.md``). ``segment_jobs = 0`` (the default) keeps format 1.
-      With several queues holding segments, each gets an equal share of
+      With several queues holding pending jobs, each gets an equal share of
       ``head_jobs`` and ``segment_jobs`` (at least a tenth), so the document
       stays about the same size. Adjacent sealed segments are merged into
       segments of up to ``merge_jobs``.
