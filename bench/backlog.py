@@ -99,10 +99,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+#: The leader's process gets this unless the environment sets it (see run_child).
+MALLOC_ARENA_MAX = "2"
+
+
 def run_child(cfg: dict[str, Any], *, timeout: float = 3600.0) -> dict[str, Any]:
     """One run in a fresh interpreter; ``{"error": ...}`` if it failed."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # As the README advises for nodes: two glibc arenas, or the lane keeper's
+    # threads each keep one and the RSS measures the allocator, not the queue.
+    env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
     cmd = [sys.executable, "-m", "bench.backlog_run", json.dumps(cfg)]
     try:
         done = subprocess.run(cmd, cwd=root, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout, check=False)
@@ -204,7 +211,8 @@ def main(argv: list[str]) -> int:
           f"{args.bandwidth:g} MB/s for each get's and put's bytes (none while seeding); "
           f"Policy(segment_jobs={segment_jobs}, head_jobs={head_jobs}, refill_below={refill_below}); "
           f"{args.submitters:,} push submitters, {args.workers:,} claim+complete workers; "
-          f"warm-up {args.warmup:g} s then {args.duration:g} s per phase; heartbeat {args.heartbeat:g} s")
+          f"warm-up {args.warmup:g} s then {args.duration:g} s per phase; heartbeat {args.heartbeat:g} s; "
+          f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}")
     print(flush=True)
     results = []
     for queues in args.queues:

@@ -155,7 +155,7 @@ class LaneKeeper:
         grace_seconds: float,
         collect_seconds: float,
         retry_seconds: float,
-        threads: int = 4,
+        threads: int = 16,
     ) -> None:
         self.store = store
         self.key = key
@@ -199,6 +199,10 @@ class LaneKeeper:
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
+        # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
+        # one at a time, so that many threads sealing and refilling in
+        # parallel do not also multiply the leader's memory.
+        self._merging = threading.Lock()
         # Writer-thread planning memos (see _refill_task and _seal_task).
         self._front_counted: dict[str, tuple[int, int, int]] = {}
         self._seal_fruitless: dict[str, tuple[int, int]] = {}
@@ -485,6 +489,10 @@ class LaneKeeper:
         self.refilled += 1
 
     def _merge(self, task: _MergeTask) -> None:
+        with self._merging:
+            self._merge_alone(task)
+
+    def _merge_alone(self, task: _MergeTask) -> None:
         first = task.refs[0]
         try:
             parts = [part for ref in task.refs for part in self._parts_of(ref)]

@@ -24,6 +24,9 @@ bin=$1
 port=$2
 url="http://127.0.0.1:$port"
 
+# Two malloc arenas: the README's advice for nodes ("Deploying"; docs/benchmark.md).
+export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
+
 set -m
 "$bin/daphne" --access-log "${ACCESS_LOG:-var/access.log}" -b 127.0.0.1 -p "$port" queueadmin.asgi:application &
 app=$!

@@ -160,6 +160,10 @@ class Command(BaseCommand):
             DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or key_file.read_text().strip(),
             PYTHONUNBUFFERED="1",
         )
+        # The README's advice for nodes ("Deploying"): glibc keeps an arena per
+        # busy thread, and a leader's segment threads made it hold ~400 MB
+        # where two arenas hold ~220 MB (docs/benchmark.md).
+        env.setdefault("MALLOC_ARENA_MAX", "2")
         return env
 
     def _run_manage(self, env: dict[str, str], *args: str) -> str:
