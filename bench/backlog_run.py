@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.config import payload
+from bench.requests import CountingStore as CallCountingStore
 from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
 from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
 
@@ -51,11 +52,12 @@ SETTLE_TIMEOUT_SECONDS = 600.0
 RSS_SAMPLE_SECONDS = 0.1
 
 
-class CountingStore(ObjectStore):
-    """Passes calls to ``inner``; records document puts and bytes read."""
+class CountingStore(CallCountingStore):
+    """Counts calls by kind (:class:`bench.requests.CountingStore`), and
+    records document puts (time and bytes), segment bytes put and bytes read."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.lock = threading.Lock()
         self.document_puts: list[tuple[float, int]] = []  # (monotonic, bytes)
         self.segment_put_bytes = 0
@@ -69,35 +71,23 @@ class CountingStore(ObjectStore):
                 self.segment_put_bytes += size
 
     def get(self, key: str) -> Blob | None:
-        blob = self.inner.get(key)
+        blob = super().get(key)
         if blob is not None:
             with self.lock:
                 self.bytes_read += len(blob.data)
         return blob
 
-    def etag(self, key: str) -> str | None:
-        return self.inner.etag(key)
-
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        etag = self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+        etag = super().put(key, data, if_match=if_match, if_none_match=if_none_match)
         self._put(key, len(data))
         return etag
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
     ) -> str:
-        etag = self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
         self._put(key, sum(map(len, parts)))
         return etag
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
-
-    def describe(self) -> str:
-        return f"counting({self.inner.describe()})"
 
 
 class RssSampler:
@@ -410,8 +400,12 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
             commits_before = leader.stats.commits
             started = time.monotonic()
             committer.execute(purge_op(queue=queues[0], status="pending"), timeout=60)
+            # The purge is one operation, so one commit; "commits" counts every
+            # commit that landed during the call (a heartbeat or a seal may too),
+            # and "left" what the queue still holds once it was answered.
+            after = committer.state
             result["purge"] = {"seconds": time.monotonic() - started, "commits": leader.stats.commits - commits_before,
-                               "pending": pending}
+                               "pending": pending, "left": after.pending(queues[0]) if after is not None else None}
             _log(f"purge: {result['purge']}")
         if keeper is not None:
             result["keeper"] = {"sealed": keeper.sealed, "refilled": keeper.refilled, "deleted": keeper.deleted,

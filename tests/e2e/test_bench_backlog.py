@@ -2,7 +2,7 @@
 
 A test of the harness, never a timed assertion: it checks that the format-2
 depth runs seed, measure and report every column, that the backlog really
-went into segments, and that the purge of the seeded queue was one commit.
+went into segments, and that one purge emptied the seeded queue.
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def test_a_quick_run_reports_every_depth_with_segments(tmp_path: Path) -> None:
     deep = results[1]
     assert deep["keeper"]["sealed"] >= 1000 // 64 - 2  # the seeded backlog went into segments
     assert deep["keeper"]["problems"] == {}
-    assert deep["purge"]["commits"] == 1 and deep["purge"]["pending"] >= 1000 - deep["drain"]["jobs"]
+    # One purge operation emptied the queue (segments and all); other commits
+    # (a heartbeat, a seal) may land during the call, so only >= 1 is certain.
+    assert deep["purge"]["left"] == 0 and deep["purge"]["commits"] >= 1
+    assert deep["purge"]["pending"] >= 1000 - deep["drain"]["jobs"]
     for result in results:
         assert result["push"]["ops"] > 0 and result["drain"]["jobs"] > 0
         assert result["max_commit_bytes"] > 0 and result["rss_bytes"] > 0
