@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -117,7 +117,7 @@ MAX_MERGE_RUN = 64
 
 @dataclass(frozen=True, slots=True)
 class _Shares:
-    """One queue's part of the document's budget while ``n`` queues hold segments."""
+    """One queue's part of the document's budget while ``n`` queues hold pending jobs or segments."""
 
     head: int
     seal: int
@@ -407,43 +407,64 @@ class LaneKeeper:
         return bool(self._deletions and self._deletions[0][0] <= now) or (
             self._referenced is not None and now >= self._next_collect)
 
-    def _wait_seconds(self) -> float:
+    def _wait_seconds(self) -> float | None:
+        """How long the threads may sleep: until a deletion is due or the
+        collector's next pass (only once a format-2 version was seen, since
+        it needs the references); None (until notified) when neither is
+        pending. Never a short poll: an idle leader's threads stay asleep (I11)."""
         now = time.monotonic()
-        deadlines = [self._next_collect] + ([self._deletions[0][0]] if self._deletions else [])
-        return max(0.01, min(deadlines) - now)
+        deadlines = [self._deletions[0][0]] if self._deletions else []
+        if self._referenced is not None:
+            deadlines.append(self._next_collect)
+        return max(0.01, min(deadlines) - now) if deadlines else None
 
     def _seal(self, task: _SealTask) -> None:
         first_pos = task.jobs[0][1]
-        key = segment_key(self.key, queue=task.queue, epoch=self.epoch, first_pos=first_pos)
-        data = encode_segment(task.queue, first_pos, task.parts)
+        key = self._write_and_swap(
+            task, task.parts, first_pos=first_pos, last_pos=task.jobs[-1][1], oldest=task.oldest,
+            swap=lambda ref: Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after),
+        )
+        if key is not None:
+            self.sealed += 1
+            self._keep_parts(key, task.parts)
+
+    def _write_and_swap(
+        self, task: _SealTask | _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
+        oldest: datetime, swap: Callable[[SegmentRef], Operation],
+    ) -> str | None:
+        """Write ``parts`` as a new segment of the task's queue, then commit
+        ``swap(ref)`` (a Seal or a Merge). Returns the new key once the swap
+        is applied; None if it is not, after deleting the object when nothing
+        can reference it. Raises NotLeader/CommitterStopped: the object is
+        then an orphan, for the next leader's collector."""
+        queue = task.queue
+        key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos)
+        data = encode_segment(queue, first_pos, parts)
         try:
             write_segment(self.store, key, data)
         except StoreError as exc:
-            log.warning("sealing queue %s: writing %s failed: %s", task.queue, key, exc)
+            log.warning("queue %s: writing segment %s failed: %s", queue, key, exc)
             delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
-            return
+            return None
         ref = SegmentRef(
-            key=key, total=len(task.jobs), consumed=0, front=first_pos, last_pos=task.jobs[-1][1],
-            size=len(data), sha256=digest(data), oldest_enqueued_at=task.oldest, epoch=self.epoch,
-            sealed_at=self.clock(),
+            key=key, total=len(parts), consumed=0, front=first_pos, last_pos=last_pos, size=len(data),
+            sha256=digest(data), oldest_enqueued_at=oldest, epoch=self.epoch, sealed_at=self.clock(),
         )
         try:
-            self._submit(task, Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after),
-                         lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
+            self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
         except ValidationError:
-            # The queue moved on (a purge, a requeue): nothing references the object.
+            # The queue moved on (a purge, a requeue, a refill): nothing references the object.
             self.abandoned += 1
             delete_quietly(self.store, key)
-            return
+            return None
         except (NotLeader, CommitterStopped):
-            raise  # an orphan now, for the next leader's collector
+            raise
         except EngineError as exc:
             # The outcome is unknown (a commit timeout): leave the object; if
-            # the seal did not land, a later leader collects it.
-            log.warning("sealing queue %s into %s: %s", task.queue, key, exc)
-            return
-        self.sealed += 1
-        self._keep_parts(key, task.parts)
+            # the swap did not land, a later leader collects it.
+            log.warning("queue %s: committing segment %s: %s", queue, key, exc)
+            return None
+        return key
 
     def _refill(self, task: _RefillTask) -> None:
         ref, queue = task.ref, task.queue
@@ -500,32 +521,12 @@ class LaneKeeper:
             # Not urgent: the refill of that segment reports a lasting problem.
             log.warning("merging segments of queue %s: %s", task.queue, exc)
             return
-        key = segment_key(self.key, queue=task.queue, epoch=self.epoch, first_pos=first.front)
-        data = encode_segment(task.queue, first.front, parts)
-        try:
-            write_segment(self.store, key, data)
-        except StoreError as exc:
-            log.warning("merging segments of queue %s: writing %s failed: %s", task.queue, key, exc)
-            delete_quietly(self.store, key)
-            return
-        ref = SegmentRef(
-            key=key, total=len(parts), consumed=0, front=first.front, last_pos=task.refs[-1].last_pos,
-            size=len(data), sha256=digest(data), oldest_enqueued_at=first.oldest_enqueued_at, epoch=self.epoch,
-            sealed_at=self.clock(),
-        )
-        try:
-            self._submit(task, Merge(queue=task.queue, keys=tuple(r.key for r in task.refs), ref=ref),
-                         lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
-        except ValidationError:
-            self.abandoned += 1
-            delete_quietly(self.store, key)
-            return
-        except (NotLeader, CommitterStopped):
-            raise
-        except EngineError as exc:
-            log.warning("merging segments of queue %s into %s: %s", task.queue, key, exc)
-            return
-        self.merged += 1
+        keys = tuple(r.key for r in task.refs)
+        if self._write_and_swap(
+            task, parts, first_pos=first.front, last_pos=task.refs[-1].last_pos, oldest=first.oldest_enqueued_at,
+            swap=lambda ref: Merge(queue=task.queue, keys=keys, ref=ref),
+        ) is not None:
+            self.merged += 1
 
     def _submit(self, task: _Task, op: Operation, applied: Callable[[QueueState], bool]) -> None:
         """Run ``op`` through the committer for ``task``; ``applied`` says

@@ -344,3 +344,30 @@ def test_a_long_tail_is_sealed_at_once_up_to_merge_jobs_and_drains_in_order(
     wait_for(lambda: len(document(store)["jobs"]) == 20, what="sealed down to the head")
     assert [ref["total"] for ref in document(store)["lanes"]["q"]["segments"]] == [40, 40, 20]
     assert drain(broker, "q", expect=120) == ids
+
+
+def test_an_idle_keeper_sleeps_instead_of_polling() -> None:
+    """I11: a leader's keeper with nothing to do (a format-1 document, so no
+    collector pass either) must not wake its threads on a short timer."""
+    import threading
+    import time
+
+    from engine.lanes import LaneKeeper
+
+    waits: list[float | None] = []
+
+    class Counting(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout)
+            return super().wait(timeout)
+
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
+                        clock=lambda: None, grace_seconds=0.1, collect_seconds=1.0, retry_seconds=0.1)  # type: ignore[arg-type,return-value]
+    keeper._cond = Counting()
+    keeper.start()
+    try:
+        time.sleep(0.5)
+    finally:
+        keeper.stop(timeout=5)
+    assert len(waits) <= 2 * keeper.threads, waits[:20]  # one wait per thread, not one every 10 ms
+    assert all(timeout is None for timeout in waits)
