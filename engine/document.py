@@ -289,16 +289,14 @@ class QueueState:
                 heads.append((head[0], head[1], queue))
         heapq.heapify(heads)
         taken: list[Job] = []
-        # A job restored from a segment at its old pos can have two equal
-        # index entries (the one from before it was sealed is current again).
-        seen: set[str] = set()
+        # Each job has one current entry: a seal drops its jobs' entries
+        # (tidy_ready), so a job restored from a segment at its old pos gets
+        # the only one.
         while heads and len(taken) < limit:
             _, job_id, queue = heapq.heappop(heads)
             ready = self._ready[queue]
             heapq.heappop(ready)
-            if job_id not in seen:
-                seen.add(job_id)
-                taken.append(self.jobs[job_id])
+            taken.append(self.jobs[job_id])
             head = self._ready_head(queue)
             if head is not None:
                 heapq.heappush(heads, (head[0], head[1], queue))
@@ -336,13 +334,11 @@ class QueueState:
             return 0
         count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
         front = self.frontier(queue)
-        seen: set[str] = set()
         for pos, job_id in self._ready[queue]:
             if budget == 0:
                 return limit
             budget -= 1
-            if (front is None or pos < front) and self._is_current(job_id, pos) is not None and job_id not in seen:
-                seen.add(job_id)
+            if (front is None or pos < front) and self._is_current(job_id, pos) is not None:
                 count += 1
                 if count == limit:
                     break
