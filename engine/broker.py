@@ -31,6 +31,7 @@ to take over, so its idle CPU does not grow with the queue.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
@@ -133,6 +134,12 @@ class Broker:
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
         self._committer: GroupCommitter | None = None
         self._keeper: LaneKeeper | None = None  # format 2's background work, while leading
+        # Clear while a takeover runs, from its decision until its committer
+        # serves (or it gave up): a request in that window waits for the
+        # outcome instead of a 503 "not the leader" from the very node the
+        # document is about to name (a fresh node's first pushes, say).
+        self._settled = threading.Event()
+        self._settled.set()
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -216,6 +223,17 @@ class Broker:
     # -- serving ---------------------------------------------------------------
 
     def _leading(self) -> GroupCommitter:
+        if not self._settled.is_set():
+            self._settled.wait(self.takeover_seconds)
+        return self._now_leading()
+
+    async def _aleading(self) -> GroupCommitter:
+        """Like :meth:`_leading`, waiting for a takeover off the event loop."""
+        if not self._settled.is_set():
+            await asyncio.to_thread(self._settled.wait, self.takeover_seconds)
+        return self._now_leading()
+
+    def _now_leading(self) -> GroupCommitter:
         missing = self.presence.missing
         if missing is not None:
             raise missing  # no node leads a lost document: say why, not "ask someone else"
@@ -234,7 +252,7 @@ class Broker:
     async def aexecute(self, op: Operation) -> Any:
         """Like :meth:`execute`, awaiting without blocking the event loop."""
         try:
-            return await self._leading().aexecute(op)
+            return await (await self._aleading()).aexecute(op)
         except CommitterStopped as exc:
             raise NotLeader(self.leader.url) from exc
 
@@ -244,7 +262,7 @@ class Broker:
         or the EngineError it failed with (returned), each answered only after
         its commit landed (I1). Raises NotLeader if not leading."""
         try:
-            outcomes = await self._leading().aexecute_many(ops)
+            outcomes = await (await self._aleading()).aexecute_many(ops)
         except CommitterStopped as exc:
             raise NotLeader(self.leader.url) from exc
         # Stopped under our feet (a step down): to a client that is "not the leader".
@@ -339,7 +357,15 @@ class Broker:
         return named.id is None or named.id == self.id or (self.url is not None and named.url == self.url)
 
     def _take_over(self, state: QueueState) -> None:
-        """One conditional write naming this broker, then start committing."""
+        """One conditional write naming this broker, then start committing.
+        Requests that arrive meanwhile wait for the outcome (see _settled)."""
+        self._settled.clear()
+        try:
+            self._take_over_now(state)
+        finally:
+            self._settled.set()
+
+    def _take_over_now(self, state: QueueState) -> None:
         if state.broker.id != self.id:
             apply(state, TakeOver(broker_id=self.id, url=self.url, epoch=state.broker.epoch), self.clock())
             writer = self.id

@@ -3,6 +3,7 @@ process with fast intervals."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -268,3 +269,58 @@ def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_chan
     finally:
         wake.finish()
         b.stop(timeout=10)
+
+
+class _GatedStore(MemoryStore):
+    """A MemoryStore whose first get after the first put (the takeover's
+    write) waits for ``release``: the new leader's committer is then still
+    reading the document it has just named itself in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrote = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, key, data, *, if_match=None, if_none_match=False):  # type: ignore[no-untyped-def]
+        etag = super().put(key, data, if_match=if_match, if_none_match=if_none_match)
+        self.wrote = True
+        return etag
+
+    def get(self, key):  # type: ignore[no-untyped-def]
+        if self.wrote and not self.held.is_set():
+            self.held.set()
+            self.release.wait(5)
+        return super().get(key)
+
+
+@pytest.mark.parametrize("awaited", [False, True], ids=["execute", "aexecute"])
+def test_a_request_during_the_takeover_waits_for_it_instead_of_not_leader(
+    make_broker: Callable[..., Broker], awaited: bool
+) -> None:
+    """Between the takeover's write and its committer serving, the document
+    already names this node: a push then must not be refused with "not the
+    leader" (pointing at the node itself); it waits and lands."""
+    store = _GatedStore()
+    a = make_broker(store, "http://a")
+    assert store.held.wait(5)
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            if awaited:
+                outcome.append(asyncio.run(a.aexecute(push_op("q", ["x"], policy=a.policy))))
+            else:
+                outcome.append(push(a, "x"))
+        except Exception as exc:  # recorded for the assertion below
+            outcome.append(exc)
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    time.sleep(TAKEOVER / 4)
+    assert not outcome, outcome  # still waiting, not refused
+    store.release.set()
+    caller.join(5)
+    [ids] = outcome
+    assert isinstance(ids, list) and len(ids) == 1, ids
+    assert a.role == "leader" and [j["id"] for j in doc(store)["jobs"]] == ids
