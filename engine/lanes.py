@@ -6,9 +6,10 @@ While a node leads, its :class:`LaneKeeper` watches every landed commit
 only plans) and does the work on its own thread:
 
 * **seal**: a queue whose pending jobs in the document pass ``head_jobs +
-  segment_jobs`` gets its oldest ``segment_jobs`` jobs after its front (or
-  after its last segment) written to a new segment object, then a
-  :class:`~engine.ops.Seal` commit swaps them for the reference;
+  segment_jobs`` gets its tail (the jobs after its front, or after its last
+  segment, in whole shares) written to a new segment object, then a
+  :class:`~engine.ops.Seal` commit swaps them for the reference. The next
+  seal is planned as soon as that one is submitted, behind it (pipelined);
 * **refill**: a queue with segments whose front holds fewer than
   ``refill_below`` claimable jobs gets the next jobs of its first segment
   back, by a :class:`~engine.ops.Refill` commit; the read happens before the
@@ -185,6 +186,22 @@ class LaneKeeper:
         # segment per heartbeat.
         self._busy: dict[str, _Task] = {}
         self._applied: dict[str, Callable[[QueueState], bool]] = {}
+        # Per queue whose busy task is a submitted Seal not yet seen landed:
+        # its (key, last_pos). The next seal is planned behind it at once
+        # (pipelined: its segment is written while that commit is in flight,
+        # and its Seal is conditional on that one, ``after`` its key), so a
+        # queue under a push burst has a seal landing every commit or two,
+        # not every write + commit + plan cycle, and its tail stays small.
+        self._sealing: dict[str, tuple[str, int]] = {}
+        # The one merge planned or running (merges copy up to merge_jobs jobs
+        # each: one at a time keeps the leader's memory flat), outside
+        # ``_busy`` so that a queue whose seals follow one another under a
+        # push burst still gets its small segments merged. A merge never
+        # takes a queue's first segment (refills draw from it) nor, while a
+        # seal of that queue is planned or in flight, its last (the seal's
+        # ``after``), so it does not race them.
+        self._merge_slot: _MergeTask | None = None
+        self._merge_applied: Callable[[QueueState], bool] | None = None
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
         self._deletions: list[tuple[float, str]] = []  # (monotonic deadline, key), in deadline order
         self._referenced: frozenset[str] | None = None  # keys the latest landed version references
@@ -212,8 +229,10 @@ class LaneKeeper:
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> LaneKeeper:
-        """Start ``threads`` threads: tasks of one queue never run at once,
-        so a slow merge of one queue does not hold up another's refill."""
+        """Start ``threads`` threads. A queue has one refill or seal planned
+        at a time, plus seals submitted before it (pipelined, see
+        ``_sealing``), and the keeper one merge: a slow merge of one queue
+        does not hold up another's refill."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
             self._threads.append(thread)
@@ -247,13 +266,32 @@ class LaneKeeper:
         with self._cond:
             busy = {queue for queue in self._busy
                     if queue not in self._applied or not self._applied[queue](state)}
+            behind = {queue: self._sealing[queue] for queue in busy if queue in self._sealing}
+            sealing = {queue for queue in busy if isinstance(self._busy.get(queue), _SealTask)}
+            merge_free = self._merge_slot is None or (
+                self._merge_applied is not None and self._merge_applied(state))
         for queue in queues:
-            if queue in busy:
+            task: _Task | None
+            if queue in behind:
+                # Only another seal, behind the one in flight, and only while
+                # the front needs no refill: a refill waits for the chain to
+                # land, then comes first (claims outrank a small tail).
+                if self._refill_task(state, queue, now, shares) is not None:
+                    continue
+                task = self._seal_task(state, queue, shares, behind=behind[queue])
+            elif queue in busy:
                 continue
-            task = (self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
-                    or self._merge_task(state, queue))
+            else:
+                task = self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
             if task is not None:
                 tasks.append(task)
+        merge = None
+        if merge_free:
+            for queue in state.lanes:
+                merge = self._merge_task(state, queue, spare_last=queue in sealing or any(
+                    t.queue == queue and isinstance(t, _SealTask) for t in tasks))
+                if merge is not None:
+                    break
         # A queue with no segments left cannot be stopped at one: a problem
         # reported by a refill that raced the drop of its segment is void.
         for queue in [q for q in self.problems if q not in state.lanes]:
@@ -262,10 +300,13 @@ class LaneKeeper:
             self._referenced = referenced
             self._known |= referenced
             for task in tasks:
-                if task.queue not in busy:
-                    self._busy[task.queue] = task
-                    self._applied.pop(task.queue, None)
-                    self._tasks.append(task)
+                self._busy[task.queue] = task
+                self._applied.pop(task.queue, None)
+                self._sealing.pop(task.queue, None)
+                self._tasks.append(task)
+            if merge is not None:
+                self._merge_slot, self._merge_applied = merge, None
+                self._tasks.append(merge)
             self._cond.notify_all()
 
     def _refill_task(self, state: QueueState, queue: str, now: float, shares: _Shares) -> _RefillTask | None:
@@ -295,7 +336,12 @@ class LaneKeeper:
         del self._front_counted[queue]  # the refill changes the front: count again after it
         return _RefillTask(queue, refs[0], want=shares.head - ready)
 
-    def _seal_task(self, state: QueueState, queue: str, shares: _Shares) -> _SealTask | None:
+    def _seal_task(
+        self, state: QueueState, queue: str, shares: _Shares, *, behind: tuple[str, int] | None = None
+    ) -> _SealTask | None:
+        """The next seal of ``queue``, or None. ``behind``: the (key,
+        last_pos) of a seal submitted but not in ``state`` yet; the plan then
+        takes only jobs after it, ``after`` its key."""
         policy = self.policy
         here = state.pending_here.get(queue, 0)
         if policy.segment_jobs <= 0 or here < shares.head + shares.seal:
@@ -303,8 +349,10 @@ class LaneKeeper:
         # A plan that found too few jobs to seal (the rest are delayed, or in
         # the front) is not tried again until the queue grew by a quarter segment.
         # (Keyed by the share too: a share that shrank, as more queues filled
-        # up, may find enough at once.)
-        fruitless = self._seal_fruitless.get(queue)
+        # up, may find enough at once.) Not behind a seal in flight: its jobs
+        # still count in ``here`` and leave when it lands, so a memo taken
+        # then would hold back the first plan after it.
+        fruitless = self._seal_fruitless.get(queue) if behind is None else None
         if fruitless is not None and fruitless[1] <= shares.seal and here < fruitless[0] + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
@@ -313,13 +361,12 @@ class LaneKeeper:
         # would get every seal of the queue refused until it is claimed. It
         # stays in the document, like a delayed job that is not due yet.
         ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
-        if refs:
-            last = refs[-1].last_pos
-            tail = [entry for entry in ready if entry[0] > last]
-        else:
-            tail = ready[shares.head:]  # the front stays in the document
+        after, last = behind if behind is not None else (refs[-1].key, refs[-1].last_pos) if refs else (None, None)
+        # Without segments, the front stays in the document.
+        tail = [entry for entry in ready if entry[0] > last] if last is not None else ready[shares.head:]
         if len(tail) < shares.seal:
-            self._seal_fruitless[queue] = (here, shares.seal)
+            if behind is None:
+                self._seal_fruitless[queue] = (here, shares.seal)
             return None  # the rest are delayed, or in the front: they stay in the document
         self._seal_fruitless.pop(queue, None)
         # Every whole share the tail holds, up to merge_jobs, in one segment:
@@ -338,21 +385,23 @@ class LaneKeeper:
             queue=queue,
             jobs=tuple((job_id, pos) for pos, job_id in chosen),
             parts=tuple(state.encoded_job(job_id) for _, job_id in chosen),
-            after=refs[-1].key if refs else None,
+            after=after,
             oldest=state.jobs[chosen[0][1]].enqueued_at,
         )
 
-    def _merge_task(self, state: QueueState, queue: str) -> _MergeTask | None:
+    def _merge_task(self, state: QueueState, queue: str, *, spare_last: bool = False) -> _MergeTask | None:
         """The first run of adjacent small segments (not the first segment,
-        which refills draw from) that is full enough to merge."""
+        which refills draw from, nor with ``spare_last`` the last, which a
+        planned seal names as its ``after``) that is full enough to merge."""
         refs = state.lanes.get(queue)
-        if not refs or len(refs) < 3:
+        candidates = refs[1:-1] if spare_last and refs else refs[1:] if refs else []
+        if len(candidates) < 2:
             return None
         limit = self.policy.merge_jobs
         small = limit // 4
         run: list[SegmentRef] = []
         total = 0
-        for ref in refs[1:]:
+        for ref in candidates:
             if ref.consumed or ref.total >= small or total + ref.total > limit:
                 if len(run) >= 2 and (total + ref.total > limit or len(run) >= MAX_MERGE_RUN):
                     return _MergeTask(queue, tuple(run))
@@ -401,6 +450,9 @@ class LaneKeeper:
                         if self._busy.get(task.queue) is task:
                             del self._busy[task.queue]
                             self._applied.pop(task.queue, None)
+                            self._sealing.pop(task.queue, None)
+                        if self._merge_slot is task:
+                            self._merge_slot = self._merge_applied = None
 
     def _due_now(self) -> bool:
         now = time.monotonic()
@@ -534,6 +586,10 @@ class LaneKeeper:
         with self._cond:
             if self._busy.get(task.queue) is task:
                 self._applied[task.queue] = applied
+                if isinstance(op, Seal):
+                    self._sealing[task.queue] = (op.ref.key, op.ref.last_pos)
+            elif self._merge_slot is task:
+                self._merge_applied = applied
         self.execute(op)
 
     def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:

@@ -110,6 +110,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.next_pos = 0
         self.n = 0
         self.stale: list[_SealTask | _RefillTask | _MergeTask] = []
+        self.pipeline: _SealTask | None = None  # a seal in flight (see pipelined_seal)
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
         self.tokens: list[str] = []
         self.auto = True  # the keeper works after each commit (see keeper_follows_commits)
@@ -148,6 +149,8 @@ class SegmentMachine(RuleBasedStateMachine):
         self.keeper.committed(self.state)
         self.keeper._tasks.clear()
         self.keeper._busy.clear()
+        self.keeper._sealing.clear()
+        self.keeper._merge_slot = None
 
     def due_leases(self) -> bool:
         return any(j.status == "running" and j.expires_at is not None and j.expires_at <= self.now
@@ -490,6 +493,66 @@ class SegmentMachine(RuleBasedStateMachine):
         if task is not None:
             self.stale.append(task)  # and once more later
             self.run_merge(task, fresh=True)
+
+    def push_unsealed(self, queue: str, count: int) -> None:
+        """``count`` pushes to ``queue`` that the keeper does not see (even
+        while it follows commits): a tail that builds up under a burst."""
+        if count == 0:
+            return
+        held, self.in_keeper = self.in_keeper, True
+        try:
+            self.push(queue, count, 0, False)
+        finally:
+            self.in_keeper = held
+
+    @precondition(lambda self: self.pipeline is None)
+    @rule(queue=st.sampled_from(QUEUES), count=st.integers(0, 9))
+    def seal_in_flight(self, queue: str, count: int) -> None:
+        """After ``count`` pushes, plan a seal whose commit will be in flight
+        while other steps land (see pipelined_seal)."""
+        self.push_unsealed(queue, count)
+        self.pipeline = self.seal_task(queue)
+
+    @precondition(lambda self: self.pipeline is not None)
+    @rule(count=st.integers(0, 9), again=st.booleans())
+    def pipelined_seal(self, count: int, again: bool) -> None:
+        """The keeper plans the next seal of a queue from a version that does
+        not show its seal in flight yet, behind it (``behind``). Here: after
+        ``count`` more pushes, the seal planned by seal_in_flight lands (or
+        is refused) now, and the next one, planned from the version just
+        before, runs right after. It must land exactly when the first one
+        did (nothing else changed)."""
+        first, self.pipeline = self.pipeline, None
+        assert first is not None
+        self.push_unsealed(first.queue, count)
+        before = parse_document(KEY, self.encoding(), policy=POLICY)  # the version without it
+        sealed = self.keeper.sealed
+        held, self.in_keeper = self.in_keeper, True  # the keeper plans nothing else meanwhile
+        try:
+            self.run_seal(first, fresh=False)
+        finally:
+            self.in_keeper = held
+        landed = self.keeper.sealed > sealed
+        refs = self.state.lanes.get(first.queue, [])
+        # A refused seal's key never reached any version: any key that is not
+        # the lane's last stands in for it.
+        key = refs[-1].key if landed else f"{segment_prefix(KEY)}{first.queue}/never-landed.json"
+        task = self.keeper._seal_task(before, first.queue, _Shares.of(POLICY, len(before.lanes)),
+                                      behind=(key, first.jobs[-1][1]))
+        if task is None:
+            return
+        assert task.after == key and task.jobs[0][1] > first.jobs[-1][1], task
+        event(f"pipelined seal behind a {'landed' if landed else 'refused'} one")
+        if again:
+            self.stale.append(task)
+        sealed = self.keeper.sealed
+        held, self.in_keeper = self.in_keeper, True
+        try:
+            self.run_seal(task, fresh=landed)
+        finally:
+            self.in_keeper = held
+        assert (self.keeper.sealed > sealed) == landed, "a seal behind a refused one landed"
+        self.after_step()
 
     @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill", "merge"]))
     def plan_for_later(self, queue: str, want: int, kind: str) -> None:

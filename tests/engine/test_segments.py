@@ -371,3 +371,85 @@ def test_an_idle_keeper_sleeps_instead_of_polling() -> None:
         keeper.stop(timeout=5)
     assert len(waits) <= 2 * keeper.threads, waits[:20]  # one wait per thread, not one every 10 ms
     assert all(timeout is None for timeout in waits)
+
+
+def test_the_next_seal_is_written_while_the_one_before_commits() -> None:
+    """Pipelined seals: a seal submitted while a commit of pushes is in flight
+    lands one commit later; the version that lands meanwhile (the pushes,
+    not the seal) already gets the next seal planned behind it (``after``
+    its key), and its segment written, so a burst's tail waits one commit,
+    not a whole write + commit + plan cycle. The committer applies
+    operations in the order they were submitted; this fake does too."""
+    import threading
+    import time
+    from datetime import UTC, datetime
+
+    from engine import QueueState
+    from engine.lanes import LaneKeeper
+    from engine.ops import Seal
+    from engine.transitions import apply_batch
+
+    policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    store = open_store("memory://")
+    state = QueueState(policy=policy)
+    apply_batch(state, [], now)  # format 2 from the first commit
+    state.encoded(seq=1, writer="w")
+    turn = threading.Condition()
+    tickets = {"next": 0, "served": 0}
+    seals: list[Seal] = []
+    in_flight, release = threading.Event(), threading.Event()
+    written_before_first_landed: list[int] = []
+
+    def execute(op: Any, *, hold: bool = False) -> Any:
+        if isinstance(op, Seal) and not seals:
+            assert in_flight.wait(10)  # submitted behind the pushes' commit
+        with turn:
+            ticket, tickets["next"] = tickets["next"], tickets["next"] + 1
+            if isinstance(op, Seal):
+                seals.append(op)
+        if hold:
+            in_flight.set()
+            assert release.wait(10)
+        elif isinstance(op, Seal) and len(seals) == 1:
+            # Its commit takes a while: long enough for the next segment's write.
+            deadline = time.monotonic() + 2
+            while len(segments(store)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            written_before_first_landed.append(len(segments(store)))
+        with turn:
+            turn.wait_for(lambda: tickets["served"] == ticket, timeout=10)
+            try:
+                result = apply_batch(state, [op], now)[0]
+                state.encoded(seq=state.seq + 1, writer="w")
+                keeper.committed(state)  # the landed version
+            finally:
+                tickets["served"] += 1
+                turn.notify_all()
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def push_jobs(start: int, n: int, *, hold: bool = False) -> None:
+        execute(push_op("q", [{"i": i} for i in range(start, start + n)],
+                        ids=[f"q-{i:05d}" for i in range(start, start + n)], policy=policy), hold=hold)
+
+    keeper = LaneKeeper(store, key="queue.json", policy=policy, execute=execute, epoch=1, clock=lambda: now,
+                        grace_seconds=0, collect_seconds=3600, retry_seconds=0.1).start()
+    pusher = threading.Thread(target=push_jobs, args=(40, 20), kwargs={"hold": True})
+    try:
+        push_jobs(0, 40)  # a front of 20, and a tail of 20 for the first seal
+        wait_for(lambda: len(segments(store)) == 1, what="the first segment written")
+        pusher.start()  # 20 more pushes: their commit is in flight when the first seal is submitted
+        wait_for(lambda: len(seals) == 1, what="the first seal submitted")
+        release.set()
+        wait_for(lambda: len(state.lanes.get("q", [])) == 2, what="both seals landed, in order")
+        assert written_before_first_landed == [2], "the next segment was not written during the first seal's commit"
+        assert seals[1].after == seals[0].ref.key and seals[1].jobs[0][1] == 40
+        assert [ref.key for ref in state.lanes["q"]] == [seals[0].ref.key, seals[1].ref.key]
+        assert sorted(state.pos.values()) == list(range(20))  # only the front is left in the document
+    finally:
+        release.set()
+        in_flight.set()
+        pusher.join(10)
+        keeper.stop(timeout=5)
