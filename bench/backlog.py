@@ -6,8 +6,10 @@ push path on a fresh ``file://`` folder, waits until the leader's
 LaneKeeper has sealed them into segments, then measures with the store's
 latency and bandwidth: pushes by ``--submitters`` closed-loop submitters,
 a drain by ``--workers`` claim+complete workers, the document's bytes per
-commit, the process's RSS, a standby's bytes read per minute, and the purge
-of the first queue's pending jobs. Prints a Markdown table and the target
+commit, the process's RSS, a standby's bytes read per minute, the
+dashboard's overview and its jobs page deep inside the first queue's
+segments (first load and cached), and the purge of the first queue's
+pending jobs. Prints a Markdown table and the target
 checks (issue 13). jqueue is not run here: it keeps every job in one object,
 so ``python -m bench --systems jqueue-broker --depths ...`` is its side of
 the comparison, at the depths where it finishes.
@@ -44,6 +46,7 @@ RSS_TARGET_BYTES = 300 * MB
 RELATIVE_TARGET = 0.8
 P99_TARGET_LATENCIES = 3
 PURGE_TARGET_SECONDS = 1.0
+JOBS_PAGE_TARGET_MS = 200.0
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -129,12 +132,12 @@ def _ratio(value: float, base: float | None) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     rows = ["| queues | depth | push ops/s | p50 ms | p99 ms | push vs 0 | drain jobs/s | drain vs 0 "
             "| bytes/commit mean | max | leader RSS MB | standby MB read/min | overview ms "
-            "| purge of queue 1 | seeded in |",
-            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "| jobs page cold ms | cached ms | purge of queue 1 | seeded in |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     base: dict[int, dict[str, Any]] = {}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 12)
+            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 14)
             continue
         if r["depth"] == 0:
             base[r["queues"]] = r
@@ -143,6 +146,7 @@ def table(results: list[dict[str, Any]]) -> str:
         purge = r.get("purge")
         ms = r.get("overview_ms")
         overview = f"{ms:,.1f}" if isinstance(ms, float) else "—"
+        cold, cached = (f"{r[k]:,.1f}" if k in r else "—" for k in ("jobs_page_cold_ms", "jobs_page_cached_ms"))
         purge_text = (f"{purge['pending']:,} jobs: {purge['commits']} commit(s), {purge['seconds'] * 1000:,.0f} ms"
                       if purge else "—")
         rows.append(
@@ -151,7 +155,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {_ratio(push['ops_per_s'], b['push']['ops_per_s'] if b else None)} | {drain['jobs_per_s']:,.0f} "
             f"| {_ratio(drain['jobs_per_s'], b['drain']['jobs_per_s'] if b else None)} "
             f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r['max_commit_bytes'] / MB:.2f} MB "
-            f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} | {purge_text} "
+            f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} "
+            f"| {cold} | {cached} | {purge_text} "
             f"| {r['seed_push_s'] + r['seed_settle_s']:,.0f} s |")
     return "\n".join(rows)
 
@@ -189,6 +194,14 @@ def target_lines(results: list[dict[str, Any]], latency: float) -> list[str]:
         lines.append(f"- push p99 <= 3 x latency ({limit_ms:.0f} ms): largest {worst_p99['push']['p99_ms']:.0f} ms "
                      f"({worst_p99['queues']} queue(s), depth {worst_p99['depth']:,}) — "
                      f"{verdict(worst_p99['push']['p99_ms'] <= limit_ms)}")
+    deep = [r for r in ok if "jobs_page_cached_ms" in r and r["jobs_page"].get("in_segments")]
+    worst_page = max(deep, key=lambda r: r["jobs_page_cached_ms"], default=None)
+    if worst_page:
+        cached_ms = worst_page["jobs_page_cached_ms"]
+        lines.append(f"- jobs page deep in segments, cached <= 200 ms: largest {cached_ms:,.1f} ms "
+                     f"({worst_page['queues']} queue(s), depth {worst_page['depth']:,}; "
+                     f"first load {worst_page['jobs_page_cold_ms']:,.0f} ms) — "
+                     f"{verdict(cached_ms <= JOBS_PAGE_TARGET_MS)}")
     for r in ok:
         purge = r.get("purge")
         if purge and purge["pending"] >= 1_000_000:

@@ -19,7 +19,10 @@ segment in this process, and the RSS would mean nothing):
 4. the backlog is let settle again (sealed to the budget);
 5. **drain**: ``workers`` asyncio tasks each claim one job and complete it,
    both through the committer;
-6. **purge** (depth > 0): ``Purge(queue=q, status="pending")`` of the first
+6. the dashboard (after the RSS, so Django's imports are not counted): the
+   overview, and the first queue's pending jobs page deep inside the
+   segments, first load and cached (:func:`_jobs_page`);
+7. **purge** (depth > 0): ``Purge(queue=q, status="pending")`` of the first
    queue, timed, with the commits it took.
 
 Throughout, a thread samples this process's RSS every 0.1 s; the counted
@@ -308,16 +311,23 @@ def _heap_census(broker: Broker) -> dict[str, Any]:
     }
 
 
+def _django() -> None:
+    """Set Django up for the dashboard's code, unless it already is (a test)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
+    import django
+    from django.apps import apps
+
+    if not apps.ready:
+        django.setup()
+
+
 def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
     """The dashboard's overview of the leader's latest version: decode the
     document into a snapshot and build the overview's context (median ms).
     What an operator's first page load of a new version costs, without
     rendering; the dashboard reads only the document (no segment)."""
     try:
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
-        import django
-
-        django.setup()
+        _django()
         from datetime import UTC, datetime
 
         from queueadmin.dashboard import pages
@@ -333,6 +343,67 @@ def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
             pages.overview(decode_document(data, etag=etag, taken_at=datetime.now(UTC)))
             samples.append((time.perf_counter() - started) * 1000)
         return statistics.median(samples)
+    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
+    """The dashboard's jobs list of ``queue``'s pending jobs, which in format 2
+    pages through the segments in FIFO order: the page holding the middle
+    job of the backlog, then the last page. Each load decodes the leader's
+    latest document (like :func:`_overview_ms`) and builds the page's
+    context with :func:`queueadmin.dashboard.pages.jobs`, what the jobs view
+    calls, through the dashboard's own segment cache
+    (:data:`queueadmin.dashboard.segments.cache`), which reads from the
+    leader's store with its latency and bandwidth, as on a leader's node.
+
+    ``cold_ms`` is the first load with the cache emptied (after one load of
+    page 1, so Python's first-call costs are not counted), ``cached_ms`` the
+    median of ``repeat`` loads after it; ``segments_read`` what the cold
+    load read. The last page is loaded after the middle one, without
+    emptying the cache. Returns ``{"error": ...}`` if a load failed or a
+    segment could not be read."""
+    try:
+        _django()
+        from datetime import UTC, datetime
+        from unittest import mock
+
+        from queueadmin import runtime
+        from queueadmin.dashboard import pages, segments
+        from queueadmin.dashboard.snapshot import decode_document
+
+        committer = broker.committer
+        assert committer is not None
+        etag, parts = committer.committed
+        data = b"".join(parts)
+
+        def load(number: int) -> tuple[float, dict[str, Any]]:
+            params = {"queue": queue, "status": "pending", "page": str(number)}
+            started = time.perf_counter()
+            context = pages.jobs(decode_document(data, etag=etag, taken_at=datetime.now(UTC)), params)
+            ms = (time.perf_counter() - started) * 1000
+            if context["segment_error"]:
+                raise RuntimeError(context["segment_error"])
+            return ms, context
+
+        def measure(number: int, *, empty: bool) -> dict[str, Any]:
+            if empty:
+                segments.cache.clear()
+            reads = segments.cache.reads
+            cold, context = load(number)
+            read = segments.cache.reads - reads
+            cached = statistics.median(load(number)[0] for _ in range(repeat))
+            return {"cold_ms": cold, "cached_ms": cached, "segments_read": read, "rows": len(context["rows"])}
+
+        # The dashboard reads segments through this node's broker's store.
+        with mock.patch.object(runtime, "get_broker", lambda: broker):
+            _, first = load(1)
+            middle = first["total"] // 2 // pages.PAGE_SIZE + 1
+            deep = measure(middle, empty=True)
+            last = measure(first["pages"], empty=False)
+        return {"page": middle, "pages": first["pages"], "total": first["total"],
+                "in_segments": first["in_segments"], **deep,
+                "last": {"page": first["pages"], **last}}
     except Exception as exc:  # the dashboard is optional here: report, do not fail the run
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -392,6 +463,11 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["heap"] = _heap_census(leader)  # after the RSS: what the leader holds, for the report
         if cfg.get("dashboard", True):
             result["overview_ms"] = _overview_ms(leader)  # after the RSS: Django's imports are not the leader's
+            result["jobs_page"] = jobs_page = _jobs_page(leader, queues[0])
+            if "error" not in jobs_page:
+                result["jobs_page_cold_ms"] = jobs_page["cold_ms"]
+                result["jobs_page_cached_ms"] = jobs_page["cached_ms"]
+            _log(f"jobs page: {jobs_page}")
         if depth > 0:
             committer = leader.committer
             assert committer is not None

@@ -1,8 +1,10 @@
-"""``python -m bench backlog --quick``: a tiny run end to end.
+"""``python -m bench backlog --quick``: a tiny run end to end, and its
+jobs page measurement in process.
 
-A test of the harness, never a timed assertion: it checks that the format-2
+Tests of the harness, never timed assertions: they check that the format-2
 depth runs seed, measure and report every column, that the backlog really
-went into segments, and that one purge emptied the seeded queue.
+went into segments, that the jobs page it times is deep inside them, and
+that one purge emptied the seeded queue.
 """
 
 from __future__ import annotations
@@ -12,8 +14,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from bench.backlog import table, target_lines
+from bench.backlog_run import _jobs_page, _seed
+from engine import Broker, LatencyStore, MemoryStore, Policy
+from queueadmin.dashboard import segments
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,4 +52,53 @@ def test_a_quick_run_reports_every_depth_with_segments(tmp_path: Path) -> None:
     for result in results:
         assert result["push"]["ops"] > 0 and result["drain"]["jobs"] > 0
         assert result["max_commit_bytes"] > 0 and result["rss_bytes"] > 0
+        assert result["jobs_page"]["rows"] > 0 and result["jobs_page_cached_ms"] > 0, result["jobs_page"]
+    assert deep["jobs_page"]["in_segments"] > 0 and deep["jobs_page"]["segments_read"] >= 1
+    assert "jobs page deep in segments, cached <= 200 ms" in done.stdout
     assert not list(tmp_path.glob("bench-backlog-*"))  # each run removes its folder
+
+
+def test_the_jobs_page_it_times_is_the_dashboards_page_deep_inside_the_segments() -> None:
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10)
+    store = LatencyStore(MemoryStore(), latency=0.001, bandwidth=None)
+    broker = Broker(store, url="http://leader", policy=policy, heartbeat_seconds=60, takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        _seed(broker, ["q"], 500, policy)
+        measured = _jobs_page(broker, "q", repeat=2)
+    finally:
+        broker.stop(timeout=10)
+        segments.cache.clear()
+
+    assert "error" not in measured, measured
+    assert measured["total"] == 500 and measured["in_segments"] >= 400
+    assert measured["page"] == 6 and measured["rows"] == 50  # jobs 250..299: the middle, in a segment
+    assert measured["segments_read"] >= 1  # the first load read them from the store
+    assert measured["last"]["page"] == measured["pages"] == 10 and measured["last"]["rows"] == 50
+    assert measured["cold_ms"] > 0 and measured["cached_ms"] > 0
+
+
+def _row(depth: int, cached_ms: float | None) -> dict[str, Any]:
+    step = {"ops_per_s": 100.0, "p50_ms": 1.0, "p99_ms": 2.0, "jobs_per_s": 100.0}
+    row: dict[str, Any] = {
+        "queues": 1, "depth": depth, "push": step, "drain": step, "mean_commit_bytes": 1e5, "max_commit_bytes": 2e5,
+        "rss_bytes": 1e8, "standby_bytes_per_min": 1e6, "overview_ms": 3.0, "seed_push_s": 1, "seed_settle_s": 1,
+        "jobs_page": {"in_segments": depth},
+    }
+    if cached_ms is not None:
+        row |= {"jobs_page_cold_ms": 400.0, "jobs_page_cached_ms": cached_ms}
+    return row
+
+
+def test_the_table_and_targets_report_the_jobs_page() -> None:
+    results = [_row(0, 1.5), _row(1_000_000, 12.0), _row(5_000_000, None)]
+
+    text = table(results)
+    header, rule, *rows = text.splitlines()
+    assert "jobs page cold ms" in header and "cached ms" in header
+    assert len({line.count("|") for line in (header, rule, *rows)}) == 1, text
+    assert "| 400.0 | 12.0 |" in rows[1] and "| — | — |" in rows[2]
+    checks = [line for line in target_lines(results, 0.05) if "jobs page" in line]
+    assert checks == ["- jobs page deep in segments, cached <= 200 ms: largest 12.0 ms "
+                      "(1 queue(s), depth 1,000,000; first load 400 ms) — PASS"]
+    assert "FAIL" in target_lines([_row(1_000_000, 250.0)], 0.05)[-1]
