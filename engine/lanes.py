@@ -77,9 +77,17 @@ from engine.stores.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
-# Segments whose decoded jobs are kept, most recently used last: a queue
-# refills from its first segment several times before it is used up.
-CACHED_SEGMENTS = 4
+# Decoded jobs kept from the segments refills read, most recently used
+# first, at most this many in all: a queue refills from its first segment
+# many times before it is used up, and with many queues draining at once
+# each first segment must stay cached, or every refill reads and decodes a
+# whole segment (up to merge_jobs jobs) to take a few dozen (10 queues,
+# 16,384-job segments: about 0.3 s of CPU per refill).
+CACHED_JOBS = 65_536
+# A refill decodes this many jobs from where it starts (at least what it
+# takes), not the whole segment: the next refills of the queue find them
+# cached, and the cache holds windows of every draining queue.
+REFILL_WINDOW = 4_096
 # Encoded jobs of segments this leader sealed, kept for merging them.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
 # How often the collector lists the segments when its last pass found no
@@ -210,7 +218,9 @@ class LaneKeeper:
         self._known: set[str] = set()
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self._next_collect = 0.0
-        self._cache: OrderedDict[str, list[tuple[Job, int]]] = OrderedDict()
+        # Per segment key, (index of its first job kept, decoded jobs from there).
+        self._cache: OrderedDict[str, tuple[int, list[tuple[Job, int]]]] = OrderedDict()
+        self._cached_jobs = 0
         # The encoded jobs of segments this keeper sealed, for merging them
         # without reading them back (bounded by SEALED_CACHE_BYTES).
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
@@ -520,9 +530,11 @@ class LaneKeeper:
 
     def _refill(self, task: _RefillTask) -> None:
         ref, queue = task.ref, task.queue
+        # The jobs the refill takes, and the one after them if any (the new front).
+        take = min(ref.total - ref.consumed, max(task.want, 1))
         try:
-            jobs = self._segment_jobs(ref)
-            if jobs[ref.consumed][1] != ref.front:
+            jobs = self._segment_jobs(ref, ref.consumed, take + 1, keep=True)
+            if not jobs or jobs[0][1] != ref.front:
                 raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
         except SegmentUnreadable as exc:
             with self._cond:
@@ -543,11 +555,10 @@ class LaneKeeper:
             self._retry_at[queue] = time.monotonic() + self.retry_seconds
             return
         self.problems.pop(queue, None)
-        end = min(ref.total, ref.consumed + max(task.want, 1))
-        after = jobs[end] if end < ref.total else None
+        after = jobs[take] if take < len(jobs) else None
         try:
             self._submit(task, Refill(
-                queue=queue, key=ref.key, consumed=ref.consumed, jobs=tuple(jobs[ref.consumed:end]),
+                queue=queue, key=ref.key, consumed=ref.consumed, jobs=tuple(jobs[:take]),
                 front=after[1] if after is not None else None,
                 oldest=after[0].enqueued_at if after is not None else None,
             ), lambda state: not any(r.key == ref.key and r.consumed == ref.consumed
@@ -598,7 +609,7 @@ class LaneKeeper:
             parts = self._sealed_parts.get(ref.key)
         if parts is not None:
             return parts
-        return tuple(encode_job(job, pos) for job, pos in self._segment_jobs(ref))
+        return tuple(encode_job(job, pos) for job, pos in self._segment_jobs(ref, 0, ref.total))
 
     def _keep_parts(self, key: str, parts: tuple[bytes, ...]) -> None:
         size = sum(map(len, parts))
@@ -611,28 +622,42 @@ class LaneKeeper:
 
     def _forget(self, key: str) -> None:
         with self._cache_lock:
-            self._cache.pop(key, None)
+            cached = self._cache.pop(key, None)
+            if cached is not None:
+                self._cached_jobs -= len(cached[1])
             parts = self._sealed_parts.pop(key, None)
             if parts is not None:
                 self._sealed_bytes -= sum(map(len, parts))
 
-    def _segment_jobs(self, ref: SegmentRef) -> list[tuple[Job, int]]:
-        """The segment's jobs, from the cache (segments never change) or read and verified."""
+    def _segment_jobs(self, ref: SegmentRef, start: int, count: int, *, keep: bool = False) -> list[tuple[Job, int]]:
+        """Jobs ``start`` to ``start + count`` of the segment (fewer at its
+        end), from the cache (segments never change) or read and verified,
+        decoding only those (with ``keep``, at least REFILL_WINDOW of them,
+        kept for the next calls)."""
         with self._cache_lock:
             cached = self._cache.get(ref.key)
             if cached is not None:
-                self._cache.move_to_end(ref.key)
-                return cached
+                first, jobs = cached
+                end = min(start + count, ref.total)
+                if first <= start and end <= first + len(jobs):
+                    self._cache.move_to_end(ref.key)
+                    return jobs[start - first:end - first]
         items = read_segment(self.store, ref)
+        window = items[start:start + (max(count, REFILL_WINDOW) if keep else count)]
         try:
-            jobs = parse_segment_jobs(ref.key, items)
+            jobs = parse_segment_jobs(ref.key, window, first=start)
         except DocumentError as exc:
             raise SegmentUnreadable(ref.key, exc.problem) from exc
-        with self._cache_lock:
-            self._cache[ref.key] = jobs
-            while len(self._cache) > CACHED_SEGMENTS:
-                self._cache.popitem(last=False)
-        return jobs
+        del items, window  # the whole segment's JSON: gone before anything else is read
+        if keep:
+            with self._cache_lock:
+                old = self._cache.pop(ref.key, None)
+                self._cached_jobs += len(jobs) - (len(old[1]) if old is not None else 0)
+                self._cache[ref.key] = (start, jobs)
+                while self._cached_jobs > CACHED_JOBS and len(self._cache) > 1:
+                    _, (_, evicted) = self._cache.popitem(last=False)
+                    self._cached_jobs -= len(evicted)
+        return jobs[:count]
 
     def _delete_due(self) -> None:
         now = time.monotonic()

@@ -231,13 +231,14 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
     return state
 
 
-def parse_segment_jobs(key: str, items: list[Any]) -> list[tuple[Job, int]]:
+def parse_segment_jobs(key: str, items: list[Any], *, first: int = 0) -> list[tuple[Job, int]]:
     """The jobs of a segment (decoded JSON objects, see
     :func:`engine.segments.read_segment`) as ``(job, pos)`` pairs, checked
-    as strictly as the document's. Raises DocumentError naming ``key``."""
+    as strictly as the document's. ``items`` may be a slice of them from
+    index ``first`` (for the messages). Raises DocumentError naming ``key``."""
     r = _Reader(key)
     result = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, start=first):
         where = f"jobs[{i}]"
         obj = r.obj(item, where)
         job = _job(r, obj, where)

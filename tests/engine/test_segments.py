@@ -453,3 +453,40 @@ def test_the_next_seal_is_written_while_the_one_before_commits() -> None:
         in_flight.set()
         pusher.join(10)
         keeper.stop(timeout=5)
+
+
+def test_many_queues_draining_at_once_read_each_segment_once(make_broker: Callable[..., Broker]) -> None:
+    """Ten queues drained round robin refill a few jobs at a time each: every
+    queue's first segment must stay decoded between its refills (a cache of
+    a few segments read and decoded a whole segment for each refill)."""
+    from engine import MemoryStore
+
+    class Counting(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gets: dict[str, int] = {}
+
+        def get(self, key: str):  # type: ignore[no-untyped-def]
+            self.gets[key] = self.gets.get(key, 0) + 1
+            return super().get(key)
+
+    store = Counting()
+    broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=200))
+    queues = [f"q{n}" for n in range(10)]
+    for queue in queues:
+        push(broker, queue, 220)
+    wait_for(lambda: all(len(document(store)["lanes"].get(q, {}).get("segments", [])) >= 1 for q in queues)
+             and len(document(store)["jobs"]) <= 10 * 20, what="sealed")
+    seen: dict[str, list[str]] = {queue: [] for queue in queues}
+
+    def round_robin() -> bool:
+        for queue in queues:
+            for job in broker.execute(claim_op("w", [queue], policy=broker.policy, max_jobs=1)):
+                seen[queue].append(job.id)
+                broker.execute(complete_op(job.id, job.lease))
+        return all(len(ids) == 220 for ids in seen.values())
+
+    wait_for(round_robin, timeout=60, what="every queue drained")
+    assert all(ids == [f"{queue}-{i:05d}" for i in range(220)] for queue, ids in seen.items())  # I7
+    segment_reads = {key: n for key, n in store.gets.items() if key.startswith(segment_prefix("queue.json"))}
+    assert segment_reads and max(segment_reads.values()) == 1, sorted(segment_reads.values())
