@@ -40,8 +40,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from bench.config import payload
 from bench.requests import CountingStore as CallCountingStore
@@ -65,11 +68,20 @@ class CountingStore(CallCountingStore):
         self.document_puts: list[tuple[float, int]] = []  # (monotonic, bytes)
         self.segment_put_bytes = 0
         self.bytes_read = 0
+        # The largest document put since reset_largest() (None: not recording).
+        self.largest: bytes | None = None
 
-    def _put(self, key: str, size: int) -> None:
+    def reset_largest(self) -> None:
+        with self.lock:
+            self.largest = b""
+
+    def _put(self, key: str, parts: Sequence[bytes]) -> None:
+        size = sum(map(len, parts))
         with self.lock:
             if key == KEY:
                 self.document_puts.append((time.monotonic(), size))
+                if self.largest is not None and size > len(self.largest):
+                    self.largest = b"".join(parts)
             else:
                 self.segment_put_bytes += size
 
@@ -82,15 +94,28 @@ class CountingStore(CallCountingStore):
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         etag = super().put(key, data, if_match=if_match, if_none_match=if_none_match)
-        self._put(key, len(data))
+        self._put(key, (data,))
         return etag
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
     ) -> str:
         etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
-        self._put(key, sum(map(len, parts)))
+        self._put(key, parts)
         return etag
+
+
+def composition(document: bytes) -> dict[str, Any]:
+    """What a document's bytes are made of: per top-level field its encoded
+    size, and its jobs by status, for the report of the largest commit."""
+    if not document:
+        return {}
+    raw = orjson.loads(document)
+    sizes = {name: len(orjson.dumps(value)) for name, value in raw.items()}
+    statuses = Counter(job.get("status") for job in raw.get("jobs", []))
+    refs = sum(len(lane.get("segments", [])) for lane in (raw.get("lanes") or {}).values())
+    return {"bytes": len(document), "fields": dict(sorted(sizes.items(), key=lambda kv: -kv[1])[:6]),
+            "jobs": dict(statuses), "segment_refs": refs}
 
 
 class RssSampler:
@@ -139,7 +164,7 @@ def _keeper_idle(broker: Broker) -> bool:
     if keeper is None:
         return True
     with keeper._cond:
-        return not keeper._tasks and not keeper._busy
+        return not keeper._tasks and not keeper._busy and keeper._merge_slot is None
 
 
 def _settle(broker: Broker, policy: Policy) -> float:
@@ -439,19 +464,29 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         measured_from = time.monotonic()
         read_before = standby_counted.bytes_read
 
+        counted.reset_largest()
         push = asyncio.run(_push_phase(leader, queues, cfg))
         puts = _document_puts(counted, push["open"], push["close"])
         result["push"] = push | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
-                                 "max_commit_bytes": max(puts, default=0)}
+                                 "max_commit_bytes": max(puts, default=0),
+                                 "largest_commit": composition(counted.largest or b"")}
         _log(f"push: {push['ops_per_s']:,.0f} ops/s, p50 {push['p50_ms']:.1f} ms, p99 {push['p99_ms']:.1f} ms, "
-             f"max commit {result['push']['max_commit_bytes'] / 1e6:.2f} MB")
+             f"max commit {result['push']['max_commit_bytes'] / 1e6:.2f} MB; "
+             f"the largest (warm-up included): {result['push']['largest_commit']}")
+        if keeper is not None:
+            _log(f"keeper so far: {keeper.sealed} sealed, {keeper.merged} merged, {keeper.abandoned} abandoned")
         result["settle_after_push_s"] = _settle(leader, policy)
 
+        counted.reset_largest()
         drain = asyncio.run(_drain_phase(leader, queues, cfg))
         puts = _document_puts(counted, drain["open"], drain["close"])
         result["drain"] = drain | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
-                                   "max_commit_bytes": max(puts, default=0)}
-        _log(f"drain: {drain['jobs_per_s']:,.0f} jobs/s, max commit {result['drain']['max_commit_bytes'] / 1e6:.2f} MB")
+                                   "max_commit_bytes": max(puts, default=0),
+                                   "largest_commit": composition(counted.largest or b"")}
+        counted.largest = None
+        _log(f"drain: {drain['jobs_per_s']:,.0f} jobs/s, "
+             f"max commit {result['drain']['max_commit_bytes'] / 1e6:.2f} MB; "
+             f"the largest (warm-up included): {result['drain']['largest_commit']}")
         measured_to = time.monotonic()
         standby_read = standby_counted.bytes_read - read_before
         result["standby_bytes_per_min"] = standby_read * 60 / (measured_to - measured_from)
@@ -485,6 +520,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
             _log(f"purge: {result['purge']}")
         if keeper is not None:
             result["keeper"] = {"sealed": keeper.sealed, "refilled": keeper.refilled, "deleted": keeper.deleted,
+                                "merged": keeper.merged, "abandoned": keeper.abandoned,
                                 "problems": dict(keeper.problems)}
     finally:
         if standby is not None:

@@ -119,6 +119,11 @@ class _MergeTask:
 
 _Task = _SealTask | _RefillTask | _MergeTask
 
+
+def _last_key(state: QueueState, queue: str) -> str | None:
+    refs = state.lanes.get(queue)
+    return refs[-1].key if refs else None
+
 # A merge waits until its run of small segments holds ``merge_jobs`` jobs, or
 # this many segments (a queue with many small shares), whichever comes first.
 MAX_MERGE_RUN = 64
@@ -200,7 +205,13 @@ class LaneKeeper:
         # and its Seal is conditional on that one, ``after`` its key), so a
         # queue under a push burst has a seal landing every commit or two,
         # not every write + commit + plan cycle, and its tail stays small.
-        self._sealing: dict[str, tuple[str, int]] = {}
+        # One seal in flight and one being written, never more: the next is
+        # planned only while the one in flight can still land (its ``after``
+        # is the queue's last segment in the landed version). Otherwise it
+        # was refused, or will be, and every seal behind it would be too: a
+        # burst would then keep a chain of doomed seals going and the tail
+        # would never be sealed.
+        self._sealing: dict[str, tuple[str, int, str | None]] = {}  # (key, last_pos, after)
         # The one merge planned or running (merges copy up to merge_jobs jobs
         # each: one at a time keeps the leader's memory flat), outside
         # ``_busy`` so that a queue whose seals follow one another under a
@@ -276,7 +287,8 @@ class LaneKeeper:
         with self._cond:
             busy = {queue for queue in self._busy
                     if queue not in self._applied or not self._applied[queue](state)}
-            behind = {queue: self._sealing[queue] for queue in busy if queue in self._sealing}
+            behind = {queue: self._sealing[queue][:2] for queue in busy if queue in self._sealing
+                      and self._sealing[queue][2] == _last_key(state, queue)}
             sealing = {queue for queue in busy if isinstance(self._busy.get(queue), _SealTask)}
             merge_free = self._merge_slot is None or (
                 self._merge_applied is not None and self._merge_applied(state))
@@ -581,6 +593,12 @@ class LaneKeeper:
         try:
             parts = [part for ref in task.refs for part in self._parts_of(ref)]
         except (SegmentUnreadable, StoreError) as exc:
+            with self._cond:
+                referenced = self._referenced
+            if isinstance(exc, SegmentUnreadable) and referenced is not None and exc.key not in referenced:
+                # Merges run beside refills: the segment became the first one,
+                # was used up and deleted since this merge was planned. Stale.
+                return
             # Not urgent: the refill of that segment reports a lasting problem.
             log.warning("merging segments of queue %s: %s", task.queue, exc)
             return
@@ -598,7 +616,7 @@ class LaneKeeper:
             if self._busy.get(task.queue) is task:
                 self._applied[task.queue] = applied
                 if isinstance(op, Seal):
-                    self._sealing[task.queue] = (op.ref.key, op.ref.last_pos)
+                    self._sealing[task.queue] = (op.ref.key, op.ref.last_pos, op.after)
             elif self._merge_slot is task:
                 self._merge_applied = applied
         self.execute(op)

@@ -373,86 +373,152 @@ def test_an_idle_keeper_sleeps_instead_of_polling() -> None:
     assert all(timeout is None for timeout in waits)
 
 
+class _InOrderCommitter:
+    """A fake committer for a LaneKeeper: applies operations one at a time in
+    the order they were submitted, as the committer does, tells the keeper
+    of each landed version, and can hold one operation in flight
+    (``execute(op, hold=True)`` lands only once ``release`` is set). The
+    first Seal the keeper submits waits until that held operation is in
+    flight (``gate`` decides, see the tests), so that it lands one commit
+    later."""
+
+    def __init__(self, policy: Policy) -> None:
+        import threading
+        from datetime import UTC, datetime
+
+        from engine import QueueState
+        from engine.lanes import LaneKeeper
+        from engine.transitions import apply_batch
+
+        self.apply_batch = apply_batch
+        self.policy = policy
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+        self.store = open_store("memory://")
+        self.state = QueueState(policy=policy)
+        apply_batch(self.state, [], self.now)  # format 2 from the first commit
+        self.state.encoded(seq=1, writer="w")
+        self.turn = threading.Condition()
+        self.next_ticket = self.served = 0
+        self.seals: list[Any] = []
+        self.in_flight, self.release, self.gate = threading.Event(), threading.Event(), threading.Event()
+        self.on_first_seal: Callable[[], None] = lambda: None
+        self.keeper = LaneKeeper(self.store, key="queue.json", policy=policy, execute=self.execute, epoch=1,
+                                 clock=lambda: self.now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
+
+    def execute(self, op: Any, *, hold: bool = False) -> Any:
+        from engine.ops import Seal
+
+        first_seal = isinstance(op, Seal) and not self.seals
+        if first_seal:
+            assert self.gate.wait(10)
+        with self.turn:
+            ticket, self.next_ticket = self.next_ticket, self.next_ticket + 1
+            if isinstance(op, Seal):
+                self.seals.append(op)
+            self.turn.notify_all()
+        if hold:
+            self.in_flight.set()
+            assert self.release.wait(10)
+        elif first_seal:
+            self.on_first_seal()
+        with self.turn:
+            self.turn.wait_for(lambda: self.served == ticket, timeout=10)
+            try:
+                result = self.apply_batch(self.state, [op], self.now)[0]
+                self.state.encoded(seq=self.state.seq + 1, writer="w")
+                self.keeper.committed(self.state)  # the landed version
+            finally:
+                self.served += 1
+                self.turn.notify_all()
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def push(self, start: int, n: int, *, hold: bool = False) -> None:
+        self.execute(push_op("q", [{"i": i} for i in range(start, start + n)],
+                             ids=[f"q-{i:05d}" for i in range(start, start + n)], policy=self.policy), hold=hold)
+
+    def finish(self) -> None:
+        self.release.set()
+        self.gate.set()
+        self.keeper.stop(timeout=5)
+
+
 def test_the_next_seal_is_written_while_the_one_before_commits() -> None:
     """Pipelined seals: a seal submitted while a commit of pushes is in flight
     lands one commit later; the version that lands meanwhile (the pushes,
     not the seal) already gets the next seal planned behind it (``after``
     its key), and its segment written, so a burst's tail waits one commit,
-    not a whole write + commit + plan cycle. The committer applies
-    operations in the order they were submitted; this fake does too."""
+    not a whole write + commit + plan cycle."""
     import threading
     import time
-    from datetime import UTC, datetime
 
-    from engine import QueueState
-    from engine.lanes import LaneKeeper
-    from engine.ops import Seal
-    from engine.transitions import apply_batch
-
-    policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100)
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    store = open_store("memory://")
-    state = QueueState(policy=policy)
-    apply_batch(state, [], now)  # format 2 from the first commit
-    state.encoded(seq=1, writer="w")
-    turn = threading.Condition()
-    tickets = {"next": 0, "served": 0}
-    seals: list[Seal] = []
-    in_flight, release = threading.Event(), threading.Event()
+    fake = _InOrderCommitter(Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100))
+    fake.gate = fake.in_flight  # the first seal is submitted behind the pushes' commit
     written_before_first_landed: list[int] = []
 
-    def execute(op: Any, *, hold: bool = False) -> Any:
-        if isinstance(op, Seal) and not seals:
-            assert in_flight.wait(10)  # submitted behind the pushes' commit
-        with turn:
-            ticket, tickets["next"] = tickets["next"], tickets["next"] + 1
-            if isinstance(op, Seal):
-                seals.append(op)
-        if hold:
-            in_flight.set()
-            assert release.wait(10)
-        elif isinstance(op, Seal) and len(seals) == 1:
-            # Its commit takes a while: long enough for the next segment's write.
-            deadline = time.monotonic() + 2
-            while len(segments(store)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.005)
-            written_before_first_landed.append(len(segments(store)))
-        with turn:
-            turn.wait_for(lambda: tickets["served"] == ticket, timeout=10)
-            try:
-                result = apply_batch(state, [op], now)[0]
-                state.encoded(seq=state.seq + 1, writer="w")
-                keeper.committed(state)  # the landed version
-            finally:
-                tickets["served"] += 1
-                turn.notify_all()
-        if isinstance(result, Exception):
-            raise result
-        return result
+    def first_seal_commits() -> None:  # its commit takes a while: long enough for the next segment's write
+        deadline = time.monotonic() + 2
+        while len(segments(fake.store)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        written_before_first_landed.append(len(segments(fake.store)))
 
-    def push_jobs(start: int, n: int, *, hold: bool = False) -> None:
-        execute(push_op("q", [{"i": i} for i in range(start, start + n)],
-                        ids=[f"q-{i:05d}" for i in range(start, start + n)], policy=policy), hold=hold)
-
-    keeper = LaneKeeper(store, key="queue.json", policy=policy, execute=execute, epoch=1, clock=lambda: now,
-                        grace_seconds=0, collect_seconds=3600, retry_seconds=0.1).start()
-    pusher = threading.Thread(target=push_jobs, args=(40, 20), kwargs={"hold": True})
+    fake.on_first_seal = first_seal_commits
+    pusher = threading.Thread(target=fake.push, args=(40, 20), kwargs={"hold": True})
+    fake.keeper.start()
     try:
-        push_jobs(0, 40)  # a front of 20, and a tail of 20 for the first seal
-        wait_for(lambda: len(segments(store)) == 1, what="the first segment written")
+        fake.push(0, 40)  # a front of 20, and a tail of 20 for the first seal
+        wait_for(lambda: len(segments(fake.store)) == 1, what="the first segment written")
         pusher.start()  # 20 more pushes: their commit is in flight when the first seal is submitted
-        wait_for(lambda: len(seals) == 1, what="the first seal submitted")
-        release.set()
-        wait_for(lambda: len(state.lanes.get("q", [])) == 2, what="both seals landed, in order")
+        wait_for(lambda: len(fake.seals) == 1, what="the first seal submitted")
+        fake.release.set()
+        wait_for(lambda: len(fake.state.lanes.get("q", [])) == 2, what="both seals landed, in order")
         assert written_before_first_landed == [2], "the next segment was not written during the first seal's commit"
+        seals = fake.seals
         assert seals[1].after == seals[0].ref.key and seals[1].jobs[0][1] == 40
-        assert [ref.key for ref in state.lanes["q"]] == [seals[0].ref.key, seals[1].ref.key]
-        assert sorted(state.pos.values()) == list(range(20))  # only the front is left in the document
+        assert [ref.key for ref in fake.state.lanes["q"]] == [seals[0].ref.key, seals[1].ref.key]
+        assert sorted(fake.state.pos.values()) == list(range(20))  # only the front is left in the document
     finally:
-        release.set()
-        in_flight.set()
+        fake.finish()
         pusher.join(10)
-        keeper.stop(timeout=5)
+
+
+def test_no_seal_is_planned_behind_one_that_cannot_land() -> None:
+    """A seal refused in flight (a purge took one of its jobs) dooms the one
+    planned behind it; pushes that keep landing must not plan a third behind
+    that one, and so on for as long as the burst lasts: the tail would never
+    be sealed. At most the one behind is wasted, then the keeper seals again."""
+    import threading
+
+    from engine.ops import purge_op
+
+    fake = _InOrderCommitter(Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100))
+    threads = [threading.Thread(target=fake.push, args=(40, 20), kwargs={"hold": True}),
+               threading.Thread(target=lambda: fake.execute(purge_op(["q-00025"])))]
+    fake.keeper.start()
+    try:
+        fake.push(0, 40)  # the first seal takes 20..39
+        wait_for(lambda: len(segments(fake.store)) == 1, what="the first segment written")
+        threads[0].start()  # in flight
+        wait_for(fake.in_flight.is_set, what="the pushes in flight")
+        threads[1].start()  # a purge of one of the first seal's jobs, submitted before it
+        wait_for(lambda: fake.next_ticket == 3, what="the purge submitted")
+        fake.gate.set()  # now the first seal: it will be refused
+        wait_for(lambda: fake.next_ticket == 4, what="the first seal submitted")
+        fake.release.set()
+        for start in range(60, 260, 20):  # the burst goes on
+            fake.push(start, 20)
+
+        def sealed_again() -> bool:
+            fake.execute(Tick())  # the keeper plans when a version lands
+            return len(fake.state.pos) <= 20 + 10
+
+        wait_for(sealed_again, what="the tail sealed again")
+        assert fake.keeper.abandoned <= 2, f"{fake.keeper.abandoned} seals refused: a chain behind a refused one"
+    finally:
+        fake.finish()
+        for thread in threads:
+            thread.join(10)
 
 
 def test_many_queues_draining_at_once_read_each_segment_once(make_broker: Callable[..., Broker]) -> None:
@@ -490,3 +556,29 @@ def test_many_queues_draining_at_once_read_each_segment_once(make_broker: Callab
     assert all(ids == [f"{queue}-{i:05d}" for i in range(220)] for queue, ids in seen.items())  # I7
     segment_reads = {key: n for key, n in store.gets.items() if key.startswith(segment_prefix("queue.json"))}
     assert segment_reads and max(segment_reads.values()) == 1, sorted(segment_reads.values())
+
+
+def test_a_merge_of_a_segment_used_up_meanwhile_gives_up_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """Merges run beside refills: by the time a merge reads its segments, one
+    may have become the queue's first, been used up and deleted. That merge
+    is stale, not a problem with the store: no warning. A segment still
+    referenced and missing is one."""
+    from datetime import UTC, datetime
+
+    from engine.lanes import LaneKeeper, _MergeTask
+    from engine.segments import SegmentRef
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    refs = tuple(SegmentRef(key=segment_key("queue.json", queue="q", epoch=1, first_pos=pos), total=10, consumed=0,
+                            front=pos, last_pos=pos + 9, size=100, sha256="0" * 64, oldest_enqueued_at=now, epoch=1,
+                            sealed_at=now) for pos in (10, 20))
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
+                        clock=lambda: now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
+    keeper._referenced = frozenset({refs[1].key})  # the first one was dropped by a landed commit
+    with caplog.at_level("WARNING", logger="engine.lanes"):
+        keeper._merge(_MergeTask("q", refs))
+    assert not caplog.records and keeper.merged == 0
+    keeper._referenced = frozenset(ref.key for ref in refs)  # still referenced, and missing: worth a warning
+    with caplog.at_level("WARNING", logger="engine.lanes"):
+        keeper._merge(_MergeTask("q", refs))
+    assert any("missing" in record.getMessage() for record in caplog.records)
