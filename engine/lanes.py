@@ -44,7 +44,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -100,8 +100,30 @@ class _SealTask:
     queue: str
     jobs: tuple[tuple[str, int], ...]
     parts: tuple[bytes, ...]
-    after: str | None
+    after: str | None  # the queue's last segment when planned (unused with ``prev``)
     oldest: datetime
+    # Pipelined (see LaneKeeper._busy): the seal this one was planned behind,
+    # whose segment is this one's ``after`` once written and which is
+    # submitted first.
+    prev: _SealTask | None = field(default=None, compare=False, repr=False)
+    # Set by the keeper's thread: the segment's key once written (before the
+    # Seal is submitted), and ``queued`` once the Seal is in the committer's
+    # queue or the task gave up.
+    key: list[str] = field(default_factory=list, compare=False, repr=False)
+    queued: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def after_key(self) -> str | None:
+        """The ``after`` its Seal names: the key of ``prev``'s segment, if any."""
+        if self.prev is None:
+            return self.after
+        return self.prev.key[0] if self.prev.key else None
+
+    def can_follow(self, last: str | None) -> bool:
+        """Whether it can still land on a version whose queue's last segment is
+        ``last``: its ``after`` is that one (``prev`` landed, or it has none)."""
+        if self.prev is None:
+            return self.after == last
+        return bool(self.prev.key) and self.prev.key[0] == last
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +170,11 @@ class _Shares:
 
 class LaneKeeper:
     """Seals, refills, deletes and collects segments for one leader (see
-    the module). ``execute`` runs an operation through the leader's
+    the module). ``execute(op)`` runs an operation through the leader's
     committer and returns its outcome or raises (``GroupCommitter.execute``);
+    for a Seal it is called as ``execute(op, queued=f)`` and must call ``f()``
+    once the operation is queued, so that a later submission is applied
+    after it;
     ``epoch`` is the broker epoch this leader took over with.
 
     Thread-safe: :meth:`committed` and :meth:`dropped` run on the
@@ -163,7 +188,7 @@ class LaneKeeper:
         *,
         key: str,
         policy: Policy,
-        execute: Callable[[Operation], Any],
+        execute: Callable[..., Any],
         epoch: int,
         clock: Callable[[], datetime],
         grace_seconds: float,
@@ -199,19 +224,20 @@ class LaneKeeper:
         # segment per heartbeat.
         self._busy: dict[str, _Task] = {}
         self._applied: dict[str, Callable[[QueueState], bool]] = {}
-        # Per queue whose busy task is a submitted Seal not yet seen landed:
-        # its (key, last_pos). The next seal is planned behind it at once
-        # (pipelined: its segment is written while that commit is in flight,
-        # and its Seal is conditional on that one, ``after`` its key), so a
-        # queue under a push burst has a seal landing every commit or two,
-        # not every write + commit + plan cycle, and its tail stays small.
-        # One seal in flight and one being written, never more: the next is
-        # planned only while the one in flight can still land (its ``after``
-        # is the queue's last segment in the landed version). Otherwise it
-        # was refused, or will be, and every seal behind it would be too: a
-        # burst would then keep a chain of doomed seals going and the tail
-        # would never be sealed.
-        self._sealing: dict[str, tuple[str, int, str | None]] = {}  # (key, last_pos, after)
+        #
+        # Seals are pipelined: while a queue's busy task is a seal that has
+        # not landed, the next landed version plans the next seal behind it
+        # (``prev``): its segment is written while the one before is written
+        # or committed, and its Seal, conditional on that one (``after`` its
+        # key), is submitted right after it. A queue under a push burst then
+        # has a seal landing about every commit, not every write + commit +
+        # plan cycle, and its tail stays small. Never more than two seals of
+        # a queue outstanding: the next is planned only behind a seal that
+        # can still land (its ``after`` is the queue's last segment in the
+        # landed version, so the one before it landed). Otherwise it was
+        # refused, or will be, and every seal behind it would be too: a burst
+        # would keep a chain of doomed seals going and its tail would never
+        # be sealed.
         # The one merge planned or running (merges copy up to merge_jobs jobs
         # each: one at a time keeps the leader's memory flat), outside
         # ``_busy`` so that a queue whose seals follow one another under a
@@ -252,7 +278,7 @@ class LaneKeeper:
     def start(self) -> LaneKeeper:
         """Start ``threads`` threads. A queue has one refill or seal planned
         at a time, plus seals submitted before it (pipelined, see
-        ``_sealing``), and the keeper one merge: a slow merge of one queue
+        ``_busy``), and the keeper one merge: a slow merge of one queue
         does not hold up another's refill."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
@@ -287,20 +313,19 @@ class LaneKeeper:
         with self._cond:
             busy = {queue for queue in self._busy
                     if queue not in self._applied or not self._applied[queue](state)}
-            behind = {queue: self._sealing[queue][:2] for queue in busy if queue in self._sealing
-                      and self._sealing[queue][2] == _last_key(state, queue)}
-            sealing = {queue for queue in busy if isinstance(self._busy.get(queue), _SealTask)}
+            sealing = {queue: seal for queue in busy if isinstance(seal := self._busy.get(queue), _SealTask)}
+            behind = {queue: seal for queue, seal in sealing.items() if seal.can_follow(_last_key(state, queue))}
             merge_free = self._merge_slot is None or (
                 self._merge_applied is not None and self._merge_applied(state))
         for queue in queues:
             task: _Task | None
             if queue in behind:
-                # Only another seal, behind the one in flight, and only while
+                # Only another seal, behind the one not landed yet, and only while
                 # the front needs no refill: a refill waits for the chain to
                 # land, then comes first (claims outrank a small tail).
                 if self._refill_task(state, queue, now, shares) is not None:
                     continue
-                task = self._seal_task(state, queue, shares, behind=behind[queue])
+                task = self._seal_task(state, queue, shares, prev=behind[queue])
             elif queue in busy:
                 continue
             else:
@@ -324,7 +349,6 @@ class LaneKeeper:
             for task in tasks:
                 self._busy[task.queue] = task
                 self._applied.pop(task.queue, None)
-                self._sealing.pop(task.queue, None)
                 self._tasks.append(task)
             if merge is not None:
                 self._merge_slot, self._merge_applied = merge, None
@@ -359,11 +383,11 @@ class LaneKeeper:
         return _RefillTask(queue, refs[0], want=shares.head - ready)
 
     def _seal_task(
-        self, state: QueueState, queue: str, shares: _Shares, *, behind: tuple[str, int] | None = None
+        self, state: QueueState, queue: str, shares: _Shares, *, prev: _SealTask | None = None
     ) -> _SealTask | None:
-        """The next seal of ``queue``, or None. ``behind``: the (key,
-        last_pos) of a seal submitted but not in ``state`` yet; the plan then
-        takes only jobs after it, ``after`` its key."""
+        """The next seal of ``queue``, or None. ``prev``: a seal planned
+        earlier that ``state`` does not show yet; the plan then takes only
+        jobs after it, and follows it (see ``_busy``)."""
         policy = self.policy
         here = state.pending_here.get(queue, 0)
         if policy.segment_jobs <= 0 or here < shares.head + shares.seal:
@@ -374,7 +398,7 @@ class LaneKeeper:
         # up, may find enough at once.) Not behind a seal in flight: its jobs
         # still count in ``here`` and leave when it lands, so a memo taken
         # then would hold back the first plan after it.
-        fruitless = self._seal_fruitless.get(queue) if behind is None else None
+        fruitless = self._seal_fruitless.get(queue) if prev is None else None
         if fruitless is not None and fruitless[1] <= shares.seal and here < fruitless[0] + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
@@ -383,11 +407,12 @@ class LaneKeeper:
         # would get every seal of the queue refused until it is claimed. It
         # stays in the document, like a delayed job that is not due yet.
         ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
-        after, last = behind if behind is not None else (refs[-1].key, refs[-1].last_pos) if refs else (None, None)
+        after, last = (None, prev.jobs[-1][1]) if prev is not None else (
+            (refs[-1].key, refs[-1].last_pos) if refs else (None, None))
         # Without segments, the front stays in the document.
         tail = [entry for entry in ready if entry[0] > last] if last is not None else ready[shares.head:]
         if len(tail) < shares.seal:
-            if behind is None:
+            if prev is None:
                 self._seal_fruitless[queue] = (here, shares.seal)
             return None  # the rest are delayed, or in the front: they stay in the document
         self._seal_fruitless.pop(queue, None)
@@ -409,6 +434,7 @@ class LaneKeeper:
             parts=tuple(state.encoded_job(job_id) for _, job_id in chosen),
             after=after,
             oldest=state.jobs[chosen[0][1]].enqueued_at,
+            prev=prev,
         )
 
     def _merge_task(self, state: QueueState, queue: str, *, spare_last: bool = False) -> _MergeTask | None:
@@ -472,7 +498,6 @@ class LaneKeeper:
                         if self._busy.get(task.queue) is task:
                             del self._busy[task.queue]
                             self._applied.pop(task.queue, None)
-                            self._sealing.pop(task.queue, None)
                         if self._merge_slot is task:
                             self._merge_slot = self._merge_applied = None
 
@@ -494,13 +519,28 @@ class LaneKeeper:
 
     def _seal(self, task: _SealTask) -> None:
         first_pos = task.jobs[0][1]
-        key = self._write_and_swap(
-            task, task.parts, first_pos=first_pos, last_pos=task.jobs[-1][1], oldest=task.oldest,
-            swap=lambda ref: Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after),
-        )
+        try:
+            key = self._write_and_swap(
+                task, task.parts, first_pos=first_pos, last_pos=task.jobs[-1][1], oldest=task.oldest,
+                swap=lambda ref: Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key()),
+            )
+        finally:
+            task.queued.set()  # never leave the seal behind this one waiting
         if key is not None:
             self.sealed += 1
             self._keep_parts(key, task.parts)
+
+    def _prev_queued(self, task: _SealTask | _MergeTask) -> bool:
+        """For a seal planned behind another: wait until that one is in the
+        committer's queue (submitted first, it is applied first); False if
+        it gave up before writing its segment, or this keeper is stopping."""
+        prev = task.prev if isinstance(task, _SealTask) else None
+        if prev is None:
+            return True
+        while not prev.queued.wait(0.1):
+            if self._stopping:
+                return False
+        return bool(prev.key)
 
     def _write_and_swap(
         self, task: _SealTask | _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
@@ -524,6 +564,14 @@ class LaneKeeper:
             key=key, total=len(parts), consumed=0, front=first_pos, last_pos=last_pos, size=len(data),
             sha256=digest(data), oldest_enqueued_at=oldest, epoch=self.epoch, sealed_at=self.clock(),
         )
+        if isinstance(task, _SealTask):
+            task.key[:] = [key]  # before it is queued: the seal behind it names it as its ``after``
+        if not self._prev_queued(task):
+            # The seal it follows never wrote its segment: its jobs are still in
+            # the document, and these must not be sealed before them (I7).
+            self.abandoned += 1
+            delete_quietly(self.store, key)
+            return None
         try:
             self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
         except ValidationError:
@@ -615,11 +663,13 @@ class LaneKeeper:
         with self._cond:
             if self._busy.get(task.queue) is task:
                 self._applied[task.queue] = applied
-                if isinstance(op, Seal):
-                    self._sealing[task.queue] = (op.ref.key, op.ref.last_pos, op.after)
             elif self._merge_slot is task:
                 self._merge_applied = applied
-        self.execute(op)
+        if isinstance(task, _SealTask):
+            # The seal planned behind this one submits once this one is queued.
+            self.execute(op, queued=task.queued.set)
+        else:
+            self.execute(op)
 
     def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:
         """The encoded jobs of segment ``ref``: kept from sealing it, or read."""

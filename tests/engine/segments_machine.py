@@ -39,6 +39,7 @@ place (``pos``) and whether it sits in a segment. After every step:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,6 +51,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from engine import JobNotFound, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
+from engine.lanes import _last_key as _last_of
 from engine.ops import (
     claim_op,
     complete_op,
@@ -124,10 +126,12 @@ class SegmentMachine(RuleBasedStateMachine):
     def encoding(self) -> bytes:
         return b"".join(self.state.encode(seq=self.state.seq + 1, writer=WRITER, now=self.now))
 
-    def execute(self, op: Any) -> Any:
+    def execute(self, op: Any, queued: Callable[[], None] | None = None) -> Any:
         """Run ``op`` as a commit would: expire, prune, apply. Raises its
         QueueError (the lane keeper's ``execute`` contract); a refusal must
         change nothing."""
+        if queued is not None:
+            queued()  # applied at once: nothing is ever queued behind it
         self.model_expire()
         before = self.encoding() if not self.due_leases() else None
         result = apply_batch(self.state, [op], self.now)[0]
@@ -149,7 +153,6 @@ class SegmentMachine(RuleBasedStateMachine):
         self.keeper.committed(self.state)
         self.keeper._tasks.clear()
         self.keeper._busy.clear()
-        self.keeper._sealing.clear()
         self.keeper._merge_slot = None
 
     def due_leases(self) -> bool:
@@ -534,14 +537,12 @@ class SegmentMachine(RuleBasedStateMachine):
             self.in_keeper = held
         landed = self.keeper.sealed > sealed
         refs = self.state.lanes.get(first.queue, [])
-        # A refused seal's key never reached any version: any key that is not
-        # the lane's last stands in for it.
-        key = refs[-1].key if landed else f"{segment_prefix(KEY)}{first.queue}/never-landed.json"
-        task = self.keeper._seal_task(before, first.queue, _Shares.of(POLICY, len(before.lanes)),
-                                      behind=(key, first.jobs[-1][1]))
+        assert first.key and (not landed or refs[-1].key == first.key[0])  # written, even if refused
+        task = self.keeper._seal_task(before, first.queue, _Shares.of(POLICY, len(before.lanes)), prev=first)
         if task is None:
             return
-        assert task.after == key and task.jobs[0][1] > first.jobs[-1][1], task
+        assert task.after_key() == first.key[0] and task.jobs[0][1] > first.jobs[-1][1], task
+        assert task.can_follow(_last_of(self.state, first.queue)) == landed
         event(f"pipelined seal behind a {'landed' if landed else 'refused'} one")
         if again:
             self.stale.append(task)

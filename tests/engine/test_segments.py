@@ -405,7 +405,7 @@ class _InOrderCommitter:
         self.keeper = LaneKeeper(self.store, key="queue.json", policy=policy, execute=self.execute, epoch=1,
                                  clock=lambda: self.now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
 
-    def execute(self, op: Any, *, hold: bool = False) -> Any:
+    def execute(self, op: Any, *, hold: bool = False, queued: Callable[[], None] | None = None) -> Any:
         from engine.ops import Seal
 
         first_seal = isinstance(op, Seal) and not self.seals
@@ -416,6 +416,8 @@ class _InOrderCommitter:
             if isinstance(op, Seal):
                 self.seals.append(op)
             self.turn.notify_all()
+        if queued is not None:
+            queued()
         if hold:
             self.in_flight.set()
             assert self.release.wait(10)
@@ -582,3 +584,52 @@ def test_a_merge_of_a_segment_used_up_meanwhile_gives_up_quietly(caplog: pytest.
     with caplog.at_level("WARNING", logger="engine.lanes"):
         keeper._merge(_MergeTask("q", refs))
     assert any("missing" in record.getMessage() for record in caplog.records)
+
+
+def test_the_next_seal_is_planned_while_the_one_before_is_still_being_written() -> None:
+    """Pipelining starts at planning, not at submission: a version that lands
+    while a seal's segment is still being written plans the next seal behind
+    it, which writes its own segment meanwhile and is submitted right after
+    the first (its ``after`` is the first's key, known once written)."""
+    import threading
+
+    from engine import MemoryStore
+
+    class SlowFirstWrite(MemoryStore):
+        """The first segment write waits until a second one has landed."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.segment_puts = 0
+            self.second = threading.Event()
+            self.overtaken = False
+
+        def put(self, key, data, *, if_match=None, if_none_match=False):  # type: ignore[no-untyped-def]
+            if key.startswith(segment_prefix("queue.json")):
+                self.segment_puts += 1
+                if self.segment_puts == 1:
+                    self.overtaken = self.second.wait(3)
+                else:
+                    etag = super().put(key, data, if_match=if_match, if_none_match=if_none_match)
+                    self.second.set()
+                    return etag
+            return super().put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+    fake = _InOrderCommitter(Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100))
+    store = SlowFirstWrite()
+    fake.store = fake.keeper.store = store
+    fake.gate.set()
+    fake.keeper.start()
+    try:
+        fake.push(0, 40)  # the first seal takes 20..39, and its write hangs
+        wait_for(lambda: store.segment_puts == 1, what="the first segment's write started")
+        fake.push(40, 20)  # lands while it is written: the next seal is planned behind it
+        wait_for(lambda: len(fake.state.lanes.get("q", [])) == 2, what="both seals landed, in order")
+        assert store.overtaken, "the next segment was not written while the first one was"
+        seals = fake.seals
+        assert [seal.jobs[0][1] for seal in seals] == [20, 40] and seals[1].after == seals[0].ref.key
+        assert [ref.key for ref in fake.state.lanes["q"]] == [seals[0].ref.key, seals[1].ref.key]
+        assert fake.keeper.abandoned == 0
+    finally:
+        store.second.set()
+        fake.finish()

@@ -49,7 +49,9 @@ class Lanes:
                                  clock=lambda: self.now, grace_seconds=0, collect_seconds=3600, retry_seconds=60)
         self.execute(None)
 
-    def execute(self, op: Operation | None) -> Any:
+    def execute(self, op: Operation | None, queued: Callable[[], None] | None = None) -> Any:
+        if queued is not None:
+            queued()  # applied at once: nothing is ever queued behind it
         result = apply_batch(self.state, [op] if op is not None else [], self.now)
         self.state.encoded(seq=self.state.seq + 1, writer="w")
         for key in self.state.take_dropped_segments():  # landed: delete at once (no grace here)
@@ -57,6 +59,7 @@ class Lanes:
         self.keeper.committed(self.state)
         self.keeper._tasks.clear()  # the test runs the keeper's steps itself
         self.keeper._busy.clear()
+        self.keeper._merge_slot = None
         if result and isinstance(result[0], Exception):
             raise result[0]
         return result[0] if result else None
