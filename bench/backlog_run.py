@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -346,6 +346,20 @@ def _django() -> None:
         django.setup()
 
 
+def _latest_snapshot(broker: Broker) -> Callable[[], Any]:
+    """A function decoding the leader's latest version into the dashboard's
+    snapshot, anew at each call (what a page load of a new version costs)."""
+    from datetime import UTC, datetime
+
+    from queueadmin.dashboard.snapshot import decode_document
+
+    committer = broker.committer
+    assert committer is not None
+    etag, parts = committer.committed
+    data = b"".join(parts)
+    return lambda: decode_document(data, etag=etag, taken_at=datetime.now(UTC))
+
+
 def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
     """The dashboard's overview of the leader's latest version: decode the
     document into a snapshot and build the overview's context (median ms).
@@ -353,19 +367,13 @@ def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
     rendering; the dashboard reads only the document (no segment)."""
     try:
         _django()
-        from datetime import UTC, datetime
-
         from queueadmin.dashboard import pages
-        from queueadmin.dashboard.snapshot import decode_document
 
-        committer = broker.committer
-        assert committer is not None
-        etag, parts = committer.committed
-        data = b"".join(parts)
+        snapshot = _latest_snapshot(broker)
         samples = []
         for _ in range(repeat):
             started = time.perf_counter()
-            pages.overview(decode_document(data, etag=etag, taken_at=datetime.now(UTC)))
+            pages.overview(snapshot())
             samples.append((time.perf_counter() - started) * 1000)
         return statistics.median(samples)
     except Exception as exc:  # the dashboard is optional here: report, do not fail the run
@@ -390,22 +398,17 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
     segment could not be read."""
     try:
         _django()
-        from datetime import UTC, datetime
         from unittest import mock
 
         from queueadmin import runtime
         from queueadmin.dashboard import pages, segments
-        from queueadmin.dashboard.snapshot import decode_document
 
-        committer = broker.committer
-        assert committer is not None
-        etag, parts = committer.committed
-        data = b"".join(parts)
+        snapshot = _latest_snapshot(broker)
 
         def load(number: int) -> tuple[float, dict[str, Any]]:
             params = {"queue": queue, "status": "pending", "page": str(number)}
             started = time.perf_counter()
-            context = pages.jobs(decode_document(data, etag=etag, taken_at=datetime.now(UTC)), params)
+            context = pages.jobs(snapshot(), params)
             ms = (time.perf_counter() - started) * 1000
             if context["segment_error"]:
                 raise RuntimeError(context["segment_error"])
