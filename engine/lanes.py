@@ -9,7 +9,8 @@ only plans) and does the work on its own thread:
   segment_jobs`` gets its tail (the jobs after its front, or after its last
   segment, in whole shares) written to a new segment object, then a
   :class:`~engine.ops.Seal` commit swaps them for the reference. The next
-  seal is planned as soon as that one is submitted, behind it (pipelined);
+  seal of the queue is planned behind it before it lands (pipelined, see
+  ``LaneKeeper._busy``);
 * **refill**: a queue with segments whose front holds fewer than
   ``refill_below`` claimable jobs gets the next jobs of its first segment
   back, by a :class:`~engine.ops.Refill` commit; the read happens before the
@@ -277,9 +278,10 @@ class LaneKeeper:
 
     def start(self) -> LaneKeeper:
         """Start ``threads`` threads. A queue has one refill or seal planned
-        at a time, plus seals submitted before it (pipelined, see
-        ``_busy``), and the keeper one merge: a slow merge of one queue
-        does not hold up another's refill."""
+        at a time, plus the seal it follows (pipelined, see ``_busy``), and
+        the keeper one merge: a slow merge of one queue does not hold up
+        another's refill. A seal waits for the one it follows, which was
+        queued before it, so the threads cannot all wait on each other."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
             self._threads.append(thread)
