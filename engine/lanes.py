@@ -69,7 +69,7 @@ from engine.segments import (
     digest,
     encode_segment,
     epoch_of_key,
-    read_segment,
+    read_segment_window,
     segment_key,
     segment_prefix,
     write_segment,
@@ -712,13 +712,12 @@ class LaneKeeper:
                 if first <= start and end <= first + len(jobs):
                     self._cache.move_to_end(ref.key)
                     return jobs[start - first:end - first]
-        items = read_segment(self.store, ref)
-        window = items[start:start + (max(count, REFILL_WINDOW) if keep else count)]
+        window = read_segment_window(self.store, ref, start, max(count, REFILL_WINDOW) if keep else count)
         try:
             jobs = parse_segment_jobs(ref.key, window, first=start)
         except DocumentError as exc:
             raise SegmentUnreadable(ref.key, exc.problem) from exc
-        del items, window  # the whole segment's JSON: gone before anything else is read
+        del window
         if keep:
             with self._cache_lock:
                 old = self._cache.pop(ref.key, None)
