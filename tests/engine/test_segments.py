@@ -633,3 +633,25 @@ def test_the_next_seal_is_planned_while_the_one_before_is_still_being_written() 
     finally:
         store.second.set()
         fake.finish()
+
+
+def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> None:
+    """The front a refill aims for grows with the pace of claims since the
+    last refill (up to MAX_FRONT_BOOST times the front share), so a fast
+    batched worker does not find it empty while the next refill is read and
+    committed; a queue claimed slowly keeps the configured share."""
+    from datetime import UTC, datetime
+
+    from engine.lanes import MAX_FRONT_BOOST, LaneKeeper, _Shares
+
+    shares = _Shares(head=1000, seal=1000, refill=500)
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
+                        clock=lambda: datetime(2026, 1, 1, tzinfo=UTC), grace_seconds=0, collect_seconds=3600,
+                        retry_seconds=0.1)
+    assert keeper._front_target("fast", 10.0, 400, shares) == 1000  # no pace known yet
+    # 800 jobs claimed in 0.2 s (4,000 a second): the front is kept as deep as allowed.
+    assert keeper._front_target("fast", 10.2, 200, shares) == int(1000 * MAX_FRONT_BOOST)
+    assert keeper._boost["fast"] == MAX_FRONT_BOOST  # and its next refill starts earlier
+    assert keeper._front_target("slow", 10.0, 400, shares) == 1000
+    assert keeper._front_target("slow", 20.0, 100, shares) == 1000  # 900 jobs in 10 s
+    assert keeper._boost["slow"] == 1.0

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, Policy, QueueState
+from engine import Broker, Policy, QueueState, lanes
 from engine.lanes import LaneKeeper, _RefillTask, _Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_prefix
@@ -224,6 +224,13 @@ def referenced(store: ObjectStore) -> set[str]:
 
 def stored_segments(store: ObjectStore) -> set[str]:
     return set(store.list(PREFIX))
+
+
+@pytest.fixture(autouse=True)
+def steady_refills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These scripts count the jobs each refill brings back: keep the fronts
+    at their configured size, however fast the tests claim."""
+    monkeypatch.setattr(lanes, "MAX_FRONT_BOOST", 1.0)
 
 
 @pytest.fixture
