@@ -649,9 +649,14 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
                         clock=lambda: datetime(2026, 1, 1, tzinfo=UTC), grace_seconds=0, collect_seconds=3600,
                         retry_seconds=0.1)
     assert keeper._front_target("fast", 10.0, 400, shares) == 1000  # no pace known yet
-    # 800 jobs claimed in 0.2 s (4,000 a second): the front is kept as deep as allowed.
-    assert keeper._front_target("fast", 10.2, 200, shares) == int(1000 * MAX_FRONT_BOOST)
-    assert keeper._boost["fast"] == MAX_FRONT_BOOST  # and its next refill starts earlier
+    # 800 jobs claimed in 0.2 s (4,000 a second): the front is kept as deep as allowed, twice the share.
+    assert MAX_FRONT_BOOST == 2.0
+    assert keeper._front_target("fast", 10.2, 200, shares) == 2000
+    assert keeper._boost["fast"] == 2.0  # and its next refill starts earlier
+    # 1,200 a second: 1.2 times.
+    assert keeper._front_target("medium", 10.0, 400, shares) == 1000
+    assert keeper._front_target("medium", 10.5, 400, shares) == 1000  # nothing claimed: the share
+    assert keeper._front_target("medium", 11.0, 400, shares) == 1200
     assert keeper._front_target("slow", 10.0, 400, shares) == 1000
     assert keeper._front_target("slow", 20.0, 100, shares) == 1000  # 900 jobs in 10 s
     assert keeper._boost["slow"] == 1.0
