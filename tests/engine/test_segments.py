@@ -653,10 +653,10 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     assert MAX_FRONT_BOOST == 2.0
     assert keeper._front_target("fast", 10.2, 200, shares) == 2000
     assert keeper._boost["fast"] == 2.0  # and its next refill starts earlier
-    # 1,200 a second: 1.2 times.
+    # The pace is the front aimed for at the last refill, less what is left, over the time since.
     assert keeper._front_target("medium", 10.0, 400, shares) == 1000
-    assert keeper._front_target("medium", 10.5, 400, shares) == 1000  # nothing claimed: the share
-    assert keeper._front_target("medium", 11.0, 400, shares) == 1200
+    assert keeper._front_target("medium", 11.0, 400, shares) == 1000  # 600 a second: the share is enough
+    assert keeper._front_target("medium", 11.5, 400, shares) == 1200  # 1,200 a second: 1.2 times
     assert keeper._front_target("slow", 10.0, 400, shares) == 1000
     assert keeper._front_target("slow", 20.0, 100, shares) == 1000  # 900 jobs in 10 s
     assert keeper._boost["slow"] == 1.0
