@@ -430,3 +430,33 @@ def test_a_heartbeat_tick_waits_for_the_answered_caller_instead_of_writing_alone
     tick.join(5)
     committer.stop()
     assert memory.writes - before == 1  # the Tick and the push: one write
+
+
+def test_the_lane_keepers_seal_waits_for_the_answered_caller_like_a_tick() -> None:
+    """The keeper's operations wait for no caller either: a Seal staged right
+    after a write landed rides the write of the caller that comes back
+    instead of writing alone in the middle of its cycle."""
+    from engine import Policy
+    from engine.lanes import LaneKeeper, _Shares
+    from engine.model import utc_now
+
+    memory = MemoryStore()
+    policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+    committer = GroupCommitter(LatencyStore(memory, latency=0.2), policy=policy, max_linger_seconds=0.5).start()
+    # The keeper's own segment writes go to the store directly, at once.
+    keeper = LaneKeeper(memory, key=KEY, policy=policy, execute=committer.execute, epoch=1, clock=utc_now,
+                        grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
+    committer.push("q", list(range(40)))  # a front of 20 and a tail of 20 (format 2 from this commit)
+    assert committer.state is not None
+    task = keeper._seal_task(committer.state, "q", _Shares.of(policy, 1))
+    assert task is not None and len(task.jobs) == 20
+    committer.push("q", [40])  # its write just landed: the linger runs
+    before = committer.committed_seq
+    seal = threading.Thread(target=keeper._seal, args=(task,))
+    seal.start()
+    time.sleep(0.02)  # the caller's turnaround
+    committer.push("q", [41])
+    seal.join(5)
+    committer.stop()
+    assert keeper.sealed == 1
+    assert committer.committed_seq - before == 1  # the Seal and the push: one write
