@@ -339,7 +339,7 @@ class LaneKeeper:
                 # Only another seal, behind the one not landed yet, and only while
                 # the front needs no refill: a refill waits for the chain to
                 # land, then comes first (claims outrank a small tail).
-                if self._refill_task(state, queue, now, shares) is not None:
+                if self._front_short(state, queue, now, shares) is not None:
                     continue
                 task = self._seal_task(state, queue, shares, prev=behind[queue])
             elif queue in busy:
@@ -372,6 +372,16 @@ class LaneKeeper:
             self._cond.notify_all()
 
     def _refill_task(self, state: QueueState, queue: str, now: float, shares: _Shares) -> _RefillTask | None:
+        """A refill of ``queue``'s front, if it runs short (see _front_short)."""
+        ready = self._front_short(state, queue, now, shares)
+        if ready is None:
+            return None
+        return _RefillTask(queue, state.lanes[queue][0], want=self._front_target(queue, now, ready, shares) - ready)
+
+    def _front_short(self, state: QueueState, queue: str, now: float, shares: _Shares) -> int | None:
+        """How many claimable jobs ``queue``'s front holds if that is below its
+        refill share (None: enough, or nothing to refill from). Plans nothing:
+        the pace a refill aims by is taken only when one is planned."""
         refs = state.lanes.get(queue)
         if not refs:
             self._front_counted.pop(queue, None)
@@ -399,7 +409,7 @@ class LaneKeeper:
         if ready >= threshold:
             return None
         del self._front_counted[queue]  # the refill changes the front: count again after it
-        return _RefillTask(queue, refs[0], want=self._front_target(queue, now, ready, shares) - ready)
+        return ready
 
     def _front_target(self, queue: str, now: float, ready: int, shares: _Shares) -> int:
         """The front a refill planned now aims for: the front share, made

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import orjson
 import pytest
@@ -432,13 +432,15 @@ def test_a_heartbeat_tick_waits_for_the_answered_caller_instead_of_writing_alone
     assert memory.writes - before == 1  # the Tick and the push: one write
 
 
-def test_the_lane_keepers_seal_waits_for_the_answered_caller_like_a_tick() -> None:
-    """The keeper's operations wait for no caller either: a Seal staged right
-    after a write landed rides the write of the caller that comes back
-    instead of writing alone in the middle of its cycle."""
+def test_the_lane_keepers_refill_waits_for_the_answered_caller_and_its_seal_does_not() -> None:
+    """A refill waits for no caller either: staged right after a write landed,
+    it rides the write of the caller that comes back instead of writing alone
+    in the middle of its cycle. A seal is written at once: it shrinks the
+    document every later write carries."""
     from engine import Policy
     from engine.lanes import LaneKeeper, _Shares
     from engine.model import utc_now
+    from engine.ops import claim_op
 
     memory = MemoryStore()
     policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
@@ -446,17 +448,28 @@ def test_the_lane_keepers_seal_waits_for_the_answered_caller_like_a_tick() -> No
     # The keeper's own segment writes go to the store directly, at once.
     keeper = LaneKeeper(memory, key=KEY, policy=policy, execute=committer.execute, epoch=1, clock=utc_now,
                         grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
+    shares = _Shares.of(policy, 1)
+
+    def one_write_for(step: Callable[[], None], *, writes: int) -> None:
+        committer.push("q", ["x"])  # its write just landed: the linger runs
+        before = committer.committed_seq
+        background = threading.Thread(target=step)
+        background.start()
+        time.sleep(0.02)  # the caller's turnaround
+        committer.push("q", ["y"])
+        background.join(5)
+        assert committer.committed_seq - before == writes
+
     committer.push("q", list(range(40)))  # a front of 20 and a tail of 20 (format 2 from this commit)
     assert committer.state is not None
-    task = keeper._seal_task(committer.state, "q", _Shares.of(policy, 1))
-    assert task is not None and len(task.jobs) == 20
-    committer.push("q", [40])  # its write just landed: the linger runs
-    before = committer.committed_seq
-    seal = threading.Thread(target=keeper._seal, args=(task,))
-    seal.start()
-    time.sleep(0.02)  # the caller's turnaround
-    committer.push("q", [41])
-    seal.join(5)
-    committer.stop()
+    seal = keeper._seal_task(committer.state, "q", shares)
+    assert seal is not None
+    one_write_for(lambda: keeper._seal(seal), writes=2)  # the seal's own write, then the push's
     assert keeper.sealed == 1
-    assert committer.committed_seq - before == 1  # the Seal and the push: one write
+    committer.execute(claim_op("w", ["q"], policy=policy, max_jobs=15))  # the front runs short
+    refill = keeper._refill_task(committer.state, "q", time.monotonic(), shares)
+    assert refill is not None
+    keeper._segment_jobs(refill.ref, refill.ref.consumed, refill.want + 1, keep=True)  # no read in the timed part
+    one_write_for(lambda: keeper._refill(refill), writes=1)  # the refill and the push: one write
+    committer.stop()
+    assert keeper.refilled == 1

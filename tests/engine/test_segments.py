@@ -662,3 +662,37 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     assert keeper._front_target("slow", 10.0, 400, shares) == 1000
     assert keeper._front_target("slow", 20.0, 100, shares) == 1000  # 900 jobs in 10 s
     assert keeper._boost["slow"] == 1.0
+
+
+def test_checking_whether_a_front_runs_short_does_not_take_its_pace() -> None:
+    """The keeper asks whether a queue's front runs short on every landed
+    version while it pipelines seals; only a refill actually planned may
+    take the pace, or checks a few ms apart read as thousands of claims a
+    second and every front is kept at its deepest."""
+    from datetime import UTC, datetime
+
+    from engine import QueueState
+    from engine.lanes import LaneKeeper, _Shares
+    from engine.transitions import apply_batch
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    state = QueueState(policy=SMALL)
+    apply_batch(state, [push_op("q", [{"i": i} for i in range(60)], policy=SMALL)], now)
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
+                        clock=lambda: now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
+    task = keeper._seal_task(state, "q", _Shares.of(SMALL, 1))
+    assert task is not None
+    from engine.ops import Seal
+    from engine.segments import SegmentRef
+
+    ref = SegmentRef(key="queue.json.seg/q/x.json", total=len(task.jobs), consumed=0, front=task.jobs[0][1],
+                     last_pos=task.jobs[-1][1], size=1, sha256="0" * 64, oldest_enqueued_at=now, epoch=1,
+                     sealed_at=now)
+    apply_batch(state, [Seal(queue="q", ref=ref, jobs=task.jobs, after=None)], now)
+    apply_batch(state, [claim_op("w", ["q"], policy=SMALL, max_jobs=15)], now)  # 5 left in front of 20
+    shares = _Shares.of(SMALL, 1)
+    for t in (10.0, 10.01, 10.02):
+        assert keeper._front_short(state, "q", t, shares) == 5
+    assert keeper._boost == {} and keeper._paced == {}
+    planned = keeper._refill_task(state, "q", 10.03, shares)
+    assert planned is not None and planned.want == 20 - 5  # no pace known yet: the share
