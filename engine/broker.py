@@ -228,9 +228,14 @@ class Broker:
         return self._now_leading()
 
     async def _aleading(self) -> GroupCommitter:
-        """Like :meth:`_leading`, waiting for a takeover off the event loop."""
-        if not self._settled.is_set():
-            await asyncio.to_thread(self._settled.wait, self.takeover_seconds)
+        """Like :meth:`_leading`, waiting for a takeover without blocking the
+        event loop. It polls rather than parking a thread per request: a
+        takeover is short and rare, while many waiting requests (a hundred
+        long-polling workers) would each hold one of the loop's few
+        executor threads."""
+        deadline = time.monotonic() + self.takeover_seconds
+        while not self._settled.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
         return self._now_leading()
 
     def _now_leading(self) -> GroupCommitter:
