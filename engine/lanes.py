@@ -260,6 +260,8 @@ class LaneKeeper:
         # ``after``), so it does not race them.
         self._merge_slot: _MergeTask | None = None
         self._merge_applied: Callable[[QueueState], bool] | None = None
+        # Writer-thread memo: per queue, the shape of its lane when a scan last found nothing to merge.
+        self._merge_none: dict[str, tuple[int, str, str, bool]] = {}
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
         self._deletions: list[tuple[float, str]] = []  # (monotonic deadline, key), in deadline order
         self._referenced: frozenset[str] | None = None  # keys the latest landed version references
@@ -350,11 +352,21 @@ class LaneKeeper:
                 tasks.append(task)
         merge = None
         if merge_free:
-            for queue in state.lanes:
-                merge = self._merge_task(state, queue, spare_last=queue in sealing or any(
-                    t.queue == queue and isinstance(t, _SealTask) for t in tasks))
+            for queue, refs in state.lanes.items():
+                spare_last = queue in sealing or any(t.queue == queue and isinstance(t, _SealTask) for t in tasks)
+                # Scanning every queue's references on every landed version is
+                # writer-thread time (hundreds of references at 5M): a lane whose
+                # ends and length did not change since a scan found nothing to
+                # merge still has nothing (only merges change its middle).
+                shape = (len(refs), refs[0].key, refs[-1].key, spare_last)
+                if self._merge_none.get(queue) == shape:
+                    continue
+                merge = self._merge_task(state, queue, spare_last=spare_last)
                 if merge is not None:
                     break
+                self._merge_none[queue] = shape
+        for queue in [q for q in self._merge_none if q not in state.lanes]:
+            del self._merge_none[queue]
         # A queue with no segments left cannot be stopped at one: a problem
         # reported by a refill that raced the drop of its segment is void.
         for queue in [q for q in self.problems if q not in state.lanes]:
