@@ -210,6 +210,16 @@ class SegmentMachine(RuleBasedStateMachine):
     def running(self) -> list[MJob]:
         return [j for j in self.jobs.values() if j.status == "running"]
 
+    def draw_running(self, data: st.DataObject) -> tuple[MJob, str] | None:
+        """After the leases due expired: one running job and its token, or None."""
+        self.model_expire()
+        running = self.running()
+        if not running:
+            return None
+        job = data.draw(st.sampled_from(sorted(running, key=lambda j: j.id)))
+        assert job.token is not None
+        return job, job.token
+
     def after_step(self) -> None:
         self.commit()
         if self.auto and not self.in_keeper:
@@ -303,13 +313,11 @@ class SegmentMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.running())
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
-        self.model_expire()
-        running = self.running()
-        if not running:
+        drawn = self.draw_running(data)
+        if drawn is None:
             return
-        job = data.draw(st.sampled_from(sorted(running, key=lambda j: j.id)))
-        assert job.token is not None
-        self.execute(complete_op(job.id, job.token))
+        job, token = drawn
+        self.execute(complete_op(job.id, token))
         del self.jobs[job.id]
         self.counter(job.queue)["completed"] += 1
         self.left.add(job.id)
@@ -318,13 +326,11 @@ class SegmentMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.running())
     @rule(data=st.data(), retry_in=st.sampled_from([None, 0.0, 2.0]), give_up=st.booleans())
     def fail(self, data: st.DataObject, retry_in: float | None, give_up: bool) -> None:
-        self.model_expire()
-        running = self.running()
-        if not running:
+        drawn = self.draw_running(data)
+        if drawn is None:
             return
-        job = data.draw(st.sampled_from(sorted(running, key=lambda j: j.id)))
-        assert job.token is not None
-        self.execute(fail_op(job.id, job.token, error="boom", retry_in_seconds=retry_in, policy=POLICY,
+        job, token = drawn
+        self.execute(fail_op(job.id, token, error="boom", retry_in_seconds=retry_in, policy=POLICY,
                              give_up=give_up))
         self.counter(job.queue)["failed"] += 1
         job.token, job.expires_at = None, None
