@@ -143,12 +143,17 @@ def read_segment(store: ObjectStore, ref: SegmentRef) -> list[Any]:
     return decode_segment(ref, blob.data)
 
 
-def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
-    """Verify ``data`` against ``ref`` and return its jobs (see :func:`read_segment`)."""
+def _verify(ref: SegmentRef, data: bytes) -> None:
+    """The object is the one ``ref`` describes: its size and SHA-256 (I6)."""
     if len(data) != ref.size:
         raise SegmentUnreadable(ref.key, f"its size is {len(data)} bytes, the document says {ref.size}")
     if digest(data) != ref.sha256:
         raise SegmentUnreadable(ref.key, "its SHA-256 does not match the document's reference")
+
+
+def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
+    """Verify ``data`` against ``ref`` and return its jobs (see :func:`read_segment`)."""
+    _verify(ref, data)
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:  # a matching hash makes this a writer's bug; still refuse it
@@ -175,10 +180,7 @@ def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) 
     ``sizes``: a refill that takes a few thousand jobs of a 16,384-job
     segment then parses those, not 7 MB of JSON. A segment written without
     ``sizes`` is decoded whole, then sliced. Raises SegmentUnreadable."""
-    if len(data) != ref.size:
-        raise SegmentUnreadable(ref.key, f"its size is {len(data)} bytes, the document says {ref.size}")
-    if digest(data) != ref.sha256:
-        raise SegmentUnreadable(ref.key, "its SHA-256 does not match the document's reference")
+    _verify(ref, data)
     at = data.find(_JOBS_AT)
     try:
         head = orjson.loads(data[:at] + b"}") if at > 0 else None
