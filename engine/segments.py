@@ -176,7 +176,9 @@ def read_segment_window(store: ObjectStore, ref: SegmentRef, start: int, count: 
 
 def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) -> list[Any]:
     """Verify ``data`` against ``ref`` (size and SHA-256 of the whole object)
-    and decode only jobs ``start`` to ``start + count``, using the header's
+    and decode only the jobs whose index is in ``[start, start + count)``
+    (clipped to the segment, so a negative ``start`` is no index from the
+    end), using the header's
     ``sizes``: a refill that takes a few thousand jobs of a 16,384-job
     segment then parses those, not 7 MB of JSON. A segment written without
     ``sizes`` is decoded whole, then sliced. Raises SegmentUnreadable."""
@@ -188,7 +190,7 @@ def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) 
         head = None
     sizes = head.get("sizes") if isinstance(head, dict) else None
     if not isinstance(head, dict) or not isinstance(sizes, list):
-        return decode_segment(ref, data)[start:start + count]
+        return decode_segment(ref, data)[max(start, 0):max(start + count, 0)]
     if (head.get("kind") != PENDING_KIND or len(sizes) != ref.total
             or not all(isinstance(n, int) and n > 0 for n in sizes)
             or at + len(_JOBS_AT) + sum(sizes) + max(len(sizes) - 1, 0) + 2 != len(data)):

@@ -42,7 +42,8 @@ def ref_for(data: bytes, total: int) -> SegmentRef:
 def test_a_window_is_the_whole_segment_sliced(items: list[object], start: int, count: int) -> None:
     ref, data = segment(items)
     whole = decode_segment(ref, data)
-    assert decode_segment_window(ref, data, start, count) == whole[max(start, 0):max(start, 0) + count]
+    # The window is [start, start + count) clipped to the segment (no index from the end).
+    assert decode_segment_window(ref, data, start, count) == whole[max(start, 0):max(start + count, 0)]
 
 
 def test_a_segment_without_sizes_is_decoded_whole_then_sliced() -> None:
@@ -52,6 +53,8 @@ def test_a_segment_without_sizes_is_decoded_whole_then_sliced() -> None:
     data = b"".join((head[:-1], b',"jobs":[', b",".join(parts), b"]}"))
     ref = ref_for(data, 10)
     assert [job["id"] for job in decode_segment_window(ref, data, 3, 4)] == ["j3", "j4", "j5", "j6"]
+    # Clipped like a segment with sizes: no index from the end.
+    assert [job["id"] for job in decode_segment_window(ref, data, -2, 3)] == ["j0"]
 
 
 def test_an_altered_segment_is_refused_whatever_the_window() -> None:
