@@ -51,6 +51,7 @@ from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.document import QueueState
 from engine.errors import (
+    CommitterNotRunning,
     CommitterStopped,
     CommitTimeout,
     EngineError,
@@ -245,7 +246,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         queue = self._queue
         with self._lock:  # the condition's lock, entered without Condition's Python-level wrapper
             if not self._running:
-                raise CommitterStopped("the committer is not running; call start()")
+                raise CommitterNotRunning("the committer is not running; call start()")
             queue.append(pending)
             # Only the writer waits on the condition, and it takes the whole
             # queue each time it wakes: only the first arrival must wake it.
@@ -296,7 +297,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def _submit_all(self, pendings: list[Pending]) -> None:
         with self._lock:  # all or none: a stopped committer takes none of them
             if not self._running:
-                raise CommitterStopped("the committer is not running; call start()")
+                raise CommitterNotRunning("the committer is not running; call start()")
             was_empty = not self._queue
             self._queue.extend(pendings)
             if was_empty and pendings:

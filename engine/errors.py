@@ -167,6 +167,13 @@ class CommitterStopped(EngineError):
     code = "committer_stopped"
 
 
+class CommitterNotRunning(CommitterStopped):
+    """Raised when an operation is submitted to a committer that is not
+    running: it was never taken, so it is in no write, now or later (unlike
+    an operation failed by ``stop(drain=False)``, whose error is the one
+    ``stop`` was given)."""
+
+
 class CommitTimeout(EngineError):
     """No answer came within the caller's deadline (``execute(op, timeout=...)``).
 

@@ -51,6 +51,7 @@ from typing import Any
 
 from engine.document import FORMAT_SEGMENTS, QueueState, encode_job
 from engine.errors import (
+    CommitterNotRunning,
     CommitterStopped,
     DocumentError,
     EngineError,
@@ -577,7 +578,8 @@ class LaneKeeper:
         try:
             key = self._write_and_swap(
                 task, task.parts, first_pos=first_pos, last_pos=task.jobs[-1][1], oldest=task.oldest,
-                swap=lambda ref: Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key()),
+                swap=lambda ref: Seal(
+                    queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts),
             )
         finally:
             task.queued.set()  # never leave the seal behind this one waiting
@@ -605,7 +607,10 @@ class LaneKeeper:
         ``swap(ref)`` (a Seal or a Merge). Returns the new key once the swap
         is applied; None if it is not, after deleting the object when nothing
         can reference it. Raises NotLeader/CommitterStopped: the object is
-        then an orphan, for the next leader's collector."""
+        then an orphan, for the next leader's collector (a NotLeader swap
+        may have landed before the takeover read the document), except when
+        the swap was refused at submission (CommitterNotRunning): it is in
+        no write, and the object is deleted first."""
         queue = task.queue
         key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos)
         data = encode_segment(queue, first_pos, parts)
@@ -621,14 +626,23 @@ class LaneKeeper:
         )
         if isinstance(task, _SealTask):
             task.key[:] = [key]  # before it is queued: the seal behind it names it as its ``after``
-        if not self._prev_queued(task):
+        if not self._prev_queued(task) or self._stopping:
             # The seal it follows never wrote its segment: its jobs are still in
-            # the document, and these must not be sealed before them (I7).
+            # the document, and these must not be sealed before them (I7). Or
+            # this keeper stopped (a step-down) while the segment was written.
+            # Either way nothing was submitted: no version can name the object.
             self.abandoned += 1
             delete_quietly(self.store, key)
             return None
         try:
             self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
+        except CommitterNotRunning:
+            # Refused at submission, so in no write (a fenced leader whose
+            # segment write returned late: without this, its objects waited
+            # for a later leader's collector pass, an hour on an idle one).
+            self.abandoned += 1
+            delete_quietly(self.store, key)
+            raise
         except ValidationError:
             # The queue moved on (a purge, a requeue, a refill): nothing references the object.
             self.abandoned += 1

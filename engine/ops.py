@@ -228,12 +228,21 @@ class Seal:
     ``jobs`` of ``queue`` (``(id, pos)`` pairs, in FIFO order) by ``ref``, a
     segment already written with exactly those jobs. Refused, changing
     nothing, unless each is still pending at that ``pos`` with no delay and
-    the queue's last segment is still ``after`` (None: it has none)."""
+    the queue's last segment is still ``after`` (None: it has none), and,
+    when ``parts`` (the jobs as the segment holds them) is given, unless
+    each still encodes exactly so.
+
+    ``parts`` matters because the lane keeper plans from the committer's
+    state when a write lands, and that state already holds the operations
+    staged for the next write: if that write fails, they are applied again
+    to a fresh read, and a job pushed again keeps its id and ``pos`` but
+    gets another ``enqueued_at``."""
 
     queue: str
     ref: SegmentRef
     jobs: tuple[tuple[str, int], ...]
     after: str | None
+    parts: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -425,6 +425,9 @@ def seal(state: QueueState, op: Seal, now: datetime) -> int:
         if (job is None or job.queue != op.queue or job.status != "pending" or job.not_before is not None
                 or state.pos[job_id] != pos):
             raise ValidationError(f"job {job_id!r} changed since the seal began")
+    if op.parts and (len(op.parts) != len(op.jobs) or any(
+            state.encoded_job(job_id) != part for (job_id, _), part in zip(op.jobs, op.parts, strict=False))):
+        raise ValidationError(f"a job of queue {op.queue!r} changed since the seal began")
     for job_id, _ in op.jobs:
         state.remove_job(job_id)
         state.sealed.add(job_id, now)
