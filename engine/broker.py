@@ -400,6 +400,7 @@ class Broker:
             writer_id=f"{self.id}/{secrets.token_hex(4)}",
             on_load=self._check_named,
             on_commit=self._committed,
+            on_write=self._writing,
             on_departures=self.on_departures,
             on_segments_dropped=self._segments_dropped,
             presence=self.presence,
@@ -437,6 +438,16 @@ class Broker:
                 log.exception("broker %s: planning segment work failed", self.id)
         if self.on_commit is not None:
             self.on_commit(state)
+
+    def _writing(self, state: QueueState) -> None:
+        """The committer's on_write (its writer thread): the lane keeper plans
+        seals from a version being written (see ``LaneKeeper.writing``)."""
+        keeper = self._keeper
+        if keeper is not None:
+            try:
+                keeper.writing(state)
+            except Exception:
+                log.exception("broker %s: planning seals failed", self.id)
 
     def _segments_dropped(self, keys: list[str]) -> None:
         """The committer's on_segments_dropped (its writer thread)."""

@@ -19,7 +19,9 @@ A failed write is settled by re-reading the document:
 Listeners (``on_commit``, ``on_departures``) run on the writer thread after a
 write lands, before its callers are answered: they must be quick and must
 not block (hand work to another thread). One that raises is logged and
-ignored; commits go on.
+ignored; commits go on. ``on_write`` runs on the writer thread just after a
+write has started, with the state it writes; the same rules apply, and that
+state may never land.
 
 A document that cannot be parsed is never overwritten (I6): the batch fails
 with DocumentError and the committer keeps refusing until it can read it. A
@@ -133,6 +135,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         on_lost_race: Callable[[QueueState], None] | None = None,
         on_load: Callable[[QueueState], None] | None = None,
         on_commit: Callable[[QueueState], None] | None = None,
+        on_write: Callable[[QueueState], None] | None = None,
         on_departures: Callable[[list[Departure]], None] | None = None,
         on_segments_dropped: Callable[[list[str]], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
@@ -151,6 +154,7 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         self.on_lost_race = on_lost_race
         self.on_load = on_load
         self.on_commit = on_commit
+        self.on_write = on_write
         # Jobs that left the document, per landed write (completed, purged,
         # dead letters dropped); only kept when someone listens.
         self.on_departures = on_departures
@@ -566,6 +570,11 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
         state.encoded(seq=seq, writer=self.writer_id)
         assert self._io is not None
         self._io.submit(self._put, write, if_match)
+        if self.on_write is not None:
+            try:
+                self.on_write(state)
+            except Exception:  # a listener's bug must not break commits
+                log.exception("on_write listener failed")
         return write
 
     def _put(self, write: Write, if_match: str | None) -> None:

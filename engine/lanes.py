@@ -99,9 +99,12 @@ REFILL_WINDOW = 4_096
 # lasted it ~0.2 s, about one refill's time on a 50 ms store, and its claims
 # came back short (bench network, memory+50ms: 2,193 jobs/s; up to twice
 # the share, 2,686-3,506; up to four times, 3,147-3,547). Idle or slow
-# queues keep the configured shares.
+# queues keep the configured shares. Twice, not four times: a front four
+# times deep (4,000 jobs, 1.7 MB) with the tail a drain leaves behind made
+# 2.2-2.5 MB commits in bench backlog (1.5-2.0 MB at twice), while the
+# batched drain at 320 slots kept 3,183-3,713 jobs/s at twice (2026-12-01).
 REFILL_LEAD_SECONDS = 1.0
-MAX_FRONT_BOOST = 4.0
+MAX_FRONT_BOOST = 2.0
 # Encoded jobs of segments this leader sealed, kept for merging them.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
 # How often the collector lists the segments when its last pass found no
@@ -208,7 +211,7 @@ class LaneKeeper:
         grace_seconds: float,
         collect_seconds: float,
         retry_seconds: float,
-        threads: int = 16,
+        threads: int = 48,
     ) -> None:
         self.store = store
         self.key = key
@@ -246,9 +249,11 @@ class LaneKeeper:
         # key), is submitted right after it. A queue under a push burst then
         # has a seal landing about every commit, not every write + commit +
         # plan cycle, and its tail stays small. Never more than two seals of
-        # a queue outstanding: the next is planned only behind a seal that
-        # can still land (its ``after`` is the queue's last segment in the
-        # landed version, so the one before it landed). Otherwise it was
+        # a queue outstanding beyond the version planned from (three not yet
+        # landed while that version's write is in flight, see ``writing``):
+        # the next is planned only behind a seal that can still land (its
+        # ``after`` is the queue's last segment in that version, so the one
+        # before it is in it). Otherwise it was
         # refused, or will be, and every seal behind it would be too: a burst
         # would keep a chain of doomed seals going and its tail would never
         # be sealed.
@@ -298,7 +303,13 @@ class LaneKeeper:
         at a time, plus the seal it follows (pipelined, see ``_busy``), and
         the keeper one merge: a slow merge of one queue does not hold up
         another's refill. A seal waits for the one it follows, which was
-        queued before it, so the threads cannot all wait on each other."""
+        queued before it, so the threads cannot all wait on each other.
+
+        48 by default: a seal holds its thread from its segment write until
+        its commit lands (two or three writes), so ten queues sealing every
+        write, two seals each, kept 16 threads busy and a planned seal
+        waited ~140 ms for one (bench backlog, 10 queues). They sleep in
+        store calls; each costs a small stack."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
             self._threads.append(thread)
@@ -318,6 +329,30 @@ class LaneKeeper:
     def committed(self, state: QueueState) -> None:
         """Plan work from a landed version. Cheap unless a queue needs work:
         a few dict lookups per queue with pending jobs."""
+        self._plan(state, landed=True)
+
+    def writing(self, state: QueueState) -> None:
+        """Plan seals, and only seals, from a version whose write has just
+        started (the committer's ``on_write``): the segment is then written
+        while that write is, and its Seal rides the next write. Planned only
+        once a write landed, a seal's segment write and the committer's
+        linger ended together, the Seal missed the next write about every
+        other time, and each commit carried two or three writes' worth of
+        pushes in its tail instead of one (``python -m bench backlog``, one
+        queue: commits' p90 2.45-2.57 MB, 1.67-2.00 MB planned here).
+
+        Safe if the write fails: its Seal then names jobs that are not in
+        the document, or that were applied again with other times, and is
+        refused (``Seal.parts``); the keeper deletes its object. A fenced
+        leader's seals planned here are orphans for the collector, like
+        those planned from a landed version (see ``_write_and_swap``).
+        Nothing else is planned from such a version: refills and merges wait
+        until it lands, and the collector only trusts landed versions."""
+        self._plan(state, landed=False)
+
+    def _plan(self, state: QueueState, *, landed: bool) -> None:
+        """Plan from ``state``: a landed version (``landed``), or one whose
+        write has just started (see :meth:`writing`)."""
         if state.format != FORMAT_SEGMENTS:
             return
         now = time.monotonic()
@@ -334,8 +369,8 @@ class LaneKeeper:
                     if queue not in self._applied or not self._applied[queue](state)}
             sealing = {queue: seal for queue in busy if isinstance(seal := self._busy.get(queue), _SealTask)}
             behind = {queue: seal for queue, seal in sealing.items() if seal.can_follow(_last_key(state, queue))}
-            merge_free = self._merge_slot is None or (
-                self._merge_applied is not None and self._merge_applied(state))
+            merge_free = landed and (self._merge_slot is None or (
+                self._merge_applied is not None and self._merge_applied(state)))
         for queue in queues:
             task: _Task | None
             if queue in behind:
@@ -347,6 +382,10 @@ class LaneKeeper:
                 task = self._seal_task(state, queue, shares, prev=behind[queue])
             elif queue in busy:
                 continue
+            elif not landed:
+                if self._front_short(state, queue, now, shares) is not None:
+                    continue  # the refill comes first, planned once a version lands
+                task = self._seal_task(state, queue, shares)
             else:
                 task = self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
             if task is not None:
@@ -366,15 +405,17 @@ class LaneKeeper:
                 if merge is not None:
                     break
                 self._merge_none[queue] = shape
-        for queue in [q for q in self._merge_none if q not in state.lanes]:
-            del self._merge_none[queue]
-        # A queue with no segments left cannot be stopped at one: a problem
-        # reported by a refill that raced the drop of its segment is void.
-        for queue in [q for q in self.problems if q not in state.lanes]:
-            self.problems.pop(queue, None)
+        if landed:
+            for queue in [q for q in self._merge_none if q not in state.lanes]:
+                del self._merge_none[queue]
+            # A queue with no segments left cannot be stopped at one: a problem
+            # reported by a refill that raced the drop of its segment is void.
+            for queue in [q for q in self.problems if q not in state.lanes]:
+                self.problems.pop(queue, None)
         with self._cond:
-            self._referenced = referenced
-            self._known |= referenced
+            if landed:
+                self._referenced = referenced
+                self._known |= referenced
             for task in tasks:
                 self._busy[task.queue] = task
                 self._applied.pop(task.queue, None)

@@ -23,9 +23,10 @@ from engine import (
     PreconditionFailed,
     StoreUnavailable,
 )
+from engine.document import QueueState
 from engine.ops import Tick
 from engine.stores.base import Blob
-from tests.helpers import KEY
+from tests.helpers import KEY, wait_for
 
 
 def stored_ids(store: ObjectStore) -> list[str]:
@@ -139,6 +140,36 @@ def test_answer_comes_only_after_the_write_lands() -> None:
     gated.gate.release()
     assert answered.wait(5)
     assert stored_ids(memory) == result
+    committer.stop()
+
+
+def test_on_write_sees_the_state_being_written_before_it_lands_and_a_failing_listener_breaks_nothing() -> None:
+    """``on_write`` runs once the write has started, with the state it
+    writes, before the write lands; a listener that raises is logged and
+    the write goes on (LaneKeeper.writing plans seals there)."""
+    memory = MemoryStore()
+    gated = GatedStore(memory)
+    seen: list[tuple[int, bool]] = []
+
+    def on_write(state: QueueState) -> None:
+        seen.append((len(state.jobs), memory.get(KEY) is not None))
+        raise RuntimeError("a listener's bug")
+
+    committer = GroupCommitter(gated, on_write=on_write).start()
+    answered = threading.Event()
+    ids: list[str] = []
+
+    def push() -> None:
+        ids.extend(committer.push("q", ["x"]))
+        answered.set()
+
+    threading.Thread(target=push).start()
+    assert gated.entered.acquire(timeout=5)
+    wait_for(lambda: bool(seen), what="on_write called while the write is held")
+    assert seen == [(1, False)]  # the pushed job, in a version not stored yet
+    assert not answered.is_set()
+    gated.gate.release()
+    assert answered.wait(5) and stored_ids(memory) == ids
     committer.stop()
 
 

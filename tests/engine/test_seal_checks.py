@@ -15,15 +15,23 @@ The Seal tests are pure transitions on a QueueState, with a made-up reference.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 
-from engine import Policy, ValidationError, empty_state
+from engine import Broker, Policy, ValidationError, empty_state
 from engine.document import QueueState
+from engine.errors import StoreUnavailable
 from engine.ops import Seal, push_op
-from engine.segments import SegmentRef
+from engine.parsing import parse_document
+from engine.segments import SegmentRef, decode_segment, segment_prefix
+from engine.stores import ObjectStore, open_store
+from engine.stores.wrappers import FaultyStore
 from engine.transitions import apply, apply_batch
+from tests.helpers import wait_for
 
 POLICY = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -89,7 +97,6 @@ def test_a_segment_whose_seal_was_never_submitted_is_deleted_at_once(when: str) 
     an idle cluster, is an hour away)."""
     from engine.errors import CommitterNotRunning
     from engine.lanes import LaneKeeper, _SealTask
-    from engine.stores import open_store
 
     state, ids = pushed(NOW)
     jobs, parts = plan(state, ids)
@@ -114,3 +121,59 @@ def test_a_segment_whose_seal_was_never_submitted_is_deleted_at_once(when: str) 
         assert submitted == []
     assert task.key and store.get(task.key[0]) is None  # written, then deleted
     assert keeper.abandoned == 1 and keeper.sealed == 0
+
+
+def test_a_seal_planned_from_a_write_that_failed_is_refused_and_the_jobs_are_sealed_as_they_landed(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Through a leader: the keeper plans a seal from a write as it starts
+    (``LaneKeeper.writing``), writes its segment and submits its Seal while
+    that write is in flight. The write fails without landing; its push is
+    applied again, later, to a fresh read. The Seal, which names the jobs as
+    the failed write held them, is refused and its object deleted; the jobs
+    are sealed afterwards as they landed. Without ``Seal.parts`` the segment
+    would hold copies with the failed write's ``enqueued_at``."""
+    store = _FailNextDocumentPut(open_store("memory://"))
+    broker = make_broker(store, "http://a", policy=POLICY)
+    wait_for(lambda: broker.role == "leader", what="leading")
+    keeper = broker._keeper
+    assert keeper is not None
+
+    store.armed = True
+    op = push_op("q", list(range(30)), ids=[f"j{i:02d}" for i in range(30)], policy=POLICY)
+    assert broker.execute(op) == [f"j{i:02d}" for i in range(30)]  # acknowledged once the second write landed
+    assert store.failed == 1
+    wait_for(lambda: keeper.abandoned >= 1 and keeper.sealed >= 1, what="the first seal refused, the next landed")
+
+    data = store.get("queue.json").data  # type: ignore[union-attr]
+    doc = orjson.loads(data)
+    (ref,) = parse_document("queue.json", data, policy=POLICY).lanes["q"]
+    assert set(store.list(segment_prefix("queue.json"))) == {ref.key}  # the refused one was deleted
+    blob = store.get(ref.key)
+    assert blob is not None
+    sealed = decode_segment(ref, blob.data)
+    landed = {job["enqueued_at"] for job in doc["jobs"]}
+    assert len(landed) == 1  # one push, applied once for good
+    assert [job["id"] for job in sealed] == [f"j{i:02d}" for i in range(20, 30)]
+    assert {job["enqueued_at"] for job in sealed} == landed
+
+
+class _FailNextDocumentPut(FaultyStore):
+    """Once ``armed``, the next put of the document waits 0.3 s (time for the
+    keeper to write a segment and submit its Seal) and fails without
+    landing. Other puts pass."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.armed = False
+        self.failed = 0
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        if key == "queue.json" and self.armed:
+            self.armed = False
+            time.sleep(0.3)
+            self.failed += 1
+            raise StoreUnavailable("injected: put timed out before landing")
+        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
