@@ -261,10 +261,23 @@ class Nemesis(threading.Thread):
         if (None if now is None else now.data) == garbage:
             self.store.put(key, blob.data)
             fault.detail += "; restored"
+        elif now is None and key not in self._referenced_segments():
+            # Its queue used it up meanwhile, from the leader's own copy of a
+            # segment it sealed (checked when sealed), and a commit dropped
+            # the reference: the leader deletes such a key after a grace.
+            fault.detail += "; used up and deleted by the leader (no longer referenced)"
         else:
             fault.detail += "; NOT restored: a node wrote the key"
             self.history.event(f"I6: a node wrote the damaged segment {key}")
         return self._end(fault)
+
+    def _referenced_segments(self) -> set[str]:
+        """Keys the document in the store references now (empty if unreadable)."""
+        try:
+            doc = orjson.loads(self._raw_get() or b"{}")
+            return {ref["key"] for lane in (doc.get("lanes") or {}).values() for ref in lane["segments"]}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return set()
 
     def _break_document(self, kind: str, garbage: bytes | None, violation: str) -> Fault:
         """Delete ``queue.json`` (``garbage`` None) or replace it with
