@@ -503,7 +503,7 @@ _PLAIN_MIDDLES_MAX = 64
 
 
 def _plain_middle(key: tuple[Any, ...]) -> bytes:
-    queue, status, attempts, max_attempts, enqueued_at, not_before = key
+    queue, status, attempts, max_attempts, enqueued_at, not_before, compact = key
     fields = orjson.dumps(
         {
             "queue": queue,
@@ -511,10 +511,8 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
             "attempts": attempts,
             "max_attempts": max_attempts,
             "enqueued_at": enqueued_at,
-            "not_before": not_before,
-            "lease": None,
-            "last_error": None,
-            "history": [],
+            **({} if compact and not_before is None else {"not_before": not_before}),
+            **({} if compact else {"lease": None, "last_error": None, "history": []}),
         },
         option=_DUMPS_OPTS,
     )
@@ -527,7 +525,10 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
 
 def encode_job(job: Job, pos: int | None = None) -> bytes:
     """The job's JSON object (byte for byte what ``_encode_job_fields`` gives),
-    with ``"pos"`` after the id when ``pos`` is given (format 2)."""
+    with ``"pos"`` after the id when ``pos`` is given (format 2). Format 2
+    leaves out ``not_before``, ``lease`` and ``last_error`` when null and
+    ``history`` when empty (every reader takes them as absent): 55 of a
+    pushed job's ~430 bytes, in every commit and every segment."""
     not_before = job.not_before
     if (
         job.lease is None
@@ -540,7 +541,7 @@ def encode_job(job: Job, pos: int | None = None) -> bytes:
         and job.enqueued_at.tzinfo is UTC
         and (not_before is None or not_before.tzinfo is UTC)
     ):
-        key = (job.queue, job.status, job.attempts, job.max_attempts, job.enqueued_at, not_before)
+        key = (job.queue, job.status, job.attempts, job.max_attempts, job.enqueued_at, not_before, pos is not None)
         middle = _PLAIN_MIDDLES.get(key)
         if middle is None:
             middle = _plain_middle(key)
@@ -550,8 +551,17 @@ def encode_job(job: Job, pos: int | None = None) -> bytes:
 
 
 def _encode_job_fields(job: Job, pos: int | None = None) -> bytes:
-    """The general encoding of a job, field by field."""
+    """The general encoding of a job, field by field (format 2, ``pos``
+    given: without null or empty optional fields, see ``encode_job``)."""
     fields: dict[str, Any] = {"id": job.id} if pos is None else {"id": job.id, "pos": pos}
+    optional: dict[str, Any] = {
+        "not_before": job.not_before,
+        "lease": _lease_dict(job.lease),
+        "last_error": job.last_error,
+        "history": _history_list(job.history),
+    }
+    if pos is not None:
+        optional = {name: value for name, value in optional.items() if value is not None and value != []}
     return exact(orjson.dumps(
         {
             **fields,
@@ -560,10 +570,7 @@ def _encode_job_fields(job: Job, pos: int | None = None) -> bytes:
             "attempts": job.attempts,
             "max_attempts": job.max_attempts,
             "enqueued_at": job.enqueued_at,
-            "not_before": job.not_before,
-            "lease": _lease_dict(job.lease),
-            "last_error": job.last_error,
-            "history": _history_list(job.history),
+            **optional,
             "payload": orjson.Fragment(job.payload),
         },
         option=_DUMPS_OPTS,

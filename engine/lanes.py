@@ -211,7 +211,7 @@ class LaneKeeper:
         grace_seconds: float,
         collect_seconds: float,
         retry_seconds: float,
-        threads: int = 48,
+        threads: int = 16,
     ) -> None:
         self.store = store
         self.key = key
@@ -305,11 +305,12 @@ class LaneKeeper:
         another's refill. A seal waits for the one it follows, which was
         queued before it, so the threads cannot all wait on each other.
 
-        48 by default: a seal holds its thread from its segment write until
-        its commit lands (two or three writes), so ten queues sealing every
-        write, two seals each, kept 16 threads busy and a planned seal
-        waited ~140 ms for one (bench backlog, 10 queues). They sleep in
-        store calls; each costs a small stack."""
+        16 by default. A seal holds its thread from its segment write until
+        its commit lands, so ten queues sealing every write can keep them
+        all busy (a planned seal then waited ~140 ms for one in bench
+        backlog); but each thread also costs the leader memory: at one
+        queue and 1M pending, 16 threads peaked at 232 MB, 24 at 265 MB and
+        48 at 375 MB (the target is 300 MB)."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
             self._threads.append(thread)
@@ -356,7 +357,6 @@ class LaneKeeper:
         if state.format != FORMAT_SEGMENTS:
             return
         now = time.monotonic()
-        referenced = frozenset(ref.key for refs in state.lanes.values() for ref in refs)
         # Every queue with pending jobs shares the budget, not only those
         # holding segments already: otherwise n queues filling up together
         # each keep head_jobs + segment_jobs before their first seal (10
@@ -414,6 +414,8 @@ class LaneKeeper:
                 self.problems.pop(queue, None)
         with self._cond:
             if landed:
+                # Hundreds of references at 5M: only a landed version's count.
+                referenced = frozenset(ref.key for refs in state.lanes.values() for ref in refs)
                 self._referenced = referenced
                 self._known |= referenced
             for task in tasks:

@@ -860,3 +860,44 @@ def test_parse_builds_jobs_from_explicit_documents() -> None:
     assert state.seq == 3
     transitions.complete(state, complete_op("a", "tok"), base)
     assert state.queues["q"].completed == 1
+
+
+def test_format_2_leaves_null_and_empty_job_fields_out_and_parses_them_back() -> None:
+    """Format 2 writes a job's not_before, lease and last_error only when set,
+    and its history only when it has one (55 bytes of a pushed job's ~430);
+    parsing gives back the same jobs. Format 1 keeps every field."""
+    from engine.transitions import apply_batch
+
+    def jobs_of(state: QueueState) -> dict[str, dict[str, Any]]:
+        return {job["id"]: job for job in orjson.loads(encode(state))["jobs"]}
+
+    policy = Policy(max_attempts=3, segment_jobs=10, head_jobs=20, refill_below=10)
+    state = empty_state(policy=policy)
+    apply_batch(state, [], T0)  # format 2 from the first commit
+    plain, failed, running = push(state, "q", ["plain", "failed", "running"])
+    (later,) = push(state, "q", ["later"], delay_seconds=60)
+    first = claim(state, "q", max_jobs=2)
+    assert [c.id for c in first] == [plain, failed]
+    fail(state, first[1], retry=30)  # back to pending, delayed, with its error and a history
+    transitions.complete(state, complete_op(plain, first[0].lease), T0)
+    claim(state, "q")  # running: the only one due
+
+    jobs = jobs_of(state)
+    optional = {"not_before", "lease", "last_error", "history"}
+    assert plain not in jobs  # completed
+    assert {"not_before"} == optional & set(jobs[later])
+    assert {"not_before", "last_error", "history"} == optional & set(jobs[failed])
+    assert {"lease"} == optional & set(jobs[running])
+    parsed = parse_document(KEY, encode(state), policy=policy)
+    assert parsed.jobs == state.jobs and parsed.format == state.format == 2
+
+    fresh = empty_state(policy=policy)
+    apply_batch(fresh, [], T0)
+    (new,) = push(fresh, "q", ["new"])
+    assert optional.isdisjoint(jobs_of(fresh)[new])
+    assert parse_document(KEY, encode(fresh), policy=policy).jobs == fresh.jobs
+
+    one = empty_state(policy=POLICY)  # format 1
+    (old,) = push(one, "q", ["old"])
+    assert optional <= set(jobs_of(one)[old])
+    assert jobs_of(one)[old]["lease"] is None and jobs_of(one)[old]["history"] == []
