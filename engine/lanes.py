@@ -339,8 +339,9 @@ class LaneKeeper:
         once a write landed, a seal's segment write and the committer's
         linger ended together, the Seal missed the next write about every
         other time, and each commit carried two or three writes' worth of
-        pushes in its tail instead of one (``python -m bench backlog``, one
-        queue: commits' p90 2.45-2.57 MB, 1.67-2.00 MB planned here).
+        pushes in its tail instead of one (``python -m bench backlog
+        --depths 0 --queues 1 --duration 8``: the push window's largest
+        commit 2.68-2.79 MB, 1.98-2.55 MB planned here; docs/benchmark.md).
 
         Safe if the write fails: its Seal then names jobs that are not in
         the document, or that were applied again with other times, and is
