@@ -99,12 +99,16 @@ REFILL_WINDOW = 4_096
 # lasted it ~0.2 s, about one refill's time on a 50 ms store, and its claims
 # came back short (bench network, memory+50ms: 2,193 jobs/s; up to twice
 # the share, 2,686-3,506; up to four times, 3,147-3,547). Idle or slow
-# queues keep the configured shares. Twice, not four times: a front four
-# times deep (4,000 jobs, 1.7 MB) with the tail a drain leaves behind made
-# 2.2-2.5 MB commits in bench backlog (1.5-2.0 MB at twice), while the
-# batched drain at 320 slots kept 3,183-3,713 jobs/s at twice (2026-12-01).
+# queues keep the configured shares. And never more than MAX_FRONT_HEADS
+# times head_jobs, whatever the share: one queue's front four times deep
+# (4,000 jobs, 1.7 MB) with the tail a drain leaves behind made 2.2-2.5 MB
+# commits in bench backlog (1.5-2.0 MB at 2,000 jobs). A cap on the boost
+# alone (twice) starved a fast queue sharing the budget with a second one
+# (a share of 500, so a front of 1,000: bench network, memory+50ms, after
+# the push run, 2,316-2,441 jobs/s at 320 slots; 2,974-3,070 at four times).
 REFILL_LEAD_SECONDS = 1.0
-MAX_FRONT_BOOST = 2.0
+MAX_FRONT_BOOST = 4.0
+MAX_FRONT_HEADS = 2.0
 # Encoded jobs of segments this leader sealed, kept for merging them.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
 # How often the collector lists the segments when its last pass found no
@@ -470,13 +474,15 @@ class LaneKeeper:
 
     def _front_target(self, queue: str, now: float, ready: int, shares: _Shares) -> int:
         """The front a refill planned now aims for: the front share, made
-        deeper for a queue claimed fast (see MAX_FRONT_BOOST), by the pace
-        since its last refill was planned. Sets the boost its next plans use."""
+        deeper for a queue claimed fast (see MAX_FRONT_BOOST and
+        MAX_FRONT_HEADS), by the pace since its last refill was planned.
+        Sets the boost its next plans use."""
         boost = 1.0
         paced = self._paced.get(queue)
         if paced is not None and now - paced[0] > 0.01:
             rate = max(0, paced[1] - ready) / (now - paced[0])  # jobs claimed per second since
-            boost = min(MAX_FRONT_BOOST, max(1.0, rate * REFILL_LEAD_SECONDS / shares.head))
+            cap = max(1.0, min(MAX_FRONT_BOOST, MAX_FRONT_HEADS * self.policy.head_jobs / shares.head))
+            boost = min(cap, max(1.0, rate * REFILL_LEAD_SECONDS / shares.head))
         self._boost[queue] = boost
         target = int(shares.head * boost)
         self._paced[queue] = (now, target)

@@ -637,31 +637,39 @@ def test_the_next_seal_is_planned_while_the_one_before_is_still_being_written() 
 
 def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> None:
     """The front a refill aims for grows with the pace of claims since the
-    last refill (up to MAX_FRONT_BOOST, twice, the front share), so a fast
-    batched worker does not find it empty while the next refill is read and
-    committed; a queue claimed slowly keeps the configured share."""
+    last refill: up to MAX_FRONT_BOOST (four) times the queue's share, and
+    never beyond MAX_FRONT_HEADS (two) times head_jobs, so a fast batched
+    worker does not find it empty while the next refill is read and
+    committed, whether its queue has the whole budget or shares it; a queue
+    claimed slowly keeps the configured share."""
     from datetime import UTC, datetime
 
-    from engine.lanes import MAX_FRONT_BOOST, LaneKeeper, _Shares
+    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, LaneKeeper, _Shares
 
-    shares = _Shares(head=1000, seal=1000, refill=500)
-    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
-                        clock=lambda: datetime(2026, 1, 1, tzinfo=UTC), grace_seconds=0, collect_seconds=3600,
-                        retry_seconds=0.1)
-    assert keeper._front_target("fast", 10.0, 400, shares) == 1000  # no pace known yet
+    assert (MAX_FRONT_BOOST, MAX_FRONT_HEADS) == (4.0, 2.0)
+    whole = _Shares(head=1000, seal=1000, refill=500)  # one queue holds the budget
+    half = _Shares(head=500, seal=500, refill=250)  # two queues share it
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json",
+                        policy=Policy(segment_jobs=1000, head_jobs=1000, refill_below=500), execute=lambda op: None,
+                        epoch=1, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC), grace_seconds=0,
+                        collect_seconds=3600, retry_seconds=0.1)
+    assert keeper._front_target("fast", 10.0, 400, whole) == 1000  # no pace known yet
     # 1,000 jobs claimed in 0.5 s (2,000 a second): a second of them, twice the share.
-    assert keeper._front_target("fast", 10.5, 0, shares) == 2000
+    assert keeper._front_target("fast", 10.5, 0, whole) == 2000
     assert keeper._boost["fast"] == 2.0  # and its next refill starts earlier
-    # 1,000 in 0.25 s (4,000 a second): no deeper than allowed.
-    assert MAX_FRONT_BOOST == 2.0
-    assert keeper._front_target("fast", 10.75, 1000, shares) == 2000
+    # 1,000 in 0.25 s (4,000 a second): no deeper than twice head_jobs.
+    assert keeper._front_target("fast", 10.75, 1000, whole) == 2000
+    # Sharing the budget, the same pace gets four times its share: the same 2,000.
+    assert keeper._front_target("shared", 10.0, 0, half) == 500
+    assert keeper._front_target("shared", 10.25, 0, half) == 2000
+    assert keeper._boost["shared"] == 4.0
     # The pace is the front aimed for at the last refill, less what is left, over the time since.
-    assert keeper._front_target("medium", 10.0, 400, shares) == 1000
-    assert keeper._front_target("medium", 11.0, 400, shares) == 1000  # 600 a second: the share is enough
-    assert keeper._front_target("medium", 11.5, 400, shares) == 1200  # 1,200 a second: 1.2 times
+    assert keeper._front_target("medium", 10.0, 400, whole) == 1000
+    assert keeper._front_target("medium", 11.0, 400, whole) == 1000  # 600 a second: the share is enough
+    assert keeper._front_target("medium", 11.5, 400, whole) == 1200  # 1,200 a second: 1.2 times
     assert keeper._boost["medium"] == 1.2
-    assert keeper._front_target("slow", 10.0, 400, shares) == 1000
-    assert keeper._front_target("slow", 20.0, 100, shares) == 1000  # 900 jobs in 10 s
+    assert keeper._front_target("slow", 10.0, 400, whole) == 1000
+    assert keeper._front_target("slow", 20.0, 100, whole) == 1000  # 900 jobs in 10 s
     assert keeper._boost["slow"] == 1.0
 
 
