@@ -430,24 +430,28 @@ class Broker:
             self.waiters.committed(state)
         except Exception:  # a bug there must neither break commits nor starve on_commit
             log.exception("broker %s: waking long-poll claims failed", self.id)
-        keeper = self._keeper
-        if keeper is not None:
-            try:
-                keeper.committed(state)
-            except Exception:
-                log.exception("broker %s: planning segment work failed", self.id)
+        self._plan_segments(state, landed=True)
         if self.on_commit is not None:
             self.on_commit(state)
 
     def _writing(self, state: QueueState) -> None:
         """The committer's on_write (its writer thread): the lane keeper plans
         seals from a version being written (see ``LaneKeeper.writing``)."""
+        self._plan_segments(state, landed=False)
+
+    def _plan_segments(self, state: QueueState, *, landed: bool) -> None:
+        """Let the lane keeper, if leading, plan from ``state``; a bug there
+        is logged and must not break commits."""
         keeper = self._keeper
-        if keeper is not None:
-            try:
+        if keeper is None:
+            return
+        try:
+            if landed:
+                keeper.committed(state)
+            else:
                 keeper.writing(state)
-            except Exception:
-                log.exception("broker %s: planning seals failed", self.id)
+        except Exception:
+            log.exception("broker %s: planning segment work failed", self.id)
 
     def _segments_dropped(self, keys: list[str]) -> None:
         """The committer's on_segments_dropped (its writer thread)."""
