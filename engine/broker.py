@@ -413,7 +413,8 @@ class Broker:
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
         self._keeper = LaneKeeper(
             self.store, key=self.key, policy=self.policy,
-            execute=lambda op, queued=None: committer.execute(op, timeout=self.takeover_seconds, queued=queued),
+            execute=lambda op: committer.execute(op, timeout=self.takeover_seconds),
+            submit=committer.submit,
             epoch=self.leader.epoch, clock=self.clock,
             grace_seconds=2 * self.heartbeat_seconds,
             collect_seconds=max(self.takeover_seconds, 10 * self.heartbeat_seconds),

@@ -278,6 +278,18 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             raise pending.result
         return pending.result
 
+    def submit(self, op: Operation, done: Callable[[Any], None]) -> None:
+        """Queue ``op`` without waiting: ``done`` gets its outcome (its result,
+        or the EngineError it failed with) exactly once (I8), once its commit
+        landed or it failed, on the writer thread. So ``done`` must be quick
+        and never block or do I/O. Raises CommitterNotRunning (nothing
+        queued). An operation submitted after this returns is applied after
+        ``op``.
+
+        For background work that must not hold a thread while its commit is
+        written: the lane keeper's seals (see ``LaneKeeper``)."""
+        self._submit(Pending(op, done=done))
+
     def execute_many(self, ops: Sequence[Operation], *, timeout: float | None = None) -> list[Any]:
         """Submit ``ops`` at once (they ride one commit, up to ``max_batch``)
         and return one outcome per operation, in order: its result or its

@@ -196,6 +196,11 @@ class LaneKeeper:
     for a Seal it is called as ``execute(op, queued=f)`` and must call ``f()``
     once the operation is queued, so that a later submission is applied
     after it;
+    ``submit(op, done)``, if given, queues a Seal without waiting and calls
+    ``done(outcome)`` (its result or its EngineError) once it landed or
+    failed, on the committer's writer thread (``GroupCommitter.submit``), so
+    that a seal holds a keeper thread only while its segment is written
+    (without it, seals go through ``execute`` and wait);
     ``epoch`` is the broker epoch this leader took over with.
 
     Thread-safe: :meth:`committed` and :meth:`dropped` run on the
@@ -211,6 +216,7 @@ class LaneKeeper:
         policy: Policy,
         execute: Callable[..., Any],
         epoch: int,
+        submit: Callable[[Operation, Callable[[Any], None]], None] | None = None,
         clock: Callable[[], datetime],
         grace_seconds: float,
         collect_seconds: float,
@@ -221,6 +227,7 @@ class LaneKeeper:
         self.key = key
         self.policy = policy
         self.execute = execute
+        self.submit = submit
         self.epoch = epoch
         self.clock = clock
         self.grace_seconds = grace_seconds
@@ -309,12 +316,11 @@ class LaneKeeper:
         another's refill. A seal waits for the one it follows, which was
         queued before it, so the threads cannot all wait on each other.
 
-        16 by default. A seal holds its thread from its segment write until
-        its commit lands, so ten queues sealing every write can keep them
-        all busy (a planned seal then waited ~140 ms for one in bench
-        backlog); but each thread also costs the leader memory: at one
-        queue and 1M pending, 16 threads peaked at 232 MB, 24 at 265 MB and
-        48 at 375 MB (the target is 300 MB)."""
+        16 by default. A seal holds its thread only while its segment is
+        written (see :meth:`_seal`); refills and merges hold theirs until
+        their commit lands. More threads measured more leader memory: at
+        one queue and 1M pending, 16 threads peaked at 232 MB, 24 at 265 MB
+        and 48 at 375 MB (the target is 300 MB)."""
         for i in range(self.threads):
             thread = threading.Thread(target=self._run, name=f"lanes:{self.key}:{i}", daemon=True)
             self._threads.append(thread)
@@ -351,7 +357,7 @@ class LaneKeeper:
         the document, or that were applied again with other times, and is
         refused (``Seal.parts``); the keeper deletes its object. A fenced
         leader's seals planned here are orphans for the collector, like
-        those planned from a landed version (see ``_write_and_swap``).
+        those planned from a landed version (see ``_seal_done``).
         Nothing else is planned from such a version: refills and merges wait
         until it lands, and the collector only trusts landed versions."""
         self._plan(state, landed=False)
@@ -585,9 +591,10 @@ class LaneKeeper:
                 if self._stopping:
                     return
                 task = self._tasks.pop(0) if self._tasks else None
+            handed = False  # a seal whose outcome now goes to _seal_done
             try:
                 if isinstance(task, _SealTask):
-                    self._seal(task)
+                    handed = self._seal(task)
                 elif isinstance(task, _RefillTask):
                     self._refill(task)
                 elif isinstance(task, _MergeTask):
@@ -599,13 +606,18 @@ class LaneKeeper:
             except Exception:  # a bug: log it, keep the keeper alive (I8)
                 log.exception("lane keeper for %s: a step failed unexpectedly", self.key)
             finally:
-                if task is not None:
-                    with self._cond:
-                        if self._busy.get(task.queue) is task:
-                            del self._busy[task.queue]
-                            self._applied.pop(task.queue, None)
-                        if self._merge_slot is task:
-                            self._merge_slot = self._merge_applied = None
+                if task is not None and not handed:
+                    self._finished(task)
+
+    def _finished(self, task: _Task) -> None:
+        """``task`` is over (done, refused, given up): its queue, or the
+        merge slot, is free for the next plan."""
+        with self._cond:
+            if self._busy.get(task.queue) is task:
+                del self._busy[task.queue]
+                self._applied.pop(task.queue, None)
+            if self._merge_slot is task:
+                self._merge_slot = self._merge_applied = None
 
     def _due_now(self) -> bool:
         now = time.monotonic()
@@ -623,19 +635,74 @@ class LaneKeeper:
             deadlines.append(self._next_collect)
         return max(0.01, min(deadlines) - now) if deadlines else None
 
-    def _seal(self, task: _SealTask) -> None:
-        first_pos = task.jobs[0][1]
+    def _seal(self, task: _SealTask) -> bool:
+        """Write the task's segment and queue its Seal. True once the Seal is
+        queued: its outcome then goes to :meth:`_seal_done`, and this thread
+        is free for other work while the commit is written (ten queues
+        sealing every write kept all 16 threads waiting on commits, and each
+        planned seal waited ~150 ms for a thread to write its segment: the
+        Seal missed a write, and the push commits carried that many more
+        jobs). False if it gave up (nothing queued, the object deleted)."""
         try:
-            key = self._write_and_swap(
-                task, task.parts, first_pos=first_pos, last_pos=task.jobs[-1][1], oldest=task.oldest,
-                swap=lambda ref: Seal(
-                    queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts),
-            )
+            ref = self._write_segment(
+                task, task.parts, first_pos=task.jobs[0][1], last_pos=task.jobs[-1][1], oldest=task.oldest)
+            if ref is None:
+                return False
+            op = Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts)
+            key = ref.key
+            self._note_applied(task, lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
+            try:
+                if self.submit is not None:
+                    self.submit(op, lambda outcome: self._seal_done(task, key, outcome))
+                    return True
+                try:
+                    outcome = self.execute(op, queued=task.queued.set)
+                except CommitterNotRunning:
+                    raise
+                except EngineError as exc:
+                    outcome = exc
+            except CommitterNotRunning:
+                self._unsubmitted(key)
+                raise
+            self._seal_done(task, key, outcome)
+            return True
         finally:
-            task.queued.set()  # never leave the seal behind this one waiting
-        if key is not None:
-            self.sealed += 1
-            self._keep_parts(key, task.parts)
+            task.queued.set()  # queued, or given up: never leave the seal behind this one waiting
+
+    def _seal_done(self, task: _SealTask, key: str, outcome: Any) -> None:
+        """The outcome of the task's Seal (on the committer's writer thread
+        with ``submit``: quick, no I/O). Refused (the queue moved on: a
+        purge, a requeue, a refill, a seal before it refused): nothing
+        references the object, which is deleted at once by a keeper thread.
+        NotLeader or a stopped committer: it may have landed before the
+        takeover read the document, so the object is left to the next
+        leader's collector. Any other error (a commit timeout): left too; if
+        it did not land, a later leader collects it."""
+        try:
+            if not isinstance(outcome, BaseException):
+                self.sealed += 1
+                self._keep_parts(key, task.parts)
+            elif isinstance(outcome, ValidationError):
+                self.abandoned += 1
+                self._delete_now(key)
+            elif not isinstance(outcome, (NotLeader, CommitterStopped)):
+                log.warning("queue %s: committing segment %s: %s", task.queue, key, outcome)
+        finally:
+            self._finished(task)
+
+    def _unsubmitted(self, key: str) -> None:
+        """The swap naming ``key`` was refused at submission, so it is in no
+        write (a fenced leader whose segment write returned late): delete the
+        object now. Left, it waited for a later leader's collector pass, an
+        hour on an idle one."""
+        self.abandoned += 1
+        delete_quietly(self.store, key)
+
+    def _delete_now(self, key: str) -> None:
+        """Have a keeper thread delete ``key``, which no version references, without a grace."""
+        with self._cond:
+            self._deletions.insert(0, (time.monotonic(), key))
+            self._cond.notify_all()
 
     def _prev_queued(self, task: _SealTask | _MergeTask) -> bool:
         """For a seal planned behind another: wait until that one is in the
@@ -649,18 +716,15 @@ class LaneKeeper:
                 return False
         return bool(prev.key)
 
-    def _write_and_swap(
+    def _write_segment(
         self, task: _SealTask | _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
-        oldest: datetime, swap: Callable[[SegmentRef], Operation],
-    ) -> str | None:
-        """Write ``parts`` as a new segment of the task's queue, then commit
-        ``swap(ref)`` (a Seal or a Merge). Returns the new key once the swap
-        is applied; None if it is not, after deleting the object when nothing
-        can reference it. Raises NotLeader/CommitterStopped: the object is
-        then an orphan, for the next leader's collector (a NotLeader swap
-        may have landed before the takeover read the document), except when
-        the swap was refused at submission (CommitterNotRunning): it is in
-        no write, and the object is deleted first."""
+        oldest: datetime,
+    ) -> SegmentRef | None:
+        """Write ``parts`` as a new segment of the task's queue; its reference,
+        once the seal this one follows (if any) is queued. None if the write
+        failed, or if the task must not go on (the seal it follows gave up,
+        or this keeper is stopping): the object is then deleted, since no
+        version can name it."""
         queue = task.queue
         key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos)
         data = encode_segment(queue, first_pos, parts)
@@ -684,14 +748,30 @@ class LaneKeeper:
             self.abandoned += 1
             delete_quietly(self.store, key)
             return None
+        return ref
+
+    def _write_and_swap(
+        self, task: _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
+        oldest: datetime, swap: Callable[[SegmentRef], Operation],
+    ) -> str | None:
+        """Write ``parts`` as a new segment of the task's queue, then commit
+        ``swap(ref)`` (a Merge) and wait for it. Returns the new key once the
+        swap is applied; None if it is not, after deleting the object when
+        nothing can reference it. Raises NotLeader/CommitterStopped: the
+        object is then an orphan, for the next leader's collector (a
+        NotLeader swap may have landed before the takeover read the
+        document), except when the swap was refused at submission
+        (CommitterNotRunning): it is in no write, and the object is deleted
+        first."""
+        queue = task.queue
+        ref = self._write_segment(task, parts, first_pos=first_pos, last_pos=last_pos, oldest=oldest)
+        if ref is None:
+            return None
+        key = ref.key
         try:
             self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
         except CommitterNotRunning:
-            # Refused at submission, so in no write (a fenced leader whose
-            # segment write returned late: without this, its objects waited
-            # for a later leader's collector pass, an hour on an idle one).
-            self.abandoned += 1
-            delete_quietly(self.store, key)
+            self._unsubmitted(key)
             raise
         except ValidationError:
             # The queue moved on (a purge, a requeue, a refill): nothing references the object.
@@ -776,19 +856,19 @@ class LaneKeeper:
         ) is not None:
             self.merged += 1
 
-    def _submit(self, task: _Task, op: Operation, applied: Callable[[QueueState], bool]) -> None:
-        """Run ``op`` through the committer for ``task``; ``applied`` says
-        whether a version shows it (see ``_busy``)."""
+    def _submit(self, task: _RefillTask | _MergeTask, op: Operation, applied: Callable[[QueueState], bool]) -> None:
+        """Run ``op`` through the committer for ``task`` and wait for it;
+        ``applied`` says whether a version shows it (see ``_busy``)."""
+        self._note_applied(task, applied)
+        self.execute(op)
+
+    def _note_applied(self, task: _Task, applied: Callable[[QueueState], bool]) -> None:
+        """From now on, ``applied`` tells whether a version shows ``task``'s operation (see ``_busy``)."""
         with self._cond:
             if self._busy.get(task.queue) is task:
                 self._applied[task.queue] = applied
             elif self._merge_slot is task:
                 self._merge_applied = applied
-        if isinstance(task, _SealTask):
-            # The seal planned behind this one submits once this one is queued.
-            self.execute(op, queued=task.queued.set)
-        else:
-            self.execute(op)
 
     def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:
         """The encoded jobs of segment ``ref``: kept from sealing it, or read."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ from engine.document import QueueState
 from engine.errors import EngineError
 from engine.model import Departure
 from engine.ops import Operation
+
+log = logging.getLogger(__name__)
 
 #: Upper bounds of :attr:`CommitStats.latency`'s buckets, in seconds.
 LATENCY_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -108,22 +112,28 @@ class CommitStats:
 
 class Pending:
     """One submitted operation, its outcome once applied, and how to answer it:
-    a held lock for a thread, a future for a coroutine."""
+    a held lock for a thread, a future for a coroutine, or a callback that
+    nobody waits on (``done``, see :meth:`GroupCommitter.submit`)."""
 
-    __slots__ = ("answered", "future", "lock", "loop", "op", "result")
+    __slots__ = ("answered", "done", "future", "lock", "loop", "op", "result")
 
-    def __init__(self, op: Operation, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self, op: Operation, loop: asyncio.AbstractEventLoop | None = None,
+        done: Callable[[Any], None] | None = None,
+    ) -> None:
         self.op = op
         self.loop = loop
+        self.done = done
         self.result: Any = None
         self.answered = False  # set once, by whoever answers it (I8: exactly one answer)
-        if loop is None:
+        self.lock: threading.Lock | None = None
+        self.future: asyncio.Future[Any] | None = None
+        if done is None and loop is None:
             # A pre-acquired lock is the cheapest one-shot signal between threads.
-            self.lock: threading.Lock | None = threading.Lock()
+            self.lock = threading.Lock()
             self.lock.acquire()
-            self.future: asyncio.Future[Any] | None = None
-        else:
-            self.lock = None
+        elif done is None:
+            assert loop is not None
             self.future = loop.create_future()
 
 
@@ -208,7 +218,12 @@ def answer(batch: list[Pending], stats: CommitStats) -> None:
         pending.answered = True
         answered += 1
         loop = pending.loop
-        if loop is None:
+        if pending.done is not None:
+            try:
+                pending.done(pending.result)
+            except Exception:  # a bug in the callback must not stop the others' answers (I8)
+                log.exception("the callback of a %s failed", type(pending.op).__name__)
+        elif loop is None:
             assert pending.lock is not None
             pending.lock.release()
         else:
