@@ -7,7 +7,7 @@ only plans) and does the work on its own thread:
 
 * **seal**: a queue whose pending jobs in the document pass ``head_jobs +
   segment_jobs`` gets its tail (the jobs after its front, or after its last
-  segment, in whole shares) written to a new segment object, then a
+  segment) written to a new segment object, then a
   :class:`~engine.ops.Seal` commit swaps them for the reference. The next
   seal of the queue is planned behind it before it lands (pipelined, see
   ``LaneKeeper._busy``);
@@ -528,17 +528,18 @@ class LaneKeeper:
                 self._seal_fruitless[queue] = (here, shares.seal)
             return None  # the rest are delayed, or in the front: they stay in the document
         self._seal_fruitless.pop(queue, None)
-        # Every whole share the tail holds, up to merge_jobs, in one segment:
-        # a queue has one task at a time, and a seal costs a segment write
-        # and a commit (~0.3 s at 50 ms), so sealing
-        # one share per task let 2,048 submitters outrun it: the tail, and
-        # every commit, grew by the push rate x that cycle (and with n
-        # queues, shares of segment_jobs / n, n times faster). Sealing what
-        # accumulated keeps the tail near one share, so a small
-        # segment_jobs keeps the resting document small and still keeps up
-        # (bench backlog, 1 queue, --segments 1024,1000,500: mean commit
-        # 2.9 -> 1.2 MB and push 6,510 -> 9,867 ops/s at depth 1M).
-        count = min(len(tail) // shares.seal * shares.seal, max(shares.seal, policy.merge_jobs))
+        # The whole tail, up to merge_jobs, in one segment: a queue has one
+        # task at a time, and a seal costs a segment write and a commit
+        # (~0.3 s at 50 ms), so sealing one share per task let 2,048
+        # submitters outrun it: the tail, and every commit, grew by the push
+        # rate x that cycle (and with n queues, shares of segment_jobs / n,
+        # n times faster). Sealing what accumulated keeps the tail small, so
+        # a small segment_jobs keeps the resting document small and still
+        # keeps up (bench backlog, 1 queue, --segments 1024,1000,500: mean
+        # commit 2.9 -> 1.2 MB and push 6,510 -> 9,867 ops/s at depth 1M).
+        # Not only whole shares: those left up to a share behind, a third
+        # of one queue's push commit (2,048 pushes a write, a share of 1,024).
+        count = min(len(tail), max(shares.seal, policy.merge_jobs))
         chosen = tuple(tail[:count])
         return _SealTask(
             queue=queue,
