@@ -101,8 +101,8 @@ class SegmentMachine(RuleBasedStateMachine):
         self.state = QueueState(policy=POLICY)
         self.store = MemoryStore()
         self.now = START
-        self.keeper = LaneKeeper(self.store, key=KEY, policy=POLICY, execute=self.execute, epoch=EPOCH,
-                                 clock=lambda: self.now, grace_seconds=0, collect_seconds=3600,
+        self.keeper = LaneKeeper(self.store, key=KEY, policy=POLICY, execute=self.execute, submit=self.submit,
+                                 epoch=EPOCH, clock=lambda: self.now, grace_seconds=0, collect_seconds=3600,
                                  retry_seconds=0)
         self.jobs: dict[str, MJob] = {}  # pending and running, in and out of segments
         self.dead: dict[str, MJob] = {}  # in dead-letter order
@@ -141,6 +141,16 @@ class SegmentMachine(RuleBasedStateMachine):
                 assert self.encoding() == before, f"a refused {type(op).__name__} changed the document"
             raise result
         return result
+
+    def submit(self, op: Any, done: Callable[[Any], None]) -> None:
+        """The committer's ``submit`` (how the keeper queues its Seals): the
+        operation is applied as ``execute`` would, and its outcome handed to
+        ``done``, as the writer thread does once the write landed."""
+        try:
+            result = self.execute(op)
+        except QueueError as exc:
+            result = exc
+        done(result)
 
     def commit(self) -> None:
         """What the committer does after a write landed: the dropped keys
@@ -434,6 +444,7 @@ class SegmentMachine(RuleBasedStateMachine):
         before = self.keeper.sealed, self.keeper.abandoned
         self.outcomes.clear()
         self.keeper._seal(task)
+        self.keeper._delete_due()  # what a keeper thread does next: a refused seal's object goes at once
         event(f"seal ({'fresh' if fresh else 'stale'}): {'landed' if self.keeper.sealed > before[0] else 'refused'}")
         if self.keeper.sealed > before[0]:
             for job_id, pos in task.jobs:
