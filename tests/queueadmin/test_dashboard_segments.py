@@ -153,7 +153,8 @@ def test_rows_from_segments_offer_no_selection(small_segments: None, broker: Bro
 
 
 def test_a_refilled_front_keeps_the_fifo_order(small_segments: None, broker: Broker, viewer: Client) -> None:
-    backlog(broker, n=125)  # 20 at the front, 10 segments, 5 in the tail
+    backlog(broker, n=120)  # 20 at the front, 100 in segments
+    push(broker, "q", list(range(120, 125)))  # 5 in the tail: fewer than a seal share, they stay
     # Drain 25 jobs: the front runs low and is refilled from the first segment,
     # whose jobs come back at the end of the document's list (after the tail) with their old pos.
     done = 0
