@@ -40,15 +40,19 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+import orjson
+
 from engine.cas import state_of, write_state
 from engine.committer import CommitStats, GroupCommitter
-from engine.document import QueueState
+from engine.document import QueueState, encode_job
 from engine.errors import (
     CommitterStopped,
     CommitTimeout,
     DocumentError,
     DocumentMissing,
     EngineError,
+    JobNotFound,
+    JobSealed,
     NotLeader,
     PreconditionFailed,
     StoreError,
@@ -56,7 +60,7 @@ from engine.errors import (
 from engine.lanes import LaneKeeper
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
-from engine.ops import Operation, TakeOver, Tick
+from engine.ops import Operation, TakeOver, Tick, get_job_op
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
@@ -260,6 +264,39 @@ class Broker:
             return await (await self._aleading()).aexecute(op)
         except CommitterStopped as exc:
             raise NotLeader(self.leader.url) from exc
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        """The job as ``GetJob`` shows it (pending, running or dead, no lease
+        token), or, in format 2, a pending job that sits in a segment object:
+        found while its id is in the document's ``sealed`` window (it was
+        moved there recently; see ``LaneKeeper.find_pending`` for the reads
+        it may take), shown as a pending job with ``"segment"``, its
+        object's key. Raises JobNotFound otherwise (a job sealed longer ago
+        than that window, still pending in a segment, is not found by id),
+        NotLeader, or SegmentUnreadable/StoreError from a segment read."""
+        try:
+            view: dict[str, Any] = self.execute(get_job_op(job_id))
+            return view
+        except JobSealed as sealed:
+            return self._sealed_job(sealed)
+
+    async def aget_job(self, job_id: str) -> dict[str, Any]:
+        """Like :meth:`get_job`; segment reads run on a worker thread."""
+        try:
+            view: dict[str, Any] = await self.aexecute(get_job_op(job_id))
+            return view
+        except JobSealed as sealed:
+            return await asyncio.to_thread(self._sealed_job, sealed)
+
+    def _sealed_job(self, sealed: JobSealed) -> dict[str, Any]:
+        keeper = self._keeper
+        found = keeper.find_pending(sealed.job_id, sealed.refs) if keeper is not None else None
+        if found is None:
+            raise JobNotFound(sealed.job_id) from None
+        job, _, ref = found
+        view: dict[str, Any] = orjson.loads(encode_job(job))  # every field, as GetJob shows a job
+        view["segment"] = ref.key
+        return view
 
     async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
         """Submit every operation of ``ops`` to this node's committer at once

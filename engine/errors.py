@@ -31,6 +31,11 @@ Errors carry a stable ``code`` string so that HTTP layers can map them without
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.segments import SegmentRef
+
 
 class EngineError(Exception):
     """Root of every error raised by :mod:`engine`."""
@@ -205,6 +210,18 @@ class JobNotFound(QueueError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} not found")
         self.job_id = job_id
+
+
+class JobSealed(JobNotFound):
+    """The job is not in the document, but its id was moved into a segment
+    object recently (format 2, the document's ``sealed`` window): it may
+    still be pending there. ``refs`` are the references to look in, as
+    ``(queue, SegmentRef)``, newest first (``Broker.get_job`` does). Over
+    the wire it is a plain ``job_not_found``."""
+
+    def __init__(self, job_id: str, refs: tuple[tuple[str, SegmentRef], ...]) -> None:
+        super().__init__(job_id)
+        self.refs = refs
 
 
 class LeaseLost(QueueError):

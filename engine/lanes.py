@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from engine.document import FORMAT_SEGMENTS, QueueState, encode_job
 from engine.errors import (
     CommitterNotRunning,
@@ -86,6 +88,9 @@ log = logging.getLogger(__name__)
 # whole segment (up to merge_jobs jobs) to take a few dozen (10 queues,
 # 16,384-job segments: about 0.3 s of CPU per refill).
 CACHED_JOBS = 65_536
+# A lookup of one job by id (Broker.get_job) reads at most this many
+# segments it does not hold encoded (~50 ms + the object's bytes each).
+JOB_LOOKUP_READS = 8
 # A refill decodes this many jobs from where it starts (at least what it
 # takes), not the whole segment: the next refills of the queue find them
 # cached, and the cache holds windows of every draining queue.
@@ -925,6 +930,40 @@ class LaneKeeper:
                     _, (_, evicted) = self._cache.popitem(last=False)
                     self._cached_jobs -= len(evicted)
         return jobs[:count]
+
+    def find_pending(
+        self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
+    ) -> tuple[Job, int, SegmentRef] | None:
+        """The pending job ``job_id``, its ``pos`` and its segment, if it sits
+        in one of ``refs`` (tried in order) and has not been moved back yet.
+        A segment this keeper sealed is searched in its encoded jobs (no
+        I/O); any other is read and verified, at most ``reads`` of them.
+        None if not found within that bound. Raises SegmentUnreadable or
+        StoreError. Any thread: never the writer's (it may read)."""
+        needle = b'{"id":' + orjson.dumps(job_id) + b","
+        for _, ref in refs:
+            with self._cache_lock:
+                parts = self._sealed_parts.get(ref.key)
+            if parts is not None:
+                for index in range(ref.consumed, len(parts)):
+                    if parts[index].startswith(needle):
+                        return self._one_job(ref, orjson.loads(parts[index]), index)
+                continue
+            if reads <= 0:
+                continue
+            reads -= 1
+            for offset, item in enumerate(read_segment_window(self.store, ref, ref.consumed, ref.total - ref.consumed)):
+                if isinstance(item, dict) and item.get("id") == job_id:
+                    return self._one_job(ref, item, ref.consumed + offset)
+        return None
+
+    @staticmethod
+    def _one_job(ref: SegmentRef, item: Any, index: int) -> tuple[Job, int, SegmentRef]:
+        try:
+            ((job, pos),) = parse_segment_jobs(ref.key, [item], first=index)
+        except DocumentError as exc:
+            raise SegmentUnreadable(ref.key, exc.problem) from exc
+        return job, pos, ref
 
     def _delete_due(self) -> None:
         now = time.monotonic()

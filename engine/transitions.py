@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from engine.document import FORMAT_SEGMENTS, QueueState, encode_dead, encode_job
-from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
+from engine.errors import JobNotFound, JobSealed, LeaseLost, QueueError, ValidationError
 from engine.model import (
     Attempt,
     BrokerInfo,
@@ -378,6 +378,14 @@ def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
         return view  # type: ignore[no-any-return]
     dead = state.dead.get(op.job_id)
     if dead is None:
+        if state.lanes and op.job_id in state.sealed:
+            # Moved into a segment recently: it may be pending there. The
+            # caller reads the segments (never the writer thread), newest
+            # first: a job sealed recently sits in a recent segment, or in
+            # one merged from it since.
+            refs = sorted(((queue, ref) for queue, lane in state.lanes.items() for ref in lane),
+                          key=lambda pair: pair[1].sealed_at, reverse=True)
+            raise JobSealed(op.job_id, tuple(refs))
         raise JobNotFound(op.job_id)
     view = orjson.loads(encode_dead(dead))
     view["status"] = "dead"

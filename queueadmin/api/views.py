@@ -130,10 +130,12 @@ async def _batch(
 
 @endpoint("GET")
 async def job(request: Request, job_id: str) -> Response:
-    """200 the job as in the document (status pending, running or dead), no lease token."""
-    op = get_job_op(job_id)
-    view: dict[str, Any] = await runtime.get_broker().aexecute(op)
-    return json_response(wire.outcome_json(op, view))  # the token hidden again: never rely on one layer alone
+    """200 the job as in the document (status pending, running or dead), no
+    lease token; in format 2 also a pending job in a segment object, while
+    its id is in the document's ``sealed`` window (``Broker.aget_job``)."""
+    view = await runtime.get_broker().aget_job(job_id)
+    # The token hidden again: never rely on one layer alone.
+    return json_response(wire.outcome_json(get_job_op(job_id), view))
 
 
 @endpoint("GET")

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.harness import Cluster, api
+from tests.e2e.harness import Cluster, Node, api
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -73,6 +73,36 @@ def test_a_stale_worker_cannot_complete_a_job_leased_again(cluster_factory: Call
     ok = api(node, "POST", f"/api/v1/jobs/{job_id}/complete", {"lease": fresh["jobs"][0]["lease"]})
     assert ok.status_code == 200
     assert cluster.document()["queues"]["q"]["completed"] == 1
+
+
+def test_a_job_pending_in_a_segment_is_found_by_id_also_by_the_leader_after_a_kill_9(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Format 2 with tiny segments: a job pushed and sealed into a segment
+    object is answered by ``GET /api/v1/jobs/<id>`` as pending (it was a
+    404), by the leader that sealed it and, after that one is killed, by
+    the next one, which reads the object from the store."""
+    cluster = cluster_factory(QUEUE_SEGMENT_JOBS="10", QUEUE_HEAD_JOBS="20", QUEUE_REFILL_BELOW="10")
+    first = cluster.node()
+    wait_for(lambda: first.role() == "leader", 10, "the node to lead")
+    ids = api(first, "POST", "/api/v1/jobs", {"queue": "q", "jobs": [{"payload": n} for n in range(60)]}).json()["ids"]
+    wait_for(lambda: ids[50] not in {job["id"] for job in cluster.document()["jobs"]}, 15, "job 50 sealed")
+    keys = {ref["key"] for ref in cluster.document()["lanes"]["q"]["segments"]}
+
+    def found_by(node: Node) -> None:
+        answer = api(node, "GET", f"/api/v1/jobs/{ids[50]}")
+        assert answer.status_code == 200, answer.text
+        view = answer.json()
+        assert (view["status"], view["payload"], view["segment"] in keys) == ("pending", 50, True)
+        missing = api(node, "GET", "/api/v1/jobs/no-such-job")
+        assert missing.status_code == 404 and missing.json()["error"] == "job_not_found"
+
+    found_by(first)
+    second = cluster.node()
+    wait_for(lambda: second.role() == "standby", 10, "the second node to stand by")
+    first.kill()
+    wait_for(lambda: second.role() == "leader", 30, "the second node to take over")
+    found_by(second)
 
 
 def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Callable[..., Cluster]) -> None:

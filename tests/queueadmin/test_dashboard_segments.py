@@ -29,6 +29,7 @@ from queueadmin.models import AuditEntry
 from tests.helpers import stored, wait_for
 from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import confirm, preview, push
+from tests.queueadmin.node_fixtures import AUTH, TOKEN
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -203,6 +204,31 @@ def test_a_job_page_finds_a_job_in_a_segment(small_segments: None, broker: Broke
     assert response.context["in_segment"] and response.context["status"] == "pending"
     assert response.context["job"]["payload"] == 75
     assert b'data-testid="in-segment"' in response.content
+
+
+def test_the_api_shows_a_pending_job_in_a_segment_by_id(
+        small_segments: None, broker: Broker, settings: SettingsWrapper) -> None:
+    """``GET /api/v1/jobs/<id>`` answers a job pending in a segment (it used
+    to be a 404), with the object it sits in; an unknown id is still a 404."""
+    settings.QUEUE_API_TOKEN = TOKEN
+    ids = backlog(broker, n=100)
+    lanes = document(broker.store)["lanes"]["q"]["segments"]
+    client = ApiClient(headers=AUTH)
+    answer = client.get(f"/api/v1/jobs/{ids[75]}")
+    assert answer.status_code == 200, answer.content
+    view = answer.json()
+    assert (view["status"], view["payload"], view["queue"]) == ("pending", 75, "q")
+    assert view["segment"] in {ref["key"] for ref in lanes} and "lease" in view
+    missing = client.get("/api/v1/jobs/no-such-job")
+    assert missing.status_code == 404 and missing.json()["error"] == "job_not_found"
+    # An object that no longer matches its reference is reported, naming it, never answered as not found.
+    keeper = broker._keeper
+    assert keeper is not None
+    keeper._sealed_parts.clear()
+    broker.store.put(view["segment"], b"{}")
+    damaged = client.get(f"/api/v1/jobs/{ids[75]}")
+    assert damaged.status_code == 503 and damaged.json()["error"] == "document_error"
+    assert view["segment"] in damaged.json()["message"]
 
 
 def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, viewer: Client,
