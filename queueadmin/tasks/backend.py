@@ -42,7 +42,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from engine import DOCUMENT_KEY, MAX_DELAY_SECONDS, EngineError, JobNotFound, ValidationError
-from engine.ops import ID_PATTERN, check_queue, get_job_op, push_op
+from engine.ops import ID_PATTERN, check_queue, push_op
 from queueadmin import config
 from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
 from queueadmin.tasks.connection import BrokerLink
@@ -221,7 +221,7 @@ class ObjectStoreBackend(BaseTaskBackend):
         if not isinstance(result_id, str) or not ID_PATTERN.fullmatch(result_id):
             raise TaskResultDoesNotExist(result_id)
         try:
-            job: dict[str, Any] | None = self.link.execute(get_job_op(result_id))
+            job: dict[str, Any] | None = self.link.get_job(result_id)
         except JobNotFound:
             job = None
         stored = self._stored(result_id)
@@ -232,7 +232,7 @@ class ObjectStoreBackend(BaseTaskBackend):
         if not isinstance(result_id, str) or not ID_PATTERN.fullmatch(result_id):
             raise TaskResultDoesNotExist(result_id)
         try:
-            job: dict[str, Any] | None = await self.link.aexecute(get_job_op(result_id))
+            job: dict[str, Any] | None = await self.link.aget_job(result_id)
         except JobNotFound:
             job = None
         stored = await sync_to_async(self._stored, thread_sensitive=False)(result_id)

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import Broker, BrokerClient, NotLeader, ObjectStore
-from engine.ops import Operation
+from engine.ops import Operation, get_job_op
 from queueadmin import config, runtime
 
 _lock = threading.Lock()
@@ -113,6 +113,30 @@ class BrokerLink:
             except NotLeader:
                 pass  # it stepped down just now: the new leader is reached over HTTP
         return self.http().execute(op)
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        """The job (``Broker.get_job``: in format 2 also one pending in a
+        segment object), through this process's leading broker, else over
+        HTTP, whose leader looks the same way. Raises JobNotFound."""
+        broker = self._embedded()
+        if broker is not None:
+            try:
+                return broker.get_job(job_id)
+            except NotLeader:
+                pass
+        result: dict[str, Any] = self.http().execute(get_job_op(job_id))
+        return result
+
+    async def aget_job(self, job_id: str) -> dict[str, Any]:
+        """Like :meth:`get_job`, without blocking the event loop."""
+        broker = self._embedded()
+        if broker is not None:
+            try:
+                return await broker.aget_job(job_id)
+            except NotLeader:
+                pass
+        result: dict[str, Any] = await sync_to_async(self.http().execute, thread_sensitive=False)(get_job_op(job_id))
+        return result
 
     async def aexecute(self, op: Operation) -> Any:
         """Like :meth:`execute`, without blocking the event loop: the embedded

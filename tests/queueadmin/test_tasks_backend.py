@@ -20,6 +20,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable, Worker
+from engine.ops import Tick
 from queueadmin import runtime
 from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER
@@ -151,6 +152,37 @@ def test_get_result_of_an_unknown_id_raises(node: Broker) -> None:
     for unknown in (uuid.uuid4().hex, "../../queue.json", "", "x" * 300):
         with pytest.raises(TaskResultDoesNotExist):
             task_backends["default"].get_result(unknown)
+
+
+def test_get_result_of_a_task_waiting_in_a_segment_is_ready(settings: SettingsWrapper) -> None:
+    """Format 2 with tiny segments: a task enqueued behind a backlog sits in
+    a segment object; its result is READY with its arguments, not "does
+    not exist" (``Broker.get_job`` looks in the segments)."""
+    runtime.stop_broker()
+    settings.QUEUE_STORE_URL = f"memory://tasks-{uuid.uuid4().hex}"
+    settings.QUEUE_ADVERTISE_URL = None
+    settings.QUEUE_API_TOKEN = None
+    settings.QUEUE_SEGMENT_JOBS, settings.QUEUE_HEAD_JOBS, settings.QUEUE_REFILL_BELOW = 10, 20, 10
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    broker = runtime.start_broker()
+    try:
+        wait_for(lambda: broker.role == "leader")
+        results = [st.add.enqueue(n, 1) for n in range(60)]
+
+        def sealed() -> bool:
+            state = committer(broker).state
+            if state is not None and state.lanes and results[50].id not in state.jobs:
+                return True
+            committer(broker).execute(Tick())  # the keeper takes its next step as a commit lands
+            return False
+
+        wait_for(sealed, what="the task sealed into a segment")
+        read = task_backends["default"].get_result(results[50].id)
+        assert read.status == TaskResultStatus.READY and read.args == [50, 1]
+        read = asyncio.run(st.add.aget_result(results[51].id))
+        assert read.status == TaskResultStatus.READY and read.args == [51, 1]
+    finally:
+        runtime.stop_broker()
 
 
 def test_get_result_of_a_job_that_is_not_a_task_raises(node: Broker) -> None:
