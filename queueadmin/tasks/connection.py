@@ -10,7 +10,7 @@ written in the queue's store directly.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -106,45 +106,41 @@ class BrokerLink:
     def execute(self, op: Operation) -> Any:
         """Commit ``op`` (or read, for GetJob): through this process's leading
         broker, else over HTTP. Raises the engine's errors."""
-        broker = self._embedded()
-        if broker is not None:
-            try:
-                return broker.execute(op)
-            except NotLeader:
-                pass  # it stepped down just now: the new leader is reached over HTTP
-        return self.http().execute(op)
+        return self._run(lambda broker: broker.execute(op), op)
+
+    async def aexecute(self, op: Operation) -> Any:
+        """Like :meth:`execute`, without blocking the event loop: the embedded
+        broker's committer is awaited; HTTP runs in a worker thread."""
+        return await self._arun(lambda broker: broker.aexecute(op), op)
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         """The job (``Broker.get_job``: in format 2 also one pending in a
         segment object), through this process's leading broker, else over
         HTTP, whose leader looks the same way. Raises JobNotFound."""
-        broker = self._embedded()
-        if broker is not None:
-            try:
-                return broker.get_job(job_id)
-            except NotLeader:
-                pass
-        result: dict[str, Any] = self.http().execute(get_job_op(job_id))
-        return result
+        job: dict[str, Any] = self._run(lambda broker: broker.get_job(job_id), get_job_op(job_id))
+        return job
 
     async def aget_job(self, job_id: str) -> dict[str, Any]:
         """Like :meth:`get_job`, without blocking the event loop."""
-        broker = self._embedded()
-        if broker is not None:
-            try:
-                return await broker.aget_job(job_id)
-            except NotLeader:
-                pass
-        result: dict[str, Any] = await sync_to_async(self.http().execute, thread_sensitive=False)(get_job_op(job_id))
-        return result
+        job: dict[str, Any] = await self._arun(lambda broker: broker.aget_job(job_id), get_job_op(job_id))
+        return job
 
-    async def aexecute(self, op: Operation) -> Any:
-        """Like :meth:`execute`, without blocking the event loop: the embedded
-        broker's committer is awaited; HTTP runs in a worker thread."""
+    def _run(self, local: Callable[[Broker], Any], op: Operation) -> Any:
+        """``local(broker)`` on this process's leading broker, else ``op`` over HTTP."""
         broker = self._embedded()
         if broker is not None:
             try:
-                return await broker.aexecute(op)
+                return local(broker)
+            except NotLeader:
+                pass  # it stepped down just now: the new leader is reached over HTTP
+        return self.http().execute(op)
+
+    async def _arun(self, local: Callable[[Broker], Awaitable[Any]], op: Operation) -> Any:
+        """Like :meth:`_run`, awaiting ``local``; HTTP runs in a worker thread."""
+        broker = self._embedded()
+        if broker is not None:
+            try:
+                return await local(broker)
             except NotLeader:
                 pass
         return await sync_to_async(self.http().execute, thread_sensitive=False)(op)

@@ -25,6 +25,7 @@ from engine.errors import (
     EngineError,
     InitRefused,
     JobNotFound,
+    JobSealed,
     LeaseLost,
     NotLeader,
     PayloadTooLarge,
@@ -228,6 +229,7 @@ def engine_errors() -> list[EngineError]:
     made: dict[type[EngineError], EngineError] = {
         NotLeader: NotLeader("http://b:8000"),
         JobNotFound: JobNotFound("j"),
+        JobSealed: JobSealed("j", ()),
         LeaseLost: LeaseLost("j"),
         PayloadTooLarge: PayloadTooLarge(9, 5),
         DocumentError: DocumentError("queue.json", "not JSON"),

@@ -452,8 +452,8 @@ def test_get_result_reads_the_job_before_the_result_object(node: Broker, monkeyp
     result = st.add.enqueue(1, 2)
     backend = task_backends["default"]
     order: list[str] = []
-    execute, stored = backend.link.execute, backend._stored
-    monkeypatch.setattr(backend.link, "execute", lambda op: (order.append("job"), execute(op))[1])
+    get_job, stored = backend.link.get_job, backend._stored
+    monkeypatch.setattr(backend.link, "get_job", lambda job_id: (order.append("job"), get_job(job_id))[1])
     monkeypatch.setattr(backend, "_stored", lambda job_id: (order.append("result"), stored(job_id))[1])
     backend.get_result(result.id)
     assert order == ["job", "result"]
