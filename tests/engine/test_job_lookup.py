@@ -38,6 +38,11 @@ def sealed_backlog(make_broker: Callable[..., Broker]) -> Broker:
         return False
 
     wait_for(sealed, what="the tail sealed")
+    # The document lands before the writer thread hands each Seal's outcome
+    # to the keeper (which then keeps the segment's encoded jobs): wait for that too.
+    keeper = broker._keeper
+    assert keeper is not None
+    wait_for(lambda: not keeper._busy, what="the seals' outcomes handled")
     return broker
 
 

@@ -224,6 +224,7 @@ def test_the_api_shows_a_pending_job_in_a_segment_by_id(
     # An object that no longer matches its reference is reported, naming it, never answered as not found.
     keeper = broker._keeper
     assert keeper is not None
+    wait_for(lambda: not keeper._busy, what="the seals' outcomes handled")  # no segment kept after the clear
     keeper._sealed_parts.clear()
     broker.store.put(view["segment"], b"{}")
     damaged = client.get(f"/api/v1/jobs/{ids[75]}")
