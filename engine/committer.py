@@ -261,20 +261,13 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             if len(queue) == 1:
                 self._cond.notify()
 
-    def execute(
-        self, op: Operation, *, timeout: float | None = None, queued: Callable[[], None] | None = None
-    ) -> Any:
+    def execute(self, op: Operation, *, timeout: float | None = None) -> Any:
         """Commit ``op`` and wait for its outcome (blocking this thread).
 
         With ``timeout``, wait at most that many seconds, then raise
-        CommitTimeout: the operation may still commit later. ``queued`` is
-        called once ``op`` is in the queue, before the wait: an operation
-        submitted after that is applied after it (the lane keeper's
-        pipelined seals rely on it)."""
+        CommitTimeout: the operation may still commit later."""
         pending = Pending(op)
         self._submit(pending)
-        if queued is not None:
-            queued()
         assert pending.lock is not None
         if not pending.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             raise CommitTimeout(f"{type(op).__name__}: no answer within {timeout} s; it may still commit")

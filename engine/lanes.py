@@ -67,6 +67,7 @@ from engine.ops import Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
 from engine.policy import Policy
 from engine.segments import (
+    JOB_LOOKUP_READS,
     SegmentRef,
     delete_quietly,
     digest,
@@ -88,9 +89,6 @@ log = logging.getLogger(__name__)
 # whole segment (up to merge_jobs jobs) to take a few dozen (10 queues,
 # 16,384-job segments: about 0.3 s of CPU per refill).
 CACHED_JOBS = 65_536
-# A lookup of one job by id (Broker.get_job) reads at most this many
-# segments it does not hold encoded (~50 ms + the object's bytes each).
-JOB_LOOKUP_READS = 8
 # A refill decodes this many jobs from where it starts (at least what it
 # takes), not the whole segment: the next refills of the queue find them
 # cached, and the cache holds windows of every draining queue.
@@ -198,14 +196,12 @@ class LaneKeeper:
     """Seals, refills, deletes and collects segments for one leader (see
     the module). ``execute(op)`` runs an operation through the leader's
     committer and returns its outcome or raises (``GroupCommitter.execute``);
-    for a Seal it is called as ``execute(op, queued=f)`` and must call ``f()``
-    once the operation is queued, so that a later submission is applied
-    after it;
-    ``submit(op, done)``, if given, queues a Seal without waiting and calls
+    ``submit(op, done)`` queues a Seal without waiting (an operation
+    submitted after it returns is applied after it) and calls
     ``done(outcome)`` (its result or its EngineError) once it landed or
     failed, on the committer's writer thread (``GroupCommitter.submit``), so
     that a seal holds a keeper thread only while its segment is written
-    (without it, seals go through ``execute`` and wait);
+    (without it, seals go through ``execute``, which tests use);
     ``epoch`` is the broker epoch this leader took over with.
 
     Thread-safe: :meth:`committed` and :meth:`dropped` run on the
@@ -232,7 +228,7 @@ class LaneKeeper:
         self.key = key
         self.policy = policy
         self.execute = execute
-        self.submit = submit
+        self.submit = submit or self._submit_by_execute
         self.epoch = epoch
         self.clock = clock
         self.grace_seconds = grace_seconds
@@ -658,22 +654,25 @@ class LaneKeeper:
             key = ref.key
             self._note_applied(task, lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
             try:
-                if self.submit is not None:
-                    self.submit(op, lambda outcome: self._seal_done(task, key, outcome))
-                    return True
-                try:
-                    outcome = self.execute(op, queued=task.queued.set)
-                except CommitterNotRunning:
-                    raise
-                except EngineError as exc:
-                    outcome = exc
+                self.submit(op, lambda outcome: self._seal_done(task, key, outcome))
             except CommitterNotRunning:
                 self._unsubmitted(key)
                 raise
-            self._seal_done(task, key, outcome)
             return True
         finally:
             task.queued.set()  # queued, or given up: never leave the seal behind this one waiting
+
+    def _submit_by_execute(self, op: Operation, done: Callable[[Any], None]) -> None:
+        """``submit`` for a keeper given only ``execute`` (tests): run ``op``
+        and hand its outcome to ``done`` at once. Raises CommitterNotRunning
+        (nothing submitted), as ``GroupCommitter.submit`` does."""
+        try:
+            outcome = self.execute(op)
+        except CommitterNotRunning:
+            raise
+        except EngineError as exc:
+            outcome = exc
+        done(outcome)
 
     def _seal_done(self, task: _SealTask, key: str, outcome: Any) -> None:
         """The outcome of the task's Seal (on the committer's writer thread
