@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -219,7 +219,23 @@ def delete_quietly(store: ObjectStore, key: str) -> bool:
     return True
 
 
+#: A lookup of one job by id that is not in the document (the API's, a job
+#: page's) reads at most this many segments it does not already hold, and
+#: only when the document's ``sealed`` window says the job was sealed
+#: recently: it is then in one of the newest segments (see newest_first).
+JOB_LOOKUP_READS = 8
+
+
+def newest_first(lanes: Mapping[str, Sequence[SegmentRef]]) -> list[tuple[str, SegmentRef]]:
+    """Every ``(queue, reference)`` of ``lanes``, the most recently sealed
+    first: where a job sealed recently sits, or one merged from it since."""
+    pairs = [(queue, ref) for queue, refs in lanes.items() for ref in refs]
+    pairs.sort(key=lambda pair: pair[1].sealed_at, reverse=True)
+    return pairs
+
+
 __all__ = [
+    "JOB_LOOKUP_READS",
     "PENDING_KIND",
     "SegmentRef",
     "decode_segment",
@@ -227,6 +243,7 @@ __all__ = [
     "digest",
     "encode_segment",
     "epoch_of_key",
+    "newest_first",
     "read_segment",
     "read_segment_window",
     "segment_key",

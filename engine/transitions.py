@@ -55,6 +55,7 @@ from engine.ops import (
     Tick,
 )
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
+from engine.segments import newest_first
 
 __all__ = [
     "apply",
@@ -383,9 +384,7 @@ def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
             # caller reads the segments (never the writer thread), newest
             # first: a job sealed recently sits in a recent segment, or in
             # one merged from it since.
-            refs = sorted(((queue, ref) for queue, lane in state.lanes.items() for ref in lane),
-                          key=lambda pair: pair[1].sealed_at, reverse=True)
-            raise JobSealed(op.job_id, tuple(refs))
+            raise JobSealed(op.job_id, tuple(newest_first(state.lanes)))
         raise JobNotFound(op.job_id)
     view = orjson.loads(encode_dead(dead))
     view["status"] = "dead"

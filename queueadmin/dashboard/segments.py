@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from engine import DOCUMENT_KEY, DocumentError, EngineError, ObjectStore, SegmentRef, read_segment
+from engine.segments import JOB_LOOKUP_READS, newest_first
 from queueadmin import runtime
 
 Doc = dict[str, Any]
@@ -39,11 +40,6 @@ Doc = dict[str, Any]
 #: engine's ~400 bytes: enough to page back and forth through a deep backlog
 #: without re-reading, small beside a node's memory.
 CACHE_BYTES = 64 * 1024 * 1024
-#: A job page looks for a job that is not in the document in at most this
-#: many segments it has not read yet (beyond every one already cached), and
-#: only when the document's ``sealed`` window says the job was sealed
-#: recently: it is then in one of the newest segments, which are read first.
-JOB_LOOKUP_READS = 8
 
 
 def _moment(value: str | None) -> datetime:
@@ -234,7 +230,7 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
                 return found
     if not sealed_recently:
         return None
-    for queue, ref in _newest_first(lanes):
+    for queue, ref in newest_first(lanes):
         if budget <= 0:
             break
         if ref.key in tried:
@@ -244,11 +240,6 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
         if found is not None:
             return found
     return None
-
-
-def _newest_first(lanes: dict[str, list[SegmentRef]]) -> Iterator[tuple[str, SegmentRef]]:
-    pairs = [(queue, ref) for queue, refs in lanes.items() for ref in refs]
-    return iter(sorted(pairs, key=lambda pair: pair[1].sealed_at, reverse=True))
 
 
 def _look(job_id: str, queue: str, ref: SegmentRef,
