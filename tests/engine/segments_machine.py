@@ -49,13 +49,14 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import JobNotFound, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
+from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
 from engine.lanes import _last_key as _last_of
 from engine.ops import (
     claim_op,
     complete_op,
     fail_op,
+    get_job_op,
     heartbeat_op,
     pause_op,
     purge_op,
@@ -308,6 +309,35 @@ class SegmentMachine(RuleBasedStateMachine):
             job.token, job.expires_at, job.seconds = claimed.lease, self.now + timedelta(seconds=lease), lease
             assert claimed.attempt == job.attempts
             self.tokens.append(claimed.lease)
+        self.after_step()
+
+    @precondition(lambda self: self.used)
+    @rule(data=st.data())
+    def get_job(self, data: st.DataObject) -> None:
+        """A job looked up by id, as ``Broker.get_job`` does: ``GetJob``, and
+        for a job it says was sealed recently (``JobSealed``), a search of
+        the references it names (``LaneKeeper.find_pending``, reads unbounded
+        here). The answer must be the model's: in the document, in a segment
+        (at its pos), or gone."""
+        job_id = data.draw(st.sampled_from([*self.used, "never-pushed"]))
+        self.model_expire()
+        outcome = apply_batch(self.state, [get_job_op(job_id)], self.now)[0]
+        job = self.jobs.get(job_id)
+        if isinstance(outcome, JobSealed):
+            found = self.keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
+            event(f"get_job: sealed, {'found' if found is not None else 'gone'}")
+            if found is None:
+                assert job is None or not job.in_segment, f"{job_id} is in a segment and was not found"
+            else:
+                assert job is not None and job.in_segment and found[1] == job.pos, (job_id, found[1], job)
+                assert found[0].id == job_id and found[0].status == "pending"
+        elif isinstance(outcome, JobNotFound):
+            event("get_job: not found")
+            assert (job is None or (job.in_segment and job_id not in self.state.sealed)) and job_id not in self.dead
+        else:
+            event("get_job: in the document")
+            assert isinstance(outcome, dict) and outcome["id"] == job_id and (job is None or not job.in_segment)
+            assert outcome["status"] == (job.status if job is not None else "dead")
         self.after_step()
 
     @precondition(lambda self: self.running())
