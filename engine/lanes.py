@@ -112,7 +112,8 @@ REFILL_WINDOW = 4_096
 REFILL_LEAD_SECONDS = 1.0
 MAX_FRONT_BOOST = 4.0
 MAX_FRONT_HEADS = 2.0
-# Encoded jobs of segments this leader sealed, kept for merging them.
+# Encoded jobs of segments this leader sealed, kept for merging them, and of
+# segments a lookup by id read (find_pending), so that polling does not re-read.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
 # How often the collector lists the segments when its last pass found no
 # suspect (it lists every collect_seconds while it has some).
@@ -292,7 +293,8 @@ class LaneKeeper:
         self._cache: OrderedDict[str, tuple[int, list[tuple[Job, int]]]] = OrderedDict()
         self._cached_jobs = 0
         # The encoded jobs of segments this keeper sealed, for merging them
-        # without reading them back (bounded by SEALED_CACHE_BYTES).
+        # without reading them back, and of segments a lookup by id read
+        # (find_pending); bounded by SEALED_CACHE_BYTES.
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
@@ -935,25 +937,25 @@ class LaneKeeper:
     ) -> tuple[Job, int, SegmentRef] | None:
         """The pending job ``job_id``, its ``pos`` and its segment, if it sits
         in one of ``refs`` (tried in order) and has not been moved back yet.
-        A segment this keeper sealed is searched in its encoded jobs (no
-        I/O); any other is read and verified, at most ``reads`` of them.
-        None if not found within that bound. Raises SegmentUnreadable or
-        StoreError. Any thread: never the writer's (it may read)."""
+        Each segment is searched in its encoded jobs: kept from sealing it or
+        from an earlier lookup (no I/O), else read, verified and kept (at
+        most ``reads`` reads), so a client polling a job by id does not read
+        its segment again each time. None if not found within that bound.
+        Raises SegmentUnreadable or StoreError. Any thread: never the
+        writer's (it may read)."""
         needle = b'{"id":' + orjson.dumps(job_id) + b","
         for _, ref in refs:
             with self._cache_lock:
                 parts = self._sealed_parts.get(ref.key)
-            if parts is not None:
-                for index in range(ref.consumed, len(parts)):
-                    if parts[index].startswith(needle):
-                        return self._one_job(ref, orjson.loads(parts[index]), index)
-                continue
-            if reads <= 0:
-                continue
-            reads -= 1
-            for offset, item in enumerate(read_segment_window(self.store, ref, ref.consumed, ref.total - ref.consumed)):
-                if isinstance(item, dict) and item.get("id") == job_id:
-                    return self._one_job(ref, item, ref.consumed + offset)
+            if parts is None:
+                if reads <= 0:
+                    continue
+                reads -= 1
+                parts = self._parts_of(ref)
+                self._keep_parts(ref.key, parts)
+            for index in range(ref.consumed, len(parts)):
+                if parts[index].startswith(needle):
+                    return self._one_job(ref, orjson.loads(parts[index]), index)
         return None
 
     @staticmethod

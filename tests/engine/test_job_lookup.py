@@ -13,7 +13,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from engine import Broker, JobNotFound, Policy
+from engine import Broker, JobNotFound, MemoryStore, Policy
 from engine.errors import SegmentUnreadable
 from engine.ops import Tick, purge_op, push_op
 from engine.parsing import parse_document
@@ -67,7 +67,17 @@ def test_a_segment_the_leader_did_not_seal_is_read_from_the_store(make_broker: C
     keeper = broker._keeper
     assert keeper is not None
     keeper._sealed_parts.clear()  # as on a leader that took over: nothing held encoded
+    store = broker.store
+    assert isinstance(store, MemoryStore)
+    reads = store.stats.reads
     assert broker.get_job("j25")["payload"] == 25
+    assert store.stats.reads > reads
+    # The segment read is kept (segments never change): polling it, or
+    # another job in it, reads nothing more.
+    reads = store.stats.reads
+    assert broker.get_job("j25")["payload"] == 25 and broker.get_job("j24")["payload"] == 24
+    assert store.stats.reads == reads
+    keeper._sealed_parts.clear()
     # Within the bound only: with no read allowed, not found.
     state = parse_document("queue.json", stored(broker.store), policy=POLICY)
     refs = tuple(("q", ref) for ref in state.lanes["q"])
