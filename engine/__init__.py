@@ -93,7 +93,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
-from engine.segments import SegmentRef, read_segment
+from engine.segments import JOB_LOOKUP_READS, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import (
@@ -124,6 +124,7 @@ __all__ = [
     "DOCUMENT_KEY",
     "FORMAT",
     "FORMAT_SEGMENTS",
+    "JOB_LOOKUP_READS",
     "MAX_DELAY_SECONDS",
     "AsyncQueueMethods",
     "Attempt",
@@ -192,6 +193,7 @@ __all__ = [
     "marker_key",
     "new_job_id",
     "new_worker_id",
+    "newest_first",
     "open_store",
     "parse_document",
     "read_marker",

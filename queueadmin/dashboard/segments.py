@@ -29,8 +29,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import DOCUMENT_KEY, DocumentError, EngineError, ObjectStore, SegmentRef, read_segment
-from engine.segments import JOB_LOOKUP_READS, newest_first
+from engine import (
+    DOCUMENT_KEY,
+    JOB_LOOKUP_READS,
+    DocumentError,
+    EngineError,
+    ObjectStore,
+    SegmentRef,
+    newest_first,
+    read_segment,
+)
 from queueadmin import runtime
 
 Doc = dict[str, Any]
