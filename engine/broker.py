@@ -267,13 +267,13 @@ class Broker:
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         """The job as ``GetJob`` shows it (pending, running or dead, no lease
-        token), or, in format 2, a pending job that sits in a segment object:
-        found while its id is in the document's ``sealed`` window (it was
-        moved there recently; see ``LaneKeeper.find_pending`` for the reads
-        it may take), shown as a pending job with ``"segment"``, its
-        object's key. Raises JobNotFound otherwise (a job sealed longer ago
-        than that window, still pending in a segment, is not found by id),
-        NotLeader, or SegmentUnreadable/StoreError from a segment read."""
+        token), or, in format 2, a pending job that sits in a segment object,
+        shown as a pending job with ``"segment"``, its object's key (see
+        ``LaneKeeper.find_pending`` for where it looks and the reads it may
+        take: a job in a merged segment is found through its id index, one
+        in a seal's segment among the ``JOB_LOOKUP_READS`` segments it may
+        read). Raises JobNotFound otherwise, NotLeader, or
+        SegmentUnreadable/StoreError from a segment read."""
         try:
             view: dict[str, Any] = self.execute(get_job_op(job_id))
             return view

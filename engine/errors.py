@@ -213,11 +213,11 @@ class JobNotFound(QueueError):
 
 
 class JobSealed(JobNotFound):
-    """The job is not in the document, but its id was moved into a segment
-    object recently (format 2, the document's ``sealed`` window): it may
-    still be pending there. ``refs`` are the references to look in, as
-    ``(queue, SegmentRef)``, newest first (``Broker.get_job`` does). Over
-    the wire it is a plain ``job_not_found``."""
+    """The job is not in the document, and the document references segment
+    objects (format 2): it may be pending in one of them. ``refs`` are the
+    references to look in, as ``(queue, SegmentRef)``, newest first
+    (``Broker.get_job`` does, through ``LaneKeeper.find_pending``). Over the
+    wire it is a plain ``job_not_found``."""
 
     def __init__(self, job_id: str, refs: tuple[tuple[str, SegmentRef], ...]) -> None:
         super().__init__(job_id)

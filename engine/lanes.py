@@ -18,16 +18,20 @@ only plans) and does the work on its own thread:
 * **merge**: adjacent small segments that have not been refilled from are
   merged into one of up to ``merge_jobs`` jobs (a :class:`~engine.ops.Merge`
   commit swaps the references), so that a backlog of millions needs a few
-  hundred references, not thousands;
+  hundred references, not thousands. A merged segment gets an id index
+  (:mod:`engine.idindex`), written before the Merge is committed, so that a
+  job in it is found by id (:meth:`LaneKeeper.find_pending`);
 * **delete**: a segment a landed commit stopped referencing (refilled to
   its end, purged) is deleted ``grace_seconds`` later, so that readers of
-  the version before (dashboards, standbys) can finish reading it;
+  the version before (dashboards, standbys) can finish reading it, and its
+  id index with it;
 * **collect**: an object under the segment prefix written at an epoch
   below this leader's, and referenced by no version since this leader took
   over, is an orphan (its writer lost the commit that would have referenced
   it, or died before deleting it). See ``docs/format.md`` for why this is
   safe: such a writer's commit is conditional on a version this leader's
-  takeover already replaced, so it can never land.
+  takeover already replaced, so it can never land. An id index whose
+  segment is gone is collected by the same rule.
 
 Seal and Refill are conditional on the queue not having moved since they
 were planned; when one is refused, nothing changed, and a sealed object is
@@ -62,6 +66,7 @@ from engine.errors import (
     StoreError,
     ValidationError,
 )
+from engine.idindex import IndexCache, decode_index, encode_index, index_key, index_prefix, segment_of_index
 from engine.model import Job
 from engine.ops import Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
@@ -298,6 +303,8 @@ class LaneKeeper:
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
+        # The id indexes of merged segments (engine.idindex), for find_pending.
+        self._indexes = IndexCache(store, key)
         # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
         # one at a time, so that many threads sealing and refilling in
         # parallel do not also multiply the leader's memory.
@@ -703,7 +710,31 @@ class LaneKeeper:
         object now. Left, it waited for a later leader's collector pass, an
         hour on an idle one."""
         self.abandoned += 1
-        delete_quietly(self.store, key)
+        self._delete_segment(key)
+
+    def _write_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> None:
+        """Write the id index of the segment ``ref`` (engine.idindex) and keep
+        it. A failed write is only logged: a lookup then reads the segment
+        itself. Deleted with the segment (:meth:`_delete_segment`)."""
+        data = encode_index(ref.sha256, parts)
+        key = index_key(self.key, ref.key)
+        try:
+            self.store.put(key, data, if_none_match=True)
+        except StoreError as exc:
+            log.warning("writing the id index %s failed: %s", key, exc)
+            delete_quietly(self.store, key)  # it may have landed (ambiguous)
+            return
+        self._indexes.put(ref.key, decode_index(ref, data))
+
+    def _delete_segment(self, key: str) -> bool:
+        """Delete segment ``key`` and then its id index, if it has one (a
+        failure to delete the index leaves it to the collector). False if
+        the segment could not be deleted (the index is then kept)."""
+        if not delete_quietly(self.store, key):
+            return False
+        self._indexes.forget(key)
+        delete_quietly(self.store, index_key(self.key, key))
+        return True
 
     def _delete_now(self, key: str) -> None:
         """Have a keeper thread delete ``key``, which no version references, without a grace."""
@@ -775,6 +806,7 @@ class LaneKeeper:
         if ref is None:
             return None
         key = ref.key
+        self._write_index(ref, parts)
         try:
             self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
         except CommitterNotRunning:
@@ -783,7 +815,7 @@ class LaneKeeper:
         except ValidationError:
             # The queue moved on (a purge, a requeue, a refill): nothing references the object.
             self.abandoned += 1
-            delete_quietly(self.store, key)
+            self._delete_segment(key)
             return None
         except (NotLeader, CommitterStopped):
             raise
@@ -936,26 +968,41 @@ class LaneKeeper:
         self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
     ) -> tuple[Job, int, SegmentRef] | None:
         """The pending job ``job_id``, its ``pos`` and its segment, if it sits
-        in one of ``refs`` (tried in order) and has not been moved back yet.
-        Each segment is searched in its encoded jobs: kept from sealing it or
-        from an earlier lookup (no I/O), else read, verified and kept (at
-        most ``reads`` reads), so a client polling a job by id does not read
-        its segment again each time. None if not found within that bound.
-        Raises SegmentUnreadable or StoreError. Any thread: never the
-        writer's (it may read)."""
+        in one of ``refs`` (tried in order, newest first is best) and has not
+        been moved back yet. None if it is in none of them, as far as the
+        bound below lets it look.
+
+        A segment is searched in its encoded jobs when this keeper holds them
+        (it sealed the segment, or an earlier lookup read it: no I/O).
+        Otherwise its id index (:mod:`engine.idindex`, written when it was
+        merged; read once, in parallel for all the segments, and kept) says
+        whether it may hold the id: if not, it is skipped without a read.
+        A segment that may hold it, or has no index (a seal's, or one merged
+        before indexes existed), is read, verified and kept, at most
+        ``reads`` of them, so a client polling a job by id does not read its
+        segment again each time. So a job in a merged segment is always
+        found, and a lookup of an id that no segment holds reads no segment
+        once the indexes are cached. Raises SegmentUnreadable or StoreError.
+        Any thread: never the writer's (it may read)."""
         needle = b'{"id":' + orjson.dumps(job_id) + b","
+        with self._cache_lock:
+            uncached = [ref for _, ref in refs if ref.key not in self._sealed_parts]
+        self._indexes.prefetch(uncached)
         for _, ref in refs:
             with self._cache_lock:
                 parts = self._sealed_parts.get(ref.key)
             if parts is None:
+                index = self._indexes.get(ref)
+                if index is not None and not index.may_hold(job_id):
+                    continue
                 if reads <= 0:
                     continue
                 reads -= 1
                 parts = self._parts_of(ref)
                 self._keep_parts(ref.key, parts)
-            for index in range(ref.consumed, len(parts)):
-                if parts[index].startswith(needle):
-                    return self._one_job(ref, orjson.loads(parts[index]), index)
+            for index_in_segment in range(ref.consumed, len(parts)):
+                if parts[index_in_segment].startswith(needle):
+                    return self._one_job(ref, orjson.loads(parts[index_in_segment]), index_in_segment)
         return None
 
     @staticmethod
@@ -973,7 +1020,7 @@ class LaneKeeper:
             self._deletions = [(deadline, key) for deadline, key in self._deletions if deadline > now]
         for key in due:
             self._forget(key)
-            if delete_quietly(self.store, key):
+            if self._delete_segment(key):
                 self.deleted += 1
                 with self._cond:
                     self._known.discard(key)
@@ -994,20 +1041,34 @@ class LaneKeeper:
             known = frozenset(self._known)
         try:
             keys = self.store.list(segment_prefix(self.key))
+            # Listed after the segments: an index is written after its
+            # segment, so an index whose segment is in neither listing nor
+            # known lost its segment (or belongs to a fenced writer's).
+            indexes = self.store.list(index_prefix(self.key))
         except StoreError as exc:
             log.warning("collecting orphan segments of %s: %s", self.key, exc)
             return
+        listed = frozenset(keys)
+        candidates = [(key, key) for key in keys]
+        for key in indexes:
+            segment = segment_of_index(self.key, key)
+            if segment is not None and segment not in listed:
+                candidates.append((key, segment))
         suspects: dict[str, float] = {}
-        for key in keys:
-            epoch = epoch_of_key(key)
-            if epoch is None or epoch >= self.epoch or key in known:
+        for key, segment in candidates:
+            epoch = epoch_of_key(segment)
+            if epoch is None or epoch >= self.epoch or segment in known:
                 continue
             first_seen = self._suspects.get(key, now)
             # Seen unreferenced in two passes at least collect_seconds apart:
             # defence in depth on top of the epoch rule.
-            if now - first_seen >= self.collect_seconds and delete_quietly(self.store, key):
-                self.collected += 1
-                continue
+            if now - first_seen >= self.collect_seconds:
+                if key != segment:
+                    if delete_quietly(self.store, key):  # an index: not counted as a segment
+                        continue
+                elif self._delete_segment(key):
+                    self.collected += 1
+                    continue
             suspects[key] = first_seen
         self._suspects = suspects
         if not suspects:

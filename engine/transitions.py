@@ -379,11 +379,13 @@ def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
         return view  # type: ignore[no-any-return]
     dead = state.dead.get(op.job_id)
     if dead is None:
-        if state.lanes and op.job_id in state.sealed:
-            # Moved into a segment recently: it may be pending there. The
-            # caller reads the segments (never the writer thread), newest
-            # first: a job sealed recently sits in a recent segment, or in
-            # one merged from it since.
+        if state.lanes and op.job_id not in state.finished:
+            # It may be pending in a segment (not if it finished recently:
+            # the common answer to a client polling its job until done). The
+            # caller looks (never on the writer thread), newest first: a job
+            # sealed recently sits in a recent segment, or in one merged from
+            # it since; older ones are found through the merged segments' id
+            # indexes (engine.idindex).
             raise JobSealed(op.job_id, tuple(newest_first(state.lanes)))
         raise JobNotFound(op.job_id)
     view = orjson.loads(encode_dead(dead))

@@ -43,13 +43,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 import orjson
 from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+import engine.lanes as lanes_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
+from engine.idindex import IndexCache, decode_index, index_key, index_prefix, segment_of_index
 from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
 from engine.lanes import _last_key as _last_of
 from engine.ops import (
@@ -72,7 +75,7 @@ KEY = "queue.json"
 WRITER = "fuzz-writer"
 # Small thresholds: seals and refills all the time.
 POLICY = Policy(max_attempts=3, dead_letter_limit=4, backoff_base_seconds=1, backoff_cap_seconds=4,
-                segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=12)
+                segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=40)
 EPOCH = 7
 
 
@@ -158,7 +161,7 @@ class SegmentMachine(RuleBasedStateMachine):
         are deleted (the keeper's grace is 0 here)."""
         self.state.encoded(seq=self.state.seq + 1, writer=WRITER)
         for key in self.state.take_dropped_segments():
-            self.store.delete(key)
+            assert self.keeper._delete_segment(key)  # and its id index (engine.idindex)
         # The keeper learns of each landed version (its planned tasks are
         # dropped: this machine runs the keeper's steps itself).
         self.keeper.committed(self.state)
@@ -249,7 +252,7 @@ class SegmentMachine(RuleBasedStateMachine):
                         if seal is not None:
                             self.run_seal(seal, fresh=True)
                             worked = True
-                        merge = self.keeper._merge_task(self.state, queue)
+                        merge = self.merge_task(queue)
                         if merge is not None:
                             self.run_merge(merge, fresh=True)
                             worked = True
@@ -324,16 +327,30 @@ class SegmentMachine(RuleBasedStateMachine):
         outcome = apply_batch(self.state, [get_job_op(job_id)], self.now)[0]
         job = self.jobs.get(job_id)
         if isinstance(outcome, JobSealed):
-            found = self.keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
+            keeper = self.keeper
+            if data.draw(st.booleans(), label="as a leader that took over (nothing cached)"):
+                keeper._sealed_parts.clear()
+                keeper._sealed_bytes = 0
+                keeper._indexes = IndexCache(self.store, KEY)
+            held = set(keeper._sealed_parts)
+            found = keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
             event(f"get_job: sealed, {'found' if found is not None else 'gone'}")
             if found is None:
                 assert job is None or not job.in_segment, f"{job_id} is in a segment and was not found"
             else:
                 assert job is not None and job.in_segment and found[1] == job.pos, (job_id, found[1], job)
                 assert found[0].id == job_id and found[0].status == "pending"
+            # Only segments without an index, or whose index may hold the id, were read.
+            for _, ref in outcome.refs:
+                if ref.key not in held and ref.key in keeper._sealed_parts:
+                    index = keeper._indexes.get(ref)
+                    event(f"get_job: read a segment {'without an index' if index is None else 'its index named'}")
+                    assert index is None or index.may_hold(job_id), f"{ref.key} was read though its index rules it out"
         elif isinstance(outcome, JobNotFound):
             event("get_job: not found")
-            assert (job is None or (job.in_segment and job_id not in self.state.sealed)) and job_id not in self.dead
+            # Not looked for in segments: no segments, or the id finished recently.
+            assert job is None or not job.in_segment or job_id in self.state.finished, job
+            assert job_id not in self.dead
         else:
             event("get_job: in the document")
             assert isinstance(outcome, dict) and outcome["id"] == job_id and (job is None or not job.in_segment)
@@ -526,6 +543,13 @@ class SegmentMachine(RuleBasedStateMachine):
                 self.stale.append(task)
             self.run_refill(task, fresh=True)
 
+    def merge_task(self, queue: str) -> _MergeTask | None:
+        """The keeper's next merge of ``queue``, with runs of two small
+        segments enough (``MAX_MERGE_RUN`` is 64 in the product; a run of 64
+        never builds up in a few dozen steps, and merges went unexercised)."""
+        with mock.patch.object(lanes_module, "MAX_MERGE_RUN", 2):
+            return self.keeper._merge_task(self.state, queue)
+
     def run_merge(self, task: _MergeTask, *, fresh: bool) -> None:
         self.model_expire()
         before = self.keeper.merged, self.keeper.abandoned
@@ -539,7 +563,7 @@ class SegmentMachine(RuleBasedStateMachine):
 
     @rule(queue=st.sampled_from(QUEUES))
     def merge(self, queue: str) -> None:
-        task = self.keeper._merge_task(self.state, queue)
+        task = self.merge_task(queue)
         if task is not None:
             self.stale.append(task)  # and once more later
             self.run_merge(task, fresh=True)
@@ -610,7 +634,7 @@ class SegmentMachine(RuleBasedStateMachine):
         elif kind == "refill":
             task = self.refill_task(queue, want)
         else:
-            task = self.keeper._merge_task(self.state, queue)
+            task = self.merge_task(queue)
         if task is not None:
             self.stale.append(task)
 
@@ -676,8 +700,18 @@ class SegmentMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_store_holds_exactly_the_referenced_segments(self) -> None:
-        referenced = {ref.key for refs in self.state.lanes.values() for ref in refs}
-        assert set(self.store.list(segment_prefix(KEY))) == referenced
+        referenced = {ref.key: ref for refs in self.state.lanes.values() for ref in refs}
+        assert set(self.store.list(segment_prefix(KEY))) == set(referenced)
+        # An id index only beside a referenced segment, and it names every job in it.
+        for key in self.store.list(index_prefix(KEY)):
+            segment = segment_of_index(KEY, key)
+            assert segment in referenced, f"index {key} outlived its segment"
+            ref = referenced[segment]
+            assert key == index_key(KEY, segment)
+            blob, data = self.store.get(key), self.store.get(segment)
+            assert blob is not None and data is not None
+            index = decode_index(ref, blob.data)
+            assert all(index.may_hold(item["id"]) for item in decode_segment(ref, data.data))
 
     @invariant()
     def encoding_round_trips(self) -> None:

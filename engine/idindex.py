@@ -1,0 +1,233 @@
+"""Id indexes of segment objects: which job ids a segment may hold (format 2).
+
+A lookup of one job by id (``GET /api/v1/jobs/<id>``, the Django Tasks
+backend's ``get_result``) must find a job that waits in a segment however
+long ago it was sealed. Reading every segment to look is out of the question
+at millions of jobs (gigabytes), and the document cannot carry a filter per
+reference (it must stay small). So the keeper writes, next to each segment it
+*merges* (up to ``merge_jobs`` jobs, where almost all of a long backlog
+ends up), a small immutable **index** object: the sorted 32-bit CRC-32 of
+each job id in it, 4 bytes a job. A lookup reads the indexes (cached: they
+never change), and reads only the segments whose index may hold the id.
+
+An index is an accelerator, never data:
+
+* it is written after its segment and before the merge that references the
+  segment is committed; a leader that dies in between leaves a segment
+  without an index, and a lookup then reads that segment itself;
+* it names the SHA-256 of its segment and the SHA-256 of its own body: an
+  index that is damaged, truncated or meant for another object is ignored
+  (logged), and the lookup reads the segment instead. It can cause an extra
+  read (a CRC-32 shared by two ids: about one in 2^32 per job), never a
+  missed job;
+* it lives under its own prefix (``<document key>.idx/``), named after its
+  segment, and goes when its segment goes (the keeper deletes both; the
+  collector deletes an index whose segment is gone, by the segments' rule).
+
+Seal segments (one share of a queue, recent) get no index: a recent job is
+found in the keeper's copy of what it sealed, and a lookup reads an
+unindexed segment whole, within a bound (``JOB_LOOKUP_READS``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import threading
+import zlib
+from array import array
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from engine.errors import StoreError
+from engine.segments import SegmentRef, segment_prefix
+from engine.stores.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"queueadmin-idindex-1\n"
+_HEAD = len(_MAGIC) + 2 * 65  # the magic, then two SHA-256 hex digests, each ending in a newline
+
+#: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
+#: 32 MB covers 8 million jobs in merged segments.
+INDEX_CACHE_BYTES = 32 * 1024 * 1024
+
+
+def index_prefix(document_key: str) -> str:
+    """Where the indexes of ``document_key``'s segments live."""
+    return f"{document_key}.idx/"
+
+
+def index_key(document_key: str, segment: str) -> str:
+    """The key of the index of segment ``segment`` (a key under the segment prefix)."""
+    prefix = segment_prefix(document_key)
+    if not segment.startswith(prefix):
+        raise ValueError(f"{segment!r} is not a segment of {document_key!r}")
+    return f"{index_prefix(document_key)}{segment[len(prefix):].removesuffix('.json')}.ids"
+
+
+def segment_of_index(document_key: str, key: str) -> str | None:
+    """The segment key an index key names, or None for a key this module did
+    not make (the collector leaves such objects alone)."""
+    prefix = index_prefix(document_key)
+    if not key.startswith(prefix) or not key.endswith(".ids"):
+        return None
+    return f"{segment_prefix(document_key)}{key[len(prefix):-len('.ids')]}.json"
+
+
+def id_hash(job_id: bytes) -> int:
+    """The 32-bit hash an index keeps of a job id (its UTF-8 bytes)."""
+    return zlib.crc32(job_id)
+
+
+def job_id_of(encoded_job: bytes) -> bytes:
+    """The id of an encoded job (``{"id":"…",…}``, as ``encode_job`` writes
+    it: the id first). Ids are letters, digits and ``_ . : -`` (``ID_PATTERN``),
+    so the string holds no escape."""
+    end = encoded_job.index(b'"', 7)
+    return encoded_job[7:end]
+
+
+def encode_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> bytes:
+    """The index of a segment whose bytes hash to ``segment_sha256`` and
+    whose jobs, encoded, are ``encoded_jobs``."""
+    hashes = array("I", sorted({id_hash(job_id_of(job)) for job in encoded_jobs}))
+    if sys.byteorder == "big":  # the format is little-endian
+        hashes.byteswap()
+    body = hashes.tobytes()
+    return b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n", body))
+
+
+class IdIndex:
+    """The decoded index of one segment: :meth:`may_hold` is exact for ids
+    the segment holds (never False for one of them)."""
+
+    __slots__ = ("_hashes",)
+
+    def __init__(self, hashes: array[int]) -> None:
+        self._hashes = hashes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._hashes) * self._hashes.itemsize
+
+    def may_hold(self, job_id: str) -> bool:
+        """False only if the segment does not hold ``job_id``."""
+        wanted = id_hash(job_id.encode())
+        at = bisect_left(self._hashes, wanted)
+        return at < len(self._hashes) and self._hashes[at] == wanted
+
+
+def decode_index(ref: SegmentRef, data: bytes) -> IdIndex:
+    """The index ``data`` of segment ``ref``. Raises ValueError if it is
+    damaged or is the index of another object (another SHA-256)."""
+    if not data.startswith(_MAGIC) or len(data) < _HEAD or (len(data) - _HEAD) % 4:
+        raise ValueError("not an id index (bad header or length)")
+    segment_sha, body_sha = data[len(_MAGIC):_HEAD].split(b"\n")[:2]
+    if segment_sha.decode("ascii", "replace") != ref.sha256:
+        raise ValueError("it indexes another object (SHA-256 differs from the reference's)")
+    body = data[_HEAD:]
+    if hashlib.sha256(body).hexdigest().encode() != body_sha:
+        raise ValueError("its body does not match its SHA-256")
+    hashes = array("I")
+    hashes.frombytes(body)
+    if sys.byteorder == "big":
+        hashes.byteswap()
+    if any(hashes[i] >= hashes[i + 1] for i in range(len(hashes) - 1)):
+        raise ValueError("its hashes are not sorted")
+    return IdIndex(hashes)
+
+
+class IndexCache:
+    """The indexes this node read or wrote, by segment key, bounded by
+    :data:`INDEX_CACHE_BYTES` (least recently used first out). A segment
+    found to have no usable index is remembered as such (``None``), so a
+    lookup does not ask the store again: segments and indexes never change.
+    Thread-safe."""
+
+    def __init__(self, store: ObjectStore, document_key: str, *, max_bytes: int = INDEX_CACHE_BYTES) -> None:
+        self.store = store
+        self.document_key = document_key
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, IdIndex | None] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.reads = 0  # index objects read (found or not): for tests and the benchmark
+
+    def known(self, key: str) -> bool:
+        """Whether the index of segment ``key`` (or its absence) is cached."""
+        with self._lock:
+            return key in self._entries
+
+    def get(self, ref: SegmentRef) -> IdIndex | None:
+        """The index of ``ref``'s segment, or None if it has none that can be
+        used (none written, or damaged: logged). Reads it if not cached.
+        Raises StoreError if the store fails (nothing is remembered then)."""
+        with self._lock:
+            if ref.key in self._entries:
+                self._entries.move_to_end(ref.key)
+                return self._entries[ref.key]
+        key = index_key(self.document_key, ref.key)
+        blob = self.store.get(key)
+        self.reads += 1
+        index: IdIndex | None = None
+        if blob is not None:
+            try:
+                index = decode_index(ref, blob.data)
+            except ValueError as exc:
+                log.warning("ignoring the id index %s of segment %s: %s", key, ref.key, exc)
+        self.put(ref.key, index)
+        return index
+
+    def put(self, segment: str, index: IdIndex | None) -> None:
+        """Remember ``index`` (or that there is none) for segment ``segment``."""
+        with self._lock:
+            old = self._entries.pop(segment, None)
+            self._bytes -= old.nbytes if old is not None else 0
+            self._entries[segment] = index
+            self._bytes += index.nbytes if index is not None else 0
+            while self._bytes > self.max_bytes and len(self._entries) > 1:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes if evicted is not None else 0
+
+    def forget(self, segment: str) -> None:
+        with self._lock:
+            old = self._entries.pop(segment, None)
+            self._bytes -= old.nbytes if old is not None else 0
+
+    def prefetch(self, refs: Sequence[SegmentRef], *, threads: int = 8) -> None:
+        """Read the indexes of ``refs`` not cached yet, ``threads`` at a time
+        (a first lookup after a takeover reads one per merged segment: ~300
+        at 5 million jobs). A store error leaves that one unread."""
+        missing = [ref for ref in refs if not self.known(ref.key)]
+        if not missing:
+            return
+
+        def read(ref: SegmentRef) -> None:
+            try:
+                self.get(ref)
+            except StoreError as exc:
+                log.warning("reading the id index of segment %s: %s", ref.key, exc)
+
+        if len(missing) == 1:
+            read(missing[0])
+            return
+        with ThreadPoolExecutor(max_workers=min(threads, len(missing)), thread_name_prefix="idindex") as pool:
+            list(pool.map(read, missing))
+
+
+__all__ = [
+    "INDEX_CACHE_BYTES",
+    "IdIndex",
+    "IndexCache",
+    "decode_index",
+    "encode_index",
+    "id_hash",
+    "index_key",
+    "index_prefix",
+    "job_id_of",
+    "segment_of_index",
+]

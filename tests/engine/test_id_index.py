@@ -1,0 +1,181 @@
+"""Merged segments carry an id index (``engine.idindex``), so that a pending
+job in a segment is found by id however long ago it was sealed.
+
+Before, ``Broker.get_job`` (``GET /api/v1/jobs/<id>``, the Django Tasks
+backend's ``get_result``) found a job in a segment only while its id was in
+the document's ``sealed`` window (10,000 ids): behind a backlog of a million,
+almost every pending job answered 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+from engine import Broker, JobNotFound, MemoryStore, Policy
+from engine.idindex import (
+    IndexCache,
+    decode_index,
+    encode_index,
+    index_key,
+    index_prefix,
+    job_id_of,
+    segment_of_index,
+)
+from engine.ops import Tick, purge_op, push_op
+from engine.parsing import parse_document
+from engine.segments import SegmentRef, segment_prefix
+from engine.stores.base import Blob
+from tests.helpers import stored, wait_for
+
+# Seals of 10 or so, merged into segments of up to 80 jobs (segments under a
+# quarter of that are merged), and a sealed window of 5 ids: every job but the
+# last few is out of it.
+POLICY = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=80, dedup_window_ids=5)
+IDS = [f"j{i:03d}" for i in range(400)]
+
+
+class CountingStore(MemoryStore):
+    """Counts the reads of each key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: dict[str, int] = {}
+
+    def get(self, key: str) -> Blob | None:
+        self.gets[key] = self.gets.get(key, 0) + 1
+        return super().get(key)
+
+
+def merged_backlog(make_broker: Callable[..., Broker]) -> Broker:
+    """A leader whose queue q holds 400 jobs, most of them in merged segments."""
+    broker = make_broker(CountingStore(), "http://a", policy=POLICY)
+    wait_for(lambda: broker.role == "leader", what="leading")
+    for start in range(0, len(IDS), 10):
+        broker.execute(push_op("q", list(range(start, start + 10)), ids=IDS[start:start + 10], policy=POLICY))
+    keeper = broker._keeper
+    assert keeper is not None
+
+    def merged() -> bool:
+        refs = orjson.loads(stored(broker.store)).get("lanes", {}).get("q", {}).get("segments", [])
+        if sum(ref["total"] > POLICY.merge_jobs // 4 for ref in refs) >= 2 and not keeper._busy:
+            return True
+        broker.execute(Tick())  # the keeper takes its next step as a commit lands
+        return False
+
+    wait_for(merged, what="segments merged")
+    return broker
+
+
+def merged_refs(broker: Broker) -> list[SegmentRef]:
+    """The references to merged segments (larger than any seal here)."""
+    refs = parse_document("queue.json", stored(broker.store), policy=POLICY).lanes["q"]
+    return [ref for ref in refs if ref.total > POLICY.merge_jobs // 4]
+
+
+def as_after_a_takeover(broker: Broker) -> None:
+    """Nothing held: the keeper of a leader that just took over."""
+    keeper = broker._keeper
+    assert keeper is not None
+    keeper._sealed_parts.clear()
+    keeper._sealed_bytes = 0
+    keeper._indexes = IndexCache(broker.store, "queue.json")
+
+
+def segment_reads(store: CountingStore, before: dict[str, int]) -> list[str]:
+    return [key for key, n in store.gets.items()
+            if key.startswith(segment_prefix("queue.json")) and n > before.get(key, 0)]
+
+
+def test_an_index_names_every_job_of_its_segment_and_refuses_a_damaged_or_foreign_copy() -> None:
+    parts = [orjson.dumps({"id": f"job-{i}", "pos": i}) for i in range(1000)]
+    assert [job_id_of(p) for p in parts[:2]] == [b"job-0", b"job-1"]
+    ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0d.json", total=1000, consumed=0,
+                     front=0, last_pos=999, size=1, sha256="a" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
+                     epoch=1, sealed_at=None)  # type: ignore[arg-type]
+    data = encode_index(ref.sha256, parts)
+    index = decode_index(ref, data)
+    assert all(index.may_hold(f"job-{i}") for i in range(1000))
+    assert sum(index.may_hold(f"other-{i}") for i in range(10_000)) <= 1  # CRC-32: ~10,000 / 2^32 * 1000
+    assert len(data) < 4 * 1000 + 200  # 4 bytes a job
+    with pytest.raises(ValueError, match="another object"):
+        decode_index(ref._replace(sha256="b" * 64), data)
+    with pytest.raises(ValueError, match="SHA-256"):
+        decode_index(ref, data[:-4] + b"\x00\x00\x00\x00")
+    with pytest.raises(ValueError):
+        decode_index(ref, data[:-1])
+    key = index_key("queue.json", ref.key)
+    assert key.startswith(index_prefix("queue.json")) and segment_of_index("queue.json", key) == ref.key
+    assert segment_of_index("queue.json", "queue.json.idx/q/notes.txt") is None
+
+
+def test_a_job_sealed_long_ago_is_found_through_the_index_reading_only_its_segment(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    assert isinstance(store, CountingStore)
+    merged = merged_refs(broker)
+    indexes = set(store.list(index_prefix("queue.json")))
+    assert {index_key("queue.json", ref.key) for ref in merged} <= indexes
+    # A job in the second merged segment, sealed long before the window.
+    target = orjson.loads(store.get(merged[-1].key).data)["jobs"][3]["id"]  # type: ignore[union-attr]
+    doc = orjson.loads(stored(store))
+    assert target not in " ".join(group[1] for group in doc["sealed"]) and target not in {j["id"] for j in doc["jobs"]}
+
+    as_after_a_takeover(broker)
+    before = dict(store.gets)
+    view = broker.get_job(target)
+    assert (view["id"], view["status"], view["segment"]) == (target, "pending", merged[-1].key)
+    # The indexes were read; of the merged segments, only the one holding it.
+    assert [key for key in segment_reads(store, before) if key in {r.key for r in merged}] == [merged[-1].key]
+
+    # An id that no segment holds reads no segment once the indexes are held.
+    before = dict(store.gets)
+    with pytest.raises(JobNotFound):
+        broker.get_job("no-such-job")
+    with pytest.raises(JobNotFound):
+        broker.get_job("no-such-job")
+    assert not [key for key in segment_reads(store, before) if key in {r.key for r in merged}]
+
+
+def test_without_its_index_or_with_a_damaged_one_the_segment_itself_is_read(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    merged = merged_refs(broker)
+    first, last = merged[0], merged[-1]
+    in_first = orjson.loads(store.get(first.key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
+    in_last = orjson.loads(store.get(last.key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
+    store.delete(index_key("queue.json", first.key))  # a leader died between the two writes
+    store.put(index_key("queue.json", last.key), b"queueadmin-idindex-1\nnot an index")
+    as_after_a_takeover(broker)
+    assert broker.get_job(in_first)["segment"] == first.key
+    assert broker.get_job(in_last)["segment"] == last.key
+
+
+def test_an_index_goes_with_its_segment_and_an_orphan_index_is_collected(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    keeper = broker._keeper
+    assert keeper is not None and store.list(index_prefix("queue.json"))
+    # An index left by a leader of an older epoch whose segment is gone.
+    orphan = index_key("queue.json", "queue.json.seg/q/e00000000-p00000000000001-deadbeef.json")
+    store.put(orphan, b"left behind")
+    keeper.collect_seconds = 0.05
+    keeper._next_collect = 0
+    wait_for(lambda: orphan not in store.list(index_prefix("queue.json")), what="the orphan index collected")
+    assert store.list(index_prefix("queue.json")), "the referenced segments' indexes stay"
+    # Purging the queue drops every reference; the segments and their indexes go.
+    broker.execute(purge_op(queue="q", status="pending"))
+
+    def gone() -> bool:
+        broker.execute(Tick())
+        return not store.list(segment_prefix("queue.json")) and not store.list(index_prefix("queue.json"))
+
+    wait_for(gone, what="segments and indexes deleted")
