@@ -145,6 +145,7 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
     remaining |= in_segments
     verdict.figures["left_in_segments"] = len(in_segments & acked.keys())
     verdict.figures["unreferenced_segments"] = len(final.get("unreferenced_segments", []))
+    verdict.figures["orphan_indexes"] = len(final.get("orphan_indexes", []))
     dead = {str(j.get("id")) for j in final.get("dead", []) if isinstance(j, dict)}
     lost = sorted(j for j in acked if j not in completed and j not in remaining and j not in dead
                   and j not in unconfirmed)

@@ -38,7 +38,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"acknowledged pushes lost: {f['lost']}",
         f"format 2: segments referenced by the versions seen {f.get('segments_seen', 0)} (at most "
         f"{f.get('most_segments_at_once', 0)} at once); left in segments {f.get('left_in_segments', 0)}; "
-        f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}",
+        f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}; "
+        f"id indexes left without their segment {f.get('orphan_indexes', 0)}",
         f"FIFO: {f.get('fifo_compared', 0)} first claims compared, {f.get('fifo_violations', 0)} out of order",
         f"stale completions accepted: {f['stale_completions']}",
         f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "

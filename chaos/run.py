@@ -204,7 +204,12 @@ def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
     doc["segment_problems"] = problems
     try:
         # Where segments live is part of the storage format (docs/format.md).
-        doc["unreferenced_segments"] = sorted(set(store.list(f"{DOCUMENT_KEY}.seg/")) - referenced)
+        listed = set(store.list(f"{DOCUMENT_KEY}.seg/"))
+        doc["unreferenced_segments"] = sorted(listed - referenced)
+        # An id index (engine.idindex) whose segment is gone: a leak, not a loss.
+        doc["orphan_indexes"] = sorted(
+            key for key in store.list(f"{DOCUMENT_KEY}.idx/")
+            if f"{DOCUMENT_KEY}.seg/{key[len(DOCUMENT_KEY) + 5:].removesuffix('.ids')}.json" not in listed)
     except EngineError as exc:
         problems.append(f"listing the segments: {exc}")
 

@@ -64,6 +64,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.http_client import API_PREFIX, BrokerClient
+from engine.idindex import IndexCache
 from engine.lineage import initialise, marker_key, read_marker
 from engine.model import (
     Attempt,
@@ -150,6 +151,7 @@ __all__ = [
     "FaultyStore",
     "FileStore",
     "GroupCommitter",
+    "IndexCache",
     "InitRefused",
     "InvalidPayload",
     "Job",

@@ -34,6 +34,7 @@ from engine import (
     JOB_LOOKUP_READS,
     DocumentError,
     EngineError,
+    IndexCache,
     ObjectStore,
     SegmentRef,
     newest_first,
@@ -152,6 +153,21 @@ class SegmentCache:
 #: The process-wide cache every page reads segments through.
 cache = SegmentCache()
 
+_indexes: IndexCache | None = None
+_indexes_lock = threading.Lock()
+
+
+def indexes() -> IndexCache:
+    """The process-wide cache of the merged segments' id indexes
+    (``engine.idindex``) of this node's broker's store; made again if the
+    store changed (tests)."""
+    global _indexes
+    broker = runtime.get_broker()
+    with _indexes_lock:
+        if _indexes is None or _indexes.store is not broker.store or _indexes.document_key != broker.key:
+            _indexes = IndexCache(broker.store, broker.key)
+        return _indexes
+
 
 @dataclass(frozen=True, slots=True)
 class Block:
@@ -221,12 +237,15 @@ def page(blocks: list[Block], start: int, count: int,
 
 def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_recently: bool,
                      read: Callable[[SegmentRef], list[Doc]] | None = None,
-                     budget: int = JOB_LOOKUP_READS) -> tuple[Doc, str] | None:
+                     budget: int = JOB_LOOKUP_READS, index: IndexCache | None = None) -> tuple[Doc, str] | None:
     """The pending job ``job_id`` and its queue, if it sits (unconsumed) in
     one of the referenced segments the lookup tries: every cached one (no
-    I/O), then, when ``sealed_recently`` (its id is in the document's
-    ``sealed`` window), up to ``budget`` more, newest first across queues.
-    None when not found within that bound. Raises what ``read`` raises."""
+    I/O); then, newest first across queues, each merged segment whose id
+    index (``index``, default :func:`indexes`; read once, kept) may hold
+    the id, and, when ``sealed_recently`` (its id is in the document's
+    ``sealed`` window), segments without an index; at most ``budget``
+    segment reads in all. None when not found within that bound. Raises
+    what ``read`` raises, and StoreError from reading an index."""
     read = read or cache.jobs
     referenced = {ref.key: (queue, ref) for queue, refs in lanes.items() for ref in refs}
     tried: set[str] = set()
@@ -236,12 +255,14 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
             found = _look(job_id, *referenced[key], read)
             if found is not None:
                 return found
-    if not sealed_recently:
-        return None
-    for queue, ref in newest_first(lanes):
+    ordered = [(queue, ref) for queue, ref in newest_first(lanes) if ref.key not in tried]
+    index = index or indexes()
+    index.prefetch([ref for _, ref in ordered])
+    for queue, ref in ordered:
         if budget <= 0:
             break
-        if ref.key in tried:
+        held = index.get(ref)
+        if (held is None and not sealed_recently) or (held is not None and not held.may_hold(job_id)):
             continue
         budget -= 1
         found = _look(job_id, queue, ref, read)

@@ -105,6 +105,51 @@ def test_a_job_pending_in_a_segment_is_found_by_id_also_by_the_leader_after_a_ki
     found_by(second)
 
 
+def test_a_job_sealed_long_before_the_window_is_found_by_id_through_its_index_after_a_kill_9(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """A backlog of 20,000 jobs: the early ones are merged into a segment of
+    16,384 jobs, long out of the document's ``sealed`` window (10,000 ids).
+    ``GET /api/v1/jobs/<id>`` finds one of them (it answered 404 before the
+    merged segments got id indexes), on the leader and, after a ``kill -9``,
+    on the next one, which reads the indexes from the store."""
+    cluster = cluster_factory(QUEUE_SEGMENT_JOBS="100", QUEUE_HEAD_JOBS="200", QUEUE_REFILL_BELOW="100")
+    first = cluster.node()
+    wait_for(lambda: first.role() == "leader", 10, "the node to lead")
+    ids: list[str] = []
+    for start in range(0, 20_000, 1_000):
+        batch = [{"payload": n} for n in range(start, start + 1_000)]
+        answer = api(first, "POST", "/api/v1/jobs", {"queue": "q", "jobs": batch})
+        assert answer.status_code == 201, answer.text
+        ids += answer.json()["ids"]
+    target = ids[2_000]
+
+    def merged_segment() -> str | None:
+        refs = cluster.document().get("lanes", {}).get("q", {}).get("segments", [])
+        return next((ref["key"] for ref in refs if ref["total"] > 4_096 and ref["consumed"] == 0), None)
+
+    wait_for(lambda: merged_segment() is not None, 60, "a merged segment")
+    doc = cluster.document()
+    assert target not in " ".join(group[1] for group in doc["sealed"]), "the job must be out of the sealed window"
+    assert target not in {job["id"] for job in doc["jobs"]}
+
+    def found_by(node: Node) -> None:
+        answer = api(node, "GET", f"/api/v1/jobs/{target}")
+        assert answer.status_code == 200, answer.text
+        view = answer.json()
+        assert (view["status"], view["payload"]) == ("pending", 2_000)
+        assert view["segment"] == merged_segment()
+        missing = api(node, "GET", "/api/v1/jobs/no-such-job")
+        assert missing.status_code == 404 and missing.json()["error"] == "job_not_found"
+
+    found_by(first)
+    second = cluster.node()
+    wait_for(lambda: second.role() == "standby", 10, "the second node to stand by")
+    first.kill()
+    wait_for(lambda: second.role() == "leader", 30, "the second node to take over")
+    found_by(second)
+
+
 def test_every_acknowledged_push_survives_a_broker_kill_9(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory()
     node = cluster.node()

@@ -247,6 +247,26 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
     assert found.context["found"] and segments.cache.reads == reads
 
 
+def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job long out of the ``sealed`` window, in a segment merged from 64
+    seals: the job page reads the id indexes and that one segment, no other."""
+    ids = [job_id for start in range(0, 7_000, 100) for job_id in push(broker, "q", list(range(start, start + 100)))]
+
+    def merged(doc: dict[str, Any]) -> bool:
+        return any(ref["total"] >= 1_000 for ref in doc.get("lanes", {}).get("q", {}).get("segments", []))
+
+    settle(broker, merged, what="a merged segment")
+    ref = next(r for r in document(broker.store)["lanes"]["q"]["segments"] if r["total"] >= 1_000)
+    target = orjson.loads(broker.store.get(ref["key"]).data)["jobs"][ref["consumed"] + 5]  # type: ignore[union-attr]
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    segments.cache.clear()
+    response = viewer.get(f"/jobs/{target['id']}/")
+    assert response.status_code == 200 and response.context["found"] and response.context["in_segment"]
+    assert response.context["job"]["payload"] == target["payload"] and target["id"] in ids
+    assert segments.cache.keys() == [ref["key"]], "only the segment that holds it was read"
+
+
 def stop_at_a_missing_segment(broker: Broker) -> str:
     """Seal a backlog, delete its first segment and claim the front: the
     leader cannot refill queue q and reports it. Returns the object's key."""
