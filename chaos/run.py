@@ -151,12 +151,15 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
 
 
 def segment_env(segments: tuple[int, int, int] | list[int] | None) -> dict[str, str]:
-    """The nodes' environment for format 2 (empty for format 1)."""
+    """The nodes' environment for format 2 (empty for format 1). Merges of
+    up to 8 segments' worth of jobs: seals of a few shares are then small
+    enough to be merged (with their id indexes) within a run, not only
+    past 16,384 jobs."""
     if not segments:
         return {}
     segment_jobs, head_jobs, refill_below = segments
     return {"QUEUE_SEGMENT_JOBS": str(segment_jobs), "QUEUE_HEAD_JOBS": str(head_jobs),
-            "QUEUE_REFILL_BELOW": str(refill_below)}
+            "QUEUE_REFILL_BELOW": str(refill_below), "QUEUE_MERGE_JOBS": str(8 * segment_jobs)}
 
 
 def _read_document(cluster: Cluster, *, segments: bool = False) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from engine import (
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MERGE_JOBS,
     DEFAULT_REFILL_BELOW,
     DEFAULT_TAKEOVER_SECONDS,
     BrokerClient,
@@ -160,19 +161,22 @@ def max_payload_bytes() -> int:
 def policy() -> Policy:
     """The engine policy the settings describe: :func:`lease_seconds`,
     :func:`max_payload_bytes` and format 2's ``QUEUE_SEGMENT_JOBS``,
-    ``QUEUE_HEAD_JOBS`` and ``QUEUE_REFILL_BELOW``; the engine's defaults
+    ``QUEUE_HEAD_JOBS``, ``QUEUE_REFILL_BELOW`` and ``QUEUE_MERGE_JOBS``
+    (never below the segment size); the engine's defaults
     for the rest.
 
     Brokers enforce it; clients (commands, workers, forms, the tasks backend)
     validate with it locally, so both agree. Raises ValueError for values the
     engine refuses.
     """
+    segment_jobs = int(getattr(settings, "QUEUE_SEGMENT_JOBS", DEFAULT_QUEUE_SEGMENT_JOBS))
     return Policy(
         lease_seconds=lease_seconds(),
         max_payload_bytes=max_payload_bytes(),
-        segment_jobs=int(getattr(settings, "QUEUE_SEGMENT_JOBS", DEFAULT_QUEUE_SEGMENT_JOBS)),
+        segment_jobs=segment_jobs,
         head_jobs=int(getattr(settings, "QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)),
         refill_below=int(getattr(settings, "QUEUE_REFILL_BELOW", DEFAULT_REFILL_BELOW)),
+        merge_jobs=max(segment_jobs, int(getattr(settings, "QUEUE_MERGE_JOBS", DEFAULT_MERGE_JOBS))),
     )
 
 

@@ -57,6 +57,9 @@ QUEUE_HEAD_JOBS             format 2: pending jobs a queue keeps in queue.json
                             in front of its segments (1000)
 QUEUE_REFILL_BELOW          format 2: read the next segment back when fewer
                             claimable jobs are left in front (500)
+QUEUE_MERGE_JOBS            format 2: small segments are merged into ones of
+                            up to this many jobs, each with an id index
+                            (16384)
 =========================== ====================================================
 """
 
@@ -76,6 +79,7 @@ from engine import (
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MERGE_JOBS,
     DEFAULT_REFILL_BELOW,
     DEFAULT_TAKEOVER_SECONDS,
 )
@@ -338,6 +342,9 @@ QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAU
 QUEUE_SEGMENT_JOBS = env_int("QUEUE_SEGMENT_JOBS", DEFAULT_QUEUE_SEGMENT_JOBS, minimum=0)
 QUEUE_HEAD_JOBS = env_int("QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)
 QUEUE_REFILL_BELOW = env_int("QUEUE_REFILL_BELOW", min(DEFAULT_REFILL_BELOW, QUEUE_HEAD_JOBS))
+# Small segments (under a quarter of this) are merged into segments of up to
+# this many jobs, each with an id index; the chaos harness lowers it to merge often.
+QUEUE_MERGE_JOBS = env_int("QUEUE_MERGE_JOBS", max(DEFAULT_MERGE_JOBS, QUEUE_SEGMENT_JOBS))
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader

@@ -176,3 +176,11 @@ def test_an_azure_store_gets_the_connection_string_from_the_settings(settings: A
     settings.QUEUE_AZURE_CONNECTION_STRING = None
     with pytest.raises(StoreConfigError, match="AZURE_STORAGE_CONNECTION_STRING"):
         config.open_queue_store()
+
+
+def test_policy_follows_the_merge_setting_never_below_the_segment_size(settings: SettingsWrapper) -> None:
+    settings.QUEUE_SEGMENT_JOBS = 50
+    settings.QUEUE_MERGE_JOBS = 400
+    assert config.policy().merge_jobs == 400
+    settings.QUEUE_MERGE_JOBS = 10  # the engine refuses merge_jobs < segment_jobs: the segment size wins
+    assert config.policy().merge_jobs == 50
