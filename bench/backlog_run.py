@@ -32,6 +32,7 @@ store records every document put (its size) and every byte the standby reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -436,6 +437,66 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5) -> dict[str, Any]:
+    """``Broker.get_job`` (``GET /api/v1/jobs/<id>``) of a job in the middle
+    of ``queue``'s backlog, in a segment with an id index (merged, or sealed
+    large), long out of the ``sealed`` window: ``cold_ms`` as on a leader
+    that just took over (the keeper holds no segment and no id index: it
+    reads every segment's index, then the one segment that holds the job), ``warm_ms`` the median of
+    ``repeat`` lookups after it (nothing read), ``unknown_ms`` the median of
+    lookups of an id no segment holds (after the cold one: the indexes are
+    held). Measured once the keeper has settled (no seal, refill or merge
+    running). ``bytes_read``/``reads`` are what the cold lookup read, through
+    the leader's store with its latency and bandwidth. Returns
+    ``{"error": ...}`` if there is no merged segment or a lookup failed."""
+    from engine.idindex import IndexCache
+
+    keeper = broker._keeper
+    committer = broker.committer
+    if keeper is None or committer is None:
+        return {"error": "no keeper"}
+    _settle(broker, broker.policy)  # no seal, refill or merge reads while the lookup is timed
+    state = committer.state
+    if state is None:
+        return {"error": "no state"}
+    refs = [ref for ref in state.lanes.get(queue, []) if ref.total >= keeper.small_below]
+    if not refs:
+        return {"error": "no segment large enough to have an id index"}
+    ref = refs[len(refs) // 2]
+    blob = store.inner.get(ref.key)  # unmeasured, not counted: which id to look for
+    if blob is None:
+        return {"error": f"segment {ref.key} is gone"}
+    job_id = orjson.loads(blob.data)["jobs"][ref.total // 2]["id"]
+    with keeper._cache_lock:
+        keeper._sealed_parts.clear()
+        keeper._sealed_bytes = 0
+    keeper._indexes = IndexCache(broker.store, broker.key)
+    reads, read_bytes = store.counts.get("get", 0), store.bytes_read
+    try:
+        started = time.perf_counter()
+        view = broker.get_job(job_id)
+        cold = (time.perf_counter() - started) * 1000
+        reads, read_bytes = store.counts.get("get", 0) - reads, store.bytes_read - read_bytes
+        if view.get("segment") != ref.key:
+            return {"error": f"found in {view.get('segment')}, not {ref.key}"}
+        warm = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            broker.get_job(job_id)
+            warm.append((time.perf_counter() - started) * 1000)
+        unknown = []
+        for n in range(repeat):
+            started = time.perf_counter()
+            with contextlib.suppress(EngineError):
+                broker.get_job(f"no-such-job-{n}")
+            unknown.append((time.perf_counter() - started) * 1000)
+    except EngineError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"cold_ms": cold, "warm_ms": statistics.median(warm), "unknown_ms": statistics.median(unknown),
+            "reads": reads, "bytes_read": read_bytes, "indexed_segments": len(refs),
+            "references": len(state.lanes.get(queue, []))}
+
+
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
     depth, nqueues = cfg["depth"], cfg["queues"]
     queues = [f"bench-{i}" for i in range(nqueues)]
@@ -507,6 +568,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
                 result["jobs_page_cached_ms"] = jobs_page["cached_ms"]
             _log(f"jobs page: {jobs_page}")
         if depth > 0:
+            result["job_by_id"] = _job_by_id(leader, counted, queues[0])
+            _log(f"job by id: {result['job_by_id']}")
             committer = leader.committer
             assert committer is not None
             state = committer.state

@@ -4,17 +4,19 @@ A lookup of one job by id (``GET /api/v1/jobs/<id>``, the Django Tasks
 backend's ``get_result``) must find a job that waits in a segment however
 long ago it was sealed. Reading every segment to look is out of the question
 at millions of jobs (gigabytes), and the document cannot carry a filter per
-reference (it must stay small). So the keeper writes, next to each segment it
-*merges* (up to ``merge_jobs`` jobs, where almost all of a long backlog
-ends up), a small immutable **index** object: the sorted 32-bit CRC-32 of
-each job id in it, 4 bytes a job. A lookup reads the indexes (cached: they
-never change), and reads only the segments whose index may hold the id.
+reference (it must stay small). So the keeper writes, next to each segment
+that will not be merged (every merged one, up to ``merge_jobs`` jobs, where
+almost all of a long backlog ends up, and every seal of a quarter of
+``merge_jobs`` or more), a small immutable **index** object: the sorted
+32-bit CRC-32 of each job id in it, 4 bytes a job. A lookup reads the
+indexes (cached: they never change), and reads only the segments whose
+index may hold the id.
 
 An index is an accelerator, never data:
 
-* it is written after its segment and before the merge that references the
-  segment is committed; a leader that dies in between leaves a segment
-  without an index, and a lookup then reads that segment itself;
+* it is written after its segment and before the Seal or Merge that
+  references the segment is committed; if writing it fails, the commit goes
+  on without it (logged), and a lookup reads that segment itself;
 * it names the SHA-256 of its segment and the SHA-256 of its own body: an
   index that is damaged, truncated or meant for another object is ignored
   (logged), and the lookup reads the segment instead. It can cause an extra
@@ -24,9 +26,10 @@ An index is an accelerator, never data:
   segment, and goes when its segment goes (the keeper deletes both; the
   collector deletes an index whose segment is gone, by the segments' rule).
 
-Seal segments (one share of a queue, recent) get no index: a recent job is
-found in the keeper's copy of what it sealed, and a lookup reads an
-unindexed segment whole, within a bound (``JOB_LOOKUP_READS``).
+Small seals (a few shares of a queue, recent, merged soon) get no index: a
+recent job is found in the keeper's copy of what it sealed, and a lookup
+reads an unindexed segment whole, within a bound (``JOB_LOOKUP_READS``),
+after the segments whose index names the id.
 """
 
 from __future__ import annotations

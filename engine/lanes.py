@@ -18,9 +18,10 @@ only plans) and does the work on its own thread:
 * **merge**: adjacent small segments that have not been refilled from are
   merged into one of up to ``merge_jobs`` jobs (a :class:`~engine.ops.Merge`
   commit swaps the references), so that a backlog of millions needs a few
-  hundred references, not thousands. A merged segment gets an id index
-  (:mod:`engine.idindex`), written before the Merge is committed, so that a
-  job in it is found by id (:meth:`LaneKeeper.find_pending`);
+  hundred references, not thousands. A merged segment, and a seal too large
+  to be merged, gets an id index (:mod:`engine.idindex`), written before its
+  Seal or Merge is committed, so that a job in it is found by id
+  (:meth:`LaneKeeper.find_pending`);
 * **delete**: a segment a landed commit stopped referencing (refilled to
   its end, purged) is deleted ``grace_seconds`` later, so that readers of
   the version before (dashboards, standbys) can finish reading it, and its
@@ -303,7 +304,7 @@ class LaneKeeper:
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
-        # The id indexes of merged segments (engine.idindex), for find_pending.
+        # The id indexes of large segments (engine.idindex), for find_pending.
         self._indexes = IndexCache(store, key)
         # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
         # one at a time, so that many threads sealing and refilling in
@@ -569,7 +570,7 @@ class LaneKeeper:
         if len(candidates) < 2:
             return None
         limit = self.policy.merge_jobs
-        small = limit // 4
+        small = self.small_below
         run: list[SegmentRef] = []
         total = 0
         for ref in candidates:
@@ -584,6 +585,13 @@ class LaneKeeper:
             if len(run) >= MAX_MERGE_RUN:
                 return _MergeTask(queue, tuple(run))
         return None  # the last run may still grow
+
+    @property
+    def small_below(self) -> int:
+        """Segments of fewer jobs are small: merged with their neighbours
+        (and indexed then). One of this many or more is never merged, so it
+        gets its id index when it is written (engine.idindex)."""
+        return max(1, self.policy.merge_jobs // 4)
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
@@ -659,6 +667,10 @@ class LaneKeeper:
                 task, task.parts, first_pos=task.jobs[0][1], last_pos=task.jobs[-1][1], oldest=task.oldest)
             if ref is None:
                 return False
+            if ref.total >= self.small_below:
+                # Never merged (not small), so it gets its id index now: a
+                # large tail, sealed at once (batched pushes, a seeded backlog).
+                self._write_index(ref, task.parts)
             op = Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts)
             key = ref.key
             self._note_applied(task, lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
@@ -972,37 +984,48 @@ class LaneKeeper:
         been moved back yet. None if it is in none of them, as far as the
         bound below lets it look.
 
-        A segment is searched in its encoded jobs when this keeper holds them
-        (it sealed the segment, or an earlier lookup read it: no I/O).
-        Otherwise its id index (:mod:`engine.idindex`, written when it was
-        merged; read once, in parallel for all the segments, and kept) says
-        whether it may hold the id: if not, it is skipped without a read.
-        A segment that may hold it, or has no index (a seal's, or one merged
-        before indexes existed), is read, verified and kept, at most
-        ``reads`` of them, so a client polling a job by id does not read its
-        segment again each time. So a job in a merged segment is always
-        found, and a lookup of an id that no segment holds reads no segment
-        once the indexes are cached. Raises SegmentUnreadable or StoreError.
-        Any thread: never the writer's (it may read)."""
+        First every segment whose encoded jobs this keeper holds (it sealed
+        the segment, or an earlier lookup read it: no I/O). Then, among the
+        others, the segments whose id index (:mod:`engine.idindex`: merged
+        ones and large seals; read once, in parallel, and kept) may hold the
+        id, and last those without an index (small seals, or segments
+        written before indexes existed); each one read is verified and kept,
+        at most ``reads`` of them, so a client polling a job by id does not
+        read its segment again. So a job in an indexed segment is always
+        found, and a lookup of an id that no segment holds reads no indexed
+        segment once the indexes are held. Raises SegmentUnreadable or
+        StoreError. Any thread: never the writer's (it may read)."""
         needle = b'{"id":' + orjson.dumps(job_id) + b","
-        with self._cache_lock:
-            uncached = [ref for _, ref in refs if ref.key not in self._sealed_parts]
-        self._indexes.prefetch(uncached)
-        for _, ref in refs:
+        unread: list[SegmentRef] = []
+        for _, ref in refs:  # first what this keeper holds: no I/O
             with self._cache_lock:
                 parts = self._sealed_parts.get(ref.key)
             if parts is None:
-                index = self._indexes.get(ref)
-                if index is not None and not index.may_hold(job_id):
-                    continue
-                if reads <= 0:
-                    continue
-                reads -= 1
-                parts = self._parts_of(ref)
-                self._keep_parts(ref.key, parts)
-            for index_in_segment in range(ref.consumed, len(parts)):
-                if parts[index_in_segment].startswith(needle):
-                    return self._one_job(ref, orjson.loads(parts[index_in_segment]), index_in_segment)
+                unread.append(ref)
+                continue
+            found = self._search(needle, ref, parts)
+            if found is not None:
+                return found
+        self._indexes.prefetch(unread)
+        indexes = [(ref, self._indexes.get(ref)) for ref in unread]
+        # Then the segments whose index may hold the id (almost always just
+        # the one that does), before any segment without an index.
+        named = [ref for ref, index in indexes if index is not None and index.may_hold(job_id)]
+        for ref in named + [ref for ref, index in indexes if index is None]:
+            if reads <= 0:
+                break
+            reads -= 1
+            parts = self._parts_of(ref)
+            self._keep_parts(ref.key, parts)
+            found = self._search(needle, ref, parts)
+            if found is not None:
+                return found
+        return None
+
+    def _search(self, needle: bytes, ref: SegmentRef, parts: Sequence[bytes]) -> tuple[Job, int, SegmentRef] | None:
+        for index in range(ref.consumed, len(parts)):
+            if parts[index].startswith(needle):
+                return self._one_job(ref, orjson.loads(parts[index]), index)
         return None
 
     @staticmethod

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench.backlog import table, target_lines
-from bench.backlog_run import _jobs_page, _seed
+from bench.backlog_run import CountingStore, _job_by_id, _jobs_page, _seed
 from engine import Broker, LatencyStore, MemoryStore, Policy
 from queueadmin.dashboard import segments
 from tests.helpers import wait_for
@@ -102,3 +102,22 @@ def test_the_table_and_targets_report_the_jobs_page() -> None:
     assert checks == ["- jobs page deep in segments, cached <= 200 ms: largest 12.0 ms "
                       "(1 queue(s), depth 1,000,000; first load 400 ms) — PASS"]
     assert "FAIL" in target_lines([_row(1_000_000, 250.0)], 0.05)[-1]
+
+
+def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_indexes() -> None:
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
+    counted = CountingStore(MemoryStore())
+    broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
+                    heartbeat_seconds=60, takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        _seed(broker, ["q"], 2_000, policy)
+        measured = _job_by_id(broker, counted, "q", repeat=2)
+    finally:
+        broker.stop(timeout=10)
+
+    assert "error" not in measured, measured
+    assert measured["indexed_segments"] >= 2
+    # Cold: every segment's index (an absent one for a small seal), then the one segment; warm: nothing.
+    assert measured["indexed_segments"] + 1 <= measured["reads"] <= measured["references"] + 1
+    assert measured["cold_ms"] > 0 and measured["warm_ms"] > 0 and measured["unknown_ms"] > 0
