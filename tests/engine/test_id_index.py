@@ -179,3 +179,33 @@ def test_an_index_goes_with_its_segment_and_an_orphan_index_is_collected(
         return not store.list(segment_prefix("queue.json")) and not store.list(index_prefix("queue.json"))
 
     wait_for(gone, what="segments and indexes deleted")
+
+
+def test_a_large_tail_sealed_at_once_gets_its_index_when_sealed(make_broker: Callable[..., Broker]) -> None:
+    """A batch of 400 pushed at once is sealed in segments of up to
+    ``merge_jobs``: too large to be merged ever, so each gets its index as it
+    is sealed, and a job in it is found reading only its segment."""
+    broker = make_broker(CountingStore(), "http://a", policy=POLICY)
+    wait_for(lambda: broker.role == "leader", what="leading")
+    broker.execute(push_op("q", list(range(400)), ids=IDS, policy=POLICY))
+    keeper = broker._keeper
+    assert keeper is not None
+
+    def sealed() -> bool:
+        if len(orjson.loads(stored(broker.store))["jobs"]) < 100 and not keeper._busy:
+            return True
+        broker.execute(Tick())
+        return False
+
+    wait_for(sealed, what="the batch sealed")
+    store = broker.store
+    assert isinstance(store, CountingStore)
+    refs = parse_document("queue.json", stored(store), policy=POLICY).lanes["q"]
+    large = [ref for ref in refs if ref.total >= keeper.small_below]
+    assert large and keeper.merged == 0
+    assert {index_key("queue.json", ref.key) for ref in large} <= set(store.list(index_prefix("queue.json")))
+    target = orjson.loads(store.get(large[0].key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
+    as_after_a_takeover(broker)
+    before = dict(store.gets)
+    assert broker.get_job(target)["segment"] == large[0].key
+    assert segment_reads(store, before) == [large[0].key]
