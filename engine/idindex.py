@@ -14,9 +14,11 @@ index may hold the id.
 
 An index is an accelerator, never data:
 
-* it is written after its segment and before the Seal or Merge that
-  references the segment is committed; if writing it fails, the commit goes
-  on without it (logged), and a lookup reads that segment itself;
+* it is written after its segment: before the Merge that references the
+  segment is committed, or just after the Seal is queued (never delaying a
+  seal); a lookup before it exists reads the segment, and a cache remembers
+  an absent index only for :data:`ABSENT_RECHECK_SECONDS`. If writing it
+  fails, the commit goes on without it (logged);
 * it names the SHA-256 of its segment and the SHA-256 of its own body: an
   index that is damaged, truncated or meant for another object is ignored
   (logged), and the lookup reads the segment instead. It can cause an extra
@@ -38,6 +40,7 @@ import hashlib
 import logging
 import sys
 import threading
+import time
 import zlib
 from array import array
 from bisect import bisect_left
@@ -57,6 +60,14 @@ _HEAD = len(_MAGIC) + 2 * 65  # the magic, then two SHA-256 hex digests, each en
 #: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
 #: 32 MB covers 8 million jobs in merged segments.
 INDEX_CACHE_BYTES = 32 * 1024 * 1024
+#: A segment found without an index is asked about again after this long: a
+#: large seal's index is written just after its Seal is queued, so a lookup
+#: may come between the two.
+ABSENT_RECHECK_SECONDS = 60.0
+#: And at most this many segments are remembered (most are absences of an
+#: index, which weigh nothing in :data:`INDEX_CACHE_BYTES`: segments come and
+#: go, and a cache of a long-lived node must not keep every key it saw).
+INDEX_CACHE_ENTRIES = 65_536
 
 
 def index_prefix(document_key: str) -> str:
@@ -147,9 +158,9 @@ def decode_index(ref: SegmentRef, data: bytes) -> IdIndex:
 class IndexCache:
     """The indexes this node read or wrote, by segment key, bounded by
     :data:`INDEX_CACHE_BYTES` (least recently used first out). A segment
-    found to have no usable index is remembered as such (``None``), so a
-    lookup does not ask the store again: segments and indexes never change.
-    Thread-safe."""
+    found to have no usable index is remembered as such (``None``) for
+    :data:`ABSENT_RECHECK_SECONDS`, so lookups do not ask the store again
+    each time; an index, once read, never changes. Thread-safe."""
 
     def __init__(self, store: ObjectStore, document_key: str, *, max_bytes: int = INDEX_CACHE_BYTES) -> None:
         self.store = store
@@ -157,20 +168,27 @@ class IndexCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, IdIndex | None] = OrderedDict()
         self._bytes = 0
+        self._absent: dict[str, float] = {}  # segment key -> monotonic time it was found without an index
         self._lock = threading.Lock()
         self.reads = 0  # index objects read (found or not): for tests and the benchmark
 
     def known(self, key: str) -> bool:
-        """Whether the index of segment ``key`` (or its absence) is cached."""
+        """Whether the index of segment ``key`` (or its recent absence) is cached."""
         with self._lock:
-            return key in self._entries
+            return self._fresh(key)
+
+    def _fresh(self, key: str) -> bool:
+        if key not in self._entries:
+            return False
+        found = self._absent.get(key)
+        return found is None or time.monotonic() - found < ABSENT_RECHECK_SECONDS
 
     def get(self, ref: SegmentRef) -> IdIndex | None:
         """The index of ``ref``'s segment, or None if it has none that can be
         used (none written, or damaged: logged). Reads it if not cached.
         Raises StoreError if the store fails (nothing is remembered then)."""
         with self._lock:
-            if ref.key in self._entries:
+            if self._fresh(ref.key):
                 self._entries.move_to_end(ref.key)
                 return self._entries[ref.key]
         key = index_key(self.document_key, ref.key)
@@ -192,14 +210,20 @@ class IndexCache:
             self._bytes -= old.nbytes if old is not None else 0
             self._entries[segment] = index
             self._bytes += index.nbytes if index is not None else 0
-            while self._bytes > self.max_bytes and len(self._entries) > 1:
-                _, evicted = self._entries.popitem(last=False)
+            if index is None:
+                self._absent[segment] = time.monotonic()
+            else:
+                self._absent.pop(segment, None)
+            while (self._bytes > self.max_bytes or len(self._entries) > INDEX_CACHE_ENTRIES) and len(self._entries) > 1:
+                gone, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes if evicted is not None else 0
+                self._absent.pop(gone, None)
 
     def forget(self, segment: str) -> None:
         with self._lock:
             old = self._entries.pop(segment, None)
             self._bytes -= old.nbytes if old is not None else 0
+            self._absent.pop(segment, None)
 
     def prefetch(self, refs: Sequence[SegmentRef], *, threads: int = 8) -> None:
         """Read the indexes of ``refs`` not cached yet, ``threads`` at a time
@@ -223,7 +247,9 @@ class IndexCache:
 
 
 __all__ = [
+    "ABSENT_RECHECK_SECONDS",
     "INDEX_CACHE_BYTES",
+    "INDEX_CACHE_ENTRIES",
     "IdIndex",
     "IndexCache",
     "decode_index",

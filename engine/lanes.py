@@ -177,6 +177,10 @@ def _last_key(state: QueueState, queue: str) -> str | None:
     refs = state.lanes.get(queue)
     return refs[-1].key if refs else None
 
+# How many deleted segment keys the keeper remembers, so that an id index
+# written late (after its seal was queued) is not written for one of them.
+SEGMENTS_GONE_KEPT = 4096
+
 # A merge waits until its run of small segments holds ``merge_jobs`` jobs, or
 # this many segments (a queue with many small shares), whichever comes first.
 MAX_MERGE_RUN = 64
@@ -306,6 +310,10 @@ class LaneKeeper:
         self._cache_lock = threading.Lock()
         # The id indexes of large segments (engine.idindex), for find_pending.
         self._indexes = IndexCache(store, key)
+        # Held while an index is written, and while a segment is marked gone
+        # (see _write_index): the keys of segments deleted lately.
+        self._index_lock = threading.Lock()
+        self._segments_gone: OrderedDict[str, None] = OrderedDict()
         # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
         # one at a time, so that many threads sealing and refilling in
         # parallel do not also multiply the leader's memory.
@@ -667,10 +675,6 @@ class LaneKeeper:
                 task, task.parts, first_pos=task.jobs[0][1], last_pos=task.jobs[-1][1], oldest=task.oldest)
             if ref is None:
                 return False
-            if ref.total >= self.small_below:
-                # Never merged (not small), so it gets its id index now: a
-                # large tail, sealed at once (batched pushes, a seeded backlog).
-                self._write_index(ref, task.parts)
             op = Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts)
             key = ref.key
             self._note_applied(task, lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
@@ -679,6 +683,12 @@ class LaneKeeper:
             except CommitterNotRunning:
                 self._unsubmitted(key)
                 raise
+            if ref.total >= self.small_below:
+                # Never merged (not small), so it gets its id index here: a
+                # large tail sealed at once (batched pushes). Written after
+                # the Seal is queued, never delaying it (the document's size
+                # waits on seals); a lookup meanwhile reads the segment.
+                self._write_index(ref, task.parts)
             return True
         finally:
             task.queued.set()  # queued, or given up: never leave the seal behind this one waiting
@@ -727,15 +737,22 @@ class LaneKeeper:
     def _write_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> None:
         """Write the id index of the segment ``ref`` (engine.idindex) and keep
         it. A failed write is only logged: a lookup then reads the segment
-        itself. Deleted with the segment (:meth:`_delete_segment`)."""
+        itself. Deleted with the segment (:meth:`_delete_segment`); a seal's
+        index is written after its Seal was queued, so the segment may have
+        been refused and deleted already: then it is not written (or deleted
+        again), under ``_index_lock``, so that no index outlives its segment
+        (the collector never takes objects of this leader's own epoch)."""
         data = encode_index(ref.sha256, parts)
         key = index_key(self.key, ref.key)
-        try:
-            self.store.put(key, data, if_none_match=True)
-        except StoreError as exc:
-            log.warning("writing the id index %s failed: %s", key, exc)
-            delete_quietly(self.store, key)  # it may have landed (ambiguous)
-            return
+        with self._index_lock:
+            if ref.key in self._segments_gone:
+                return
+            try:
+                self.store.put(key, data, if_none_match=True)
+            except StoreError as exc:
+                log.warning("writing the id index %s failed: %s", key, exc)
+                delete_quietly(self.store, key)  # it may have landed (ambiguous)
+                return
         self._indexes.put(ref.key, decode_index(ref, data))
 
     def _delete_segment(self, key: str) -> bool:
@@ -744,6 +761,10 @@ class LaneKeeper:
         the segment could not be deleted (the index is then kept)."""
         if not delete_quietly(self.store, key):
             return False
+        with self._index_lock:
+            self._segments_gone[key] = None  # an index write that has not started will not
+            while len(self._segments_gone) > SEGMENTS_GONE_KEPT:
+                self._segments_gone.popitem(last=False)
         self._indexes.forget(key)
         delete_quietly(self.store, index_key(self.key, key))
         return True

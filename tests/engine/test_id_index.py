@@ -203,9 +203,48 @@ def test_a_large_tail_sealed_at_once_gets_its_index_when_sealed(make_broker: Cal
     refs = parse_document("queue.json", stored(store), policy=POLICY).lanes["q"]
     large = [ref for ref in refs if ref.total >= keeper.small_below]
     assert large and keeper.merged == 0
-    assert {index_key("queue.json", ref.key) for ref in large} <= set(store.list(index_prefix("queue.json")))
+    # Written just after each Seal was queued: wait for the last ones.
+    wait_for(lambda: {index_key("queue.json", ref.key) for ref in large} <= set(store.list(index_prefix("queue.json"))),
+             what="the large seals' indexes")
     target = orjson.loads(store.get(large[0].key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
     as_after_a_takeover(broker)
     before = dict(store.gets)
     assert broker.get_job(target)["segment"] == large[0].key
     assert segment_reads(store, before) == [large[0].key]
+
+
+def test_a_late_index_is_not_written_for_a_segment_already_deleted(make_broker: Callable[..., Broker]) -> None:
+    """A large seal's index is written after its Seal was queued: if the Seal
+    was refused and its segment deleted first, no index may outlive it (the
+    collector never takes this leader's own epoch)."""
+    broker = merged_backlog(make_broker)
+    keeper = broker._keeper
+    assert keeper is not None
+    ref = merged_refs(broker)[0]
+    parts = [orjson.dumps(job) for job in orjson.loads(broker.store.get(ref.key).data)["jobs"]]  # type: ignore[union-attr]
+    doomed = ref._replace(key=ref.key.removesuffix(".json") + "-doomed.json")
+    broker.store.put(doomed.key, b"a segment a refused seal wrote")
+    assert keeper._delete_segment(doomed.key)
+    keeper._write_index(doomed, parts)
+    assert index_key("queue.json", doomed.key) not in broker.store.list(index_prefix("queue.json"))
+    # A segment not deleted gets its index as before.
+    other = ref._replace(key=ref.key.removesuffix(".json") + "-kept.json")
+    keeper._write_index(other, parts)
+    assert index_key("queue.json", other.key) in broker.store.list(index_prefix("queue.json"))
+
+
+def test_a_segment_found_without_an_index_is_asked_about_again_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStore()
+    ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0d.json", total=3, consumed=0, front=1,
+                     last_pos=3, size=1, sha256="c" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
+                     epoch=1, sealed_at=None)  # type: ignore[arg-type]
+    cache = IndexCache(store, "queue.json")
+    now = [1000.0]
+    monkeypatch.setattr("engine.idindex.time.monotonic", lambda: now[0])
+    assert cache.get(ref) is None and cache.reads == 1
+    parts = [orjson.dumps({"id": f"a{i}"}) for i in range(3)]
+    store.put(index_key("queue.json", ref.key), encode_index(ref.sha256, parts))  # written just after the lookup
+    assert cache.get(ref) is None and cache.reads == 1  # remembered as absent for a while
+    now[0] += 61
+    index = cache.get(ref)
+    assert index is not None and index.may_hold("a1") and cache.reads == 2
