@@ -240,9 +240,9 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
                      budget: int = JOB_LOOKUP_READS, index: IndexCache | None = None) -> tuple[Doc, str] | None:
     """The pending job ``job_id`` and its queue, if it sits (unconsumed) in
     one of the referenced segments the lookup tries: every cached one (no
-    I/O); then, newest first across queues, each merged segment whose id
-    index (``index``, default :func:`indexes`; read once, kept) may hold
-    the id, and, when ``sealed_recently`` (its id is in the document's
+    I/O); then, newest first across queues, each segment whose id index
+    (``index``, default :func:`indexes`; read once, kept) may hold the id,
+    and after them, when ``sealed_recently`` (its id is in the document's
     ``sealed`` window), segments without an index; at most ``budget``
     segment reads in all. None when not found within that bound. Raises
     what ``read`` raises, and StoreError from reading an index."""
@@ -258,16 +258,15 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
     ordered = [(queue, ref) for queue, ref in newest_first(lanes) if ref.key not in tried]
     index = index or indexes()
     index.prefetch([ref for _, ref in ordered])
-    for queue, ref in ordered:
-        if budget <= 0:
-            break
-        held = index.get(ref)
-        if (held is None and not sealed_recently) or (held is not None and not held.may_hold(job_id)):
-            continue
-        budget -= 1
-        found = _look(job_id, queue, ref, read)
-        if found is not None:
-            return found
+    held = [(queue, ref, index.get(ref)) for queue, ref in ordered]
+    # The segments an index names first (almost always just the one holding
+    # the id), then, for a recently sealed id, those without an index.
+    named = [(queue, ref) for queue, ref, found in held if found is not None and found.may_hold(job_id)]
+    unindexed = [(queue, ref) for queue, ref, found in held if found is None] if sealed_recently else []
+    for queue, ref in (named + unindexed)[:budget]:
+        found_job = _look(job_id, queue, ref, read)
+        if found_job is not None:
+            return found_job
     return None
 
 
