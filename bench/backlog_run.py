@@ -449,7 +449,7 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     running). ``bytes_read``/``reads`` are what the cold lookup read, through
     the leader's store with its latency and bandwidth. Returns
     ``{"error": ...}`` if there is no merged segment or a lookup failed."""
-    from engine.idindex import IndexCache
+    from engine import IndexCache
 
     keeper = broker._keeper
     committer = broker.committer
