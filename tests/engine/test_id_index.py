@@ -60,7 +60,10 @@ def merged_backlog(make_broker: Callable[..., Broker]) -> Broker:
 
     def merged() -> bool:
         refs = orjson.loads(stored(broker.store)).get("lanes", {}).get("q", {}).get("segments", [])
-        if sum(ref["total"] > POLICY.merge_jobs // 4 for ref in refs) >= 2 and not keeper._busy:
+        large = {index_key("queue.json", ref["key"]) for ref in refs if ref["total"] >= keeper.small_below}
+        # A large seal's index is written just after its Seal was queued: wait for those too.
+        indexed = large <= set(broker.store.list(index_prefix("queue.json")))
+        if sum(ref["total"] > POLICY.merge_jobs // 4 for ref in refs) >= 2 and not keeper._busy and indexed:
             return True
         broker.execute(Tick())  # the keeper takes its next step as a commit lands
         return False
