@@ -20,8 +20,8 @@ only plans) and does the work on its own thread:
   commit swaps the references), so that a backlog of millions needs a few
   hundred references, not thousands. A merged segment, and a seal too large
   to be merged, gets an id index (:mod:`engine.idindex`), written before its
-  Seal or Merge is committed, so that a job in it is found by id
-  (:meth:`LaneKeeper.find_pending`);
+  Merge is committed or just after its Seal is queued, so that a job in it
+  is found by id (:meth:`LaneKeeper.find_pending`);
 * **delete**: a segment a landed commit stopped referencing (refilled to
   its end, purged) is deleted ``grace_seconds`` later, so that readers of
   the version before (dashboards, standbys) can finish reading it, and its
@@ -739,9 +739,10 @@ class LaneKeeper:
         it. A failed write is only logged: a lookup then reads the segment
         itself. Deleted with the segment (:meth:`_delete_segment`); a seal's
         index is written after its Seal was queued, so the segment may have
-        been refused and deleted already: then it is not written (or deleted
-        again), under ``_index_lock``, so that no index outlives its segment
-        (the collector never takes objects of this leader's own epoch)."""
+        been refused and deleted already: then it is not written. The check
+        and the write hold ``_index_lock``, which a deletion takes to mark its
+        segment gone, so that no index outlives its segment (the collector
+        never takes objects of this leader's own epoch)."""
         data = encode_index(ref.sha256, parts)
         key = index_key(self.key, ref.key)
         with self._index_lock:
@@ -762,7 +763,7 @@ class LaneKeeper:
         if not delete_quietly(self.store, key):
             return False
         with self._index_lock:
-            self._segments_gone[key] = None  # an index write that has not started will not
+            self._segments_gone[key] = None  # an index write of it that has not begun now skips it
             while len(self._segments_gone) > SEGMENTS_GONE_KEPT:
                 self._segments_gone.popitem(last=False)
         self._indexes.forget(key)
