@@ -449,8 +449,6 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     running). ``bytes_read``/``reads`` are what the cold lookup read, through
     the leader's store with its latency and bandwidth. Returns
     ``{"error": ...}`` if there is no merged segment or a lookup failed."""
-    from engine import IndexCache
-
     keeper = broker._keeper
     committer = broker.committer
     if keeper is None or committer is None:
@@ -467,10 +465,7 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     if blob is None:
         return {"error": f"segment {ref.key} is gone"}
     job_id = orjson.loads(blob.data)["jobs"][ref.total // 2]["id"]
-    with keeper._cache_lock:
-        keeper._sealed_parts.clear()
-        keeper._sealed_bytes = 0
-    keeper._indexes = IndexCache(broker.store, broker.key)
+    keeper.forget_held()
     reads, read_bytes = store.counts.get("get", 0), store.bytes_read
     try:
         started = time.perf_counter()

@@ -212,7 +212,7 @@ def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
         # An id index (engine.idindex) whose segment is gone: a leak, not a loss.
         doc["orphan_indexes"] = sorted(
             key for key in store.list(f"{DOCUMENT_KEY}.idx/")
-            if f"{DOCUMENT_KEY}.seg/{key[len(DOCUMENT_KEY) + 5:].removesuffix('.ids')}.json" not in listed)
+            if f"{DOCUMENT_KEY}.seg/{key.removeprefix(f'{DOCUMENT_KEY}.idx/').removesuffix('.ids')}.json" not in listed)
     except EngineError as exc:
         problems.append(f"listing the segments: {exc}")
 

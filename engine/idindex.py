@@ -60,14 +60,21 @@ _HEAD = len(_MAGIC) + 2 * 65  # the magic, then two SHA-256 hex digests, each en
 #: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
 #: 32 MB covers 8 million jobs in merged segments.
 INDEX_CACHE_BYTES = 32 * 1024 * 1024
-#: A segment found without an index is asked about again after this long: a
-#: large seal's index is written just after its Seal is queued, so a lookup
-#: may come between the two.
+#: A large segment found without an index is asked about again after this
+#: long: a large seal's index is written just after its Seal is queued, so a
+#: lookup may come between the two. A small one never gets an index (it is
+#: merged instead): its absence is remembered for good.
 ABSENT_RECHECK_SECONDS = 60.0
 #: And at most this many segments are remembered (most are absences of an
 #: index, which weigh nothing in :data:`INDEX_CACHE_BYTES`: segments come and
 #: go, and a cache of a long-lived node must not keep every key it saw).
 INDEX_CACHE_ENTRIES = 65_536
+
+
+def indexed_from(merge_jobs: int) -> int:
+    """The size (jobs) from which a segment is never merged, so gets an id
+    index when it is written; smaller ones are merged (and indexed then)."""
+    return max(1, merge_jobs // 4)
 
 
 def index_prefix(document_key: str) -> str:
@@ -162,13 +169,17 @@ class IndexCache:
     :data:`ABSENT_RECHECK_SECONDS`, so lookups do not ask the store again
     each time; an index, once read, never changes. Thread-safe."""
 
-    def __init__(self, store: ObjectStore, document_key: str, *, max_bytes: int = INDEX_CACHE_BYTES) -> None:
+    def __init__(
+        self, store: ObjectStore, document_key: str, *, merge_jobs: int, max_bytes: int = INDEX_CACHE_BYTES,
+    ) -> None:
         self.store = store
         self.document_key = document_key
         self.max_bytes = max_bytes
+        self.large_from = indexed_from(merge_jobs)
         self._entries: OrderedDict[str, IdIndex | None] = OrderedDict()
         self._bytes = 0
-        self._absent: dict[str, float] = {}  # segment key -> monotonic time it was found without an index
+        # Large segment key -> monotonic time it was found without an index.
+        self._absent: dict[str, float] = {}
         self._lock = threading.Lock()
         self.reads = 0  # index objects read (found or not): for tests and the benchmark
 
@@ -200,17 +211,18 @@ class IndexCache:
                 index = decode_index(ref, blob.data)
             except ValueError as exc:
                 log.warning("ignoring the id index %s of segment %s: %s", key, ref.key, exc)
-        self.put(ref.key, index)
+        self.put(ref.key, index, recheck=index is None and ref.total >= self.large_from)
         return index
 
-    def put(self, segment: str, index: IdIndex | None) -> None:
-        """Remember ``index`` (or that there is none) for segment ``segment``."""
+    def put(self, segment: str, index: IdIndex | None, *, recheck: bool = False) -> None:
+        """Remember ``index`` (or that there is none) for segment ``segment``;
+        with ``recheck``, an absence only for :data:`ABSENT_RECHECK_SECONDS`."""
         with self._lock:
             old = self._entries.pop(segment, None)
             self._bytes -= old.nbytes if old is not None else 0
             self._entries[segment] = index
             self._bytes += index.nbytes if index is not None else 0
-            if index is None:
+            if recheck:
                 self._absent[segment] = time.monotonic()
             else:
                 self._absent.pop(segment, None)
@@ -245,6 +257,25 @@ class IndexCache:
         with ThreadPoolExecutor(max_workers=min(threads, len(missing)), thread_name_prefix="idindex") as pool:
             list(pool.map(read, missing))
 
+    def candidates(
+        self, job_id: str, refs: Sequence[SegmentRef],
+    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
+        """Where a lookup of ``job_id`` must read, among ``refs`` (in their
+        order): the segments whose index may hold the id (almost always just
+        the one that does), and the segments without an index. The indexes
+        not cached are read first (:meth:`prefetch`). Raises StoreError if
+        one still cannot be read."""
+        self.prefetch(refs)
+        named: list[SegmentRef] = []
+        unindexed: list[SegmentRef] = []
+        for ref in refs:
+            index = self.get(ref)
+            if index is None:
+                unindexed.append(ref)
+            elif index.may_hold(job_id):
+                named.append(ref)
+        return named, unindexed
+
 
 __all__ = [
     "ABSENT_RECHECK_SECONDS",
@@ -257,6 +288,7 @@ __all__ = [
     "id_hash",
     "index_key",
     "index_prefix",
+    "indexed_from",
     "job_id_of",
     "segment_of_index",
 ]

@@ -67,7 +67,15 @@ from engine.errors import (
     StoreError,
     ValidationError,
 )
-from engine.idindex import IndexCache, decode_index, encode_index, index_key, index_prefix, segment_of_index
+from engine.idindex import (
+    IndexCache,
+    decode_index,
+    encode_index,
+    index_key,
+    index_prefix,
+    indexed_from,
+    segment_of_index,
+)
 from engine.model import Job
 from engine.ops import Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
@@ -309,9 +317,9 @@ class LaneKeeper:
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
         # The id indexes of large segments (engine.idindex), for find_pending.
-        self._indexes = IndexCache(store, key)
-        # Held while an index is written, and while a segment is marked gone
-        # (see _write_index): the keys of segments deleted lately.
+        self._indexes = IndexCache(store, key, merge_jobs=policy.merge_jobs)
+        # Held to check or mark a segment gone (see _write_index): the keys of
+        # segments deleted lately.
         self._index_lock = threading.Lock()
         self._segments_gone: OrderedDict[str, None] = OrderedDict()
         # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
@@ -599,7 +607,7 @@ class LaneKeeper:
         """Segments of fewer jobs are small: merged with their neighbours
         (and indexed then). One of this many or more is never merged, so it
         gets its id index when it is written (engine.idindex)."""
-        return max(1, self.policy.merge_jobs // 4)
+        return indexed_from(self.policy.merge_jobs)
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
@@ -739,22 +747,29 @@ class LaneKeeper:
         it. A failed write is only logged: a lookup then reads the segment
         itself. Deleted with the segment (:meth:`_delete_segment`); a seal's
         index is written after its Seal was queued, so the segment may have
-        been refused and deleted already: then it is not written. The check
-        and the write hold ``_index_lock``, which a deletion takes to mark its
-        segment gone, so that no index outlives its segment (the collector
-        never takes objects of this leader's own epoch)."""
+        been refused and deleted already. A deletion marks its segment gone
+        before deleting the index; the write checks the mark before and after
+        its put, and deletes what it wrote if the segment went meanwhile, so
+        that no index outlives its segment (the collector never takes
+        objects of this leader's own epoch)."""
         data = encode_index(ref.sha256, parts)
         key = index_key(self.key, ref.key)
-        with self._index_lock:
-            if ref.key in self._segments_gone:
-                return
-            try:
-                self.store.put(key, data, if_none_match=True)
-            except StoreError as exc:
-                log.warning("writing the id index %s failed: %s", key, exc)
-                delete_quietly(self.store, key)  # it may have landed (ambiguous)
-                return
+        if self._gone(ref.key):
+            return
+        try:
+            self.store.put(key, data, if_none_match=True)
+        except StoreError as exc:
+            log.warning("writing the id index %s failed: %s", key, exc)
+            delete_quietly(self.store, key)  # it may have landed (ambiguous)
+            return
+        if self._gone(ref.key):  # deleted while the index was written: it may have missed this one
+            delete_quietly(self.store, key)
+            return
         self._indexes.put(ref.key, decode_index(ref, data))
+
+    def _gone(self, key: str) -> bool:
+        with self._index_lock:
+            return key in self._segments_gone
 
     def _delete_segment(self, key: str) -> bool:
         """Delete segment ``key`` and then its id index, if it has one (a
@@ -763,7 +778,7 @@ class LaneKeeper:
         if not delete_quietly(self.store, key):
             return False
         with self._index_lock:
-            self._segments_gone[key] = None  # an index write of it that has not begun now skips it
+            self._segments_gone[key] = None  # before the index goes: see _write_index
             while len(self._segments_gone) > SEGMENTS_GONE_KEPT:
                 self._segments_gone.popitem(last=False)
         self._indexes.forget(key)
@@ -1028,12 +1043,9 @@ class LaneKeeper:
             found = self._search(needle, ref, parts)
             if found is not None:
                 return found
-        self._indexes.prefetch(unread)
-        indexes = [(ref, self._indexes.get(ref)) for ref in unread]
-        # Then the segments whose index may hold the id (almost always just
-        # the one that does), before any segment without an index.
-        named = [ref for ref, index in indexes if index is not None and index.may_hold(job_id)]
-        for ref in named + [ref for ref, index in indexes if index is None]:
+        # Then the segments whose index may hold the id, before any without one.
+        named, unindexed = self._indexes.candidates(job_id, unread)
+        for ref in named + unindexed:
             if reads <= 0:
                 break
             reads -= 1
@@ -1043,6 +1055,15 @@ class LaneKeeper:
             if found is not None:
                 return found
         return None
+
+    def forget_held(self) -> None:
+        """Drop every segment's encoded jobs and id index this keeper holds,
+        as on a leader that just took over (tests and the benchmark: what a
+        cold lookup by id reads)."""
+        with self._cache_lock:
+            self._sealed_parts.clear()
+            self._sealed_bytes = 0
+        self._indexes = IndexCache(self.store, self.key, merge_jobs=self.policy.merge_jobs)
 
     def _search(self, needle: bytes, ref: SegmentRef, parts: Sequence[bytes]) -> tuple[Job, int, SegmentRef] | None:
         for index in range(ref.consumed, len(parts)):

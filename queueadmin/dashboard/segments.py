@@ -165,7 +165,7 @@ def indexes() -> IndexCache:
     broker = runtime.get_broker()
     with _indexes_lock:
         if _indexes is None or _indexes.store is not broker.store or _indexes.document_key != broker.key:
-            _indexes = IndexCache(broker.store, broker.key)
+            _indexes = IndexCache(broker.store, broker.key, merge_jobs=broker.policy.merge_jobs)
         return _indexes
 
 
@@ -255,18 +255,13 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
             found = _look(job_id, *referenced[key], read)
             if found is not None:
                 return found
-    ordered = [(queue, ref) for queue, ref in newest_first(lanes) if ref.key not in tried]
-    index = index or indexes()
-    index.prefetch([ref for _, ref in ordered])
-    held = [(queue, ref, index.get(ref)) for queue, ref in ordered]
-    # The segments an index names first (almost always just the one holding
-    # the id), then, for a recently sealed id, those without an index.
-    named = [(queue, ref) for queue, ref, found in held if found is not None and found.may_hold(job_id)]
-    unindexed = [(queue, ref) for queue, ref, found in held if found is None] if sealed_recently else []
-    for queue, ref in (named + unindexed)[:budget]:
-        found_job = _look(job_id, queue, ref, read)
-        if found_job is not None:
-            return found_job
+    queue_of = {ref.key: queue for queue, ref in newest_first(lanes) if ref.key not in tried}
+    named, unindexed = (index or indexes()).candidates(job_id, [referenced[key][1] for key in queue_of])
+    # Segments without an index only for a recently sealed id (see above).
+    for ref in (named + (unindexed if sealed_recently else []))[:budget]:
+        found = _look(job_id, queue_of[ref.key], ref, read)
+        if found is not None:
+            return found
     return None
 
 

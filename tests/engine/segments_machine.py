@@ -52,7 +52,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import engine.lanes as lanes_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
-from engine.idindex import IndexCache, decode_index, index_key, index_prefix, segment_of_index
+from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
 from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
 from engine.lanes import _last_key as _last_of
 from engine.ops import (
@@ -329,9 +329,7 @@ class SegmentMachine(RuleBasedStateMachine):
         if isinstance(outcome, JobSealed):
             keeper = self.keeper
             if data.draw(st.booleans(), label="as a leader that took over (nothing cached)"):
-                keeper._sealed_parts.clear()
-                keeper._sealed_bytes = 0
-                keeper._indexes = IndexCache(self.store, KEY)
+                keeper.forget_held()
             held = set(keeper._sealed_parts)
             found = keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
             event(f"get_job: sealed, {'found' if found is not None else 'gone'}")

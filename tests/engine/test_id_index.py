@@ -82,9 +82,7 @@ def as_after_a_takeover(broker: Broker) -> None:
     """Nothing held: the keeper of a leader that just took over."""
     keeper = broker._keeper
     assert keeper is not None
-    keeper._sealed_parts.clear()
-    keeper._sealed_bytes = 0
-    keeper._indexes = IndexCache(broker.store, "queue.json")
+    keeper.forget_held()
 
 
 def segment_reads(store: CountingStore, before: dict[str, int]) -> list[str]:
@@ -241,7 +239,7 @@ def test_a_segment_found_without_an_index_is_asked_about_again_later(monkeypatch
     ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0d.json", total=3, consumed=0, front=1,
                      last_pos=3, size=1, sha256="c" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
                      epoch=1, sealed_at=None)  # type: ignore[arg-type]
-    cache = IndexCache(store, "queue.json")
+    cache = IndexCache(store, "queue.json", merge_jobs=4)  # ref.total 3 >= 1: a large segment
     now = [1000.0]
     monkeypatch.setattr("engine.idindex.time.monotonic", lambda: now[0])
     assert cache.get(ref) is None and cache.reads == 1
@@ -251,3 +249,42 @@ def test_a_segment_found_without_an_index_is_asked_about_again_later(monkeypatch
     now[0] += 61
     index = cache.get(ref)
     assert index is not None and index.may_hold("a1") and cache.reads == 2
+
+
+def test_a_small_segment_without_an_index_is_not_asked_about_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small seal never gets an index (it is merged instead): lookups do not
+    re-ask the store for it every minute."""
+    store = MemoryStore()
+    ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0e.json", total=3, consumed=0, front=1,
+                     last_pos=3, size=1, sha256="d" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
+                     epoch=1, sealed_at=None)  # type: ignore[arg-type]
+    cache = IndexCache(store, "queue.json", merge_jobs=400)  # under 100 jobs: small
+    now = [1000.0]
+    monkeypatch.setattr("engine.idindex.time.monotonic", lambda: now[0])
+    assert cache.get(ref) is None and cache.reads == 1
+    now[0] += 3600
+    assert cache.get(ref) is None and cache.reads == 1
+
+
+def test_an_index_written_while_its_segment_was_deleted_does_not_outlive_it(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deletion lands between the index write's check and its put: the
+    write sees the mark afterwards and deletes what it wrote."""
+    broker = merged_backlog(make_broker)
+    keeper = broker._keeper
+    assert keeper is not None
+    ref = merged_refs(broker)[0]
+    parts = [orjson.dumps(job) for job in orjson.loads(broker.store.get(ref.key).data)["jobs"]]  # type: ignore[union-attr]
+    racing = ref._replace(key=ref.key.removesuffix(".json") + "-racing.json")
+    broker.store.put(racing.key, b"a segment a refused seal wrote")
+    put = broker.store.put
+
+    def put_while_deleting(key: str, data: bytes, **kwargs: object) -> str:
+        if key == index_key("queue.json", racing.key):
+            assert keeper._delete_segment(racing.key)  # another keeper thread, at this very moment
+        return put(key, data, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(broker.store, "put", put_while_deleting)
+    keeper._write_index(racing, parts)
+    assert index_key("queue.json", racing.key) not in broker.store.list(index_prefix("queue.json"))
