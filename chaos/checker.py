@@ -107,6 +107,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
     _check_answers(history, calls, verdict)
+    _check_lookups(calls, verdict)
     _check_idle(history, limits, verdict)
     _check_recovery(history, limits, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
@@ -313,6 +314,35 @@ def _explained(call: Call, faults: list[Fault]) -> bool:
         if fault.start <= end and call.start <= fault_end:
             return True
     return False
+
+
+def _check_lookups(calls: list[Call], verdict: Verdict) -> None:
+    """A producer's look back at a job it pushed (``GET /jobs/<id>``) must not
+    answer 404 while the job can only be pending or running: its push was
+    acknowledged before the lookup was sent, and no complete or fail of it
+    was sent before the lookup was answered (a job waiting deep in a
+    segment object is found by id, docs/format.md "Id indexes")."""
+    acked: dict[str, float] = {}
+    finishing: dict[str, float] = {}  # job id -> when its first complete or fail was sent
+    for call in calls:
+        if call.op == "push" and call.ok and call.end is not None:
+            for job_id in _pushed_ids(call):
+                acked[job_id] = min(acked.get(job_id, call.end), call.end)
+        elif call.op in ("complete", "fail"):
+            job_id = str(call.args.get("job"))
+            finishing[job_id] = min(finishing.get(job_id, call.start), call.start)
+    looks = [c for c in calls if c.op == "get" and c.args.get("look_back") and c.end is not None]
+    problems = []
+    for call in looks:
+        job_id = str(call.args.get("job"))
+        assert call.end is not None
+        pending = acked.get(job_id, float("inf")) <= call.start and finishing.get(job_id, float("inf")) > call.end
+        if pending and call.status == 404:
+            problems.append(f"call {call.id} ({call.client} GET job {job_id} from {call.node}): 404 while the job "
+                            "could only be pending or running")
+    verdict.failures["lookups"] = problems
+    verdict.figures["look_backs"] = len(looks)
+    verdict.figures["look_backs_found"] = sum(1 for c in looks if c.ok)
 
 
 def _check_answers(history: History, calls: list[Call], verdict: Verdict) -> None:

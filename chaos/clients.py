@@ -28,6 +28,8 @@ QUEUE = "chaos"
 REQUEST_TIMEOUT = 3.0
 CLAIM_WAIT_SECONDS = 1.0
 RETRY_BUDGET_SECONDS = 60.0
+# How many of its latest acknowledged pushes a producer may look back at.
+LOOK_BACK_IDS = 2000
 DROPPED_PUSH_RETRY_SECONDS = (2.0, 12.0)
 # Answers that mean "not served, the outcome is unknown or nothing happened: retry".
 _RETRY_CODES = frozenset({"not_leader", "store_unavailable", "document_error", "committer_stopped"})
@@ -43,6 +45,7 @@ class Behaviour:
     odd_strings: float = 0.0  # a worker sends a lone surrogate in a fail's error or its name
     deep_payloads: float = 0.0  # a producer pushes a payload nested close to JSON's depth limit
     peek: float = 0.1  # a worker reads its job (GET /jobs/<id>) before working on it
+    look_back: float = 0.1  # a producer reads a job it pushed earlier (maybe waiting deep in a segment)
     batch: float = 0.5  # a worker acknowledges the jobs of one claim in one POST /ack
 
 
@@ -142,6 +145,7 @@ class Producer(Client):
     def loop(self) -> None:
         n = 0
         later: list[tuple[float, str, Any]] = []  # pushes whose answer we dropped: sent again later
+        acked: list[str] = []  # the ids of the last acknowledged pushes, to look back at
         while not self.stop_event.is_set():
             if later and later[0][0] <= time.monotonic():
                 _, job_id, payload = later.pop(0)
@@ -151,11 +155,19 @@ class Producer(Client):
                 if self.rng.random() < self.behaviour.deep_payloads:
                     payload = self.deep_payload()
                 n += 1
-            if self.push(job_id, payload) == "dropped":
+            outcome = self.push(job_id, payload)
+            if outcome == "dropped":
                 # Like a client whose connection broke after sending: it retries
                 # the same id later, when the job may well have run already.
                 later.append((time.monotonic() + self.rng.uniform(*DROPPED_PUSH_RETRY_SECONDS), job_id, payload))
                 later.sort()
+            elif outcome == "acked":
+                acked = [*acked[-(LOOK_BACK_IDS - 1):], job_id]
+            if acked and self.rng.random() < self.behaviour.look_back:
+                # A client polling a job it pushed a while ago: pending (in the
+                # document or in a segment), running, or completed since.
+                earlier = self.rng.choice(acked)
+                self.send("get", f"/jobs/{earlier}", None, args={"job": earlier, "look_back": True})
             self.stop_event.wait(self.rng.uniform(0, 2 * self.pace))
 
     def deep_payload(self) -> Any:

@@ -12,6 +12,7 @@ from chaos.run import Outcome
 CHECKS = {
     "lost_pushes": "no acknowledged push lost (I2)",
     "fifo": "first claims follow push order within the queue (I7)",
+    "lookups": "a pushed job not yet completed is found by id, in a segment or not",
     "stale_completions": "no completion accepted from a stale lease (I4)",
     "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
     "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
@@ -41,6 +42,7 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}; "
         f"id indexes left without their segment {f.get('orphan_indexes', 0)}",
         f"FIFO: {f.get('fifo_compared', 0)} first claims compared, {f.get('fifo_violations', 0)} out of order",
+        f"lookups by id of earlier pushes: {f.get('look_backs', 0)}, found {f.get('look_backs_found', 0)}",
         f"stale completions accepted: {f['stale_completions']}",
         f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "
         f"{f['timeouts_during_faults']})",

@@ -340,3 +340,17 @@ def test_first_claims_in_push_order_and_redeliveries_pass_the_fifo_check() -> No
 
     assert verdict.failures["fifo"] == []
     assert verdict.figures["fifo_compared"] == 2
+
+
+def test_a_look_back_at_a_pending_job_answered_404_is_flagged_one_after_its_completion_is_not() -> None:
+    r = Recorder()
+    r.push("j1")
+    r.push("j2")
+    r.call("get", {"job": "j1", "look_back": True}, status=404, answer={"error": "job_not_found"})
+    r.claim("j2", "L2")
+    r.complete("j2", "L2")
+    r.call("get", {"job": "j2", "look_back": True}, status=404, answer={"error": "job_not_found"})
+    r.call("get", {"job": "j1", "look_back": True}, answer={"id": "j1", "status": "pending"})
+    verdict = check(r.final(jobs=["j1"]))
+    assert len(verdict.failures["lookups"]) == 1 and "GET job j1" in verdict.failures["lookups"][0]
+    assert (verdict.figures["look_backs"], verdict.figures["look_backs_found"]) == (3, 1)
