@@ -24,6 +24,7 @@ from engine.idindex import (
     job_id_of,
     segment_of_index,
 )
+from engine.lanes import LaneKeeper
 from engine.ops import Tick, purge_op, push_op
 from engine.parsing import parse_document
 from engine.segments import SegmentRef, segment_prefix
@@ -214,17 +215,27 @@ def test_a_large_tail_sealed_at_once_gets_its_index_when_sealed(make_broker: Cal
     assert segment_reads(store, before) == [large[0].key]
 
 
-def test_a_late_index_is_not_written_for_a_segment_already_deleted(make_broker: Callable[..., Broker]) -> None:
-    """A large seal's index is written after its Seal was queued: if the Seal
-    was refused and its segment deleted first, no index may outlive it (the
-    collector never takes this leader's own epoch)."""
+def another_segment(
+    make_broker: Callable[..., Broker], name: str,
+) -> tuple[Broker, LaneKeeper, SegmentRef, list[bytes]]:
+    """A leader with a merged backlog, and a stored object standing for a
+    refused seal's segment (``name`` in its key) with the jobs of a real one."""
     broker = merged_backlog(make_broker)
     keeper = broker._keeper
     assert keeper is not None
     ref = merged_refs(broker)[0]
     parts = [orjson.dumps(job) for job in orjson.loads(broker.store.get(ref.key).data)["jobs"]]  # type: ignore[union-attr]
-    doomed = ref._replace(key=ref.key.removesuffix(".json") + "-doomed.json")
-    broker.store.put(doomed.key, b"a segment a refused seal wrote")
+    other = ref._replace(key=ref.key.removesuffix(".json") + f"-{name}.json")
+    broker.store.put(other.key, b"a segment a refused seal wrote")
+    return broker, keeper, other, parts
+
+
+def test_a_late_index_is_not_written_for_a_segment_already_deleted(make_broker: Callable[..., Broker]) -> None:
+    """A large seal's index is written after its Seal was queued: if the Seal
+    was refused and its segment deleted first, no index may outlive it (the
+    collector never takes this leader's own epoch)."""
+    broker, keeper, doomed, parts = another_segment(make_broker, "doomed")
+    ref = merged_refs(broker)[0]
     assert keeper._delete_segment(doomed.key)
     keeper._write_index(doomed, parts)
     assert index_key("queue.json", doomed.key) not in broker.store.list(index_prefix("queue.json"))
@@ -271,13 +282,7 @@ def test_an_index_written_while_its_segment_was_deleted_does_not_outlive_it(
 ) -> None:
     """The deletion lands between the index write's check and its put: the
     write sees the mark afterwards and deletes what it wrote."""
-    broker = merged_backlog(make_broker)
-    keeper = broker._keeper
-    assert keeper is not None
-    ref = merged_refs(broker)[0]
-    parts = [orjson.dumps(job) for job in orjson.loads(broker.store.get(ref.key).data)["jobs"]]  # type: ignore[union-attr]
-    racing = ref._replace(key=ref.key.removesuffix(".json") + "-racing.json")
-    broker.store.put(racing.key, b"a segment a refused seal wrote")
+    broker, keeper, racing, parts = another_segment(make_broker, "racing")
     put = broker.store.put
 
     def put_while_deleting(key: str, data: bytes, **kwargs: object) -> str:
