@@ -226,6 +226,8 @@ class LaneKeeper:
     Thread-safe: :meth:`committed` and :meth:`dropped` run on the
     committer's writer thread and never block on I/O; everything else runs
     on the keeper's own thread. :meth:`stop` is idempotent.
+    ``monotonic`` is the clock of its deadlines (``time.monotonic``; a
+    replayed test's own, which the keeper's threads must not then run on).
     """
 
     def __init__(
@@ -242,6 +244,7 @@ class LaneKeeper:
         collect_seconds: float,
         retry_seconds: float,
         threads: int = 16,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.key = key
@@ -254,6 +257,13 @@ class LaneKeeper:
         self.collect_seconds = collect_seconds
         self.retry_seconds = retry_seconds
         self.threads = threads
+        # Every deadline and pace below (deletions, retries, the collector,
+        # a refill's boost) reads this clock. Tests that replay a sequence
+        # of steps (the Hypothesis machines) pass one that follows their
+        # model time: with the real clock, how fast the steps ran changed
+        # what a refill took, and Hypothesis refused a test whose steps
+        # drew differently on a replay (FlakyStrategyDefinition).
+        self.monotonic = monotonic
         #: Per queue, why its next segment cannot be read (I6), while it cannot.
         self.problems: dict[str, str] = {}
         #: Counters for tests, benchmarks and health pages.
@@ -394,7 +404,7 @@ class LaneKeeper:
         write has just started (see :meth:`writing`)."""
         if state.format != FORMAT_SEGMENTS:
             return
-        now = time.monotonic()
+        now = self.monotonic()
         # Every queue with pending jobs shares the budget, not only those
         # holding segments already: otherwise n queues filling up together
         # each keep head_jobs + segment_jobs before their first seal (10
@@ -611,7 +621,7 @@ class LaneKeeper:
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
-        deadline = time.monotonic() + self.grace_seconds
+        deadline = self.monotonic() + self.grace_seconds
         with self._cond:
             self._deletions.extend((deadline, key) for key in keys)
             self._cond.notify_all()
@@ -655,7 +665,7 @@ class LaneKeeper:
                 self._merge_slot = self._merge_applied = None
 
     def _due_now(self) -> bool:
-        now = time.monotonic()
+        now = self.monotonic()
         return bool(self._deletions and self._deletions[0][0] <= now) or (
             self._referenced is not None and now >= self._next_collect)
 
@@ -664,7 +674,7 @@ class LaneKeeper:
         collector's next pass (only once a format-2 version was seen, since
         it needs the references); None (until notified) when neither is
         pending. Never a short poll: an idle leader's threads stay asleep (I11)."""
-        now = time.monotonic()
+        now = self.monotonic()
         deadlines = [self._deletions[0][0]] if self._deletions else []
         if self._referenced is not None:
             deadlines.append(self._next_collect)
@@ -788,7 +798,7 @@ class LaneKeeper:
     def _delete_now(self, key: str) -> None:
         """Have a keeper thread delete ``key``, which no version references, without a grace."""
         with self._cond:
-            self._deletions.insert(0, (time.monotonic(), key))
+            self._deletions.insert(0, (self.monotonic(), key))
             self._cond.notify_all()
 
     def _prev_queued(self, task: _SealTask | _MergeTask) -> bool:
@@ -895,11 +905,11 @@ class LaneKeeper:
             if self.problems.get(queue) != str(exc):
                 log.error("%s", exc)
             self.problems[queue] = str(exc)
-            self._retry_at[queue] = time.monotonic() + self.retry_seconds
+            self._retry_at[queue] = self.monotonic() + self.retry_seconds
             return
         except StoreError as exc:
             log.warning("refilling queue %s from %s: %s", queue, ref.key, exc)
-            self._retry_at[queue] = time.monotonic() + self.retry_seconds
+            self._retry_at[queue] = self.monotonic() + self.retry_seconds
             return
         self.problems.pop(queue, None)
         after = jobs[take] if take < len(jobs) else None
@@ -1080,7 +1090,7 @@ class LaneKeeper:
         return job, pos, ref
 
     def _delete_due(self) -> None:
-        now = time.monotonic()
+        now = self.monotonic()
         with self._cond:
             due = [key for deadline, key in self._deletions if deadline <= now]
             self._deletions = [(deadline, key) for deadline, key in self._deletions if deadline > now]
@@ -1095,7 +1105,7 @@ class LaneKeeper:
 
     def _collect(self) -> None:
         """One pass of the orphan collector (see the module)."""
-        now = time.monotonic()
+        now = self.monotonic()
         with self._cond:
             if self._referenced is None or now < self._next_collect:
                 return
