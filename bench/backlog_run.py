@@ -445,9 +445,12 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     reads every segment's index, then the one segment that holds the job), ``warm_ms`` the median of
     ``repeat`` lookups after it (nothing read), ``unknown_ms`` the median of
     lookups of an id no segment holds (after the cold one: the indexes are
-    held). Measured once the keeper has settled (no seal, refill or merge
-    running). ``bytes_read``/``reads`` are what the cold lookup read, through
-    the leader's store with its latency and bandwidth. Returns
+    held); then ``warm_up_s``, how long a new leader's reading of every
+    segment's index takes (``LaneKeeper.warm``, all queues), and
+    ``after_warm_up_ms``, a cold lookup of another job after it. Measured
+    once the keeper has settled (no seal, refill or merge running).
+    ``bytes_read``/``reads`` are what the cold lookup read, through the
+    leader's store with its latency and bandwidth. Returns
     ``{"error": ...}`` if there is no merged segment or a lookup failed."""
     keeper = broker._keeper
     committer = broker.committer
@@ -485,11 +488,28 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
             with contextlib.suppress(EngineError):
                 broker.get_job(f"no-such-job-{n}")
             unknown.append((time.perf_counter() - started) * 1000)
+        # A leader that took over reads every segment's index before any
+        # lookup asks (LaneKeeper.warm, queued as its tenure starts): how
+        # long that takes, and a first lookup after it (another job).
+        other = refs[len(refs) // 3]
+        blob = store.inner.get(other.key)
+        if blob is None:
+            return {"error": f"segment {other.key} is gone"}
+        other_id = orjson.loads(blob.data)["jobs"][other.total // 3]["id"]
+        keeper.forget_held()
+        started = time.perf_counter()
+        warmed = keeper.warm([ref for refs in state.lanes.values() for ref in refs])
+        warm_up = time.perf_counter() - started
+        started = time.perf_counter()
+        if broker.get_job(other_id).get("segment") != other.key:
+            return {"error": f"{other_id} not found in {other.key}"}
+        after = (time.perf_counter() - started) * 1000
     except EngineError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"cold_ms": cold, "warm_ms": statistics.median(warm), "unknown_ms": statistics.median(unknown),
             "reads": reads, "bytes_read": read_bytes, "indexed_segments": len(refs),
-            "references": len(state.lanes.get(queue, []))}
+            "references": len(state.lanes.get(queue, [])),
+            "warm_up_s": warm_up, "warmed": warmed, "after_warm_up_ms": after}
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:

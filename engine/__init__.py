@@ -64,7 +64,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.http_client import API_PREFIX, BrokerClient
-from engine.idindex import IndexCache
+from engine.idindex import IndexCache, shared_index_cache
 from engine.lineage import initialise, marker_key, read_marker
 from engine.model import (
     Attempt,
@@ -202,5 +202,6 @@ __all__ = [
     "parse_document",
     "read_marker",
     "read_segment",
+    "shared_index_cache",
     "utc_now",
 ]

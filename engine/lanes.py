@@ -68,13 +68,13 @@ from engine.errors import (
     ValidationError,
 )
 from engine.idindex import (
-    IndexCache,
     decode_index,
     encode_index,
     index_key,
     index_prefix,
     indexed_from,
     segment_of_index,
+    shared_index_cache,
 )
 from engine.model import Job
 from engine.ops import Merge, Operation, Refill, Seal
@@ -178,12 +178,26 @@ class _MergeTask:
     refs: tuple[SegmentRef, ...]
 
 
-_Task = _SealTask | _RefillTask | _MergeTask
+@dataclass(frozen=True, slots=True)
+class _WarmTask:
+    """Read the id indexes of ``refs`` into the cache, as a tenure starts."""
+
+    refs: tuple[SegmentRef, ...]
+    queue: str = ""  # no queue's: _finished frees none
+
+
+_Task = _SealTask | _RefillTask | _MergeTask | _WarmTask
 
 
 def _last_key(state: QueueState, queue: str) -> str | None:
     refs = state.lanes.get(queue)
     return refs[-1].key if refs else None
+
+# A new leader reads the id indexes of the large segments it found (see
+# warm) this many at a time, and checks between batches of WARM_BATCH
+# whether it is stopping: a gentle start, next to its first refills.
+WARM_THREADS = 4
+WARM_BATCH = 32
 
 # How many deleted segment keys the keeper remembers, so that an id index
 # written late (after its seal was queued) is not written for one of them.
@@ -326,8 +340,11 @@ class LaneKeeper:
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
-        # The id indexes of large segments (engine.idindex), for find_pending.
-        self._indexes = IndexCache(store, key, merge_jobs=policy.merge_jobs)
+        # The id indexes of large segments (engine.idindex), for find_pending:
+        # the process's one cache of them, which the dashboard and this
+        # leader's next tenure use too.
+        self._indexes = shared_index_cache(store, key, merge_jobs=policy.merge_jobs)
+        self.warmed = 0  # id indexes read as the tenure started (see warm)
         # Held to check or mark a segment gone (see _write_index): the keys of
         # segments deleted lately.
         self._index_lock = threading.Lock()
@@ -460,6 +477,11 @@ class LaneKeeper:
             # reported by a refill that raced the drop of its segment is void.
             for queue in [q for q in self.problems if q not in state.lanes]:
                 self.problems.pop(queue, None)
+        if landed and self._referenced is None and state.lanes:
+            # The first landed version of this tenure (only this thread sets
+            # _referenced): read the indexes a lookup by id would ask for, of
+            # every segment (a small seal's absent index is remembered too).
+            tasks.append(_WarmTask(tuple(ref for refs in state.lanes.values() for ref in refs)))
         with self._cond:
             if landed:
                 # Hundreds of references at 5M: only a landed version's count.
@@ -467,8 +489,9 @@ class LaneKeeper:
                 self._referenced = referenced
                 self._known |= referenced
             for task in tasks:
-                self._busy[task.queue] = task
-                self._applied.pop(task.queue, None)
+                if not isinstance(task, _WarmTask):
+                    self._busy[task.queue] = task
+                    self._applied.pop(task.queue, None)
                 self._tasks.append(task)
             if merge is not None:
                 self._merge_slot, self._merge_applied = merge, None
@@ -644,6 +667,8 @@ class LaneKeeper:
                     self._refill(task)
                 elif isinstance(task, _MergeTask):
                     self._merge(task)
+                elif isinstance(task, _WarmTask):
+                    self.warm(task.refs)
                 self._delete_due()
                 self._collect()
             except (NotLeader, CommitterStopped):
@@ -653,6 +678,26 @@ class LaneKeeper:
             finally:
                 if task is not None and not handed:
                     self._finished(task)
+
+    def warm(self, refs: Sequence[SegmentRef]) -> int:
+        """Read the id indexes of ``refs`` not cached yet (engine.idindex),
+        so that the first lookup by id after a takeover does not read them
+        all while its client waits (300 of them at 5 million jobs: seconds
+        on a store with 50 ms requests). Returns how many it read. A store
+        error leaves one unread (a lookup reads it). In batches, so that a
+        stop is not held up. A keeper does this once a tenure, as a task
+        queued behind the first refills and seals; the benchmark calls it."""
+        started = self.monotonic()
+        before = self._indexes.reads
+        for at in range(0, len(refs), WARM_BATCH):
+            if self._stopping:
+                break
+            self._indexes.prefetch(refs[at:at + WARM_BATCH], threads=WARM_THREADS)
+        read = self._indexes.reads - before
+        self.warmed += read
+        if read:
+            log.info("lane keeper for %s: read %d id indexes in %.2f s", self.key, read, self.monotonic() - started)
+        return read
 
     def _finished(self, task: _Task) -> None:
         """``task`` is over (done, refused, given up): its queue, or the
@@ -1067,13 +1112,14 @@ class LaneKeeper:
         return None
 
     def forget_held(self) -> None:
-        """Drop every segment's encoded jobs and id index this keeper holds,
-        as on a leader that just took over (tests and the benchmark: what a
-        cold lookup by id reads)."""
+        """Drop every segment's encoded jobs this keeper holds, and every id
+        index of the process's cache (the dashboard's too), as on a leader
+        that just took over and has not read its indexes yet (tests and the
+        benchmark: what a cold lookup by id reads; see warm)."""
         with self._cache_lock:
             self._sealed_parts.clear()
             self._sealed_bytes = 0
-        self._indexes = IndexCache(self.store, self.key, merge_jobs=self.policy.merge_jobs)
+        self._indexes.clear()
 
     def _search(self, needle: bytes, ref: SegmentRef, parts: Sequence[bytes]) -> tuple[Job, int, SegmentRef] | None:
         for index in range(ref.consumed, len(parts)):

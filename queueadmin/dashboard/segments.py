@@ -39,6 +39,7 @@ from engine import (
     SegmentRef,
     newest_first,
     read_segment,
+    shared_index_cache,
 )
 from queueadmin import runtime
 
@@ -153,20 +154,13 @@ class SegmentCache:
 #: The process-wide cache every page reads segments through.
 cache = SegmentCache()
 
-_indexes: IndexCache | None = None
-_indexes_lock = threading.Lock()
-
-
 def indexes() -> IndexCache:
-    """The process-wide cache of the merged segments' id indexes
-    (``engine.idindex``) of this node's broker's store; made again if the
-    store changed (tests)."""
-    global _indexes
+    """The process's cache of the merged segments' id indexes
+    (``engine.idindex``) of this node's broker's store: the one its lanes
+    keeper fills while it leads (``engine.shared_index_cache``), so that
+    each index is read and held once per process."""
     broker = runtime.get_broker()
-    with _indexes_lock:
-        if _indexes is None or _indexes.store is not broker.store or _indexes.document_key != broker.key:
-            _indexes = IndexCache(broker.store, broker.key, merge_jobs=broker.policy.merge_jobs)
-        return _indexes
+    return shared_index_cache(broker.store, broker.key, merge_jobs=broker.policy.merge_jobs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -319,7 +319,8 @@ def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_neve
     kept = referenced(inner)
     orphans = stored_segments(inner) - kept
     assert 1 <= len(kept) <= 2 and 1 <= len(orphans) <= 3, (sorted(kept), sorted(orphans))
-    assert {epoch_of_key(key) for key in kept | orphans} == {1}, (sorted(kept), sorted(orphans))  # all older than the new leader's epoch
+    # All older than the new leader's epoch.
+    assert {epoch_of_key(key) for key in kept | orphans} == {1}, (sorted(kept), sorted(orphans))
     # The collector makes passes until the orphans go (two at least, a
     # collect interval apart): the referenced segments must outlive them all.
     wait_for(lambda: not orphans & stored_segments(inner), what="the orphans collected by the new leader")

@@ -265,6 +265,9 @@ def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
     assert response.status_code == 200 and response.context["found"] and response.context["in_segment"]
     assert response.context["job"]["payload"] == target["payload"] and target["id"] in ids
     assert segments.cache.keys() == [ref["key"]], "only the segment that holds it was read"
+    # The indexes it read are the ones this node's lanes keeper holds: one cache a process.
+    keeper = broker._keeper
+    assert keeper is not None and segments.indexes() is keeper._indexes and keeper._indexes.known(ref["key"])
 
 
 def stop_at_a_missing_segment(broker: Broker) -> str:
