@@ -72,12 +72,6 @@ ABSENT_RECHECK_SECONDS = 60.0
 INDEX_CACHE_ENTRIES = 65_536
 
 
-def indexed_from(merge_jobs: int) -> int:
-    """The size (jobs) from which a segment is never merged, so gets an id
-    index when it is written; smaller ones are merged (and indexed then)."""
-    return max(1, merge_jobs // 4)
-
-
 def index_prefix(document_key: str) -> str:
     """Where the indexes of ``document_key``'s segments live."""
     return f"{document_key}.idx/"
@@ -170,16 +164,13 @@ class IndexCache:
     :data:`ABSENT_RECHECK_SECONDS`, so lookups do not ask the store again
     each time; an index, once read, never changes. Thread-safe."""
 
-    def __init__(
-        self, store: ObjectStore, document_key: str, *, merge_jobs: int, max_bytes: int = INDEX_CACHE_BYTES,
-    ) -> None:
+    def __init__(self, store: ObjectStore, document_key: str, *, max_bytes: int = INDEX_CACHE_BYTES) -> None:
         self.store = store
         self.document_key = document_key
         self.max_bytes = max_bytes
-        self.large_from = indexed_from(merge_jobs)
         self._entries: OrderedDict[str, IdIndex | None] = OrderedDict()
         self._bytes = 0
-        # Large segment key -> monotonic time it was found without an index.
+        # Segment key -> monotonic time it was found without an index.
         self._absent: dict[str, float] = {}
         self._lock = threading.Lock()
         self.reads = 0  # index objects read (found or not): for tests and the benchmark
@@ -212,7 +203,10 @@ class IndexCache:
                 index = decode_index(ref, blob.data)
             except ValueError as exc:
                 log.warning("ignoring the id index %s of segment %s: %s", key, ref.key, exc)
-        self.put(ref.key, index, recheck=index is None and ref.total >= self.large_from)
+        # Absent: its write failed, or has not happened yet (a lookup right
+        # after the seal landed), or the segment predates indexes. Asked
+        # about again after a while, not on every lookup.
+        self.put(ref.key, index, recheck=index is None)
         return index
 
     def put(self, segment: str, index: IdIndex | None, *, recheck: bool = False) -> None:
@@ -286,23 +280,22 @@ class IndexCache:
 
 
 # One IndexCache per store object and document (see shared_index_cache).
-_SHARED: weakref.WeakKeyDictionary[ObjectStore, dict[tuple[str, int], IndexCache]] = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary[ObjectStore, dict[str, IndexCache]] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_index_cache(store: ObjectStore, document_key: str, *, merge_jobs: int) -> IndexCache:
+def shared_index_cache(store: ObjectStore, document_key: str) -> IndexCache:
     """The process's one :class:`IndexCache` for ``document_key`` on ``store``
     (the same object): a leader's lanes keeper, the keeper of its next
     tenure and the dashboard of the same process share it, so each index is
     read and held once (at 5 million jobs ~20 MB, which two caches held
     twice). Sharing is safe because an index never changes once written,
-    and a segment's key is never reused. Made anew for another
-    ``merge_jobs`` (which segments count as large). Forgotten with the store."""
+    and a segment's key is never reused. Forgotten with the store."""
     with _SHARED_LOCK:
         caches = _SHARED.setdefault(store, {})
-        cache = caches.get((document_key, merge_jobs))
+        cache = caches.get(document_key)
         if cache is None:
-            cache = caches[(document_key, merge_jobs)] = IndexCache(store, document_key, merge_jobs=merge_jobs)
+            cache = caches[document_key] = IndexCache(store, document_key)
         return cache
 
 
@@ -317,7 +310,6 @@ __all__ = [
     "id_hash",
     "index_key",
     "index_prefix",
-    "indexed_from",
     "job_id_of",
     "segment_of_index",
     "shared_index_cache",

@@ -72,7 +72,6 @@ from engine.idindex import (
     encode_index,
     index_key,
     index_prefix,
-    indexed_from,
     segment_of_index,
     shared_index_cache,
 )
@@ -343,7 +342,7 @@ class LaneKeeper:
         # The id indexes of large segments (engine.idindex), for find_pending:
         # the process's one cache of them, which the dashboard and this
         # leader's next tenure use too.
-        self._indexes = shared_index_cache(store, key, merge_jobs=policy.merge_jobs)
+        self._indexes = shared_index_cache(store, key)
         self.warmed = 0  # id indexes read as the tenure started (see warm)
         # Held to check or mark a segment gone (see _write_index): the keys of
         # segments deleted lately.
@@ -637,10 +636,9 @@ class LaneKeeper:
 
     @property
     def small_below(self) -> int:
-        """Segments of fewer jobs are small: merged with their neighbours
-        (and indexed then). One of this many or more is never merged, so it
-        gets its id index when it is written (engine.idindex)."""
-        return indexed_from(self.policy.merge_jobs)
+        """Segments of fewer jobs are small: merged with their neighbours.
+        One of this many or more is never merged."""
+        return max(1, self.policy.merge_jobs // 4)
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
@@ -746,12 +744,16 @@ class LaneKeeper:
             except CommitterNotRunning:
                 self._unsubmitted(key)
                 raise
-            if ref.total >= self.small_below:
-                # Never merged (not small), so it gets its id index here: a
-                # large tail sealed at once (batched pushes). Written after
-                # the Seal is queued, never delaying it (the document's size
-                # waits on seals); a lookup meanwhile reads the segment.
-                self._write_index(ref, task.parts)
+            # The seal behind this one may go now: it waits only for this
+            # Seal to be queued, not for the index below.
+            task.queued.set()
+            # Every segment gets its id index: written after the Seal is
+            # queued, never delaying it (the document's size waits on
+            # seals); a lookup meanwhile reads the segment. Small seals too:
+            # without theirs, a lookup after a takeover read them blindly,
+            # at most 8, and a job in an older one answered 404 (chaos seed
+            # 52: 17 small seals). Merging one deletes its index with it.
+            self._write_index(ref, task.parts)
             return True
         finally:
             task.queued.set()  # queued, or given up: never leave the seal behind this one waiting

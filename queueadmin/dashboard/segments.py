@@ -160,7 +160,7 @@ def indexes() -> IndexCache:
     keeper fills while it leads (``engine.shared_index_cache``), so that
     each index is read and held once per process."""
     broker = runtime.get_broker()
-    return shared_index_cache(broker.store, broker.key, merge_jobs=broker.policy.merge_jobs)
+    return shared_index_cache(broker.store, broker.key)
 
 
 @dataclass(frozen=True, slots=True)

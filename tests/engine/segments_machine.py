@@ -710,7 +710,11 @@ class SegmentMachine(RuleBasedStateMachine):
     def the_store_holds_exactly_the_referenced_segments(self) -> None:
         referenced = {ref.key: ref for refs in self.state.lanes.values() for ref in refs}
         assert set(self.store.list(segment_prefix(KEY))) == set(referenced)
-        # An id index only beside a referenced segment, and it names every job in it.
+        # Every referenced segment has its id index (seals and merges write
+        # one; the machine's store never fails), and an index is only beside
+        # a referenced segment and names every job in it.
+        indexed = {segment_of_index(KEY, key) for key in self.store.list(index_prefix(KEY))}
+        assert set(referenced) <= indexed, f"segments without an index: {set(referenced) - indexed}"
         for key in self.store.list(index_prefix(KEY)):
             segment = segment_of_index(KEY, key)
             assert segment in referenced, f"index {key} outlived its segment"

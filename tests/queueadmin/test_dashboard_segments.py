@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker, ObjectStore
+from engine.idindex import index_key, index_prefix
 from engine.ops import Tick, claim_op, complete_op
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.snapshot import Snapshot
@@ -235,8 +236,20 @@ def test_the_api_shows_a_pending_job_in_a_segment_by_id(
 def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, viewer: Client,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     ids = backlog(broker, n=200)
-    # Not in the sealed window, and nothing cached: the page does not read the segments.
+    keys = [ref["key"] for ref in document(broker.store)["lanes"]["q"]["segments"]]
+    indexes = {index_key(broker.key, key) for key in keys}
+    wait_for(lambda: indexes <= set(broker.store.list(index_prefix(broker.key))), what="every seal's id index")
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    # Not in the sealed window, nothing cached: the page reads the one segment its index names.
+    response = viewer.get(f"/jobs/{ids[100]}/")
+    assert response.context["found"] and response.context["in_segment"] and segments.cache.reads == 1
+
+    # Segments without an index (written before indexes existed: here, their
+    # indexes deleted) are not read blindly outside the sealed window.
+    for key in indexes:
+        broker.store.delete(key)
+    segments.cache.clear()
+    segments.indexes().clear()
     response = viewer.get(f"/jobs/{ids[100]}/")
     assert not response.context["found"] and segments.cache.reads == 0
     assert b'data-testid="segments-not-searched"' in response.content
@@ -519,8 +532,8 @@ def test_an_altered_segment_or_a_store_outage_is_named_on_the_page(
     monkeypatch.setattr(segments.cache, "jobs", outage)
     down = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
     assert down.status_code == 200 and "StoreUnavailable" in down.context["segment_error"]
-    # A job page whose lookup must read a segment says why it could not.
+    # A job page whose lookup must read a segment (its index names the job) says why it could not.
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: True)
-    job = viewer.get(f"/jobs/{'x' * 32}/")
+    job = viewer.get(f"/jobs/{orjson.loads(blob.data)['jobs'][0]['id']}/")
     assert job.status_code == 200 and "StoreUnavailable" in job.context["segment_error"]
     assert b'data-testid="segment-error"' in job.content
