@@ -4,10 +4,8 @@ A lookup of one job by id (``GET /api/v1/jobs/<id>``, the Django Tasks
 backend's ``get_result``) must find a job that waits in a segment however
 long ago it was sealed. Reading every segment to look is out of the question
 at millions of jobs (gigabytes), and the document cannot carry a filter per
-reference (it must stay small). So the keeper writes, next to each segment
-that will not be merged (every merged one, up to ``merge_jobs`` jobs, where
-almost all of a long backlog ends up, and every seal of a quarter of
-``merge_jobs`` or more), a small immutable **index** object: the sorted
+reference (it must stay small). So the keeper writes, next to every
+segment (each seal, each merged one), a small immutable **index** object: the sorted
 32-bit CRC-32 of each job id in it, 4 bytes a job. A lookup reads the
 indexes (cached: they never change), and reads only the segments whose
 index may hold the id.
@@ -28,10 +26,11 @@ An index is an accelerator, never data:
   segment, and goes when its segment goes (the keeper deletes both; the
   collector deletes an index whose segment is gone, by the segments' rule).
 
-Small seals (a few shares of a queue, recent, merged soon) get no index: a
-recent job is found in the keeper's copy of what it sealed, and a lookup
-reads an unindexed segment whole, within a bound (``JOB_LOOKUP_READS``),
-after the segments whose index names the id.
+Small seals (merged soon) get one too: without it, a lookup on a leader
+that did not seal them (after a takeover) read them blindly, within a bound
+(``JOB_LOOKUP_READS``), and a job in an older one was not found. A segment
+without an index (its write failed, or it predates indexes) is read whole,
+within that bound, after the segments whose index names the id.
 """
 
 from __future__ import annotations
@@ -61,10 +60,9 @@ _HEAD = len(_MAGIC) + 2 * 65  # the magic, then two SHA-256 hex digests, each en
 #: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
 #: 32 MB covers 8 million jobs in merged segments.
 INDEX_CACHE_BYTES = 32 * 1024 * 1024
-#: A large segment found without an index is asked about again after this
-#: long: a large seal's index is written just after its Seal is queued, so a
-#: lookup may come between the two. A small one never gets an index (it is
-#: merged instead): its absence is remembered for good.
+#: A segment found without an index is asked about again after this long: a
+#: seal's index is written just after its Seal is queued, so a lookup may
+#: come between the two.
 ABSENT_RECHECK_SECONDS = 60.0
 #: And at most this many segments are remembered (most are absences of an
 #: index, which weigh nothing in :data:`INDEX_CACHE_BYTES`: segments come and

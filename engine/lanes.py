@@ -192,7 +192,7 @@ def _last_key(state: QueueState, queue: str) -> str | None:
     refs = state.lanes.get(queue)
     return refs[-1].key if refs else None
 
-# A new leader reads the id indexes of the large segments it found (see
+# A new leader reads the id indexes of the segments it found (see
 # warm) this many at a time, and checks between batches of WARM_BATCH
 # whether it is stopping: a gentle start, next to its first refills.
 WARM_THREADS = 4
@@ -339,7 +339,7 @@ class LaneKeeper:
         self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
         self._sealed_bytes = 0
         self._cache_lock = threading.Lock()
-        # The id indexes of large segments (engine.idindex), for find_pending:
+        # The id indexes of the segments (engine.idindex), for find_pending:
         # the process's one cache of them, which the dashboard and this
         # leader's next tenure use too.
         self._indexes = shared_index_cache(store, key)
@@ -479,7 +479,7 @@ class LaneKeeper:
         if landed and self._referenced is None and state.lanes:
             # The first landed version of this tenure (only this thread sets
             # _referenced): read the indexes a lookup by id would ask for, of
-            # every segment (a small seal's absent index is remembered too).
+            # every segment.
             tasks.append(_WarmTask(tuple(ref for refs in state.lanes.values() for ref in refs)))
         with self._cond:
             if landed:
@@ -1080,10 +1080,10 @@ class LaneKeeper:
 
         First every segment whose encoded jobs this keeper holds (it sealed
         the segment, or an earlier lookup read it: no I/O). Then, among the
-        others, the segments whose id index (:mod:`engine.idindex`: merged
-        ones and large seals; read once, in parallel, and kept) may hold the
-        id, and last those without an index (small seals, or segments
-        written before indexes existed); each one read is verified and kept,
+        others, the segments whose id index (:mod:`engine.idindex`: every
+        segment has one; read once, in parallel, and kept) may hold the id,
+        and last those without one (its write failed or has not happened
+        yet, or written before indexes existed); each one read is verified and kept,
         at most ``reads`` of them, so a client polling a job by id does not
         read its segment again. So a job in an indexed segment is always
         found, and a lookup of an id that no segment holds reads no indexed
