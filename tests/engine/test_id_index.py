@@ -14,7 +14,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from engine import Broker, FaultyStore, JobNotFound, MemoryStore, ObjectStore, Policy
+from engine import Broker, FaultyStore, JobNotFound, MemoryStore, ObjectStore, Policy, StoreUnavailable
 from engine.idindex import (
     IndexCache,
     decode_index,
@@ -332,6 +332,31 @@ def test_after_a_takeover_a_job_in_the_oldest_of_many_small_seals_is_found_by_id
     before = dict(store.gets)
     assert broker.get_job(target)["segment"] == oldest.key
     assert segment_reads(store, before) == [oldest.key]
+
+
+def test_an_index_whose_delete_failed_is_deleted_on_a_retry(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The segment went but the store refused its index's delete: the
+    collector never takes this leader's own epoch, so the keeper retries the
+    delete itself (chaos seed 52 ended with such an index left behind)."""
+    broker, keeper, doomed, parts = another_segment(make_broker, "flaky")
+    keeper._write_index(doomed, parts)
+    key = index_key("queue.json", doomed.key)
+    assert key in broker.store.list(index_prefix("queue.json"))
+    delete = broker.store.delete
+    refused: list[str] = []
+
+    def delete_refused_once(name: str) -> None:
+        if name == key and not refused:
+            refused.append(name)
+            raise StoreUnavailable("the store answered 503")
+        delete(name)
+
+    monkeypatch.setattr(broker.store, "delete", delete_refused_once)
+    assert keeper._delete_segment(doomed.key) and refused == [key]
+    wait_for(lambda: key not in broker.store.list(index_prefix("queue.json")), what="the index deleted on a retry")
+    assert doomed.key not in broker.store.list(segment_prefix("queue.json"))
 
 
 def test_an_index_written_while_its_segment_was_deleted_does_not_outlive_it(
