@@ -21,7 +21,6 @@ from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker, ObjectStore
-from engine.idindex import index_key, index_prefix
 from engine.ops import Tick, claim_op, complete_op
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.snapshot import Snapshot
@@ -237,8 +236,9 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     ids = backlog(broker, n=200)
     keys = [ref["key"] for ref in document(broker.store)["lanes"]["q"]["segments"]]
-    indexes = {index_key(broker.key, key) for key in keys}
-    wait_for(lambda: indexes <= set(broker.store.list(index_prefix(broker.key))), what="every seal's id index")
+    # Each segment's id index, named after it (docs/format.md, "Id indexes").
+    indexes = {key.replace(".seg/", ".idx/", 1).removesuffix(".json") + ".ids" for key in keys}
+    wait_for(lambda: indexes <= set(broker.store.list(f"{broker.key}.idx/")), what="every seal's id index")
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
     # Not in the sealed window, nothing cached: the page reads the one segment its index names.
     response = viewer.get(f"/jobs/{ids[100]}/")
