@@ -49,7 +49,7 @@ import orjson
 
 from bench.config import payload
 from bench.requests import CountingStore as CallCountingStore
-from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
+from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy, SegmentRef
 from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
 
 KEY = "queue.json"
@@ -437,6 +437,14 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _id_in(store: CountingStore, ref: SegmentRef, at: int) -> str | None:
+    """The id of the job at ``at`` in segment ``ref``, read past the counted
+    store (which id to look for is not part of what is measured); None if
+    the segment is gone."""
+    blob = store.inner.get(ref.key)
+    return None if blob is None else str(orjson.loads(blob.data)["jobs"][at]["id"])
+
+
 def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5) -> dict[str, Any]:
     """``Broker.get_job`` (``GET /api/v1/jobs/<id>``) of a job in the middle
     of ``queue``'s backlog, in a segment with an id index (merged, or sealed
@@ -463,11 +471,10 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     refs = [ref for ref in state.lanes.get(queue, []) if ref.total >= keeper.small_below]
     if not refs:
         return {"error": "no segment large enough to have an id index"}
-    ref = refs[len(refs) // 2]
-    blob = store.inner.get(ref.key)  # unmeasured, not counted: which id to look for
-    if blob is None:
-        return {"error": f"segment {ref.key} is gone"}
-    job_id = orjson.loads(blob.data)["jobs"][ref.total // 2]["id"]
+    ref, other = refs[len(refs) // 2], refs[len(refs) // 3]
+    job_id, other_id = _id_in(store, ref, ref.total // 2), _id_in(store, other, other.total // 3)
+    if job_id is None or other_id is None:
+        return {"error": f"segment {ref.key} or {other.key} is gone"}
     keeper.forget_held()
     reads, read_bytes = store.counts.get("get", 0), store.bytes_read
     try:
@@ -491,11 +498,6 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
         # A leader that took over reads every segment's index before any
         # lookup asks (LaneKeeper.warm, queued as its tenure starts): how
         # long that takes, and a first lookup after it (another job).
-        other = refs[len(refs) // 3]
-        blob = store.inner.get(other.key)
-        if blob is None:
-            return {"error": f"segment {other.key} is gone"}
-        other_id = orjson.loads(blob.data)["jobs"][other.total // 3]["id"]
         keeper.forget_held()
         started = time.perf_counter()
         warmed = keeper.warm([ref for refs in state.lanes.values() for ref in refs])
