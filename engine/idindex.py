@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import sys
 import threading
 import time
@@ -47,6 +48,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 
 from engine.errors import StoreError
 from engine.segments import SegmentRef, segment_prefix
@@ -105,14 +107,24 @@ def job_id_of(encoded_job: bytes) -> bytes:
     return encoded_job[7:end]
 
 
-def encode_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> bytes:
+def build_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> tuple[bytes, IdIndex]:
     """The index of a segment whose bytes hash to ``segment_sha256`` and
-    whose jobs, encoded, are ``encoded_jobs``."""
+    whose jobs, encoded, are ``encoded_jobs``: the object to store, and the
+    same index decoded (the writer keeps it without decoding and checking
+    what it just built: a seal writes one every time)."""
     hashes = array("I", sorted({id_hash(job_id_of(job)) for job in encoded_jobs}))
+    stored = hashes
     if sys.byteorder == "big":  # the format is little-endian
-        hashes.byteswap()
-    body = hashes.tobytes()
-    return b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n", body))
+        stored = array("I", hashes)
+        stored.byteswap()
+    body = stored.tobytes()
+    data = b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n", body))
+    return data, IdIndex(hashes)
+
+
+def encode_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> bytes:
+    """The stored bytes of :func:`build_index`."""
+    return build_index(segment_sha256, encoded_jobs)[0]
 
 
 class IdIndex:
@@ -150,7 +162,9 @@ def decode_index(ref: SegmentRef, data: bytes) -> IdIndex:
     hashes.frombytes(body)
     if sys.byteorder == "big":
         hashes.byteswap()
-    if any(hashes[i] >= hashes[i + 1] for i in range(len(hashes) - 1)):
+    # In C, not a Python loop: a new leader checks every index it reads (5
+    # million hashes at 5 million jobs) while it takes over.
+    if any(map(operator.ge, hashes, islice(hashes, 1, None))):
         raise ValueError("its hashes are not sorted")
     return IdIndex(hashes)
 
@@ -304,6 +318,7 @@ __all__ = [
     "INDEX_CACHE_ENTRIES",
     "IdIndex",
     "IndexCache",
+    "build_index",
     "decode_index",
     "encode_index",
     "id_hash",

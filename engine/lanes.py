@@ -68,8 +68,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.idindex import (
-    decode_index,
-    encode_index,
+    build_index,
     index_key,
     index_prefix,
     segment_of_index,
@@ -808,7 +807,7 @@ class LaneKeeper:
         its put, and deletes what it wrote if the segment went meanwhile, so
         that no index outlives its segment (the collector never takes
         objects of this leader's own epoch)."""
-        data = encode_index(ref.sha256, parts)
+        data, built = build_index(ref.sha256, parts)
         key = index_key(self.key, ref.key)
         if self._gone(ref.key):
             return
@@ -821,7 +820,7 @@ class LaneKeeper:
         if self._gone(ref.key):  # deleted while the index was written: it may have missed this one
             delete_quietly(self.store, key)
             return
-        self._indexes.put(ref.key, decode_index(ref, data))
+        self._indexes.put(ref.key, built)
 
     def _gone(self, key: str) -> bool:
         with self._index_lock:

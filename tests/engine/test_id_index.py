@@ -9,6 +9,7 @@ almost every pending job answered 404.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import orjson
@@ -17,6 +18,7 @@ import pytest
 from engine import Broker, FaultyStore, JobNotFound, MemoryStore, ObjectStore, Policy, StoreUnavailable
 from engine.idindex import (
     IndexCache,
+    build_index,
     decode_index,
     encode_index,
     index_key,
@@ -375,3 +377,23 @@ def test_an_index_written_while_its_segment_was_deleted_does_not_outlive_it(
     monkeypatch.setattr(broker.store, "put", put_while_deleting)
     keeper._write_index(racing, parts)
     assert index_key("queue.json", racing.key) not in broker.store.list(index_prefix("queue.json"))
+
+
+def test_the_index_a_writer_keeps_is_the_one_a_reader_decodes() -> None:
+    """``build_index`` hands the writer the decoded index without decoding
+    what it just built: it must be the same as a reader's."""
+    parts = [orjson.dumps({"id": f"job-{i}", "pos": i}) for i in range(0, 3000, 3)]
+    ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0f.json", total=1000, consumed=0,
+                     front=0, last_pos=2997, size=1, sha256="e" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
+                     epoch=1, sealed_at=None)  # type: ignore[arg-type]
+    data, built = build_index(ref.sha256, reversed(parts))
+    read = decode_index(ref, data)
+    assert data == encode_index(ref.sha256, parts)
+    assert [built.may_hold(f"job-{i}") for i in range(3000)] == [read.may_hold(f"job-{i}") for i in range(3000)]
+    assert built.nbytes == read.nbytes == 4 * 1000
+    # A body out of order, with its own SHA-256 right, is refused (the check now runs in C).
+    body = data[-4 * 1000:]
+    swapped = body[:-8] + body[-4:] + body[-8:-4]
+    head = b"queueadmin-idindex-1\n" + ref.sha256.encode() + b"\n"
+    with pytest.raises(ValueError, match="not sorted"):
+        decode_index(ref, head + hashlib.sha256(swapped).hexdigest().encode() + b"\n" + swapped)
