@@ -121,9 +121,15 @@ REFILL_WINDOW = 4_096
 # alone (twice) starved a fast queue sharing the budget with a second one
 # (a share of 500, so a front of 1,000: bench network, memory+50ms, after
 # the push run, 2,316-2,441 jobs/s at 320 slots; 2,974-3,070 at four times).
+# And all queues' fronts together aim for at most MAX_FRONTS_HEADS times
+# head_jobs: ten queues drained at once each boosted four times their tenth
+# (4,000 jobs with shares of 100), and their commits reached 2.05 and
+# 2.54 MB in bench backlog. Two and a half leaves one fast queue its 2,000
+# beside a second one's share of 500 (the bench network case above).
 REFILL_LEAD_SECONDS = 1.0
 MAX_FRONT_BOOST = 4.0
 MAX_FRONT_HEADS = 2.0
+MAX_FRONTS_HEADS = 2.5
 # Encoded jobs of segments this leader sealed, kept for merging them, and of
 # segments a lookup by id read (find_pending), so that polling does not re-read.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
@@ -501,7 +507,11 @@ class LaneKeeper:
         ready = self._front_short(state, queue, now, shares)
         if ready is None:
             return None
-        return _RefillTask(queue, state.lanes[queue][0], want=self._front_target(queue, now, ready, shares) - ready)
+        # The fronts the other queues with segments were last aimed for (a
+        # share if never refilled): what the document holds for them.
+        others = sum(self._paced[q][1] if q in self._paced else shares.head for q in state.lanes if q != queue)
+        want = self._front_target(queue, now, ready, shares, others=others) - ready
+        return _RefillTask(queue, state.lanes[queue][0], want=want)
 
     def _front_short(self, state: QueueState, queue: str, now: float, shares: _Shares) -> int | None:
         """How many claimable jobs ``queue``'s front holds if that is below its
@@ -536,16 +546,19 @@ class LaneKeeper:
         del self._front_counted[queue]  # the refill changes the front: count again after it
         return ready
 
-    def _front_target(self, queue: str, now: float, ready: int, shares: _Shares) -> int:
+    def _front_target(self, queue: str, now: float, ready: int, shares: _Shares, *, others: int = 0) -> int:
         """The front a refill planned now aims for: the front share, made
-        deeper for a queue claimed fast (see MAX_FRONT_BOOST and
-        MAX_FRONT_HEADS), by the pace since its last refill was planned.
-        Sets the boost its next plans use."""
+        deeper for a queue claimed fast (see MAX_FRONT_BOOST,
+        MAX_FRONT_HEADS and MAX_FRONTS_HEADS), by the pace since its last
+        refill was planned; ``others``: the fronts the other queues are
+        aimed for. Never below the share. Sets the boost its next plans use."""
         boost = 1.0
         paced = self._paced.get(queue)
         if paced is not None and now - paced[0] > 0.01:
             rate = max(0, paced[1] - ready) / (now - paced[0])  # jobs claimed per second since
-            cap = max(1.0, min(MAX_FRONT_BOOST, MAX_FRONT_HEADS * self.policy.head_jobs / shares.head))
+            head_jobs = self.policy.head_jobs
+            room = (MAX_FRONTS_HEADS * head_jobs - others) / shares.head
+            cap = max(1.0, min(MAX_FRONT_BOOST, MAX_FRONT_HEADS * head_jobs / shares.head, room))
             boost = min(cap, max(1.0, rate * REFILL_LEAD_SECONDS / shares.head))
         self._boost[queue] = boost
         target = int(shares.head * boost)

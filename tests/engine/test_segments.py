@@ -641,10 +641,11 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     never beyond MAX_FRONT_HEADS (two) times head_jobs, so a fast batched
     worker does not find it empty while the next refill is read and
     committed, whether its queue has the whole budget or shares it; a queue
-    claimed slowly keeps the configured share."""
+    claimed slowly keeps the configured share; and all the fronts together
+    stay within MAX_FRONTS_HEADS times head_jobs."""
     from datetime import UTC, datetime
 
-    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, LaneKeeper, _Shares
+    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, MAX_FRONTS_HEADS, LaneKeeper, _Shares
 
     assert (MAX_FRONT_BOOST, MAX_FRONT_HEADS) == (4.0, 2.0)
     whole = _Shares(head=1000, seal=1000, refill=500)  # one queue holds the budget
@@ -671,6 +672,20 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     assert keeper._front_target("slow", 10.0, 400, whole) == 1000
     assert keeper._front_target("slow", 20.0, 100, whole) == 1000  # 900 jobs in 10 s
     assert keeper._boost["slow"] == 1.0
+    # Beside other fronts, all of them together stay within MAX_FRONTS_HEADS
+    # (two and a half) times head_jobs: a fast queue beside a second one's
+    # share still gets its 2,000; ten fast queues do not each get four tenths.
+    assert keeper._front_target("beside", 10.0, 0, half, others=500) == 500
+    assert keeper._front_target("beside", 10.25, 0, half, others=500) == 2000
+    tenth = _Shares(head=100, seal=100, refill=50)
+    aimed: dict[str, int] = {}
+    for when in (10.0, 10.1, 10.2):  # 100 jobs claimed per 0.1 s in each queue: 1,000 a second, ten shares
+        for i in range(10):
+            queue = f"ten{i}"
+            others = sum(aimed.get(f"ten{j}", 100) for j in range(10) if j != i)
+            aimed[queue] = keeper._front_target(queue, when, 0, tenth, others=others)
+    assert MAX_FRONTS_HEADS == 2.5 and sum(aimed.values()) <= 2500 < 10 * 400
+    assert min(aimed.values()) >= 100 and max(aimed.values()) == 400
 
 
 def test_checking_whether_a_front_runs_short_does_not_take_its_pace() -> None:
