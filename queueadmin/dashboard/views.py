@@ -25,7 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
-from queueadmin.dashboard import actions, pages, plans
+from queueadmin.dashboard import actions, pages, plans, segments
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -50,11 +50,16 @@ def dashboard_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 
 def read_snapshot(request: HttpRequest, *, fresh_seconds: float | None = None) -> Snapshot | HttpResponse:
+    """The document for a dashboard page (503 page if it cannot be read).
+    Starts reading the segments' id indexes in the background, if due
+    (:func:`.segments.warm_soon`), so that a job page looks up fast."""
     try:
-        return source.current() if fresh_seconds is None else source.current(fresh_seconds=fresh_seconds)
+        snapshot = source.current() if fresh_seconds is None else source.current(fresh_seconds=fresh_seconds)
     except EngineError as exc:
         return render(request, "queueadmin/dashboard/unreadable.html",
                       {"error": exc, "kind": type(exc).__name__}, status=503)
+    segments.warm_soon(snapshot.lanes)
+    return snapshot
 
 
 @dataclass(frozen=True, slots=True)

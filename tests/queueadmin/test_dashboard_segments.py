@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -281,6 +282,51 @@ def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
     # The indexes it read are the ones this node's lanes keeper holds: one cache a process.
     keeper = broker._keeper
     assert keeper is not None and segments.indexes() is keeper._indexes and keeper._indexes.known(ref["key"])
+
+
+def test_a_dashboard_page_reads_the_id_indexes_in_the_background_so_a_job_page_needs_none(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A standby's dashboard (whose lanes keeper does not run) holds no id
+    index: the first job page for a job deep in the backlog would read them
+    all while its user waits. Reading any page starts reading them in the
+    background, so the job page reads none; within WARM_EVERY_SECONDS a
+    page starts no other."""
+    for start in range(0, 7_000, 100):
+        push(broker, "q", list(range(start, start + 100)))
+
+    def merged(doc: dict[str, Any]) -> bool:
+        return any(ref["total"] >= 1_000 for ref in doc.get("lanes", {}).get("q", {}).get("segments", []))
+
+    settle(broker, merged, what="a merged segment")
+    # The keeper goes on merging: wait until it has nothing left to merge,
+    # or a merge landing later brings a segment whose index was cleared.
+    seen: list[Any] = []
+
+    def merged_all() -> bool:
+        broker.execute(Tick())
+        time.sleep(0.1)
+        seen.append(document(broker.store)["lanes"]["q"]["segments"])
+        return len(seen) > 3 and seen[-1] == seen[-2] == seen[-3] == seen[-4]
+
+    wait_for(merged_all, what="no merge left")
+    refs = seen[-1]
+    ref = next(r for r in refs if r["total"] >= 1_000)
+    target = orjson.loads(broker.store.get(ref["key"]).data)["jobs"][ref["consumed"] + 5]  # type: ignore[union-attr]
+    index = segments.indexes()
+    index.clear()  # as on a standby
+    segments.forget_warm_up()
+    assert len(refs) > 1 and not any(index.known(r["key"]) for r in refs)
+    assert viewer.get("/").status_code == 200
+    wait_for(lambda: all(index.known(r["key"]) for r in refs), what="every index read in the background")
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    reads = index.reads
+    response = viewer.get(f"/jobs/{target['id']}/")
+    assert response.status_code == 200 and response.context["found"] and response.context["in_segment"]
+    assert index.reads == reads, "the job page read an index"
+    index.clear()
+    viewer.get("/jobs/")
+    assert segments.warm_soon({"q": [segments.ref_of(r) for r in refs]}) is None
+    assert not any(index.known(r["key"]) for r in refs), "a second warm-up within WARM_EVERY_SECONDS"
 
 
 def stop_at_a_missing_segment(broker: Broker) -> str:
