@@ -30,8 +30,8 @@ def _runs(pause: float) -> list[Any]:
             self.fronts: list[tuple[str, int, int]] = []
             aim = self.keeper._front_target
 
-            def front_target(queue: str, now: float, ready: int, shares: Any) -> int:
-                target = aim(queue, now, ready, shares)
+            def front_target(queue: str, now: float, ready: int, shares: Any, *, others: int = 0) -> int:
+                target = aim(queue, now, ready, shares, others=others)
                 self.fronts.append((queue, ready, target))
                 return target
 
