@@ -124,6 +124,14 @@ class QueueState:
         queue's pending jobs here, which format 2 keeps small."""
         return sorted({entry for entry in self._ready.get(queue, ()) if self._is_current(entry[1], entry[0])})
 
+    def ready_after(self, queue: str, pos: int) -> list[tuple[int, str]]:
+        """``ready_in_order(queue)`` from the first entry whose ``pos`` is
+        above ``pos``. Checks and sorts only those: the lane keeper plans a
+        seal of a queue's tail twice a write, and the front before it (a
+        thousand jobs or more) need not be looked at."""
+        return sorted({entry for entry in self._ready.get(queue, ())
+                       if entry[0] > pos and self._is_current(entry[1], entry[0])})
+
     def encoded_job(self, job_id: str) -> bytes:
         """The job's JSON as this state writes it (cached; format 2: with ``pos``)."""
         return self._encoded_jobs.get(job_id)

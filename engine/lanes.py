@@ -585,15 +585,19 @@ class LaneKeeper:
         if fruitless is not None and fruitless[1] <= shares.seal and here < fruitless[0] + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)
+        after, last = (None, prev.jobs[-1][1]) if prev is not None else (
+            (refs[-1].key, refs[-1].last_pos) if refs else (None, None))
         # A delayed job that came due is indexed as ready but keeps its
         # not_before until claimed, and Seal refuses such a job: naming it
         # would get every seal of the queue refused until it is claimed. It
         # stays in the document, like a delayed job that is not due yet.
-        ready = [entry for entry in state.ready_in_order(queue) if state.jobs[entry[1]].not_before is None]
-        after, last = (None, prev.jobs[-1][1]) if prev is not None else (
-            (refs[-1].key, refs[-1].last_pos) if refs else (None, None))
-        # Without segments, the front stays in the document.
-        tail = [entry for entry in ready if entry[0] > last] if last is not None else ready[shares.head:]
+        jobs = state.jobs
+        if last is not None:
+            tail = [entry for entry in state.ready_after(queue, last) if jobs[entry[1]].not_before is None]
+        else:
+            # Without segments, the front stays in the document.
+            ready = [entry for entry in state.ready_in_order(queue) if jobs[entry[1]].not_before is None]
+            tail = ready[shares.head:]
         if len(tail) < shares.seal:
             if prev is None:
                 self._seal_fruitless[queue] = (here, shares.seal)
