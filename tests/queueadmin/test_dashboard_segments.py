@@ -308,7 +308,7 @@ def test_a_dashboard_page_reads_the_id_indexes_in_the_background_so_a_job_page_n
         seen.append(document(broker.store)["lanes"]["q"]["segments"])
         return len(seen) > 3 and seen[-1] == seen[-2] == seen[-3] == seen[-4]
 
-    wait_for(merged_all, what="no merge left")
+    wait_for(merged_all, timeout=60, what="no merge left")
     refs = seen[-1]
     ref = next(r for r in refs if r["total"] >= 1_000)
     target = orjson.loads(broker.store.get(ref["key"]).data)["jobs"][ref["consumed"] + 5]  # type: ignore[union-attr]
@@ -317,7 +317,7 @@ def test_a_dashboard_page_reads_the_id_indexes_in_the_background_so_a_job_page_n
     segments.forget_warm_up()
     assert len(refs) > 1 and not any(index.known(r["key"]) for r in refs)
     assert viewer.get("/").status_code == 200
-    wait_for(lambda: all(index.known(r["key"]) for r in refs), what="every index read in the background")
+    wait_for(lambda: all(index.known(r["key"]) for r in refs), timeout=30, what="every index read in the background")
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
     reads = index.reads
     response = viewer.get(f"/jobs/{target['id']}/")
