@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -298,18 +297,20 @@ def test_a_dashboard_page_reads_the_id_indexes_in_the_background_so_a_job_page_n
         return any(ref["total"] >= 1_000 for ref in doc.get("lanes", {}).get("q", {}).get("segments", []))
 
     settle(broker, merged, what="a merged segment")
-    # The keeper goes on merging: wait until it has nothing left to merge,
-    # or a merge landing later brings a segment whose index was cleared.
-    seen: list[Any] = []
+    # The keeper goes on merging: wait until a landed version leaves it
+    # nothing to do (it plans as each version lands, before the commit is
+    # answered), or a merge landing later brings a segment whose index was
+    # cleared.
+    keeper = broker._keeper
+    assert keeper is not None
 
     def merged_all() -> bool:
         broker.execute(Tick())
-        time.sleep(0.1)
-        seen.append(document(broker.store)["lanes"]["q"]["segments"])
-        return len(seen) > 3 and seen[-1] == seen[-2] == seen[-3] == seen[-4]
+        with keeper._cond:
+            return not keeper._tasks and not keeper._busy and keeper._merge_slot is None
 
     wait_for(merged_all, timeout=60, what="no merge left")
-    refs = seen[-1]
+    refs = document(broker.store)["lanes"]["q"]["segments"]
     ref = next(r for r in refs if r["total"] >= 1_000)
     target = orjson.loads(broker.store.get(ref["key"]).data)["jobs"][ref["consumed"] + 5]  # type: ignore[union-attr]
     index = segments.indexes()
