@@ -340,10 +340,6 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
             entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids, ok=False,
                           detail=f"{detail} (dry run at seq {p.seq})", seq=seq)
             return Outcome(entry, False, detail[0].upper() + detail[1:] + ".", True)
-        if in_segments:
-            detail += ngettext(" (%(n)d of them in a segment object, whose ids are not listed)",
-                               " (%(n)d of them in segment objects, whose ids are not listed)",
-                               in_segments) % {"n": in_segments}
     detail += where
     entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=ids, ok=True,
                   detail=f"{detail} (dry run at seq {p.seq})", seq=seq, unlisted=in_segments)
@@ -380,8 +376,21 @@ def _refused(p: Plan) -> str:
 def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
     n = len(ids) + in_segments
     parts = [str(p.spec.done % {"n": n, "queue": p.queue})]
+    if in_segments:
+        parts[0] += ngettext(" (%(n)d of them in a segment object, whose ids are not listed)",
+                             " (%(n)d of them in segment objects, whose ids are not listed)",
+                             in_segments) % {"n": in_segments}
     left = p.count - n
-    if left:
+    if left and _sealed_with_later(p):
+        # A bounded purge of a queue's pending jobs (format 2): a job it
+        # counted is left if it was claimed, or if the queue's tail it sat
+        # in was sealed together with pushes the dry run never saw. That
+        # segment stays whole (I9), its counted jobs still pending.
+        parts.append(ngettext("%(left)d of %(total)d jobs was claimed, or sealed into a segment with jobs pushed "
+                              "after the dry run, and was left alone",
+                              "%(left)d of %(total)d jobs were claimed, or sealed into a segment with jobs pushed "
+                              "after the dry run, and were left alone", left) % {"left": left, "total": p.count})
+    elif left:
         values = {"left": left, "total": p.count, "status": p.expected_status}
         if p.count == 1:
             parts.append(f"the job was no longer {p.expected_status} and was left alone")
@@ -404,6 +413,18 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
                               "%(n)d more %(status)s jobs of %(queue)s arrived after the dry run and were not "
                               "touched", arrived) % values)
     return "; ".join(parts), bool(left or arrived)
+
+
+def _sealed_with_later(p: Plan) -> bool:
+    """Whether a bounded purge's queue now has a segment that holds jobs
+    from both sides of its dry run's ``next_pos``: one the purge left whole."""
+    if p.before_pos is None:
+        return False
+    try:
+        snapshot = source.current(fresh_seconds=0)
+    except EngineError:
+        return False
+    return any(ref.front < p.before_pos <= ref.last_pos for ref in snapshot.lanes.get(p.queue, ()))
 
 
 def arrivals(p: Plan) -> int:

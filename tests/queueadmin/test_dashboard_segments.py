@@ -456,6 +456,35 @@ def test_a_purge_never_removes_more_than_its_dry_run_showed(
     assert set(later).isdisjoint(AuditEntry.objects.get(action="purge").jobs.values_list("job_id", flat=True))
 
 
+def test_a_purge_says_why_jobs_sealed_with_later_pushes_were_left(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """The dry run counts the queue's tail. Pushes after it are sealed
+    together with that tail into one segment, which also holds jobs the dry
+    run never saw: the bounded purge leaves that segment whole (I9), so
+    those tail jobs stay pending, and the result says so rather than
+    calling them no longer pending."""
+    backlog(broker, n=205)
+    doc = document(broker.store)
+    tail = [j for j in doc["jobs"] if j["pos"] > doc["lanes"]["q"]["segments"][-1]["last_pos"]]
+    assert 0 < len(tail) < SEGMENT
+    plan = preview(operator, action="purge", filter="queue=q&status=pending").context["plan"]
+    assert plan.count == 205
+    push(broker, "q", list(range(1000, 1040)))
+
+    def mixed(doc: dict[str, Any]) -> bool:
+        return any(r["front"] < plan.before_pos <= r["last_pos"] for r in doc["lanes"]["q"]["segments"])
+
+    settle(broker, mixed, what="the counted tail sealed with the later pushes")
+    assert confirm(operator, plan.token, reason="r", confirm_text="purge 205").status_code == 302
+    entry, left = AuditEntry.objects.get(action="purge"), len(tail)
+    assert entry.outcome == "ok" and entry.count == 205 - left
+    # What the operator read on the page, and the audit log keeps.
+    assert (f"{left} of 205 jobs were claimed, or sealed into a segment with jobs pushed after the dry run, "
+            "and were left alone") in entry.detail, entry.detail
+    source.reset()
+    assert sorted(every_pending(operator)) == sorted([j["payload"] for j in tail] + list(range(1000, 1040)))
+
+
 def test_a_queue_with_jobs_in_segments_cannot_be_forgotten(
         small_segments: None, broker: Broker, operator: Client) -> None:
     backlog(broker, n=100)
