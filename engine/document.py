@@ -118,19 +118,15 @@ class QueueState:
         refs = self.lanes.get(queue)
         return refs[0].front if refs else None
 
-    def ready_in_order(self, queue: str) -> list[tuple[int, str]]:
+    def ready_in_order(self, queue: str, *, after: int = -1) -> list[tuple[int, str]]:
         """``(pos, id)`` of the queue's pending jobs in the document that have
-        no delay, in FIFO order (front and tail alike). O(n log n) in the
-        queue's pending jobs here, which format 2 keeps small."""
-        return sorted({entry for entry in self._ready.get(queue, ()) if self._is_current(entry[1], entry[0])})
-
-    def ready_after(self, queue: str, pos: int) -> list[tuple[int, str]]:
-        """``ready_in_order(queue)`` from the first entry whose ``pos`` is
-        above ``pos``. Checks and sorts only those: the lane keeper plans a
-        seal of a queue's tail twice a write, and the front before it (a
-        thousand jobs or more) need not be looked at."""
+        no delay, in FIFO order (front and tail alike), those with a ``pos``
+        above ``after`` only. O(n log n) in the queue's pending jobs here,
+        which format 2 keeps small; with ``after``, only the entries beyond
+        it are checked and sorted (a seal plans from a queue's tail twice a
+        write, and need not look at the front before it)."""
         return sorted({entry for entry in self._ready.get(queue, ())
-                       if entry[0] > pos and self._is_current(entry[1], entry[0])})
+                       if entry[0] > after and self._is_current(entry[1], entry[0])})
 
     def encoded_job(self, job_id: str) -> bytes:
         """The job's JSON as this state writes it (cached; format 2: with ``pos``)."""

@@ -592,12 +592,10 @@ class LaneKeeper:
         # would get every seal of the queue refused until it is claimed. It
         # stays in the document, like a delayed job that is not due yet.
         jobs = state.jobs
-        if last is not None:
-            tail = [entry for entry in state.ready_after(queue, last) if jobs[entry[1]].not_before is None]
-        else:
-            # Without segments, the front stays in the document.
-            ready = [entry for entry in state.ready_in_order(queue) if jobs[entry[1]].not_before is None]
-            tail = ready[shares.head:]
+        ready = [entry for entry in state.ready_in_order(queue, after=-1 if last is None else last)
+                 if jobs[entry[1]].not_before is None]
+        # Without segments, the front stays in the document.
+        tail = ready if last is not None else ready[shares.head:]
         if len(tail) < shares.seal:
             if prev is None:
                 self._seal_fruitless[queue] = (here, shares.seal)

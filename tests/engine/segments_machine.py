@@ -692,14 +692,14 @@ class SegmentMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_tail_of_the_claim_index_is_its_end(self) -> None:
-        """``ready_after`` (what a seal plans from) is ``ready_in_order``
-        from the first entry beyond the given pos, whatever the index holds
-        (stale entries of claimed, sealed or moved jobs included)."""
+        """``ready_in_order(after=pos)`` (what a seal plans from) is
+        ``ready_in_order`` from the first entry beyond that pos, whatever the
+        index holds (stale entries of claimed, sealed or moved jobs included)."""
         state = self.state
         for queue in QUEUES:
             ready = state.ready_in_order(queue)
             for pivot in {-1, *(pos for pos, _ in ready[::7]), *(pos - 1 for pos, _ in ready[3::11])}:
-                assert state.ready_after(queue, pivot) == [entry for entry in ready if entry[0] > pivot], pivot
+                assert state.ready_in_order(queue, after=pivot) == [entry for entry in ready if entry[0] > pivot], pivot
 
     @invariant()
     def counters_add_up(self) -> None:
