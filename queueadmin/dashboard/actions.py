@@ -381,7 +381,10 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
                              " (%(n)d of them in segment objects, whose ids are not listed)",
                              in_segments) % {"n": in_segments}
     left = p.count - n
-    if left and _sealed_with_later(p):
+    # The document after the run, read once for both questions below (only
+    # a plan with a scope asks them).
+    after = _current() if (p.group or p.status or p.filter) else None
+    if left and _sealed_with_later(p, after):
         # A bounded purge of a queue's pending jobs (format 2): a job it
         # counted is left if it was claimed, or if the queue's tail it sat
         # in was sealed together with pushes the dry run never saw. That
@@ -398,7 +401,7 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
             parts.append(ngettext("%(left)d of %(total)d jobs was no longer %(status)s and was left alone",
                                   "%(left)d of %(total)d jobs were no longer %(status)s and were left alone",
                                   left) % values)
-    arrived = arrivals(p)
+    arrived = arrivals(p, after)
     if arrived and p.filter:
         parts.append(ngettext("%(n)d more job matching the filter arrived after the dry run and was not touched",
                               "%(n)d more jobs matching the filter arrived after the dry run and were not touched",
@@ -415,27 +418,29 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
     return "; ".join(parts), bool(left or arrived)
 
 
-def _sealed_with_later(p: Plan) -> bool:
-    """Whether a bounded purge's queue now has a segment that holds jobs
-    from both sides of its dry run's ``next_pos``: one the purge left whole."""
-    if p.before_pos is None:
-        return False
+def _current() -> Snapshot | None:
+    """The latest document, read now (None if it cannot be read)."""
     try:
-        snapshot = source.current(fresh_seconds=0)
+        return source.current(fresh_seconds=0)
     except EngineError:
+        return None
+
+
+def _sealed_with_later(p: Plan, snapshot: Snapshot | None) -> bool:
+    """Whether a bounded purge's queue has, in ``snapshot``, a segment that
+    holds jobs from both sides of its dry run's ``next_pos``: one the purge
+    left whole. False when unknown."""
+    if p.before_pos is None or snapshot is None:
         return False
     return any(ref.front < p.before_pos <= ref.last_pos for ref in snapshot.lanes.get(p.queue, ()))
 
 
-def arrivals(p: Plan) -> int:
+def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
     """How many jobs are in the plan's scope (a queue and status, a
-    dead-letter group, or a filter) now that were not in its dry run: they
-    were left alone, and the operator should know. 0 when unknown."""
-    if not (p.group or p.status or p.filter):
-        return 0
-    try:
-        snapshot = source.current(fresh_seconds=0)
-    except EngineError:
+    dead-letter group, or a filter) in ``snapshot`` (the document after the
+    run) that were not in its dry run: they were left alone, and the
+    operator should know. 0 when unknown."""
+    if not (p.group or p.status or p.filter) or snapshot is None:
         return 0
     if p.filter:
         matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)))

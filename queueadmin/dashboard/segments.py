@@ -196,15 +196,16 @@ def warm_soon(lanes: dict[str, list[SegmentRef]], *, index: IndexCache | None = 
     most one at a time and one per :data:`WARM_EVERY_SECONDS`; a store error
     leaves an index for the job page to read. Returns the thread started,
     or None."""
-    refs = [ref for refs in lanes.values() for ref in refs]
-    if not refs:
+    if not lanes:
         return None
     cache_ = index or indexes()
     now = time.monotonic()
     with _warming.lock:
+        # Before the references are gathered: every dashboard page calls this.
         if _warming.running or now - _warming.started < WARM_EVERY_SECONDS:
             return None
         _warming.running, _warming.started = True, now
+    refs = [ref for refs in lanes.values() for ref in refs]
 
     def warm() -> None:
         try:
