@@ -131,14 +131,14 @@ def _ratio(value: float, base: float | None) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     rows = ["| queues | depth | push ops/s | p50 ms | p99 ms | push vs 0 | drain jobs/s | drain vs 0 "
-            "| bytes/commit mean | max | leader RSS MB | standby MB read/min | overview ms "
+            "| bytes/commit mean | p90 | max | leader RSS MB | standby MB read/min | overview ms "
             "| jobs page cold ms | cached ms | job by id cold / warm / unknown ms | new leader's index warm-up s "
             "/ then by id ms | purge of queue 1 | seeded in |",
-            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     base: dict[int, dict[str, Any]] = {}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 16)
+            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 17)
             continue
         if r["depth"] == 0:
             base[r["queues"]] = r
@@ -160,7 +160,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {push['p50_ms']:.0f} | {push['p99_ms']:.0f} "
             f"| {_ratio(push['ops_per_s'], b['push']['ops_per_s'] if b else None)} | {drain['jobs_per_s']:,.0f} "
             f"| {_ratio(drain['jobs_per_s'], b['drain']['jobs_per_s'] if b else None)} "
-            f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r['max_commit_bytes'] / MB:.2f} MB "
+            f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r.get('p90_commit_bytes', 0) / MB:.2f} MB "
+            f"| {r['max_commit_bytes'] / MB:.2f} MB "
             f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} "
             f"| {cold} | {cached} | {by_id_text} | {warm_up_text} | {purge_text} "
             f"| {r['seed_push_s'] + r['seed_settle_s']:,.0f} s |")

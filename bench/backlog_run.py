@@ -313,6 +313,14 @@ async def _drain_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -
             "jobs_per_s": done / (window["close"] - window["open"])}
 
 
+def _commit_sizes(puts: list[int]) -> dict[str, float]:
+    """A phase's commits: how many, their mean, 90th percentile and largest size in bytes."""
+    ordered = sorted(puts)
+    return {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
+            "p90_commit_bytes": ordered[int(0.9 * (len(ordered) - 1))] if ordered else 0,
+            "max_commit_bytes": ordered[-1] if ordered else 0}
+
+
 def _document_puts(store: CountingStore, start: float, end: float) -> list[int]:
     with store.lock:
         return [size for at, size in store.document_puts if start <= at <= end]
@@ -548,10 +556,9 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         counted.reset_largest()
         push = asyncio.run(_push_phase(leader, queues, cfg))
         puts = _document_puts(counted, push["open"], push["close"])
-        result["push"] = push | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
-                                 "max_commit_bytes": max(puts, default=0),
-                                 "largest_commit": composition(counted.largest or b"")}
+        result["push"] = push | _commit_sizes(puts) | {"largest_commit": composition(counted.largest or b"")}
         _log(f"push: {push['ops_per_s']:,.0f} ops/s, p50 {push['p50_ms']:.1f} ms, p99 {push['p99_ms']:.1f} ms, "
+             f"{len(puts)} commits, p90 {result['push']['p90_commit_bytes'] / 1e6:.2f} MB, "
              f"max commit {result['push']['max_commit_bytes'] / 1e6:.2f} MB; "
              f"the largest (warm-up included): {result['push']['largest_commit']}")
         if keeper is not None:
@@ -561,11 +568,10 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         counted.reset_largest()
         drain = asyncio.run(_drain_phase(leader, queues, cfg))
         puts = _document_puts(counted, drain["open"], drain["close"])
-        result["drain"] = drain | {"commits": len(puts), "mean_commit_bytes": statistics.mean(puts) if puts else 0,
-                                   "max_commit_bytes": max(puts, default=0),
-                                   "largest_commit": composition(counted.largest or b"")}
+        result["drain"] = drain | _commit_sizes(puts) | {"largest_commit": composition(counted.largest or b"")}
         counted.largest = None
-        _log(f"drain: {drain['jobs_per_s']:,.0f} jobs/s, "
+        _log(f"drain: {drain['jobs_per_s']:,.0f} jobs/s, {len(puts)} commits, "
+             f"p90 {result['drain']['p90_commit_bytes'] / 1e6:.2f} MB, "
              f"max commit {result['drain']['max_commit_bytes'] / 1e6:.2f} MB; "
              f"the largest (warm-up included): {result['drain']['largest_commit']}")
         measured_to = time.monotonic()
@@ -573,8 +579,9 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["standby_bytes_per_min"] = standby_read * 60 / (measured_to - measured_from)
         result["rss_bytes"] = rss.peak_since(measured_from)
         all_puts = _document_puts(counted, measured_from, measured_to)
-        result["max_commit_bytes"] = max(all_puts, default=0)
-        result["mean_commit_bytes"] = statistics.mean(all_puts) if all_puts else 0
+        sizes = _commit_sizes(all_puts)
+        for name in ("mean_commit_bytes", "p90_commit_bytes", "max_commit_bytes"):
+            result[name] = sizes[name]
 
         result["heap"] = _heap_census(leader)  # after the RSS: what the leader holds, for the report
         if cfg.get("dashboard", True):

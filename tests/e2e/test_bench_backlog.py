@@ -51,7 +51,7 @@ def test_a_quick_run_reports_every_depth_with_segments(tmp_path: Path) -> None:
     assert deep["purge"]["pending"] >= 1000 - deep["drain"]["jobs"]
     for result in results:
         assert result["push"]["ops"] > 0 and result["drain"]["jobs"] > 0
-        assert result["max_commit_bytes"] > 0 and result["rss_bytes"] > 0
+        assert result["max_commit_bytes"] >= result["p90_commit_bytes"] > 0 and result["rss_bytes"] > 0
         assert result["jobs_page"]["rows"] > 0 and result["jobs_page_cached_ms"] > 0, result["jobs_page"]
     assert deep["jobs_page"]["in_segments"] > 0 and deep["jobs_page"]["segments_read"] >= 1
     assert "jobs page deep in segments, cached <= 200 ms" in done.stdout
@@ -81,7 +81,8 @@ def test_the_jobs_page_it_times_is_the_dashboards_page_deep_inside_the_segments(
 def _row(depth: int, cached_ms: float | None) -> dict[str, Any]:
     step = {"ops_per_s": 100.0, "p50_ms": 1.0, "p99_ms": 2.0, "jobs_per_s": 100.0}
     row: dict[str, Any] = {
-        "queues": 1, "depth": depth, "push": step, "drain": step, "mean_commit_bytes": 1e5, "max_commit_bytes": 2e5,
+        "queues": 1, "depth": depth, "push": step, "drain": step, "mean_commit_bytes": 1e5, "p90_commit_bytes": 1.5e5,
+        "max_commit_bytes": 2e5,
         "rss_bytes": 1e8, "standby_bytes_per_min": 1e6, "overview_ms": 3.0, "seed_push_s": 1, "seed_settle_s": 1,
         "jobs_page": {"in_segments": depth},
     }
@@ -98,6 +99,7 @@ def test_the_table_and_targets_report_the_jobs_page() -> None:
     assert "jobs page cold ms" in header and "cached ms" in header
     assert len({line.count("|") for line in (header, rule, *rows)}) == 1, text
     assert "| 400.0 | 12.0 |" in rows[1] and "| — | — |" in rows[2]
+    assert "| bytes/commit mean | p90 | max |" in header and "| 0.10 MB | 0.15 MB | 0.20 MB |" in rows[0]
     checks = [line for line in target_lines(results, 0.05) if "jobs page" in line]
     assert checks == ["- jobs page deep in segments, cached <= 200 ms: largest 12.0 ms "
                       "(1 queue(s), depth 1,000,000; first load 400 ms) — PASS"]
