@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import orjson
 
@@ -57,10 +57,11 @@ from engine.errors import (
     PreconditionFailed,
     StoreError,
 )
+from engine.excision import purge_by_ids
 from engine.lanes import LaneKeeper
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
-from engine.ops import Operation, TakeOver, Tick, get_job_op
+from engine.ops import Operation, Purge, TakeOver, Tick, get_job_op
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
@@ -74,6 +75,16 @@ DEFAULT_HEARTBEAT_SECONDS = 2.0
 DEFAULT_TAKEOVER_SECONDS = 10.0
 
 Role = Literal["leader", "standby", "stopped"]
+
+
+def _not_leading(broker: Broker) -> LaneKeeper:
+    raise NotLeader(broker.leader.url)
+
+
+def _purges_ids(op: Operation) -> TypeGuard[Purge]:
+    """Whether ``op`` is a purge by ids as a client sends it (never the
+    leader's own retry of one, which has ``seek`` or ``excisions``)."""
+    return isinstance(op, Purge) and bool(op.job_ids) and not op.seek and not op.excisions
 
 
 def new_broker_id() -> str:
@@ -252,14 +263,28 @@ class Broker:
         return committer
 
     def execute(self, op: Operation) -> Any:
-        """Run ``op`` on this node's committer. Raises NotLeader if not leading."""
+        """Run ``op`` on this node's committer. Raises NotLeader if not leading.
+        A purge by ids also removes jobs pending inside segments (format 2,
+        see :meth:`_purge_by_ids`)."""
+        if _purges_ids(op):
+            return self._purge_by_ids(op)
+        return self._execute(op)
+
+    def _execute(self, op: Operation) -> Any:
         try:
             return self._leading().execute(op)
         except CommitterStopped as exc:
             raise NotLeader(self.leader.url) from exc
 
+    def _purge_by_ids(self, op: Purge) -> Any:
+        """A purge by ids, jobs pending inside segments included (see
+        :func:`engine.excision.purge_by_ids`). On this thread: never the event loop's."""
+        return purge_by_ids(op, execute=self._execute, keeper=lambda: self._keeper or _not_leading(self))
+
     async def aexecute(self, op: Operation) -> Any:
         """Like :meth:`execute`, awaiting without blocking the event loop."""
+        if _purges_ids(op):
+            return await asyncio.to_thread(self.execute, op)  # it may read and write segments
         try:
             return await (await self._aleading()).aexecute(op)
         except CommitterStopped as exc:

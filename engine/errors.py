@@ -219,9 +219,13 @@ class JobSealed(JobNotFound):
     (``Broker.get_job`` does, through ``LaneKeeper.find_pending``). Over the
     wire it is a plain ``job_not_found``."""
 
-    def __init__(self, job_id: str, refs: tuple[tuple[str, SegmentRef], ...]) -> None:
+    def __init__(
+        self, job_id: str, refs: tuple[tuple[str, SegmentRef], ...], *, job_ids: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(job_id)
         self.refs = refs
+        #: Every id looked for (a purge names them all; ``job_id`` is the first).
+        self.job_ids = job_ids or (job_id,)
 
 
 class LeaseLost(QueueError):

@@ -75,7 +75,7 @@ from engine.idindex import (
     shared_index_cache,
 )
 from engine.model import Job
-from engine.ops import Merge, Operation, Refill, Seal
+from engine.ops import Excision, Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
 from engine.policy import Policy
 from engine.segments import (
@@ -1131,6 +1131,66 @@ class LaneKeeper:
             if found is not None:
                 return found
         return None
+
+    def excise(
+        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]],
+    ) -> tuple[list[Excision], list[str]]:
+        """For a purge by ids (the broker's, see ``Broker.execute``): find
+        each of ``job_ids`` pending in ``refs`` (as :meth:`find_pending`
+        does, within its bound), and write each segment holding some of
+        them again, from its first job not moved back on, without them: a
+        new object with its id index, this leader's epoch and a new key
+        (segments never change). Returns an :class:`~engine.ops.Excision`
+        per segment, for the purge to commit, and the ids found in none.
+
+        Nothing references the new objects until that purge lands: if it is
+        refused or never submitted, hand them to :meth:`discard`. The old
+        objects go once a landed version stops referencing them, like a
+        merge's. Raises SegmentUnreadable or StoreError (nothing written is
+        left behind), NotLeader when stopping. Any thread but the writer's."""
+        found: dict[str, tuple[SegmentRef, list[Job]]] = {}
+        missing: list[str] = []
+        for job_id in dict.fromkeys(job_ids):
+            hit = self.find_pending(job_id, refs)
+            if hit is None:
+                missing.append(job_id)
+            else:
+                found.setdefault(hit[2].key, (hit[2], []))[1].append(hit[0])
+        queue_of = {ref.key: queue for queue, ref in refs}
+        excisions: list[Excision] = []
+        try:
+            for key, (ref, jobs) in found.items():
+                excisions.append(self._rewrite_without(queue_of[key], ref, jobs))
+        except BaseException:
+            self.discard(excisions)
+            raise
+        return excisions, missing
+
+    def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
+        """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
+        needles = tuple(b'{"id":' + orjson.dumps(job.id) + b"," for job in jobs)  # as _search finds them
+        parts = self._parts_of(ref)
+        kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)
+                if not part.startswith(needles)]
+        if not kept:
+            return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=None, jobs=tuple(jobs))
+        first_job, first_pos, _ = self._one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
+        _, last_pos, _ = self._one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
+        rest = [part for _, part in kept]
+        new = self._write_segment(_MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
+                                  oldest=first_job.enqueued_at)
+        if new is None:
+            raise StoreError(f"writing segment {ref.key} again without the purged jobs failed")
+        self._write_index(new, rest)
+        self._keep_parts(new.key, tuple(rest))
+        return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=new, jobs=tuple(jobs))
+
+    def discard(self, excisions: Sequence[Excision]) -> None:
+        """Delete the new objects of ``excisions`` whose purge did not land
+        (refused, or never submitted): nothing references them."""
+        for excision in excisions:
+            if excision.ref is not None:
+                self._delete_segment(excision.ref.key)
 
     def forget_held(self) -> None:
         """Drop every segment's encoded jobs this keeper holds, and every id

@@ -32,6 +32,7 @@ __all__ = [
     "QUEUE_NAME",
     "Claim",
     "Complete",
+    "Excision",
     "Expire",
     "Fail",
     "ForgetQueue",
@@ -150,19 +151,43 @@ class Requeue:
     expect: tuple[PurgeStatus, ...] = ()
 
 
+class Excision(NamedTuple):
+    """Format 2: pending jobs a purge by id removes from inside a segment.
+    The leader rewrote the segment ``key`` of ``queue`` from its first
+    ``consumed`` jobs on, without ``jobs``, as ``ref`` (None: no job was
+    left), before the purge; the purge swaps the references."""
+
+    queue: str
+    key: str
+    consumed: int
+    ref: SegmentRef | None
+    jobs: tuple[Job, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Purge:
     """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
     With ``expect`` (one status per id), only the listed jobs still in their
     expected status go. With ``before_pos`` (format 2), only the pending
     jobs of ``queue`` whose ``pos`` is below it go, in the document and in
-    segments alike; see :func:`purge_op`."""
+    segments alike; see :func:`purge_op`.
+
+    Format 2, by ids: set by the leader's broker, never by a client (nor
+    forwarded). With ``seek``, ids that are in the document neither as jobs
+    nor as dead letters (nor finished lately) while it references segments
+    refuse the purge with :class:`~engine.errors.JobSealed` naming them all,
+    changing nothing: they may be pending in a segment. ``excisions`` are
+    those found there (see :class:`Excision`): the purge removes them with
+    the rest in one commit, and is refused with ValidationError, changing
+    nothing, if any of their segments moved on (refilled, merged, purged)."""
 
     job_ids: tuple[str, ...] = ()
     queue: str | None = None
     status: PurgeStatus | None = None
     expect: tuple[PurgeStatus, ...] = ()
     before_pos: int | None = None
+    seek: bool = False
+    excisions: tuple[Excision, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -279,16 +279,13 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
     a purge bounded by ``op.before_pos`` (see :func:`~engine.ops.purge_op`)
     returns a :class:`~engine.ops.PurgeOutcome`."""
     in_segments = 0
+    excised: list[str] = []
     if op.before_pos is not None:
         assert op.queue is not None
         ids, in_segments = _purge_before(state, op.queue, op.before_pos)
-    elif op.expect:
-        ids = still_expected(state, op.job_ids, op.expect)
     elif op.job_ids:
-        for job_id in op.job_ids:
-            if job_id not in state.jobs and job_id not in state.dead:
-                raise JobNotFound(job_id)
-        ids = list(op.job_ids)
+        ids = _purge_ids(state, op)
+        excised = _excise(state, op, now)  # after every check: from here on nothing refuses
     elif op.status == "dead":
         ids = [d.id for d in state.dead.values() if d.queue == op.queue]
     else:
@@ -304,7 +301,69 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)
-    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.before_pos is not None else ids
+    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.before_pos is not None else ids + excised
+
+
+def _purge_ids(state: QueueState, op: Purge) -> list[str]:
+    """The ids of a purge by ids to remove from the document (see
+    :class:`~engine.ops.Purge`): every listed one (all or nothing) or, with
+    ``expect``, those still in their expected status, less those its
+    excisions remove from segments. Raises JobNotFound, or with ``seek``
+    JobSealed naming every id that may be pending in a segment; changes
+    nothing."""
+    excised = {job.id for excision in op.excisions for job in excision.jobs}
+    if op.seek and state.lanes:
+        sought = op.job_ids if not op.expect else tuple(
+            job_id for job_id, status in zip(op.job_ids, op.expect, strict=True) if status == "pending")
+        missing = tuple(job_id for job_id in sought if job_id not in state.jobs and job_id not in state.dead
+                        and job_id not in state.finished)
+        if missing:
+            raise JobSealed(missing[0], tuple(newest_first(state.lanes)), job_ids=missing)
+    if op.expect:
+        kept = [(job_id, status) for job_id, status in zip(op.job_ids, op.expect, strict=True)
+                if job_id not in excised]
+        return still_expected(state, tuple(j for j, _ in kept), tuple(s for _, s in kept))
+    for job_id in op.job_ids:
+        if job_id not in excised and job_id not in state.jobs and job_id not in state.dead:
+            raise JobNotFound(job_id)
+    return [job_id for job_id in op.job_ids if job_id not in excised]
+
+
+def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
+    """Apply a purge's excisions (see :class:`~engine.ops.Excision`): swap
+    each segment reference for its rewritten one (or drop it) and count its
+    jobs as purged; returns their ids. Raises ValidationError, changing
+    nothing, unless every reference is still there as planned."""
+    if not op.excisions:
+        return []
+    for excision in op.excisions:
+        if not any(ref.key == excision.key and ref.consumed == excision.consumed
+                   for ref in state.lanes.get(excision.queue, ())) or any(
+                job.id not in op.job_ids for job in excision.jobs) or (
+                excision.ref is not None and excision.ref.total <= 0):
+            raise ValidationError(f"the segment {excision.key} of queue {excision.queue!r} changed since "
+                                  "the purge looked in it")
+    if len({excision.key for excision in op.excisions}) != len(op.excisions):
+        raise ValidationError("a purge names the same segment twice")
+    removed: list[str] = []
+    for excision in op.excisions:
+        refs = state.lanes[excision.queue]
+        # Found again by key: an excision before it may have dropped a reference and moved the rest.
+        at = next(i for i, ref in enumerate(refs) if ref.key == excision.key)
+        if excision.ref is None:
+            del refs[at]
+            if not refs:
+                del state.lanes[excision.queue]
+        else:
+            refs[at] = excision.ref
+        state.dropped_segments.append(excision.key)
+        for job in excision.jobs:
+            state.add_finished(job.id, now)  # a retried push must not bring it back
+            state.counters(excision.queue).purged += 1
+            state.departed("purged", job, now)
+            removed.append(job.id)
+    state.dirty = True
+    return removed
 
 
 def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int]:
