@@ -170,16 +170,28 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     elif data.get("ids"):
         p.target = "selected jobs"
         queues = set()
+        sealed = 0
         for job_id in data["ids"]:
-            found = snapshot.job(job_id)
+            # In format 2 a pending job may sit in a segment object: looked for
+            # as its job page does (within that bound, through the cache).
+            found, segment_error, in_segment = pages.find_job(snapshot, job_id)
             if found is None:
-                p.notes.append(f"Job {job_id} is not in the document any more: it is left out.")
+                p.notes.append(f"Job {job_id} could not be looked for in the segment objects ({segment_error}): "
+                               "it is left out." if segment_error else
+                               f"Job {job_id} is not in the document any more: it is left out.")
             elif found[1] == p.spec.leaves_out:
                 p.notes.append(f"Job {job_id} is already {found[1]}: it is left out.")
             else:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
                 queues.add(found[0]["queue"])
+                sealed += in_segment
+        if sealed and p.removes:
+            p.notes.append(ngettext(
+                "%(n)d of these jobs waits in a segment object: the purge writes that object again without "
+                "it, and swaps it in with the same commit.",
+                "%(n)d of these jobs wait in segment objects: the purge writes those objects again without "
+                "them, and swaps them in with the same commit.", sealed) % {"n": sealed})
         p.queue = queues.pop() if len(queues) == 1 else ""
     else:
         p.target = f"queue={p.queue} status={p.status}"
@@ -271,6 +283,8 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
     p.sample = []
     for job_id in p.ids[:SAMPLE_SIZE]:
         found = snapshot.job(job_id)
+        if found is None and snapshot.lanes and not p.segment_jobs:
+            found = pages.find_job(snapshot, job_id)[0]  # a selected job in a segment: cached since the plan
         if found is not None:
             p.sample.append(dict(found[0], status=found[1]))
     refs = snapshot.lanes.get(p.queue) if p.segment_jobs else None

@@ -114,3 +114,31 @@ def test_an_operator_purges_a_queue_whose_jobs_sit_in_segments(
         assert sorted(j["payload"]["n"] for j in doc["jobs"] if j["queue"] == "keep") == [0, 1, 2]
         page.goto(f"{server.url}/")
         expect(page.locator('tr[data-row="backlog"] td.num a').first).to_have_text("0")
+
+
+def test_an_operator_purges_one_job_deep_in_the_backlog_from_its_page(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """A job inside a segment: its page has the Purge button, the dry run says
+    it waits in a segment object, and the run removes exactly that job (the
+    leader writes its segment again without it), the rest keeping their order."""
+    cluster, server = node
+    sealed_backlog(cluster, server)
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&page=5")
+        assert shown_payloads(page) == list(range(200, 250))
+        page.locator("#live-jobs tbody tr[data-job-id] td.id a").nth(7).click()  # {"n": 207}
+        expect(page.get_by_test_id("in-segment")).to_be_visible()
+        expect(page.locator("main")).to_contain_text('"n": 207')
+        page.get_by_role("button", name="Purge").click()
+        expect(page.get_by_test_id("plan-count")).to_have_text("1 job would be removed for good.")
+        expect(page.locator("#action-panel")).to_contain_text("1 of these jobs waits in a segment object")
+        shot(page, "segments-purge-one-job")
+        page.get_by_test_id("reason").fill("a poison job")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator("main")).to_contain_text(re.compile(r"[Pp]urged 1 job\b"))
+
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&page=5")
+        expect(page.get_by_test_id("jobs-total")).to_contain_text(f"{BACKLOG - 1} jobs")
+        assert shown_payloads(page) == [*range(200, 207), *range(208, 251)]
+    doc: dict[str, Any] = cluster.document()
+    assert doc["queues"]["backlog"]["purged"] == 1

@@ -143,14 +143,47 @@ def test_a_deep_page_lists_the_right_jobs_in_fifo_order_reading_only_its_segment
 
 
 
-def test_rows_from_segments_offer_no_selection(small_segments: None, broker: Broker, operator: Client) -> None:
-    """A job in a segment cannot be acted on by id: its row has no checkbox (the front's rows do)."""
-    backlog(broker, n=100)
+def test_rows_from_segments_can_be_selected_and_purged_by_id(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """A job in a segment is purged by id like any other: the leader writes its
+    segment again without it, in the commit that removes the rest."""
+    ids = backlog(broker, n=100)
     front = operator.get("/jobs/", {"queue": "q", "status": "pending", "page": "1"})
     assert all(r["segment"] is None for r in front.context["rows"][:20])
     assert all(r["segment"] for r in front.context["rows"][20:])
     content = front.content.decode()
-    assert content.count("data-select>") == 20 and content.count('data-testid="in-segment-row"') == 30
+    assert content.count("data-select>") == 50 and content.count('data-testid="in-segment-row"') == 30
+    chosen = [ids[5], ids[33], ids[71]]  # one at the front, two in segments
+    before = {ref["key"] for ref in document(broker.store)["lanes"]["q"]["segments"]}
+
+    dry = preview(operator, action="purge", ids=",".join(chosen))
+    plan = dry.context["plan"]
+    assert plan.ids == chosen and plan.expect == ["pending"] * 3 and plan.count == 3
+    assert sorted(j["payload"] for j in plan.sample) == [5, 33, 71]
+    assert b"2 of these jobs wait in segment objects" in dry.content
+    assert confirm(operator, plan.token, reason="poison").status_code == 302
+
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.outcome == "ok" and entry.count == 3 and "purged 3 jobs" in entry.detail
+    assert sorted(entry.jobs.values_list("job_id", flat=True)) == sorted(chosen)
+    doc = document(broker.store)
+    assert doc["queues"]["q"]["purged"] == 3
+    assert sum(r["total"] - r["consumed"] for r in doc["lanes"]["q"]["segments"]) + len(pending_ids(broker.store)) == 97
+    assert before - {ref["key"] for ref in doc["lanes"]["q"]["segments"]}  # rewritten: new objects
+    source.reset()
+    assert every_pending(operator) == [n for n in range(100) if n not in (5, 33, 71)]
+
+
+def test_a_job_page_in_a_segment_offers_purge_and_its_dry_run_names_the_segment(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    ids = backlog(broker, n=100)
+    page = operator.get(f"/jobs/{ids[75]}/")
+    assert page.context["in_segment"] and b'name="action" value="purge"' in page.content
+    assert b'value="requeue"' not in page.content  # pending: nothing to requeue
+    dry = preview(operator, action="purge", ids=ids[75])
+    assert dry.context["plan"].count == 1 and b"1 of these jobs waits in a segment object" in dry.content
+    requeue = preview(operator, action="requeue", ids=ids[75])
+    assert requeue.context["plan"].count == 0 and b"already pending" in requeue.content
 
 
 def test_a_refilled_front_keeps_the_fifo_order(small_segments: None, broker: Broker, viewer: Client) -> None:
