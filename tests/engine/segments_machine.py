@@ -492,7 +492,8 @@ class SegmentMachine(RuleBasedStateMachine):
         before = self.keeper.sealed, self.keeper.abandoned
         self.outcomes.clear()
         self.keeper._seal(task)
-        self.keeper._delete_due()  # what a keeper thread does next: a refused seal's object goes at once
+        while self.keeper._delete_due():  # what the keeper's threads do next: a refused seal's object goes at once
+            pass
         event(f"seal ({'fresh' if fresh else 'stale'}): {'landed' if self.keeper.sealed > before[0] else 'refused'}")
         if self.keeper.sealed > before[0]:
             for job_id, pos in task.jobs:
