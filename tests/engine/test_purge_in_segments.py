@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, JobNotFound, Policy, ValidationError
+from engine import Broker, JobNotFound, MemoryStore, Policy, StoreError, StoreUnavailable, ValidationError
 from engine.document import QueueState
 from engine.errors import SegmentUnreadable
 from engine.idindex import index_key
@@ -216,3 +216,36 @@ def test_the_transition_refuses_a_stale_excision_without_changing_anything(
         apply(state, Purge(job_ids=(ids[0], ids[30], ids[31]), seek=True), utc_now())
     assert getattr(sought.value, "job_ids", ()) == (ids[30], ids[31])
     assert (list(state.lanes["q"]), dict(state.jobs), state.queues["q"].purged) == before
+
+
+class FailingSegmentWrites(MemoryStore):
+    """A memory store whose segment and index writes fail while ``failing`` is set
+    (after the request reached the store: the object may exist, as on a timeout)."""
+
+    failing = False
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        etag = super().put(key, data, **kwargs)
+        if self.failing and (".seg/" in key or ".idx/" in key):
+            raise StoreUnavailable(f"{key}: the reply was lost")
+        return etag
+
+
+def test_a_purge_whose_rewritten_segment_cannot_be_written_changes_nothing_and_leaves_no_object(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = FailingSegmentWrites()
+    broker = leader(make_broker, store, TENS)
+    ids = push(broker, "q", 100)
+    wait_for(lambda: len(document(store)["jobs"]) == 20 and broker._keeper is not None
+             and not broker._keeper._busy, what="the tail sealed")
+    before, objects = refs(store), sorted(segments(store))
+    store.failing = True
+
+    with pytest.raises(StoreError):
+        broker.execute(purge_op([ids[3], ids[64]]))
+
+    assert refs(store) == before and current(broker).pending("q") == 100  # not even the job in the document
+    assert sorted(segments(store)) == objects  # the object that landed despite the error was deleted
+    store.failing = False
+    assert sorted(broker.execute(purge_op([ids[3], ids[64]]))) == sorted([ids[3], ids[64]])
