@@ -1260,9 +1260,11 @@ class LaneKeeper:
         return True
 
     def _delete_keys(self, due: list[str]) -> None:
+        """Delete ``due``: segments with their indexes, and indexes left over
+        by a failed delete; a key that fails goes back for another grace."""
         for key in due:
             if segment_of_index(self.key, key) is not None:
-                # An index whose delete failed after its segment went (above).
+                # An index whose delete failed after its segment went (see _delete_segment).
                 if not delete_quietly(self.store, key):
                     self.dropped([key])
                 continue
