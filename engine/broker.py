@@ -77,10 +77,6 @@ DEFAULT_TAKEOVER_SECONDS = 10.0
 Role = Literal["leader", "standby", "stopped"]
 
 
-def _not_leading(broker: Broker) -> LaneKeeper:
-    raise NotLeader(broker.leader.url)
-
-
 def _purges_ids(op: Operation) -> TypeGuard[Purge]:
     """Whether ``op`` is a purge by ids as a client sends it (never the
     leader's own retry of one, which has ``seek`` or ``excisions``)."""
@@ -279,7 +275,14 @@ class Broker:
     def _purge_by_ids(self, op: Purge) -> Any:
         """A purge by ids, jobs pending inside segments included (see
         :func:`engine.excision.purge_by_ids`). On this thread: never the event loop's."""
-        return purge_by_ids(op, execute=self._execute, keeper=lambda: self._keeper or _not_leading(self))
+        return purge_by_ids(op, execute=self._execute, keeper=self._lane_keeper)
+
+    def _lane_keeper(self) -> LaneKeeper:
+        """This leader's lane keeper. Raises NotLeader when there is none."""
+        keeper = self._keeper
+        if keeper is None:
+            raise NotLeader(self.leader.url)
+        return keeper
 
     async def aexecute(self, op: Operation) -> Any:
         """Like :meth:`execute`, awaiting without blocking the event loop."""

@@ -47,10 +47,9 @@ def purge_by_ids(op: Purge, *, execute: Callable[[Operation], Any], keeper: Call
             return execute(replace(op, seek=True))
         except JobSealed as sealed:
             lanes = keeper()
-            excisions, missing = lanes.excise(sealed.job_ids, sealed.refs)
+            excisions, missing = lanes.excise(sealed.job_ids, sealed.refs, all_or_nothing=not op.expect)
         if missing and not op.expect:
-            lanes.discard(excisions)
-            raise JobNotFound(missing[0])
+            raise JobNotFound(missing[0])  # nothing was written
         try:
             return execute(replace(op, excisions=tuple(excisions)))
         except ValidationError:

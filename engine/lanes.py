@@ -205,6 +205,11 @@ class _WarmTask:
 _Task = _SealTask | _RefillTask | _MergeTask | _WarmTask
 
 
+def _id_prefix(job_id: str) -> bytes:
+    """How an encoded job with id ``job_id`` starts (``encode_job`` writes the id first)."""
+    return b'{"id":' + orjson.dumps(job_id) + b","
+
+
 def _last_key(state: QueueState, queue: str) -> str | None:
     refs = state.lanes.get(queue)
     return refs[-1].key if refs else None
@@ -1126,7 +1131,7 @@ class LaneKeeper:
         found, and a lookup of an id that no segment holds reads no indexed
         segment once the indexes are held. Raises SegmentUnreadable or
         StoreError. Any thread: never the writer's (it may read)."""
-        needle = b'{"id":' + orjson.dumps(job_id) + b","
+        needle = _id_prefix(job_id)
         unread: list[SegmentRef] = []
         for _, ref in refs:  # first what this keeper holds: no I/O
             with self._cache_lock:
@@ -1151,7 +1156,7 @@ class LaneKeeper:
         return None
 
     def excise(
-        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]],
+        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
     ) -> tuple[list[Excision], list[str]]:
         """For a purge by ids (the broker's, see ``Broker.execute``): find
         each of ``job_ids`` pending in ``refs`` (as :meth:`find_pending`
@@ -1159,13 +1164,16 @@ class LaneKeeper:
         them again, from its first job not moved back on, without them: a
         new object with its id index, this leader's epoch and a new key
         (segments never change). Returns an :class:`~engine.ops.Excision`
-        per segment, for the purge to commit, and the ids found in none.
+        per segment, for the purge to commit, and the ids found in none
+        (with ``all_or_nothing``, when there is one, nothing is written: the
+        purge will be refused).
 
         Nothing references the new objects until that purge lands: if it is
         refused or never submitted, hand them to :meth:`discard`. The old
         objects go once a landed version stops referencing them, like a
-        merge's. Raises SegmentUnreadable or StoreError (nothing written is
-        left behind), NotLeader when stopping. Any thread but the writer's."""
+        merge's. Raises SegmentUnreadable, or StoreError (a write failed, or
+        this keeper is stopping); nothing written is left behind then. Any
+        thread but the writer's."""
         found: dict[str, tuple[SegmentRef, list[Job]]] = {}
         missing: list[str] = []
         for job_id in dict.fromkeys(job_ids):
@@ -1174,6 +1182,8 @@ class LaneKeeper:
                 missing.append(job_id)
             else:
                 found.setdefault(hit[2].key, (hit[2], []))[1].append(hit[0])
+        if missing and all_or_nothing:
+            return [], missing
         queue_of = {ref.key: queue for queue, ref in refs}
         excisions: list[Excision] = []
         try:
@@ -1186,7 +1196,7 @@ class LaneKeeper:
 
     def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
         """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
-        needles = tuple(b'{"id":' + orjson.dumps(job.id) + b"," for job in jobs)  # as _search finds them
+        needles = tuple(_id_prefix(job.id) for job in jobs)
         parts = self._parts_of(ref)
         kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)
                 if not part.startswith(needles)]
@@ -1197,7 +1207,7 @@ class LaneKeeper:
         rest = [part for _, part in kept]
         new = self._write_segment(_MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
                                   oldest=first_job.enqueued_at)
-        if new is None:
+        if new is None:  # the write failed (logged), or this keeper is stopping
             raise StoreError(f"writing segment {ref.key} again without the purged jobs failed")
         self._write_index(new, rest)
         self._keep_parts(new.key, tuple(rest))

@@ -180,8 +180,8 @@ def test_a_segment_that_moved_on_refuses_the_excision_and_the_purge_looks_again(
     made: list[Excision] = []
     real = LaneKeeper.excise
 
-    def stale_first(self: LaneKeeper, job_ids: Any, found_in: Any) -> tuple[list[Excision], list[str]]:
-        excisions, missing = real(self, job_ids, found_in)
+    def stale_first(self: LaneKeeper, job_ids: Any, found_in: Any, **kwargs: Any) -> tuple[list[Excision], list[str]]:
+        excisions, missing = real(self, job_ids, found_in, **kwargs)
         made.extend(excisions)
         if len(made) == 1:  # the first time, as if a refill took a job from it meanwhile
             excisions = [excisions[0]._replace(consumed=excisions[0].consumed + 1)]

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, Policy, QueueState, lanes
+from engine import Broker, EngineError, Policy, QueueState, lanes
 from engine.lanes import LaneKeeper, _RefillTask, _Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_prefix
@@ -412,3 +412,43 @@ def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice()
     assert done == ["a0", "a1", "a2", "a3", "a4", "x0", "x1", "x2", "y0", "y1"]
     c = lanes.state.queues["q"]
     assert (c.pushed, c.completed, c.purged) == (11, 10, 1)  # the second a2: pushed, then dropped as a duplicate
+
+
+def test_leader_stops_after_writing_a_purges_rewritten_segment_before_its_commit(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    """A purge by id of a job inside a segment (engine.excision): the leader
+    writes the segment again without the job, then stops before the purge
+    commits. Nothing was purged; the new leader collects the rewritten object
+    and keeps the one the document references, with the job in it."""
+    inner = shared[0]
+    a = node(shared)
+    leader = lead(make_broker, a, "http://a")
+    ids = push_ids(leader, 100)
+    keeper = leader._keeper
+    assert keeper is not None
+    wait_for(lambda: len(orjson.loads(inner.get(KEY).data)["jobs"]) == 20 and not keeper._busy,  # type: ignore[union-attr]
+             what="the tail sealed")
+    before = stored_segments(inner)
+    a.trigger = lambda call, key: call == "put" and key.startswith(PREFIX)
+    outcome: list[BaseException | list[str]] = []
+
+    def purge() -> None:
+        try:
+            outcome.append(leader.execute(purge_op([ids[45]])))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    purging = threading.Thread(target=purge, daemon=True)
+    purging.start()
+    b = node(shared)
+    standby = take_over(make_broker, b, a)
+
+    (rewritten,) = stored_segments(inner) - before
+    assert rewritten not in referenced(inner) and referenced(inner) == before
+    wait_for(lambda: rewritten not in stored_segments(inner), what="the rewritten segment collected")
+    a.release()  # the old leader resumes: its purge's commit is fenced
+    purging.join(timeout=10)
+    assert outcome and isinstance(outcome[0], EngineError), outcome  # never acknowledged (I1)
+    assert drain(standby, expect=100) == ids  # the job was not purged, and nothing was lost (I2, I7)
+    assert b.bad_deletes == [] and a.bad_deletes == []
