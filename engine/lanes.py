@@ -130,6 +130,9 @@ REFILL_LEAD_SECONDS = 1.0
 MAX_FRONT_BOOST = 4.0
 MAX_FRONT_HEADS = 2.0
 MAX_FRONTS_HEADS = 2.5
+# Whether a front is short is counted up to this many times its refill
+# threshold (see LaneKeeper._front_short).
+FRONT_COUNT_AHEAD = 2
 # Encoded jobs of segments this leader sealed, kept for merging them, and of
 # segments a lookup by id read (find_pending), so that polling does not re-read.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
@@ -557,7 +560,11 @@ class LaneKeeper:
             count, here_then, appended_then = counted
             if count - max(0, here_then - here + appended - appended_then) >= threshold:
                 return None
-        ready = state.front_ready(queue, self.clock(), threshold)
+        # Count up to twice the threshold: the bound then lasts about a
+        # threshold's worth of claims before the next walk, instead of
+        # walking the front again after every commit of a drain (~6 % of
+        # the node's CPU under 64 single-job workers, a py-spy profile).
+        ready = state.front_ready(queue, self.clock(), FRONT_COUNT_AHEAD * threshold)
         self._front_counted[queue] = (ready, here, appended)
         if ready >= threshold:
             return None
