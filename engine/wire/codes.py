@@ -56,6 +56,9 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "store_unavailable": 503,
     "document_error": 503,
     "document_missing": 503,
+    # The shared database could not record a forwarded operator request's
+    # nonce (down, or not migrated): the operation was not run.
+    "database_unavailable": 503,
     # An operation that got past validation but could not be applied or
     # encoded (I8): refused alone, nothing changed; retrying it unchanged fails again.
     "operation_failed": 400,

@@ -14,11 +14,12 @@ document endpoint the encoding of a possibly large document (:func:`document`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core import signing
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
 from engine.ops import Claim, Operation, get_job_op
@@ -28,6 +29,8 @@ from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
 from queueadmin.api.http import Request, Response
 from queueadmin.probes import segment_problems
+
+log = logging.getLogger(__name__)
 
 
 async def _body(request: Request) -> Any:
@@ -211,7 +214,15 @@ async def operator(request: Request) -> Response:
     # this request, here or on a later leader, is refused (even if this run fails).
     # The API's one hop to a thread: operator actions are rare, and the
     # database has no async driver here.
-    if not await sync_to_async(_use_nonce)(signed.nonce):
+    try:
+        fresh = await sync_to_async(_use_nonce)(signed.nonce)
+    except DatabaseError as exc:
+        # Without its nonce recorded, the request could be replayed: refuse it, run nothing.
+        log.warning("an operator request was refused: its nonce could not be recorded: %s", exc)
+        raise ApiError("database_unavailable", "the shared database could not record this operator request, so it "
+                                               f"was not run ({type(exc).__name__}: {exc}); is it up, and migrated "
+                                               "(manage.py migrate)?") from None
+    if not fresh:
         raise ApiError("forbidden", "this signed operator request was already used; a replayed request is never "
                                     "run twice (the standby signs a new one for each action)")
     result = await broker.aexecute(signed.op)
