@@ -9,6 +9,7 @@ the lane keeper does the reads and writes (:meth:`LaneKeeper.excise`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from engine.ops import Operation, Purge
 
 if TYPE_CHECKING:
     from engine.lanes import LaneKeeper
+
+log = logging.getLogger(__name__)
 
 # A purge whose segments keep moving (refilled under a fast drain, merged)
 # is looked for again this many times before it is refused.
@@ -51,11 +54,16 @@ def purge_by_ids(op: Purge, *, execute: Callable[[Operation], Any], keeper: Call
         if missing and not op.expect:
             raise JobNotFound(missing[0])  # nothing was written
         try:
-            return execute(replace(op, excisions=tuple(excisions)))
+            outcome = execute(replace(op, excisions=tuple(excisions)))
         except ValidationError:
             lanes.discard(excisions)  # a segment moved on: nothing changed, look again
         except QueueError:
             lanes.discard(excisions)  # refused (a listed job left the document): nothing changed
             raise
+        else:
+            # Rare, and the one purge that writes segment objects: worth a line for the operator.
+            log.info("a purge by ids removed %d job(s) pending in %d segment(s) by writing them again: %s",
+                     sum(len(e.jobs) for e in excisions), len(excisions), ", ".join(e.key for e in excisions))
+            return outcome
     raise ValidationError("the segments holding these jobs kept changing while the purge looked in them: "
                           "nothing was purged, try again")
