@@ -44,6 +44,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
+    parser.add_argument("--no-purges", dest="purges", action="store_false",
+                        help="no operator purging waiting jobs by id through /api/v1/operator (chaos.purger)")
     parser.add_argument("--segments", default=None, metavar="SEGMENT,HEAD,REFILL",
                         help="run format 2 with these QUEUE_SEGMENT_JOBS, QUEUE_HEAD_JOBS and QUEUE_REFILL_BELOW "
                              "(e.g. 5,10,5: small, so that sealing and refilling happen all the time), and add the "
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, segments=args.segments,
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, purges=args.purges,
+                          segments=args.segments,
                           workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)

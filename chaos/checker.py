@@ -9,6 +9,11 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   ``unconfirmed``). Anything else was lost (I2).
   Format 2: jobs still in the segment objects the final document references
   count as remaining; a referenced segment that cannot be read is a failure.
+* ``purges`` — a job an operator's purge removed (``chaos.purger``) is never
+  leased or completed by a call sent after the purge was answered, and is
+  not in the final document; a purge removes only ids it names; an
+  all-or-nothing purge naming an unknown id is refused. Purged jobs, and
+  those of purges whose answer is unknown, are not owed by ``lost_pushes``.
 * ``fifo`` — within the queue, first claims follow push order (I7): when A's
   push was acknowledged before B's was first sent, the claim that first
   leased B (attempt 1) must not have been answered before the one that first
@@ -103,6 +108,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     verdict.figures["operations"] = len(calls)
     verdict.figures["operations_by_kind"] = dict(sorted(_count(c.op for c in calls).items()))
     _check_pushes(history, calls, verdict)
+    _check_purges(history, calls, verdict)
     _check_fifo(calls, verdict)
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
@@ -148,8 +154,9 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
     verdict.figures["unreferenced_segments"] = len(final.get("unreferenced_segments", []))
     verdict.figures["orphan_indexes"] = len(final.get("orphan_indexes", []))
     dead = {str(j.get("id")) for j in final.get("dead", []) if isinstance(j, dict)}
+    purged, maybe_purged = _purged(calls)
     lost = sorted(j for j in acked if j not in completed and j not in remaining and j not in dead
-                  and j not in unconfirmed)
+                  and j not in unconfirmed and j not in purged and j not in maybe_purged)
     verdict.failures["lost_pushes"] = [f"push of {j} acknowledged at {acked[j]:.3f}, then gone" for j in lost]
     verdict.failures["lost_pushes"] += [f"final document: {p}" for p in final.get("segment_problems", [])]
     verdict.figures["pushes_acknowledged"] = len(acked)
@@ -157,6 +164,8 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
     verdict.figures["left_pending_or_running"] = len(remaining & acked.keys())
     verdict.figures["dead_letters"] = len(dead & acked.keys())
     verdict.figures["unconfirmed"] = len((unconfirmed - completed.keys()) & acked.keys())
+    verdict.figures["purged"] = len(purged.keys() & acked.keys())
+    verdict.figures["maybe_purged"] = len((maybe_purged - purged.keys()) & acked.keys())
     verdict.figures["lost"] = len(lost)
     # A job completed twice: its push was retried (or sent again) after it completed.
     twice = []
@@ -169,6 +178,67 @@ def _check_pushes(history: History, calls: list[Call], verdict: Verdict) -> None
             twice.append(f"{job_id} completed {len(accepted)} times: {why}")
     verdict.failures["double_completions"] = twice
     verdict.figures["completed_twice"] = len(twice)
+
+
+def _purged(calls: list[Call]) -> tuple[dict[str, Call], set[str]]:
+    """The jobs an operator's purge removed (by the answer's ``result``: id ->
+    the first purge that did), and those of purges whose outcome is unknown
+    (no answer, a 5xx, or an answer the client dropped)."""
+    purged: dict[str, Call] = {}
+    maybe: set[str] = set()
+    for call in calls:
+        if call.op != "purge":
+            continue
+        result = call.answer.get("result") if call.ok and isinstance(call.answer, dict) else None
+        if isinstance(result, list):
+            for job_id in map(str, result):
+                purged.setdefault(job_id, call)
+        if _unknown(call) and call.code != "not_leader":
+            maybe.update(map(str, call.args.get("jobs", [])))
+    return purged, maybe
+
+
+def _check_purges(history: History, calls: list[Call], verdict: Verdict) -> None:
+    """A purged job is gone for good: no claim sent after the purge was
+    answered leases it, no completion sent after that is accepted, and the
+    final document (segments included) does not hold it. A purge refused
+    answers 4xx and changes nothing: its jobs stay owed (``lost_pushes``).
+    A purge answered 2xx removes only ids it was sent, and an all-or-nothing
+    purge naming an unknown id is never answered 2xx."""
+    purged, _ = _purged(calls)
+    problems: list[str] = []
+    for call in calls:
+        if call.op == "purge" and call.ok and isinstance(call.answer, dict):
+            result = call.answer.get("result")
+            sent = set(map(str, call.args.get("jobs", [])))
+            if not isinstance(result, list) or not set(map(str, result)) <= sent:
+                problems.append(f"call {call.id}: a purge of {sorted(sent)} answered {call.answer!r}")
+            elif call.args.get("unknown"):
+                problems.append(f"call {call.id}: an all-or-nothing purge naming an unknown id answered "
+                                f"{call.status}, removing {result}")
+    for call in calls:
+        if call.op == "claim" and call.end is not None:
+            for job in _jobs_of(call):
+                job_id = str(job.get("id"))
+                gone = purged.get(job_id)
+                if gone is not None and gone.end is not None and gone.end < call.start:
+                    problems.append(f"{job_id} was purged (answer at {gone.end:.3f}), then leased by call "
+                                    f"{call.id} sent at {call.start:.3f}")
+        elif call.op == "complete" and call.ok:
+            job_id = str(call.args.get("job"))
+            gone = purged.get(job_id)
+            if gone is not None and gone.end is not None and gone.end < call.start:
+                problems.append(f"{job_id} was purged (answer at {gone.end:.3f}), then a complete sent at "
+                                f"{call.start:.3f} was accepted")
+    final = history.final_document or {}
+    for key in ("jobs", "segment_jobs", "dead"):
+        for job in final.get(key, []):
+            if isinstance(job, dict) and str(job.get("id")) in purged:
+                problems.append(f"{job.get('id')} was purged but is still in the final document ({key})")
+    verdict.failures["purges"] = problems
+    verdict.figures["purges"] = sum(1 for c in calls if c.op == "purge")
+    verdict.figures["purges_refused"] = sum(1 for c in calls if c.op == "purge" and c.status is not None
+                                            and 400 <= c.status < 500)
 
 
 def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
@@ -331,6 +401,9 @@ def _check_lookups(calls: list[Call], verdict: Verdict) -> None:
         elif call.op in ("complete", "fail"):
             job_id = str(call.args.get("job"))
             finishing[job_id] = min(finishing.get(job_id, call.start), call.start)
+        elif call.op == "purge":
+            for job_id in map(str, call.args.get("jobs", [])):
+                finishing[job_id] = min(finishing.get(job_id, call.start), call.start)
     looks = [c for c in calls if c.op == "get" and c.args.get("look_back") and c.end is not None]
     problems = []
     for call in looks:

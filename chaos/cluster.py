@@ -39,6 +39,9 @@ from engine.stores import STATS_SUFFIX, fault_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "chaos-token"
+MIGRATE_TIMEOUT_SECONDS = 120.0
+# The nodes' shared DJANGO_SECRET_KEY: they sign and check forwarded operator actions with it.
+SECRET_KEY = "chaos-secret-key-not-for-production-0123456789"
 HEARTBEAT_SECONDS = 0.25
 TAKEOVER_SECONDS = 2.0
 LEASE_SECONDS = 4.0
@@ -220,6 +223,10 @@ class Cluster:
             env = self._env(fault_store_url(self.store_url, control), port, extra)
             self.nodes.append(Node(name=f"n{i}", port=port, control=control,
                                    log=self.workdir / f"node-n{i}.log", env=env))
+        # The nodes share one database, set up as a deployment sets it up: the
+        # leader records forwarded operator requests there, and the finished jobs.
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.nodes[0].env,
+                       check=True, capture_output=True, timeout=MIGRATE_TIMEOUT_SECONDS)
         for node in self.nodes:
             node.start()
         for node in self.nodes:
@@ -238,7 +245,7 @@ class Cluster:
         env.update(
             PYTHONPATH=str(ROOT),
             DJANGO_DEBUG="false",
-            DJANGO_SECRET_KEY="chaos-secret-key-not-for-production-0123456789",
+            DJANGO_SECRET_KEY=SECRET_KEY,
             ALLOWED_HOSTS="127.0.0.1,localhost",
             DATABASE_URL=f"sqlite:///{self.workdir / 'db.sqlite3'}",
             QUEUE_STORE_URL=store_url,

@@ -13,6 +13,7 @@ CHECKS = {
     "lost_pushes": "no acknowledged push lost (I2)",
     "fifo": "first claims follow push order within the queue (I7)",
     "lookups": "a pushed job not yet completed is found by id, in a segment or not",
+    "purges": "a purged job is never leased, completed or kept afterwards; a refused purge changes nothing",
     "stale_completions": "no completion accepted from a stale lease (I4)",
     "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
     "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
@@ -43,6 +44,9 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"id indexes left without their segment {f.get('orphan_indexes', 0)}",
         f"FIFO: {f.get('fifo_compared', 0)} first claims compared, {f.get('fifo_violations', 0)} out of order",
         f"lookups by id of earlier pushes: {f.get('look_backs', 0)}, found {f.get('look_backs_found', 0)}",
+        f"operator purges by id (signed, /api/v1/operator): {f.get('purges', 0)} sent, "
+        f"{f.get('purges_refused', 0)} refused; jobs purged {f.get('purged', 0)}, "
+        f"maybe purged (answer unknown) {f.get('maybe_purged', 0)}",
         f"stale completions accepted: {f['stale_completions']}",
         f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "
         f"{f['timeouts_during_faults']})",

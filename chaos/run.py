@@ -20,6 +20,7 @@ from chaos.checker import Limits, Verdict, check, recovered_after
 from chaos.cluster import HEARTBEAT_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
+from chaos.purger import Purger
 from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, EngineError
 from engine.stores import ObjectStore
@@ -48,6 +49,7 @@ class Options:
     odd_strings: float = 0.005
     deep_payloads: float = 0.005
     drop_answer: float = 0.02
+    purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
     # Format 2: (segment_jobs, head_jobs, refill_below) for every node; None: format 1.
     segments: tuple[int, int, int] | None = None
     workdir: Path | None = None
@@ -109,6 +111,9 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
                                   behaviour) for i in range(options.producers)]
     workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)
                for i in range(options.workers)]
+    # The operator stops with the producers, so the drain at the end is the workers' alone.
+    operators = [Purger(urls, history, random.Random(rng.random()), stop_producers, behaviour)] if options.purges \
+        else []
     watchers = [StoreWatcher(cluster.store_url, history, stop_watch,
                              azure_connection_string=cluster.azure_connection_string),
                 HealthWatcher(cluster, history, stop_watch)]
@@ -116,7 +121,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
                       deadline=time.monotonic() + options.duration, stop=stop_nemesis,
                       recovered=lambda since: recovered_after(history.calls, since), each=options.each,
                       progress=lambda line: say(line, flush=True))
-    threads = [*watchers, *producers, *workers]
+    threads = [*watchers, *producers, *operators, *workers]
     for thread in threads:
         thread.start()
     try:
@@ -134,7 +139,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
             history.event(f"harness: could not heal the cluster: {exc}")
         time.sleep(1.0)  # a little load on the healed cluster
         stop_producers.set()
-        for producer in producers:
+        for producer in [*producers, *operators]:
             producer.join()
         history.event("producers stopped; draining")
         _drain(cluster)

@@ -354,3 +354,68 @@ def test_a_look_back_at_a_pending_job_answered_404_is_flagged_one_after_its_comp
     verdict = check(r.final(jobs=["j1"]))
     assert len(verdict.failures["lookups"]) == 1 and "GET job j1" in verdict.failures["lookups"][0]
     assert (verdict.figures["look_backs"], verdict.figures["look_backs_found"]) == (3, 1)
+
+
+# -- an operator's purges (chaos.purger) ------------------------------------------
+
+def purge(r: Recorder, jobs: list[str], removed: list[str] | None, **kw: Any) -> Call:
+    """A purge call; ``removed`` is the answer's result (None: no 2xx answer)."""
+    if removed is not None:
+        kw.setdefault("answer", {"result": removed, "seq": 9})
+    return r.call("purge", {"jobs": jobs, "conditional": False, "unknown": kw.pop("unknown", False)}, **kw)
+
+
+def test_purged_jobs_and_those_of_an_unanswered_purge_are_not_lost() -> None:
+    r = clean()
+    r.push("j4")
+    purge(r, ["j3"], ["j3"])
+    purge(r, ["j4"], None, status=None, error="timeout")
+    r.history.faults.append(Fault(kind="pause", node=NODE_A, start=r.now - 0.5, end=r.now + 1, recovered_at=r.now + 1))
+
+    verdict = check(r.final(jobs=["j2"]))
+
+    assert verdict.ok, verdict.failures
+    assert (verdict.figures["purged"], verdict.figures["maybe_purged"], verdict.figures["lost"]) == (1, 1, 0)
+
+
+def test_a_refused_purge_leaves_its_jobs_owed() -> None:
+    r = clean()
+    purge(r, ["j3", "nope"], None, status=404, answer={"error": "job_not_found"}, unknown=True)
+
+    verdict = check(r.final(jobs=["j2"]))  # j3 gone although the purge was refused
+
+    assert len(verdict.failures["lost_pushes"]) == 1 and "j3" in verdict.failures["lost_pushes"][0]
+    assert verdict.figures["purges_refused"] == 1
+
+
+def test_a_purged_job_leased_completed_or_left_behind_is_flagged() -> None:
+    r = clean()
+    purge(r, ["j3"], ["j3"])
+    r.claim("j3", "L3")
+    r.complete("j3", "L3")
+
+    problems = check(r.final(jobs=["j2", "j3"])).failures["purges"]
+
+    assert len(problems) == 3
+    assert "leased by call" in problems[0] and "complete sent" in problems[1] and "final document" in problems[2]
+
+
+def test_a_purge_removing_what_it_was_not_sent_or_an_unknown_id_is_flagged() -> None:
+    r = clean()
+    purge(r, ["j3"], ["j2", "j3"])
+    purge(r, ["j3", "never-pushed-1"], ["j3"], unknown=True)
+
+    problems = check(r.final()).failures["purges"]
+
+    assert len(problems) == 2 and "answered" in problems[0] and "unknown id" in problems[1]
+
+
+def test_a_look_back_after_a_purge_may_find_nothing() -> None:
+    r = Recorder()
+    r.push("j1")
+    purge(r, ["j1"], ["j1"])
+    r.call("get", {"job": "j1", "look_back": True}, status=404, answer={"error": "job_not_found"})
+
+    verdict = check(r.final())
+
+    assert verdict.ok, verdict.failures

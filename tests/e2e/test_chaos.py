@@ -1,6 +1,7 @@
 """A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
 folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite):
-real daphne nodes, producers and workers on the HTTP API, every fault kind
+real daphne nodes, producers and workers on the HTTP API, an operator
+purging waiting jobs by id through signed /api/v1/operator requests, every fault kind
 (three on the cloud stores), and every check of chaos/checker.py must hold.
 
 The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
@@ -15,14 +16,14 @@ import pytest
 
 from chaos.nemesis import KINDS
 from chaos.report import text
-from chaos.run import Options, run
+from chaos.run import Options, Outcome, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
 SEED = 20261130
 
 
-def _run(store: str, kinds: list[str], workdir: Path) -> None:
+def _run(store: str, kinds: list[str], workdir: Path) -> Outcome:
     # Each kind once, in a seeded order; the duration only caps a run that hangs.
     options = Options(seed=SEED, duration=120, store=store, kinds=kinds, each=True, faults=len(kinds),
                       workdir=workdir)
@@ -32,10 +33,13 @@ def _run(store: str, kinds: list[str], workdir: Path) -> None:
     assert outcome.verdict.figures["faults"] == len(kinds), report
     failed = {name: problems for name, problems in outcome.verdict.failures.items() if problems}
     assert not failed, report
+    return outcome
 
 
 def test_chaos_on_a_folder(tmp_path: Path) -> None:
-    _run("file", list(KINDS), tmp_path / "file")
+    outcome = _run("file", list(KINDS), tmp_path / "file")
+    # The operator's signed purges reached the leader (chaos.purger), and some removed jobs.
+    assert outcome.verdict.figures["purged"] > 0, text(outcome)
 
 
 def test_chaos_on_s3(tmp_path: Path, aws_credentials: None) -> None:
