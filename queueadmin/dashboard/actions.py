@@ -185,7 +185,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
                 queues.add(found[0]["queue"])
-                sealed += in_segment
+                sealed += in_segment is not None
         if sealed and p.removes:
             p.notes.append(ngettext(
                 "%(n)d of these jobs waits in a segment object: the purge writes that object again without "

@@ -190,11 +190,14 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str]) -> tuple[list[Doc],
     queue, status = filters.get("queue") or None, filters.get("status") or None
     exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
-    if exact:  # an exact id is the whole filter
-        found = snapshot.job(exact)
-        if not found:
-            notice = f"No job with id {exact!r} is in the document (completed and purged jobs leave it)."
-        return ([dict(found[0], status=found[1])] if found else []), notice
+    if exact:  # an exact id is the whole filter; found as a job page finds it, segments included
+        found, segment_error, key = find_job(snapshot, exact)
+        if segment_error is not None:
+            notice = f"Looking for job {exact!r} in the segment objects failed: {segment_error}"
+        elif not found:
+            where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
+            notice = f"No job with id {exact!r} is in {where} (completed and purged jobs leave it)."
+        return ([dict(found[0], status=found[1], **({"segment": key} if key else {}))] if found else []), notice
     if status is None:
         candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
             queue=queue, status="dead"))]
@@ -212,8 +215,47 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str]) -> tuple[list[Doc],
         if len(candidates) > SEARCH_LIMIT:
             notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
                       "or status to search the rest.")
+        budget = SEARCH_LIMIT - len(candidates)
         candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j)]
+        if _searches_segments(snapshot, filters):
+            sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0))
+            # In FIFO order across the document and the segments (dead letters, with no pos, last).
+            candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))
+            notice = " ".join(n for n in (notice, segment_notice) if n) or None
     return candidates, notice
+
+
+def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:
+    """Whether a payload search with ``filters`` goes on into segment
+    objects: they hold pending jobs only, which no worker holds."""
+    return bool(snapshot.lanes and filters.get("q") and (filters.get("status") or "pending") == "pending"
+                and not filters.get("worker") and not filters.get("error"))
+
+
+def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget: int) -> tuple[list[Doc], str]:
+    """The pending jobs in ``queue``'s segments (every queue's, for None),
+    in FIFO order per queue, whose payload holds ``needle``, reading at most
+    ``budget`` of them (what :data:`SEARCH_LIMIT` leaves after the
+    document's jobs), through :data:`.segments.cache`; and a notice saying
+    how far it got. An unreadable segment stops it and is named."""
+    refs = [(lane, ref) for lane, lane_refs in snapshot.lanes.items() if queue in (None, lane) for ref in lane_refs]
+    total = sum(ref.total - ref.consumed for _, ref in refs)
+    found: list[Doc] = []
+    read = 0
+    for _, ref in refs:
+        if read >= budget:
+            break
+        try:
+            jobs = segments.cache.jobs(ref)[ref.consumed:][: budget - read]
+        except EngineError as exc:  # SegmentUnreadable (I6) or store trouble: say which, keep what was found
+            return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects; then "
+                           f"{segments.describe(exc)}")
+        read += len(jobs)
+        found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j)]
+    if read < total:
+        return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects, the oldest first "
+                       f"(at most {SEARCH_LIMIT:,} jobs in all); narrow by queue to search further into one.")
+    return found, f"Searched the {total:,} pending jobs in segment objects too."
 
 
 def sort_jobs(items: list[Doc], sort: str) -> list[Doc]:
@@ -245,7 +287,7 @@ def pending_blocks(snapshot: Snapshot, queue: str) -> list[segments.Block]:
 def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
     """Why jobs in segments are not in this list, when some could match."""
     queue, status = filters.get("queue") or None, filters.get("status") or ""
-    if status not in ("", "pending") or filters.get("id"):
+    if status not in ("", "pending") or filters.get("id") or _searches_segments(snapshot, filters):
         return None
     held = snapshot.in_segments(queue)
     if not held:
@@ -349,19 +391,19 @@ class Event:
     tone: str = ""  # "", "ok", "warn", "bad"
 
 
-def find_job(snapshot: Snapshot, job_id: str) -> tuple[tuple[Doc, str] | None, str | None, bool]:
+def find_job(snapshot: Snapshot, job_id: str) -> tuple[tuple[Doc, str] | None, str | None, str | None]:
     """The job ``job_id`` and its status, looked up in the document, then
     (format 2) in segment objects within :func:`.segments.find_in_segments`'s
     bound; also an error reading a segment, if one stopped the lookup, and
-    whether the job was found in a segment."""
+    the key of the segment the job was found in (None: not in one)."""
     found = snapshot.job(job_id)
     if found is not None or not snapshot.lanes:
-        return found, None, False
+        return found, None, None
     try:
         hit = segments.find_in_segments(job_id, snapshot.lanes, sealed_recently=snapshot.sealed_recently(job_id))
     except EngineError as exc:
-        return None, segments.describe(exc), False
-    return ((hit[0], "pending"), None, True) if hit is not None else (None, None, False)
+        return None, segments.describe(exc), None
+    return ((hit[0], "pending"), None, hit[2]) if hit is not None else (None, None, None)
 
 
 def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:

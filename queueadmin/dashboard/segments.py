@@ -295,8 +295,8 @@ def page(blocks: list[Block], start: int, count: int,
 
 def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_recently: bool,
                      read: Callable[[SegmentRef], list[Doc]] | None = None,
-                     budget: int = JOB_LOOKUP_READS, index: IndexCache | None = None) -> tuple[Doc, str] | None:
-    """The pending job ``job_id`` and its queue, if it sits (unconsumed) in
+                     budget: int = JOB_LOOKUP_READS, index: IndexCache | None = None) -> tuple[Doc, str, str] | None:
+    """The pending job ``job_id``, its queue and its segment's key, if it sits (unconsumed) in
     one of the referenced segments the lookup tries: every cached one (no
     I/O); then, newest first across queues, each segment whose id index
     (``index``, default :func:`indexes`; read once, kept) may hold the id,
@@ -324,10 +324,10 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
 
 
 def _look(job_id: str, queue: str, ref: SegmentRef,
-          read: Callable[[SegmentRef], list[Doc]]) -> tuple[Doc, str] | None:
+          read: Callable[[SegmentRef], list[Doc]]) -> tuple[Doc, str, str] | None:
     for job in read(ref)[ref.consumed:]:
         if job.get("id") == job_id:
-            return dict(job, status="pending"), queue
+            return dict(job, status="pending"), queue, ref.key
     return None
 
 

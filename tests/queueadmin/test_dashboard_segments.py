@@ -239,6 +239,44 @@ def test_a_job_page_finds_a_job_in_a_segment(small_segments: None, broker: Broke
     assert b'data-testid="in-segment"' in response.content
 
 
+def test_the_jobs_lists_search_by_exact_id_finds_a_job_in_a_segment(
+        small_segments: None, broker: Broker, viewer: Client) -> None:
+    ids = backlog(broker, n=100)
+    response = viewer.get("/jobs/", {"id": ids[75]})
+    [row] = response.context["rows"]
+    assert row["job"]["payload"] == 75 and row["status"] == "pending"
+    assert row["segment"] in {ref["key"] for ref in document(broker.store)["lanes"]["q"]["segments"]}
+    assert b'data-testid="in-segment-row"' in response.content and response.context["notice"] is None
+    missing = viewer.get("/jobs/", {"id": "no-such-job"})
+    assert missing.context["rows"] == []
+    assert "the document or the segment objects a lookup reads" in missing.context["notice"]
+    # The job page names the object too.
+    assert row["segment"].encode() in viewer.get(f"/jobs/{ids[75]}/").content
+
+
+def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_bound(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    backlog(broker, n=100)  # payloads 0..99: "75" matches only 75, deep in a segment
+    held = viewer.get("/").context["rows"][0]["q"].in_segments
+    response = viewer.get("/jobs/", {"q": "75"})
+    assert [r["job"]["payload"] for r in response.context["rows"]] == [75]
+    assert response.context["rows"][0]["segment"]
+    assert response.context["notice"] == f"Searched the {held} pending jobs in segment objects too."
+    assert listed(viewer, queue="q", status="pending", q="7") == [n for n in range(100) if "7" in str(n)]
+    # A search that cannot match a job in a segment (another status, a worker) leaves them alone, and says so.
+    assert listed(viewer, status="running", q="75") == []
+    assert "are not listed (or searched) here" in viewer.get("/jobs/", {"q": "75", "error": "x"}).context["notice"]
+    # The bound counts the document's jobs first, then the segments' oldest first.
+    in_document = 100 - held
+    monkeypatch.setattr("queueadmin.dashboard.pages.SEARCH_LIMIT", in_document + 30)
+    bounded = viewer.get("/jobs/", {"q": "75"})
+    assert bounded.context["rows"] == []  # 75 is further in than 30 jobs into the segments
+    assert bounded.context["notice"].startswith(f"Searched 30 of the {held} pending jobs in segment objects")
+    # The document's jobs (the front, 0-19, and the tail) and the first 30 in segments (20-49).
+    tail = [j["payload"] for j in document(broker.store)["jobs"] if j["payload"] >= 20]
+    assert listed(viewer, q="3") == [n for n in [*range(50), *tail] if "3" in str(n)]
+
+
 def test_the_api_shows_a_pending_job_in_a_segment_by_id(
         small_segments: None, broker: Broker, settings: SettingsWrapper) -> None:
     """``GET /api/v1/jobs/<id>`` answers a job pending in a segment (it used
