@@ -142,3 +142,23 @@ def test_an_operator_purges_one_job_deep_in_the_backlog_from_its_page(
         assert shown_payloads(page) == [*range(200, 207), *range(208, 251)]
     doc: dict[str, Any] = cluster.document()
     assert doc["queues"]["backlog"]["purged"] == 1
+
+
+def test_an_operator_finds_a_job_deep_in_the_backlog_by_its_payload_and_opens_it(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """The jobs list's payload search reads on into the segment objects; the
+    hit is marked as in a segment, and its page names the object."""
+    cluster, server = node
+    sealed_backlog(cluster, server)
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/")
+        page.get_by_label("Payload contains").fill('"n":231}')
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator("#live-jobs tbody tr[data-job-id]")).to_have_count(1)
+        assert shown_payloads(page) == [231]
+        expect(page.get_by_test_id("in-segment-row")).to_be_visible()
+        expect(page.locator("main")).to_contain_text("pending jobs in segment objects too")
+        shot(page, "segments-payload-search")
+        page.locator("#live-jobs tbody tr[data-job-id] td.id a").click()
+        expect(page.get_by_test_id("in-segment")).to_contain_text(".seg/backlog/")
+        expect(page.locator("main")).to_contain_text('"n": 231')
