@@ -41,6 +41,12 @@ acknowledgement: pushes land in the tail and claims take from the front as
 before. A segment that is missing or does not verify stops that queue's
 refills (never its pushes, nor other queues) and is reported in
 :attr:`LaneKeeper.problems` until it reads correctly again (I6).
+
+The tasks it plans and the shares of the budget are in
+:mod:`engine.lanetasks`; the segment jobs it holds in memory (decoded
+windows for refills, encoded jobs for merges and lookups) in
+:mod:`engine.lanecache`; a purge that removes jobs from segments is
+:mod:`engine.excision`, calling :meth:`LaneKeeper.excise`.
 """
 
 from __future__ import annotations
@@ -50,13 +56,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-from engine.document import FORMAT_SEGMENTS, QueueState, encode_job
+from engine.document import FORMAT_SEGMENTS, QueueState
 from engine.errors import (
     CommitterNotRunning,
     CommitterStopped,
@@ -74,6 +79,8 @@ from engine.idindex import (
     segment_of_index,
     shared_index_cache,
 )
+from engine.lanecache import HeldSegments
+from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares, Task, WarmTask, id_prefix, last_key
 from engine.model import Job
 from engine.ops import Excision, Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
@@ -85,7 +92,6 @@ from engine.segments import (
     digest,
     encode_segment,
     epoch_of_key,
-    read_segment_window,
     segment_key,
     segment_prefix,
     write_segment,
@@ -94,17 +100,6 @@ from engine.stores.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
-# Decoded jobs kept from the segments refills read, most recently used
-# first, at most this many in all: a queue refills from its first segment
-# many times before it is used up, and with many queues draining at once
-# each first segment must stay cached, or every refill reads and decodes a
-# whole segment (up to merge_jobs jobs) to take a few dozen (10 queues,
-# 16,384-job segments: about 0.3 s of CPU per refill).
-CACHED_JOBS = 65_536
-# A refill decodes this many jobs from where it starts (at least what it
-# takes), not the whole segment: the next refills of the queue find them
-# cached, and the cache holds windows of every draining queue.
-REFILL_WINDOW = 4_096
 # A queue whose front is claimed fast gets a deeper one, so that the next
 # refill (a segment read and a commit, behind the commit in flight) lands
 # before the front runs dry: its front share and refill share grow to the
@@ -133,9 +128,6 @@ MAX_FRONTS_HEADS = 2.5
 # Whether a front is short is counted up to this many times its refill
 # threshold (see LaneKeeper._front_short).
 FRONT_COUNT_AHEAD = 2
-# Encoded jobs of segments this leader sealed, kept for merging them, and of
-# segments a lookup by id read (find_pending), so that polling does not re-read.
-SEALED_CACHE_BYTES = 64 * 1024 * 1024
 # How often the collector lists the segments when its last pass found no
 # suspect (it lists every collect_seconds while it has some).
 IDLE_COLLECT_SECONDS = 3600.0
@@ -153,70 +145,6 @@ DELETE_THREADS = 2
 DELETE_BATCH = 8
 
 
-@dataclass(frozen=True, slots=True)
-class _SealTask:
-    queue: str
-    jobs: tuple[tuple[str, int], ...]
-    parts: tuple[bytes, ...]
-    after: str | None  # the queue's last segment when planned (unused with ``prev``)
-    oldest: datetime
-    # Pipelined (see LaneKeeper._busy): the seal this one was planned behind,
-    # whose segment is this one's ``after`` once written and which is
-    # submitted first.
-    prev: _SealTask | None = field(default=None, compare=False, repr=False)
-    # Set by the keeper's thread: the segment's key once written (before the
-    # Seal is submitted), and ``queued`` once the Seal is in the committer's
-    # queue or the task gave up.
-    key: list[str] = field(default_factory=list, compare=False, repr=False)
-    queued: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
-
-    def after_key(self) -> str | None:
-        """The ``after`` its Seal names: the key of ``prev``'s segment, if any."""
-        if self.prev is None:
-            return self.after
-        return self.prev.key[0] if self.prev.key else None
-
-    def can_follow(self, last: str | None) -> bool:
-        """Whether it can still land on a version whose queue's last segment is
-        ``last``: its ``after`` is that one (``prev`` landed, or it has none)."""
-        if self.prev is None:
-            return self.after == last
-        return bool(self.prev.key) and self.prev.key[0] == last
-
-
-@dataclass(frozen=True, slots=True)
-class _RefillTask:
-    queue: str
-    ref: SegmentRef
-    want: int
-
-
-@dataclass(frozen=True, slots=True)
-class _MergeTask:
-    queue: str
-    refs: tuple[SegmentRef, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _WarmTask:
-    """Read the id indexes of ``refs`` into the cache, as a tenure starts."""
-
-    refs: tuple[SegmentRef, ...]
-    queue: str = ""  # no queue's: _finished frees none
-
-
-_Task = _SealTask | _RefillTask | _MergeTask | _WarmTask
-
-
-def _id_prefix(job_id: str) -> bytes:
-    """How an encoded job with id ``job_id`` starts (``encode_job`` writes the id first)."""
-    return b'{"id":' + orjson.dumps(job_id) + b","
-
-
-def _last_key(state: QueueState, queue: str) -> str | None:
-    refs = state.lanes.get(queue)
-    return refs[-1].key if refs else None
-
 # A new leader reads the id indexes of the segments it found (see
 # warm) this many at a time, and checks between batches of WARM_BATCH
 # whether it is stopping: a gentle start, next to its first refills.
@@ -230,23 +158,6 @@ SEGMENTS_GONE_KEPT = 4096
 # A merge waits until its run of small segments holds ``merge_jobs`` jobs, or
 # this many segments (a queue with many small shares), whichever comes first.
 MAX_MERGE_RUN = 64
-
-
-@dataclass(frozen=True, slots=True)
-class _Shares:
-    """One queue's part of the document's budget while ``n`` queues hold pending jobs or segments."""
-
-    head: int
-    seal: int
-    refill: int
-
-    @classmethod
-    def of(cls, policy: Policy, n: int) -> _Shares:
-        n = max(1, n)
-        head = max(policy.head_jobs // n, policy.head_jobs // 10, 1)
-        seal = max(policy.segment_jobs // n, policy.segment_jobs // 10, 1)
-        refill = max(1, min(head, policy.refill_below * head // policy.head_jobs))
-        return cls(head=head, seal=seal, refill=refill)
 
 
 class LaneKeeper:
@@ -312,13 +223,13 @@ class LaneKeeper:
         self.abandoned = 0
         self.merged = 0
         self._cond = threading.Condition()
-        self._tasks: list[_Task] = []
+        self._tasks: list[Task] = []
         # Queues with a task planned or running. Once the task's operation is
         # submitted, ``_applied`` tells when a landed version shows it: from
         # then on the queue is planned again (the task only tidies up), so a
         # backlog pushed at once is sealed commit after commit, not one
         # segment per heartbeat.
-        self._busy: dict[str, _Task] = {}
+        self._busy: dict[str, Task] = {}
         self._applied: dict[str, Callable[[QueueState], bool]] = {}
         #
         # Seals are pipelined: while a queue's busy task is a seal that has
@@ -343,7 +254,7 @@ class LaneKeeper:
         # takes a queue's first segment (refills draw from it) nor, while a
         # seal of that queue is planned or in flight, its last (the seal's
         # ``after``), so it does not race them.
-        self._merge_slot: _MergeTask | None = None
+        self._merge_slot: MergeTask | None = None
         self._merge_applied: Callable[[QueueState], bool] | None = None
         # Writer-thread memo: per queue, the shape of its lane when a scan last found nothing to merge.
         self._merge_none: dict[str, tuple[int, str, str, bool]] = {}
@@ -356,15 +267,9 @@ class LaneKeeper:
         self._known: set[str] = set()
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self._next_collect = 0.0
-        # Per segment key, (index of its first job kept, decoded jobs from there).
-        self._cache: OrderedDict[str, tuple[int, list[tuple[Job, int]]]] = OrderedDict()
-        self._cached_jobs = 0
-        # The encoded jobs of segments this keeper sealed, for merging them
-        # without reading them back, and of segments a lookup by id read
-        # (find_pending); bounded by SEALED_CACHE_BYTES.
-        self._sealed_parts: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
-        self._sealed_bytes = 0
-        self._cache_lock = threading.Lock()
+        # Decoded windows of the segments refills read, and the encoded jobs
+        # of the segments this keeper sealed or a lookup by id read.
+        self._held = HeldSegments(store)
         # The id indexes of the segments (engine.idindex), for find_pending:
         # the process's one cache of them, which the dashboard and this
         # leader's next tenure use too.
@@ -452,17 +357,17 @@ class LaneKeeper:
         # each keep head_jobs + segment_jobs before their first seal (10
         # queues at depth 0: 12 MB commits in ``python -m bench backlog``).
         queues = {*(q for q, n in state.pending_here.items() if n > 0), *state.lanes}
-        shares = _Shares.of(self.policy, len(queues))
-        tasks: list[_Task] = []
+        shares = Shares.of(self.policy, len(queues))
+        tasks: list[Task] = []
         with self._cond:
             busy = {queue for queue in self._busy
                     if queue not in self._applied or not self._applied[queue](state)}
-            sealing = {queue: seal for queue in busy if isinstance(seal := self._busy.get(queue), _SealTask)}
-            behind = {queue: seal for queue, seal in sealing.items() if seal.can_follow(_last_key(state, queue))}
+            sealing = {queue: seal for queue in busy if isinstance(seal := self._busy.get(queue), SealTask)}
+            behind = {queue: seal for queue, seal in sealing.items() if seal.can_follow(last_key(state, queue))}
             merge_free = landed and (self._merge_slot is None or (
                 self._merge_applied is not None and self._merge_applied(state)))
         for queue in queues:
-            task: _Task | None
+            task: Task | None
             if queue in behind:
                 # Only another seal, behind the one not landed yet, and only while
                 # the front needs no refill: a refill waits for the chain to
@@ -483,7 +388,7 @@ class LaneKeeper:
         merge = None
         if merge_free:
             for queue, refs in state.lanes.items():
-                spare_last = queue in sealing or any(t.queue == queue and isinstance(t, _SealTask) for t in tasks)
+                spare_last = queue in sealing or any(t.queue == queue and isinstance(t, SealTask) for t in tasks)
                 # Scanning every queue's references on every landed version is
                 # writer-thread time (hundreds of references at 5M): a lane whose
                 # ends and length did not change since a scan found nothing to
@@ -506,7 +411,7 @@ class LaneKeeper:
             # The first landed version of this tenure (only this thread sets
             # _referenced): read the indexes a lookup by id would ask for, of
             # every segment.
-            tasks.append(_WarmTask(tuple(ref for refs in state.lanes.values() for ref in refs)))
+            tasks.append(WarmTask(tuple(ref for refs in state.lanes.values() for ref in refs)))
         with self._cond:
             if landed:
                 # Hundreds of references at 5M: only a landed version's count.
@@ -514,7 +419,7 @@ class LaneKeeper:
                 self._referenced = referenced
                 self._known |= referenced
             for task in tasks:
-                if not isinstance(task, _WarmTask):
+                if not isinstance(task, WarmTask):
                     self._busy[task.queue] = task
                     self._applied.pop(task.queue, None)
                 self._tasks.append(task)
@@ -523,7 +428,7 @@ class LaneKeeper:
                 self._tasks.append(merge)
             self._cond.notify_all()
 
-    def _refill_task(self, state: QueueState, queue: str, now: float, shares: _Shares) -> _RefillTask | None:
+    def _refill_task(self, state: QueueState, queue: str, now: float, shares: Shares) -> RefillTask | None:
         """A refill of ``queue``'s front, if it runs short (see _front_short)."""
         ready = self._front_short(state, queue, now, shares)
         if ready is None:
@@ -532,9 +437,9 @@ class LaneKeeper:
         # share if never refilled): what the document holds for them.
         others = sum(self._paced[q][1] if q in self._paced else shares.head for q in state.lanes if q != queue)
         want = self._front_target(queue, now, ready, shares, others=others) - ready
-        return _RefillTask(queue, state.lanes[queue][0], want=want)
+        return RefillTask(queue, state.lanes[queue][0], want=want)
 
-    def _front_short(self, state: QueueState, queue: str, now: float, shares: _Shares) -> int | None:
+    def _front_short(self, state: QueueState, queue: str, now: float, shares: Shares) -> int | None:
         """How many claimable jobs ``queue``'s front holds if that is below its
         refill share (None: enough, or nothing to refill from). Plans nothing:
         the pace a refill aims by is taken only when one is planned."""
@@ -571,7 +476,7 @@ class LaneKeeper:
         del self._front_counted[queue]  # the refill changes the front: count again after it
         return ready
 
-    def _front_target(self, queue: str, now: float, ready: int, shares: _Shares, *, others: int = 0) -> int:
+    def _front_target(self, queue: str, now: float, ready: int, shares: Shares, *, others: int = 0) -> int:
         """The front a refill planned now aims for: the front share, made
         deeper for a queue claimed fast (see MAX_FRONT_BOOST,
         MAX_FRONT_HEADS and MAX_FRONTS_HEADS), by the pace since its last
@@ -591,8 +496,8 @@ class LaneKeeper:
         return target
 
     def _seal_task(
-        self, state: QueueState, queue: str, shares: _Shares, *, prev: _SealTask | None = None
-    ) -> _SealTask | None:
+        self, state: QueueState, queue: str, shares: Shares, *, prev: SealTask | None = None
+    ) -> SealTask | None:
         """The next seal of ``queue``, or None. ``prev``: a seal planned
         earlier that ``state`` does not show yet; the plan then takes only
         jobs after it, and follows it (see ``_busy``)."""
@@ -639,7 +544,7 @@ class LaneKeeper:
         # of one queue's push commit (2,048 pushes a write, a share of 1,024).
         count = min(len(tail), max(shares.seal, policy.merge_jobs))
         chosen = tuple(tail[:count])
-        return _SealTask(
+        return SealTask(
             queue=queue,
             jobs=tuple((job_id, pos) for pos, job_id in chosen),
             parts=tuple(state.encoded_job(job_id) for _, job_id in chosen),
@@ -648,7 +553,7 @@ class LaneKeeper:
             prev=prev,
         )
 
-    def _merge_task(self, state: QueueState, queue: str, *, spare_last: bool = False) -> _MergeTask | None:
+    def _merge_task(self, state: QueueState, queue: str, *, spare_last: bool = False) -> MergeTask | None:
         """The first run of adjacent small segments (not the first segment,
         which refills draw from, nor with ``spare_last`` the last, which a
         planned seal names as its ``after``) that is full enough to merge."""
@@ -663,14 +568,14 @@ class LaneKeeper:
         for ref in candidates:
             if ref.consumed or ref.total >= small or total + ref.total > limit:
                 if len(run) >= 2 and (total + ref.total > limit or len(run) >= MAX_MERGE_RUN):
-                    return _MergeTask(queue, tuple(run))
+                    return MergeTask(queue, tuple(run))
                 run, total = [], 0
                 if ref.consumed or ref.total >= small:
                     continue
             run.append(ref)
             total += ref.total
             if len(run) >= MAX_MERGE_RUN:
-                return _MergeTask(queue, tuple(run))
+                return MergeTask(queue, tuple(run))
         return None  # the last run may still grow
 
     @property
@@ -698,13 +603,13 @@ class LaneKeeper:
                 task = self._tasks.pop(0) if self._tasks else None
             handed = False  # a seal whose outcome now goes to _seal_done
             try:
-                if isinstance(task, _SealTask):
+                if isinstance(task, SealTask):
                     handed = self._seal(task)
-                elif isinstance(task, _RefillTask):
+                elif isinstance(task, RefillTask):
                     self._refill(task)
-                elif isinstance(task, _MergeTask):
+                elif isinstance(task, MergeTask):
                     self._merge(task)
-                elif isinstance(task, _WarmTask):
+                elif isinstance(task, WarmTask):
                     self.warm(task.refs)
                 self._delete_due()
                 self._collect()
@@ -735,7 +640,7 @@ class LaneKeeper:
             log.info("lane keeper for %s: read %d id indexes in %.2f s", self.key, read, self.monotonic() - started)
         return read
 
-    def _finished(self, task: _Task) -> None:
+    def _finished(self, task: Task) -> None:
         """``task`` is over (done, refused, given up): its queue, or the
         merge slot, is free for the next plan."""
         with self._cond:
@@ -766,7 +671,7 @@ class LaneKeeper:
             deadlines.append(self._next_collect)
         return max(0.01, min(deadlines) - now) if deadlines else None
 
-    def _seal(self, task: _SealTask) -> bool:
+    def _seal(self, task: SealTask) -> bool:
         """Write the task's segment and queue its Seal. True once the Seal is
         queued: its outcome then goes to :meth:`_seal_done`, and this thread
         is free for other work while the commit is written (ten queues
@@ -813,7 +718,7 @@ class LaneKeeper:
             outcome = exc
         done(outcome)
 
-    def _seal_done(self, task: _SealTask, key: str, outcome: Any) -> None:
+    def _seal_done(self, task: SealTask, key: str, outcome: Any) -> None:
         """The outcome of the task's Seal (on the committer's writer thread
         with ``submit``: quick, no I/O). Refused (the queue moved on: a
         purge, a requeue, a refill, a seal before it refused): nothing
@@ -825,7 +730,7 @@ class LaneKeeper:
         try:
             if not isinstance(outcome, BaseException):
                 self.sealed += 1
-                self._keep_parts(key, task.parts)
+                self._held.keep(key, task.parts)
             elif isinstance(outcome, ValidationError):
                 self.abandoned += 1
                 self._delete_now(key)
@@ -897,11 +802,11 @@ class LaneKeeper:
             self._deletions.insert(0, (self.monotonic(), key))
             self._cond.notify_all()
 
-    def _prev_queued(self, task: _SealTask | _MergeTask) -> bool:
+    def _prev_queued(self, task: SealTask | MergeTask) -> bool:
         """For a seal planned behind another: wait until that one is in the
         committer's queue (submitted first, it is applied first); False if
         it gave up before writing its segment, or this keeper is stopping."""
-        prev = task.prev if isinstance(task, _SealTask) else None
+        prev = task.prev if isinstance(task, SealTask) else None
         if prev is None:
             return True
         while not prev.queued.wait(0.1):
@@ -910,7 +815,7 @@ class LaneKeeper:
         return bool(prev.key)
 
     def _write_segment(
-        self, task: _SealTask | _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
+        self, task: SealTask | MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
         oldest: datetime,
     ) -> SegmentRef | None:
         """Write ``parts`` as a new segment of the task's queue; its reference,
@@ -931,7 +836,7 @@ class LaneKeeper:
             key=key, total=len(parts), consumed=0, front=first_pos, last_pos=last_pos, size=len(data),
             sha256=digest(data), oldest_enqueued_at=oldest, epoch=self.epoch, sealed_at=self.clock(),
         )
-        if isinstance(task, _SealTask):
+        if isinstance(task, SealTask):
             task.key[:] = [key]  # before it is queued: the seal behind it names it as its ``after``
         if not self._prev_queued(task) or self._stopping:
             # The seal it follows never wrote its segment: its jobs are still in
@@ -944,7 +849,7 @@ class LaneKeeper:
         return ref
 
     def _write_and_swap(
-        self, task: _MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
+        self, task: MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
         oldest: datetime, swap: Callable[[SegmentRef], Operation],
     ) -> str | None:
         """Write ``parts`` as a new segment of the task's queue, then commit
@@ -981,12 +886,12 @@ class LaneKeeper:
             return None
         return key
 
-    def _refill(self, task: _RefillTask) -> None:
+    def _refill(self, task: RefillTask) -> None:
         ref, queue = task.ref, task.queue
         # The jobs the refill takes, and the one after them if any (the new front).
         take = min(ref.total - ref.consumed, max(task.want, 1))
         try:
-            jobs = self._segment_jobs(ref, ref.consumed, take + 1, keep=True)
+            jobs = self._held.jobs(ref, ref.consumed, take + 1, keep=True)
             if not jobs or jobs[0][1] != ref.front:
                 raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
         except SegmentUnreadable as exc:
@@ -1025,14 +930,14 @@ class LaneKeeper:
             return
         self.refilled += 1
 
-    def _merge(self, task: _MergeTask) -> None:
+    def _merge(self, task: MergeTask) -> None:
         with self._merging:
             self._merge_alone(task)
 
-    def _merge_alone(self, task: _MergeTask) -> None:
+    def _merge_alone(self, task: MergeTask) -> None:
         first = task.refs[0]
         try:
-            parts = [part for ref in task.refs for part in self._parts_of(ref)]
+            parts = [part for ref in task.refs for part in self._held.parts(ref)]
         except (SegmentUnreadable, StoreError) as exc:
             with self._cond:
                 referenced = self._referenced
@@ -1050,74 +955,19 @@ class LaneKeeper:
         ) is not None:
             self.merged += 1
 
-    def _submit(self, task: _RefillTask | _MergeTask, op: Operation, applied: Callable[[QueueState], bool]) -> None:
+    def _submit(self, task: RefillTask | MergeTask, op: Operation, applied: Callable[[QueueState], bool]) -> None:
         """Run ``op`` through the committer for ``task`` and wait for it;
         ``applied`` says whether a version shows it (see ``_busy``)."""
         self._note_applied(task, applied)
         self.execute(op)
 
-    def _note_applied(self, task: _Task, applied: Callable[[QueueState], bool]) -> None:
+    def _note_applied(self, task: Task, applied: Callable[[QueueState], bool]) -> None:
         """From now on, ``applied`` tells whether a version shows ``task``'s operation (see ``_busy``)."""
         with self._cond:
             if self._busy.get(task.queue) is task:
                 self._applied[task.queue] = applied
             elif self._merge_slot is task:
                 self._merge_applied = applied
-
-    def _parts_of(self, ref: SegmentRef) -> tuple[bytes, ...]:
-        """The encoded jobs of segment ``ref``: kept from sealing it, or read."""
-        with self._cache_lock:
-            parts = self._sealed_parts.get(ref.key)
-        if parts is not None:
-            return parts
-        return tuple(encode_job(job, pos) for job, pos in self._segment_jobs(ref, 0, ref.total))
-
-    def _keep_parts(self, key: str, parts: tuple[bytes, ...]) -> None:
-        size = sum(map(len, parts))
-        with self._cache_lock:
-            self._sealed_parts[key] = parts
-            self._sealed_bytes += size
-            while self._sealed_bytes > SEALED_CACHE_BYTES and self._sealed_parts:
-                _, old = self._sealed_parts.popitem(last=False)
-                self._sealed_bytes -= sum(map(len, old))
-
-    def _forget(self, key: str) -> None:
-        with self._cache_lock:
-            cached = self._cache.pop(key, None)
-            if cached is not None:
-                self._cached_jobs -= len(cached[1])
-            parts = self._sealed_parts.pop(key, None)
-            if parts is not None:
-                self._sealed_bytes -= sum(map(len, parts))
-
-    def _segment_jobs(self, ref: SegmentRef, start: int, count: int, *, keep: bool = False) -> list[tuple[Job, int]]:
-        """Jobs ``start`` to ``start + count`` of the segment (fewer at its
-        end), from the cache (segments never change) or read and verified,
-        decoding only those (with ``keep``, at least REFILL_WINDOW of them,
-        kept for the next calls)."""
-        with self._cache_lock:
-            cached = self._cache.get(ref.key)
-            if cached is not None:
-                first, jobs = cached
-                end = min(start + count, ref.total)
-                if first <= start and end <= first + len(jobs):
-                    self._cache.move_to_end(ref.key)
-                    return jobs[start - first:end - first]
-        window = read_segment_window(self.store, ref, start, max(count, REFILL_WINDOW) if keep else count)
-        try:
-            jobs = parse_segment_jobs(ref.key, window, first=start)
-        except DocumentError as exc:
-            raise SegmentUnreadable(ref.key, exc.problem) from exc
-        del window
-        if keep:
-            with self._cache_lock:
-                old = self._cache.pop(ref.key, None)
-                self._cached_jobs += len(jobs) - (len(old[1]) if old is not None else 0)
-                self._cache[ref.key] = (start, jobs)
-                while self._cached_jobs > CACHED_JOBS and len(self._cache) > 1:
-                    _, (_, evicted) = self._cache.popitem(last=False)
-                    self._cached_jobs -= len(evicted)
-        return jobs[:count]
 
     def find_pending(
         self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
@@ -1138,11 +988,10 @@ class LaneKeeper:
         found, and a lookup of an id that no segment holds reads no indexed
         segment once the indexes are held. Raises SegmentUnreadable or
         StoreError. Any thread: never the writer's (it may read)."""
-        needle = _id_prefix(job_id)
+        needle = id_prefix(job_id)
         unread: list[SegmentRef] = []
         for _, ref in refs:  # first what this keeper holds: no I/O
-            with self._cache_lock:
-                parts = self._sealed_parts.get(ref.key)
+            parts = self._held.held(ref.key)
             if parts is None:
                 unread.append(ref)
                 continue
@@ -1155,8 +1004,8 @@ class LaneKeeper:
             if reads <= 0:
                 break
             reads -= 1
-            parts = self._parts_of(ref)
-            self._keep_parts(ref.key, parts)
+            parts = self._held.parts(ref)
+            self._held.keep(ref.key, parts)
             found = self._search(needle, ref, parts)
             if found is not None:
                 return found
@@ -1203,8 +1052,8 @@ class LaneKeeper:
 
     def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
         """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
-        needles = tuple(_id_prefix(job.id) for job in jobs)
-        parts = self._parts_of(ref)
+        needles = tuple(id_prefix(job.id) for job in jobs)
+        parts = self._held.parts(ref)
         kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)
                 if not part.startswith(needles)]
         if not kept:
@@ -1212,12 +1061,12 @@ class LaneKeeper:
         first_job, first_pos, _ = self._one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
         _, last_pos, _ = self._one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
         rest = [part for _, part in kept]
-        new = self._write_segment(_MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
+        new = self._write_segment(MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
                                   oldest=first_job.enqueued_at)
         if new is None:  # the write failed (logged), or this keeper is stopping
             raise StoreError(f"writing segment {ref.key} again without the purged jobs failed")
         self._write_index(new, rest)
-        self._keep_parts(new.key, tuple(rest))
+        self._held.keep(new.key, tuple(rest))
         return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=new, jobs=tuple(jobs))
 
     def discard(self, excisions: Sequence[Excision]) -> None:
@@ -1232,9 +1081,7 @@ class LaneKeeper:
         index of the process's cache (the dashboard's too), as on a leader
         that just took over and has not read its indexes yet (tests and the
         benchmark: what a cold lookup by id reads; see warm)."""
-        with self._cache_lock:
-            self._sealed_parts.clear()
-            self._sealed_bytes = 0
+        self._held.drop_parts()
         self._indexes.clear()
 
     def _search(self, needle: bytes, ref: SegmentRef, parts: Sequence[bytes]) -> tuple[Job, int, SegmentRef] | None:
@@ -1285,7 +1132,7 @@ class LaneKeeper:
                 if not delete_quietly(self.store, key):
                     self.dropped([key])
                 continue
-            self._forget(key)
+            self._held.forget(key)
             if self._delete_segment(key):
                 self.deleted += 1
                 with self._cond:

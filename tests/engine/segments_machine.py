@@ -53,8 +53,9 @@ import engine.lanes as lanes_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
-from engine.lanes import LaneKeeper, _MergeTask, _RefillTask, _SealTask, _Shares
-from engine.lanes import _last_key as _last_of
+from engine.lanes import LaneKeeper
+from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares
+from engine.lanetasks import last_key as _last_of
 from engine.ops import (
     claim_op,
     complete_op,
@@ -118,8 +119,8 @@ class SegmentMachine(RuleBasedStateMachine):
         self.left: set[str] = set()  # ids that left: a push of one within the window adds nothing
         self.next_pos = 0
         self.n = 0
-        self.stale: list[_SealTask | _RefillTask | _MergeTask] = []
-        self.pipeline: _SealTask | None = None  # a seal in flight (see pipelined_seal)
+        self.stale: list[SealTask | RefillTask | MergeTask] = []
+        self.pipeline: SealTask | None = None  # a seal in flight (see pipelined_seal)
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
         self.tokens: list[str] = []
         self.auto = True  # the keeper works after each commit (see keeper_follows_commits)
@@ -341,7 +342,7 @@ class SegmentMachine(RuleBasedStateMachine):
             keeper = self.keeper
             if data.draw(st.booleans(), label="as a leader that took over (nothing cached)"):
                 keeper.forget_held()
-            held = set(keeper._sealed_parts)
+            held = {ref.key for _, ref in outcome.refs if keeper._held.held(ref.key) is not None}
             found = keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
             event(f"get_job: sealed, {'found' if found is not None else 'gone'}")
             if found is None:
@@ -351,7 +352,7 @@ class SegmentMachine(RuleBasedStateMachine):
                 assert found[0].id == job_id and found[0].status == "pending"
             # Only segments without an index, or whose index may hold the id, were read.
             for _, ref in outcome.refs:
-                if ref.key not in held and ref.key in keeper._sealed_parts:
+                if ref.key not in held and keeper._held.held(ref.key) is not None:
                     index = keeper._indexes.get(ref)
                     event(f"get_job: read a segment {'without an index' if index is None else 'its index named'}")
                     assert index is None or index.may_hold(job_id), f"{ref.key} was read though its index rules it out"
@@ -474,20 +475,20 @@ class SegmentMachine(RuleBasedStateMachine):
 
     # -- the lane keeper --------------------------------------------------------------------
 
-    def shares(self) -> _Shares:
-        return _Shares.of(POLICY, len(self.state.lanes))
+    def shares(self) -> Shares:
+        return Shares.of(POLICY, len(self.state.lanes))
 
-    def seal_task(self, queue: str) -> _SealTask | None:
+    def seal_task(self, queue: str) -> SealTask | None:
         return self.keeper._seal_task(self.state, queue, self.shares())
 
-    def refill_task(self, queue: str, want: int) -> _RefillTask | None:
+    def refill_task(self, queue: str, want: int) -> RefillTask | None:
         refs = self.state.lanes.get(queue)
         planned = self.keeper._refill_task(self.state, queue, self.seconds(), self.shares())
         if planned is None and refs:  # below the threshold or not: refill anyway, any amount
-            planned = _RefillTask(queue, refs[0], want=want)
+            planned = RefillTask(queue, refs[0], want=want)
         return planned
 
-    def run_seal(self, task: _SealTask, *, fresh: bool) -> None:
+    def run_seal(self, task: SealTask, *, fresh: bool) -> None:
         self.model_expire()
         before = self.keeper.sealed, self.keeper.abandoned
         self.outcomes.clear()
@@ -505,7 +506,7 @@ class SegmentMachine(RuleBasedStateMachine):
             assert not fresh, f"a seal planned from the current state was refused: {self.outcomes[-1]!r}"
         self.after_step()
 
-    def run_refill(self, task: _RefillTask, *, fresh: bool) -> None:
+    def run_refill(self, task: RefillTask, *, fresh: bool) -> None:
         self.model_expire()
         before = self.keeper.refilled
         self.outcomes.clear()
@@ -545,14 +546,14 @@ class SegmentMachine(RuleBasedStateMachine):
                 self.stale.append(task)
             self.run_refill(task, fresh=True)
 
-    def merge_task(self, queue: str) -> _MergeTask | None:
+    def merge_task(self, queue: str) -> MergeTask | None:
         """The keeper's next merge of ``queue``, with runs of two small
         segments enough (``MAX_MERGE_RUN`` is 64 in the product; a run of 64
         never builds up in a few dozen steps, and merges went unexercised)."""
         with mock.patch.object(lanes_module, "MAX_MERGE_RUN", 2):
             return self.keeper._merge_task(self.state, queue)
 
-    def run_merge(self, task: _MergeTask, *, fresh: bool) -> None:
+    def run_merge(self, task: MergeTask, *, fresh: bool) -> None:
         self.model_expire()
         before = self.keeper.merged, self.keeper.abandoned
         self.outcomes.clear()
@@ -611,7 +612,7 @@ class SegmentMachine(RuleBasedStateMachine):
         landed = self.keeper.sealed > sealed
         refs = self.state.lanes.get(first.queue, [])
         assert first.key and (not landed or refs[-1].key == first.key[0])  # written, even if refused
-        task = self.keeper._seal_task(before, first.queue, _Shares.of(POLICY, len(before.lanes)), prev=first)
+        task = self.keeper._seal_task(before, first.queue, Shares.of(POLICY, len(before.lanes)), prev=first)
         if task is None:
             return
         assert task.after_key() == first.key[0] and task.jobs[0][1] > first.jobs[-1][1], task
@@ -630,7 +631,7 @@ class SegmentMachine(RuleBasedStateMachine):
 
     @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill", "merge"]))
     def plan_for_later(self, queue: str, want: int, kind: str) -> None:
-        task: _SealTask | _RefillTask | _MergeTask | None
+        task: SealTask | RefillTask | MergeTask | None
         if kind == "seal":
             task = self.seal_task(queue)
         elif kind == "refill":
@@ -645,9 +646,9 @@ class SegmentMachine(RuleBasedStateMachine):
     def run_planned(self, data: st.DataObject) -> None:
         task = self.stale.pop(data.draw(st.integers(0, len(self.stale) - 1)))
         note(f"running a task planned earlier: {task!r}")
-        if isinstance(task, _SealTask):
+        if isinstance(task, SealTask):
             self.run_seal(task, fresh=False)
-        elif isinstance(task, _RefillTask):
+        elif isinstance(task, RefillTask):
             self.run_refill(task, fresh=False)
         else:
             self.run_merge(task, fresh=False)

@@ -469,7 +469,8 @@ def test_the_lane_keepers_seals_and_refills_wait_for_the_answered_caller() -> No
     of writing alone in the middle of its cycle (alone, a Seal made 2,048
     producers wait one whole write more, every other write)."""
     from engine import Policy
-    from engine.lanes import LaneKeeper, _Shares
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import Shares
     from engine.model import utc_now
     from engine.ops import claim_op
 
@@ -479,7 +480,7 @@ def test_the_lane_keepers_seals_and_refills_wait_for_the_answered_caller() -> No
     # The keeper's own segment writes go to the store directly, at once.
     keeper = LaneKeeper(memory, key=KEY, policy=policy, execute=committer.execute, submit=committer.submit,
                         epoch=1, clock=utc_now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
-    shares = _Shares.of(policy, 1)
+    shares = Shares.of(policy, 1)
 
     def one_write_for(step: Callable[[], None], *, writes: int) -> None:
         committer.push("q", ["x"])  # its write just landed: the linger runs
@@ -500,7 +501,7 @@ def test_the_lane_keepers_seals_and_refills_wait_for_the_answered_caller() -> No
     committer.execute(claim_op("w", ["q"], policy=policy, max_jobs=15))  # the front runs short
     refill = keeper._refill_task(committer.state, "q", time.monotonic(), shares)
     assert refill is not None
-    keeper._segment_jobs(refill.ref, refill.ref.consumed, refill.want + 1, keep=True)  # no read in the timed part
+    keeper._held.jobs(refill.ref, refill.ref.consumed, refill.want + 1, keep=True)  # no read in the timed part
     one_write_for(lambda: keeper._refill(refill), writes=1)  # the refill and the push: one write
     committer.stop()
     assert keeper.refilled == 1

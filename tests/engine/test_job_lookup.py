@@ -66,7 +66,7 @@ def test_a_segment_the_leader_did_not_seal_is_read_from_the_store(make_broker: C
     broker = sealed_backlog(make_broker)
     keeper = broker._keeper
     assert keeper is not None
-    keeper._sealed_parts.clear()  # as on a leader that took over: nothing held encoded
+    keeper._held.drop_parts()  # as on a leader that took over: nothing held encoded
     store = broker.store
     assert isinstance(store, MemoryStore)
     reads = store.stats.reads
@@ -77,7 +77,7 @@ def test_a_segment_the_leader_did_not_seal_is_read_from_the_store(make_broker: C
     reads = store.stats.reads
     assert broker.get_job("j25")["payload"] == 25 and broker.get_job("j24")["payload"] == 24
     assert store.stats.reads == reads
-    keeper._sealed_parts.clear()
+    keeper._held.drop_parts()
     # Within the bound only: with no read allowed, not found.
     state = parse_document("queue.json", stored(broker.store), policy=POLICY)
     refs = tuple(("q", ref) for ref in state.lanes["q"])
@@ -100,7 +100,7 @@ def test_a_damaged_segment_is_reported_naming_the_object_never_as_not_found(
     broker = sealed_backlog(make_broker)
     keeper = broker._keeper
     assert keeper is not None
-    keeper._sealed_parts.clear()
+    keeper._held.drop_parts()
     key = orjson.loads(stored(broker.store))["lanes"]["q"]["segments"][-1]["key"]
     broker.store.put(key, b'{"format": 2, "kind": "pending", "jobs": []}')  # not the object the reference describes
     with pytest.raises(SegmentUnreadable, match=key):

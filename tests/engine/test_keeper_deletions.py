@@ -13,7 +13,8 @@ import threading
 
 from engine import Blob, MemoryStore, Policy
 from engine.idindex import index_key
-from engine.lanes import DELETE_THREADS, LaneKeeper, _WarmTask
+from engine.lanes import DELETE_THREADS, LaneKeeper
+from engine.lanetasks import WarmTask
 from engine.model import utc_now
 from engine.segments import SegmentRef
 from tests.helpers import wait_for
@@ -61,7 +62,7 @@ def test_a_wave_of_deletions_leaves_threads_for_the_keepers_other_work() -> None
         ref = SegmentRef(key=keys[0].replace("-p", "-x"), total=1, consumed=0, front=0, last_pos=0, size=2,
                          sha256="0" * 64, oldest_enqueued_at=utc_now(), epoch=1, sealed_at=utc_now())
         with keeper._cond:
-            keeper._tasks.append(_WarmTask((ref,)))
+            keeper._tasks.append(WarmTask((ref,)))
             keeper._cond.notify_all()
 
         # A thread is left for it while the deletions are still stuck.

@@ -96,7 +96,8 @@ def test_a_segment_whose_seal_was_never_submitted_is_deleted_at_once(when: str) 
     instead of leaving it to a later leader's collector (whose next pass, on
     an idle cluster, is an hour away)."""
     from engine.errors import CommitterNotRunning
-    from engine.lanes import LaneKeeper, _SealTask
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import SealTask
 
     state, ids = pushed(NOW)
     jobs, parts = plan(state, ids)
@@ -111,7 +112,7 @@ def test_a_segment_whose_seal_was_never_submitted_is_deleted_at_once(when: str) 
                         clock=lambda: NOW, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
     if when == "keeper stopped":
         keeper._stopping = True  # what stop() sets; the thread running the seal goes on to its end
-    task = _SealTask(queue="q", jobs=jobs, parts=parts, after=None, oldest=NOW)
+    task = SealTask(queue="q", jobs=jobs, parts=parts, after=None, oldest=NOW)
     if when == "committer stopped":
         with pytest.raises(CommitterNotRunning):
             keeper._seal(task)

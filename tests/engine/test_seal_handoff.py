@@ -19,7 +19,8 @@ import pytest
 from engine import Policy
 from engine.committer import GroupCommitter
 from engine.errors import CommitterNotRunning, JobNotFound
-from engine.lanes import LaneKeeper, _SealTask, _Shares
+from engine.lanes import LaneKeeper
+from engine.lanetasks import SealTask, Shares
 from engine.model import utc_now
 from engine.ops import Tick, complete_op, push_op
 from engine.segments import segment_prefix
@@ -69,10 +70,10 @@ def test_a_seal_refused_at_its_commit_frees_its_queue_and_its_object_is_deleted(
     try:
         committer.push("q", list(range(30)))
         assert committer.state is not None
-        shares = _Shares.of(POLICY, 1)
+        shares = Shares.of(POLICY, 1)
         seal = keeper._seal_task(committer.state, "q", shares)
         assert seal is not None
-        stale = _SealTask(queue=seal.queue, jobs=seal.jobs, parts=seal.parts, after="not/the/last/segment",
+        stale = SealTask(queue=seal.queue, jobs=seal.jobs, parts=seal.parts, after="not/the/last/segment",
                           oldest=seal.oldest)
         with keeper._cond:
             keeper._busy["q"] = stale

@@ -567,7 +567,8 @@ def test_a_merge_of_a_segment_used_up_meanwhile_gives_up_quietly(caplog: pytest.
     referenced and missing is one."""
     from datetime import UTC, datetime
 
-    from engine.lanes import LaneKeeper, _MergeTask
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import MergeTask
     from engine.segments import SegmentRef
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -578,11 +579,11 @@ def test_a_merge_of_a_segment_used_up_meanwhile_gives_up_quietly(caplog: pytest.
                         clock=lambda: now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
     keeper._referenced = frozenset({refs[1].key})  # the first one was dropped by a landed commit
     with caplog.at_level("WARNING", logger="engine.lanes"):
-        keeper._merge(_MergeTask("q", refs))
+        keeper._merge(MergeTask("q", refs))
     assert not caplog.records and keeper.merged == 0
     keeper._referenced = frozenset(ref.key for ref in refs)  # still referenced, and missing: worth a warning
     with caplog.at_level("WARNING", logger="engine.lanes"):
-        keeper._merge(_MergeTask("q", refs))
+        keeper._merge(MergeTask("q", refs))
     assert any("missing" in record.getMessage() for record in caplog.records)
 
 
@@ -645,11 +646,12 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     stay within MAX_FRONTS_HEADS times head_jobs."""
     from datetime import UTC, datetime
 
-    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, MAX_FRONTS_HEADS, LaneKeeper, _Shares
+    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, MAX_FRONTS_HEADS, LaneKeeper
+    from engine.lanetasks import Shares
 
     assert (MAX_FRONT_BOOST, MAX_FRONT_HEADS) == (4.0, 2.0)
-    whole = _Shares(head=1000, seal=1000, refill=500)  # one queue holds the budget
-    half = _Shares(head=500, seal=500, refill=250)  # two queues share it
+    whole = Shares(head=1000, seal=1000, refill=500)  # one queue holds the budget
+    half = Shares(head=500, seal=500, refill=250)  # two queues share it
     keeper = LaneKeeper(open_store("memory://"), key="queue.json",
                         policy=Policy(segment_jobs=1000, head_jobs=1000, refill_below=500), execute=lambda op: None,
                         epoch=1, clock=lambda: datetime(2026, 1, 1, tzinfo=UTC), grace_seconds=0,
@@ -677,7 +679,7 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     # share still gets its 2,000; ten fast queues do not each get four tenths.
     assert keeper._front_target("beside", 10.0, 0, half, others=500) == 500
     assert keeper._front_target("beside", 10.25, 0, half, others=500) == 2000
-    tenth = _Shares(head=100, seal=100, refill=50)
+    tenth = Shares(head=100, seal=100, refill=50)
     aimed: dict[str, int] = {}
     for when in (10.0, 10.1, 10.2):  # 100 jobs claimed per 0.1 s in each queue: 1,000 a second, ten shares
         for i in range(10):
@@ -696,7 +698,8 @@ def test_checking_whether_a_front_runs_short_does_not_take_its_pace() -> None:
     from datetime import UTC, datetime
 
     from engine import QueueState
-    from engine.lanes import LaneKeeper, _Shares
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import Shares
     from engine.transitions import apply_batch
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -704,7 +707,7 @@ def test_checking_whether_a_front_runs_short_does_not_take_its_pace() -> None:
     apply_batch(state, [push_op("q", [{"i": i} for i in range(60)], policy=SMALL)], now)
     keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
                         clock=lambda: now, grace_seconds=0, collect_seconds=3600, retry_seconds=0.1)
-    task = keeper._seal_task(state, "q", _Shares.of(SMALL, 1))
+    task = keeper._seal_task(state, "q", Shares.of(SMALL, 1))
     assert task is not None
     from engine.ops import Seal
     from engine.segments import SegmentRef
@@ -714,7 +717,7 @@ def test_checking_whether_a_front_runs_short_does_not_take_its_pace() -> None:
                      sealed_at=now)
     apply_batch(state, [Seal(queue="q", ref=ref, jobs=task.jobs, after=None)], now)
     apply_batch(state, [claim_op("w", ["q"], policy=SMALL, max_jobs=15)], now)  # 5 left in front of 20
-    shares = _Shares.of(SMALL, 1)
+    shares = Shares.of(SMALL, 1)
     for t in (10.0, 10.01, 10.02):
         assert keeper._front_short(state, "q", t, shares) == 5
     assert keeper._boost == {} and keeper._paced == {}

@@ -21,7 +21,8 @@ import orjson
 import pytest
 
 from engine import Broker, EngineError, Policy, QueueState, lanes
-from engine.lanes import LaneKeeper, _RefillTask, _Shares
+from engine.lanes import LaneKeeper
+from engine.lanetasks import RefillTask, Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_prefix
 from engine.stores import ObjectStore, open_store
@@ -64,8 +65,8 @@ class Lanes:
             raise result[0]
         return result[0] if result else None
 
-    def shares(self) -> _Shares:
-        return _Shares.of(self.policy, len(self.state.lanes))
+    def shares(self) -> Shares:
+        return Shares.of(self.policy, len(self.state.lanes))
 
     def push(self, queue: str, ids: list[str], delay: float = 0) -> None:
         self.execute(push_op(queue, [{}] * len(ids), ids=ids, policy=self.policy, delay_seconds=delay))
@@ -90,7 +91,7 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     lanes.push("q", [f"j{i}" for i in range(5)])
     lanes.seal("q")
     ref = lanes.state.lanes["q"][0]
-    stale = _RefillTask("q", ref, want=2)  # planned; the keeper's thread is busy elsewhere
+    stale = RefillTask("q", ref, want=2)  # planned; the keeper's thread is busy elsewhere
 
     lanes.execute(purge_op(queue="q", status="pending"))
     assert lanes.store.get(ref.key) is None  # dropped by a landed commit, then deleted
@@ -125,7 +126,7 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
         order += got
         if not got:
             ref = lanes.state.lanes["q"][0]
-            lanes.keeper._refill(_RefillTask("q", ref, want=3))
+            lanes.keeper._refill(RefillTask("q", ref, want=3))
     # 'late' was pushed before b0..b2: it keeps its place (I7).
     assert order == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
 
@@ -408,7 +409,7 @@ def test_a_push_reusing_a_sealed_id_after_the_window_does_not_run_the_id_twice()
             done.append(job.id)
             lanes.execute(complete_op(job.id, job.lease))
         if lanes.state.lanes.get("q"):
-            lanes.keeper._refill(_RefillTask("q", lanes.state.lanes["q"][0], want=3))
+            lanes.keeper._refill(RefillTask("q", lanes.state.lanes["q"][0], want=3))
     assert done == ["a0", "a1", "a2", "a3", "a4", "x0", "x1", "x2", "y0", "y1"]
     c = lanes.state.queues["q"]
     assert (c.pushed, c.completed, c.purged) == (11, 10, 1)  # the second a2: pushed, then dropped as a duplicate

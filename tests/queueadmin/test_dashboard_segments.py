@@ -296,7 +296,7 @@ def test_the_api_shows_a_pending_job_in_a_segment_by_id(
     keeper = broker._keeper
     assert keeper is not None
     wait_for(lambda: not keeper._busy, what="the seals' outcomes handled")  # no segment kept after the clear
-    keeper._sealed_parts.clear()
+    keeper._held.drop_parts()
     broker.store.put(view["segment"], b"{}")
     damaged = client.get(f"/api/v1/jobs/{ids[75]}")
     assert damaged.status_code == 503 and damaged.json()["error"] == "document_error"
