@@ -260,9 +260,18 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
     matches, notice = pages.matching(snapshot, filters)
     if notice:
         p.notes.append(notice)
+    # A payload search lists hits inside segment objects too; acting on all of
+    # them at once would have the leader look each one up and rewrite its
+    # segment (one lookup per id): they are selected on the list instead.
+    sealed = sum(1 for job in matches if job.get("segment"))
+    if sealed:
+        p.notes.append(ngettext(
+            "%(n)d matching job waits in a segment object and is left out: select it on the list to act on it.",
+            "%(n)d matching jobs wait in segment objects and are left out: select them on the list (a page at a "
+            "time) to act on them.", sealed) % {"n": sealed})
     skipped = 0
     queues = set()
-    for job in matches:
+    for job in (j for j in matches if not j.get("segment")):
         if job["status"] == p.spec.leaves_out:
             skipped += 1
             continue
@@ -458,7 +467,7 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         return 0
     if p.filter:
         matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)))
-        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
+        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out and not j.get("segment"))
     elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()

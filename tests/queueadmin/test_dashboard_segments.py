@@ -277,6 +277,28 @@ def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_boun
     assert listed(viewer, q="3") == [n for n in [*range(50), *tail] if "3" in str(n)]
 
 
+def test_purging_all_jobs_a_payload_search_matches_leaves_those_in_segments_to_be_selected(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """Acting on all of a search's hits would have the leader look up and
+    rewrite a segment per hit: those in segments are left out, and the dry
+    run says so; the ones in the document go."""
+    backlog(broker, n=100)
+    listed_now = listed(operator, q="7")
+    doc_hits = [j["payload"] for j in document(broker.store)["jobs"] if "7" in str(j["payload"])]
+    assert len(listed_now) == 19 and 0 < len(doc_hits) < 19
+
+    dry = preview(operator, action="purge", filter="q=7")
+    plan = dry.context["plan"]
+    assert plan.count == len(doc_hits)
+    assert f"{19 - len(doc_hits)} matching jobs wait in segment objects and are left out" in dry.content.decode()
+    assert confirm(operator, plan.token, reason="search").status_code == 302
+
+    source.reset()
+    left = listed(operator, q="7")
+    assert left == [n for n in listed_now if n not in doc_hits]  # the segments' hits are still there
+    assert AuditEntry.objects.get(action="purge").count == len(doc_hits)
+
+
 def test_the_api_shows_a_pending_job_in_a_segment_by_id(
         small_segments: None, broker: Broker, settings: SettingsWrapper) -> None:
     """``GET /api/v1/jobs/<id>`` answers a job pending in a segment (it used
