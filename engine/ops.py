@@ -194,10 +194,15 @@ class Purge:
 class PurgeOutcome:
     """The outcome of a purge with ``before_pos``: the ids removed from the
     document, and how many jobs left with the segment references dropped
-    (their ids are not read)."""
+    (their ids are not read). ``kept_whole`` is the key of the segment that
+    held jobs on both sides of ``before_pos`` when the purge committed,
+    left whole (I9: it also holds jobs the dry run never counted), so its
+    counted jobs are still pending; None if there was none. Decided at
+    commit: a report read after it would race the refill that may follow."""
 
     ids: list[str]
     in_segments: int
+    kept_whole: str | None = None
 
     @property
     def count(self) -> int:

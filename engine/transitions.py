@@ -279,10 +279,11 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
     a purge bounded by ``op.before_pos`` (see :func:`~engine.ops.purge_op`)
     returns a :class:`~engine.ops.PurgeOutcome`."""
     in_segments = 0
+    kept_whole: str | None = None
     excised: list[str] = []
     if op.before_pos is not None:
         assert op.queue is not None
-        ids, in_segments = _purge_before(state, op.queue, op.before_pos)
+        ids, in_segments, kept_whole = _purge_before(state, op.queue, op.before_pos)
     elif op.job_ids:
         ids = _purge_ids(state, op)
         excised = _excise(state, op, now)  # after every check: from here on nothing refuses
@@ -301,7 +302,9 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)
-    return PurgeOutcome(ids=ids, in_segments=in_segments) if op.before_pos is not None else ids + excised
+    if op.before_pos is not None:
+        return PurgeOutcome(ids=ids, in_segments=in_segments, kept_whole=kept_whole)
+    return ids + excised
 
 
 def _purge_ids(state: QueueState, op: Purge) -> list[str]:
@@ -366,12 +369,13 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
     return removed
 
 
-def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int]:
+def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int, str | None]:
     """The pos-bounded part of a purge (see :func:`~engine.ops.purge_op`):
     drops the queue's leading segment references that hold only jobs below
     ``before_pos`` (counting their jobs as purged), and returns the ids of
     the queue's pending jobs in the document below it (for the caller to
-    remove) and how many jobs left with the references."""
+    remove), how many jobs left with the references, and the key of the
+    next reference if it holds jobs on both sides of the bound (left whole)."""
     ids = [job_id for job_id, job in state.jobs.items()
            if job.queue == queue and job.status == "pending" and state.pos[job_id] < before_pos]
     refs = state.lanes.get(queue, [])
@@ -379,11 +383,12 @@ def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[
     # References are in pos order: the ones wholly below the bound lead.
     while lead < len(refs) and refs[lead].last_pos < before_pos:
         lead += 1
+    straddling = refs[lead] if lead < len(refs) and refs[lead].front < before_pos else None
     dropped = state.drop_refs(queue, lead) if lead else []
     in_segments = sum(ref.remaining for ref in dropped)
     if in_segments:
         state.counters(queue).purged += in_segments
-    return ids, in_segments
+    return ids, in_segments, straddling.key if straddling is not None else None
 
 
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:

@@ -352,8 +352,8 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
         detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
         detail, ids = detail % {"queue": p.queue}, []
     else:
-        ids, in_segments = _removed(result)
-        detail, changed = _acted(p, ids, in_segments)
+        ids, in_segments, kept_whole = _removed(result)
+        detail, changed = _acted(p, ids, in_segments, kept_whole)
         if not ids and not in_segments:
             # Refused in effect (a conflict): every planned job had left or
             # changed (completed by a worker, purged, requeued) before the
@@ -369,16 +369,19 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     return Outcome(entry, True, detail[0].upper() + detail[1:] + ".", changed)
 
 
-def _removed(result: Any) -> tuple[list[str], int]:
-    """The ids a requeue or purge acted on, and how many jobs went with
-    segment references (a purge of planned segments: a
+def _removed(result: Any) -> tuple[list[str], int, bool | None]:
+    """The ids a requeue or purge acted on, how many jobs went with segment
+    references, and whether a bounded purge left a segment straddling its
+    bound whole (a purge of planned segments: a
     :class:`~engine.ops.PurgeOutcome` here, its fields as a dict when
-    forwarded from a standby)."""
+    forwarded from a standby; None: not said, by a leader of an earlier
+    release)."""
     if isinstance(result, PurgeOutcome):
-        return list(result.ids), result.in_segments
+        return list(result.ids), result.in_segments, result.kept_whole is not None
     if isinstance(result, dict):
-        return [str(i) for i in result.get("ids") or ()], int(result.get("in_segments") or 0)
-    return [str(i) for i in result], 0
+        kept = result["kept_whole"] is not None if "kept_whole" in result else None
+        return [str(i) for i in result.get("ids") or ()], int(result.get("in_segments") or 0), kept
+    return [str(i) for i in result], 0, False
 
 
 def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
@@ -396,7 +399,7 @@ def _refused(p: Plan) -> str:
                     "purged or moved since the dry run)", p.count) % values
 
 
-def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
+def _acted(p: Plan, ids: list[str], in_segments: int = 0, kept_whole: bool | None = False) -> tuple[str, bool]:
     n = len(ids) + in_segments
     parts = [str(p.spec.done % {"n": n, "queue": p.queue})]
     if in_segments:
@@ -407,7 +410,9 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0) -> tuple[str, bool]:
     # The document after the run, read once for both questions below (only
     # a plan with a scope asks them).
     after = _current() if (p.group or p.status or p.filter) else None
-    if left and _sealed_with_later(p, after):
+    # The engine says whether it left a straddling segment whole, as it
+    # committed; only an earlier release's leader does not (read after).
+    if left and (kept_whole if kept_whole is not None else _sealed_with_later(p, after)):
         # A bounded purge of a queue's pending jobs (format 2): a job it
         # counted is left if it was claimed, or if the queue's tail it sat
         # in was sealed together with pushes the dry run never saw. That

@@ -69,7 +69,7 @@ def test_it_removes_every_pending_job_the_dry_run_saw_in_one_commit() -> None:
     assert outcome.in_segments == 30 and sorted(outcome.ids) == sorted(ids[:20] + ids[50:])
     assert outcome.count == 60
     assert "q" not in state.lanes and state.pending("q") == 0
-    assert state.counters("q").purged == 60
+    assert state.counters("q").purged == 60 and outcome.kept_whole is None
     assert sorted(state.take_dropped_segments()) == ["seg/q/0", "seg/q/1", "seg/q/2"]
 
 
@@ -84,8 +84,22 @@ def test_jobs_pushed_and_sealed_after_the_dry_run_stay() -> None:
     assert outcome.in_segments == 30 and sorted(outcome.ids) == sorted(ids[:20] + ids[55:60])
     # The mixed segment stays, and the one behind it: never more than counted (I9).
     assert [r.key for r in state.lanes["q"]] == ["seg/q/mixed", "seg/q/new"]
+    # The outcome names it, as the commit saw it: a refill right after it may use it up.
+    assert outcome.kept_whole == "seg/q/mixed"
     assert sorted(j.id for j in state.jobs.values()) == sorted(later[15:])
     assert state.pending("q") == 10 + 10 + 15
+
+
+def test_a_segment_wholly_after_the_bound_is_not_reported_as_kept_whole() -> None:
+    state, ids = state_with_segments(pushed=60, sealed=2)
+    op = dry_run(state)
+    seal(state, "seg/q/old", ids[40:50])
+    seal(state, "seg/q/old2", ids[50:60])
+    later: list[str] = apply(state, push_op("q", list(range(100, 110)), policy=POLICY), NOW)
+    seal(state, "seg/q/new", later)
+    outcome = apply(state, op, NOW)
+    assert outcome.count == 60 and outcome.kept_whole is None
+    assert [r.key for r in state.lanes["q"]] == ["seg/q/new"]
 
 
 def test_jobs_refilled_since_the_dry_run_go_and_nothing_is_counted_twice() -> None:

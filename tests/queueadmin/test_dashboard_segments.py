@@ -578,6 +578,15 @@ def test_a_purge_says_why_jobs_sealed_with_later_pushes_were_left(
     assert sorted(every_pending(operator)) == sorted([j["payload"] for j in tail] + list(range(1000, 1040)))
 
 
+def test_a_forwarded_purge_outcome_says_whether_a_segment_was_kept_whole() -> None:
+    from queueadmin.dashboard.actions import _removed
+
+    assert _removed({"ids": ["a"], "in_segments": 3, "kept_whole": "seg/q/k"}) == (["a"], 3, True)
+    assert _removed({"ids": ["a"], "in_segments": 3, "kept_whole": None}) == (["a"], 3, False)
+    # A leader of an earlier release does not say: the dashboard reads the document after the run instead.
+    assert _removed({"ids": ["a"], "in_segments": 3}) == (["a"], 3, None)
+
+
 def test_a_queue_with_jobs_in_segments_cannot_be_forgotten(
         small_segments: None, broker: Broker, operator: Client) -> None:
     backlog(broker, n=100)
