@@ -20,19 +20,14 @@ sent again: the checker counts its jobs as possibly purged.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
-
-from django.core.signing import JSONSerializer, TimestampSigner
 
 from chaos.clients import Client
 from chaos.cluster import SECRET_KEY
 from chaos.history import Call
 from engine.ops import Purge, PurgeStatus
-from engine.wire import operator_json
+from queueadmin.api import forward
 
-# The signing namespace of queueadmin.api.forward (SALT), which the nodes check.
-SALT = "queueadmin.dashboard.forward"
 PURGE_EVERY_SECONDS = (0.5, 2.5)
 MOST_IDS = 4
 UNKNOWN_SHARE = 0.2
@@ -40,12 +35,9 @@ NOT_LEADER_RETRIES = 5
 
 
 def signed(op: Purge) -> bytes:
-    """``op`` as a standby's dashboard signs it, with a fresh nonce. The
-    signer gets its key here: the harness runs without Django settings."""
-    signer = TimestampSigner(key=SECRET_KEY, salt=SALT, fallback_keys=[])
-    text = signer.sign_object({**operator_json(op), "nonce": secrets.token_urlsafe(24)},
-                              serializer=JSONSerializer, compress=True)
-    return text.encode()
+    """``op`` as a standby's dashboard signs it (:func:`queueadmin.api.forward.sign`),
+    with the nodes' key: the harness runs without Django settings."""
+    return forward.sign(op, key=SECRET_KEY).encode()
 
 
 def candidates(calls: list[Call]) -> list[str]:

@@ -72,9 +72,11 @@ def insecure_key() -> bool:
     return str(settings.SECRET_KEY).startswith("django-insecure-")
 
 
-def sign(op: Operation) -> str:
-    """``op`` signed with the secret key, with a fresh random nonce."""
-    return signing.dumps({**encode(op), "nonce": secrets.token_urlsafe(24)}, salt=SALT, compress=True)
+def sign(op: Operation, *, key: str | None = None) -> str:
+    """``op`` signed with the secret key (``key``, without Django's settings:
+    the chaos harness signs as the nodes do), with a fresh random nonce."""
+    signer = signing.TimestampSigner(key=key, salt=SALT, fallback_keys=[] if key is not None else None)
+    return signer.sign_object({**encode(op), "nonce": secrets.token_urlsafe(24)}, compress=True)
 
 
 def unsign(text: str, *, policy: Policy) -> SignedOperation:

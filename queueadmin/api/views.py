@@ -18,8 +18,9 @@ import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django import db
 from django.core import signing
-from django.db import DatabaseError, close_old_connections
+from django.db import close_old_connections
 
 from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
 from engine.ops import Claim, Operation, get_job_op
@@ -216,7 +217,7 @@ async def operator(request: Request) -> Response:
     # database has no async driver here.
     try:
         fresh = await sync_to_async(_use_nonce)(signed.nonce)
-    except DatabaseError as exc:
+    except db.Error as exc:  # OperationalError, InterfaceError, ...
         # Without its nonce recorded, the request could be replayed: refuse it, run nothing.
         log.warning("an operator request was refused: its nonce could not be recorded: %s", exc)
         raise ApiError("database_unavailable", "the shared database could not record this operator request, so it "

@@ -471,8 +471,9 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
     if not (p.group or p.status or p.filter) or snapshot is None:
         return 0
     if p.filter:
-        matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)))
-        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out and not j.get("segment"))
+        # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
+        matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)), segments_too=False)
+        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
     elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()

@@ -183,15 +183,19 @@ def job_error(item: Doc) -> str | None:
     return item.get("error") if item.get("status") == "dead" else item.get("last_error")
 
 
-def matching(snapshot: Snapshot, filters: Mapping[str, str]) -> tuple[list[Doc], str | None]:
+def matching(snapshot: Snapshot, filters: Mapping[str, str], *,
+             segments_too: bool = True) -> tuple[list[Doc], str | None]:
     """The jobs ``filters`` (see :func:`job_filters`) select, in document
     order, each with its ``status``, and a notice for the operator (a search
-    that stopped at :data:`SEARCH_LIMIT`, an exact id not found)."""
+    that stopped at :data:`SEARCH_LIMIT`, an exact id not found). In format
+    2 an exact id and a payload search look in segment objects too (see
+    :func:`find_job`, :func:`_search_segments`); ``segments_too=False``
+    keeps them to the document, with no I/O."""
     queue, status = filters.get("queue") or None, filters.get("status") or None
     exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
     if exact:  # an exact id is the whole filter; found as a job page finds it, segments included
-        found, segment_error, key = find_job(snapshot, exact)
+        found, segment_error, key = find_job(snapshot, exact) if segments_too else (snapshot.job(exact), None, None)
         if segment_error is not None:
             notice = f"Looking for job {exact!r} in the segment objects failed: {segment_error}"
         elif not found:
@@ -217,7 +221,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str]) -> tuple[list[Doc],
                       "or status to search the rest.")
         budget = SEARCH_LIMIT - len(candidates)
         candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j)]
-        if _searches_segments(snapshot, filters):
+        if segments_too and _searches_segments(snapshot, filters):
             sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0))
             # In FIFO order across the document and the segments (dead letters, with no pos, last).
             candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))

@@ -57,6 +57,7 @@ from engine.lanes import LaneKeeper
 from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares
 from engine.lanetasks import last_key as _last_of
 from engine.ops import (
+    PurgeOutcome,
     claim_op,
     complete_op,
     fail_op,
@@ -120,6 +121,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.next_pos = 0
         self.n = 0
         self.stale: list[SealTask | RefillTask | MergeTask] = []
+        self.dry_runs: dict[str, int] = {}  # queue -> the next pos a dry run of its pending jobs saw
         self.pipeline: SealTask | None = None  # a seal in flight (see pipelined_seal)
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
         self.tokens: list[str] = []
@@ -458,6 +460,40 @@ class SegmentMachine(RuleBasedStateMachine):
             del pool[job.id]
             self.counter(queue)["purged"] += 1
             self.left.add(job.id)
+        self.after_step()
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def dry_run(self, queue: str) -> None:
+        """The dashboard's dry run of "every pending job of ``queue``": the
+        bound a later purge_bounded uses (the version's next pos)."""
+        self.dry_runs[queue] = self.state.next_pos
+
+    @precondition(lambda self: self.dry_runs)
+    @rule(data=st.data())
+    def purge_bounded(self, data: st.DataObject) -> None:
+        """The dry run's purge, whatever happened since (I9): it removes only
+        pending jobs below the bound, keeps a segment straddling it whole,
+        and names that segment in its outcome."""
+        queue = data.draw(st.sampled_from(sorted(self.dry_runs)))
+        bound = self.dry_runs.pop(queue)
+        self.model_expire()
+        refs = self.state.lanes.get(queue, [])
+        straddling = next((r for r in refs if r.last_pos >= bound), None)
+        if straddling is not None and straddling.front >= bound:
+            straddling = None
+        kept_from = straddling.front if straddling is not None else bound
+        gone = [j for j in self.jobs.values() if j.queue == queue and j.status == "pending" and j.pos < bound
+                and not (j.in_segment and j.pos >= kept_from)]
+        outcome = self.execute(purge_op(queue=queue, status="pending", before_pos=bound))
+        assert isinstance(outcome, PurgeOutcome), outcome
+        assert outcome.kept_whole == (straddling.key if straddling is not None else None), (outcome, straddling)
+        assert outcome.count == len(gone), (outcome, sorted(j.id for j in gone))
+        assert set(outcome.ids) == {j.id for j in gone if not j.in_segment}
+        event(f"purge_bounded: {'a segment kept whole' if straddling is not None else 'nothing straddles'}")
+        for job in gone:
+            del self.jobs[job.id]
+            self.counter(queue)["purged"] += 1
+            self.left.add(job.id)  # as purge_queue: a push of it again adds nothing
         self.after_step()
 
     @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
