@@ -27,12 +27,14 @@ only plans) and does the work on its own thread:
   the version before (dashboards, standbys) can finish reading it, and its
   id index with it;
 * **collect**: an object under the segment prefix written at an epoch
-  below this leader's, and referenced by no version since this leader took
-  over, is an orphan (its writer lost the commit that would have referenced
-  it, or died before deleting it). See ``docs/format.md`` for why this is
-  safe: such a writer's commit is conditional on a version this leader's
-  takeover already replaced, so it can never land. An id index whose
-  segment is gone is collected by the same rule.
+  below this leader's, or at its own epoch by another lane keeper (an
+  earlier tenure of this broker, which led again without a takeover write),
+  and referenced by no version since this keeper's first landed commit, is
+  an orphan (its writer lost the commit that would have referenced it, or
+  stopped before deleting it). See ``docs/format.md`` for why this is safe:
+  such a writer's commit is conditional on a version that this leader's
+  takeover, or its first landed commit, already replaced, so it can never
+  land. An id index whose segment is gone is collected by the same rule.
 
 Seal and Refill are conditional on the queue not having moved since they
 were planned; when one is refused, nothing changed, and a sealed object is
@@ -52,6 +54,7 @@ windows for refills, encoded jobs for merges and lookups) in
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -68,6 +71,7 @@ from engine.errors import (
     DocumentError,
     EngineError,
     NotLeader,
+    PreconditionFailed,
     SegmentUnreadable,
     StoreError,
     ValidationError,
@@ -92,6 +96,7 @@ from engine.segments import (
     digest,
     encode_segment,
     epoch_of_key,
+    keeper_of_key,
     segment_key,
     segment_prefix,
     write_segment,
@@ -201,6 +206,9 @@ class LaneKeeper:
         self.execute = execute
         self.submit = submit or self._submit_by_execute
         self.epoch = epoch
+        # Written into every key this keeper makes (engine.segments.keeper_of_key):
+        # its collector tells what an earlier keeper of this epoch left behind.
+        self.tag = secrets.token_hex(4)
         self.clock = clock
         self.grace_seconds = grace_seconds
         self.collect_seconds = collect_seconds
@@ -814,6 +822,17 @@ class LaneKeeper:
                 return False
         return bool(prev.key)
 
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether ``key`` holds exactly ``data``: a write refused because
+        the key exists is this very write landing on an earlier attempt
+        (deletable, as nothing references it) only then. Otherwise another
+        object drew the same key, and it may be referenced."""
+        try:
+            blob = self.store.get(key)
+        except StoreError:
+            return False
+        return blob is not None and blob.data == data
+
     def _write_segment(
         self, task: SealTask | MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
         oldest: datetime,
@@ -824,13 +843,14 @@ class LaneKeeper:
         or this keeper is stopping): the object is then deleted, since no
         version can name it."""
         queue = task.queue
-        key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos)
+        key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos, keeper=self.tag)
         data = encode_segment(queue, first_pos, parts)
         try:
             write_segment(self.store, key, data)
         except StoreError as exc:
             log.warning("queue %s: writing segment %s failed: %s", queue, key, exc)
-            delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
+            if not isinstance(exc, PreconditionFailed) or self._holds(key, data):
+                delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
             return None
         ref = SegmentRef(
             key=key, total=len(parts), consumed=0, front=first_pos, last_pos=last_pos, size=len(data),
@@ -1140,6 +1160,25 @@ class LaneKeeper:
             else:
                 self.dropped([key])  # try again after another grace
 
+    def _may_be_orphan(self, segment: str) -> bool:
+        """Whether no version after this leader's first landed commit can
+        ever reference ``segment`` (an object no version it saw referenced;
+        see docs/format.md, "Orphans"): written at an older epoch, or at this
+        epoch by another lane keeper, one of this broker's earlier tenures
+        (it stepped down, for a lost document or a failed heartbeat, and led
+        again without a takeover write). Such a keeper commits only through
+        its own committer, which was stopped, and that committer's last write
+        cannot land over this one's first landed write (the collector runs
+        only after it: ``_referenced``). A key without a keeper tag, of this
+        epoch, is never one (it predates the tags)."""
+        epoch = epoch_of_key(segment)
+        if epoch is None or epoch > self.epoch:
+            return False
+        if epoch < self.epoch:
+            return True
+        tag = keeper_of_key(segment)
+        return tag is not None and tag != self.tag
+
     def _collect(self) -> None:
         """One pass of the orphan collector (see the module)."""
         now = self.monotonic()
@@ -1169,8 +1208,7 @@ class LaneKeeper:
                 candidates.append((key, segment))
         suspects: dict[str, float] = {}
         for key, segment in candidates:
-            epoch = epoch_of_key(segment)
-            if epoch is None or epoch >= self.epoch or segment in known:
+            if segment in known or not self._may_be_orphan(segment):
                 continue
             first_seen = self._suspects.get(key, now)
             # Seen unreferenced in two passes at least collect_seconds apart:

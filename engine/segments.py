@@ -82,15 +82,19 @@ def segment_prefix(document_key: str) -> str:
     return f"{document_key}.seg/"
 
 
-def segment_key(document_key: str, *, queue: str, epoch: int, first_pos: int) -> str:
+def segment_key(document_key: str, *, queue: str, epoch: int, first_pos: int, keeper: str | None = None) -> str:
     """A new, unique key for a segment of ``queue`` starting at ``first_pos``.
 
     The key names the writer's broker epoch (read back by
-    :func:`epoch_of_key` for the collector's rule) and ends in a random
-    suffix, so two writers never pick the same key; ``If-None-Match`` makes
-    sure of it. Queue names are key-safe (letters, digits, ``_ . : -``).
+    :func:`epoch_of_key` for the collector's rule), a random suffix, so two
+    writers never pick the same key (``If-None-Match`` makes sure of it),
+    and, when given, the writing lane keeper's tag (read back by
+    :func:`keeper_of_key`: a leader that leads again in its own epoch tells
+    the objects its earlier keeper left from its own). Queue names are
+    key-safe (letters, digits, ``_ . : -``); ``keeper`` must be lowercase hex.
     """
-    return f"{segment_prefix(document_key)}{queue}/e{epoch:08d}-p{first_pos:014d}-{secrets.token_hex(4)}.json"
+    tag = f"-k{keeper}" if keeper is not None else ""
+    return f"{segment_prefix(document_key)}{queue}/e{epoch:08d}-p{first_pos:014d}-{secrets.token_hex(4)}{tag}.json"
 
 
 def epoch_of_key(key: str) -> int | None:
@@ -101,6 +105,16 @@ def epoch_of_key(key: str) -> int | None:
         return None
     digits = name[1:].split("-", 1)[0]
     return int(digits) if digits.isdigit() else None
+
+
+def keeper_of_key(key: str) -> str | None:
+    """The lane keeper tag written in a segment key (``…-k<tag>.json``), or
+    None for a key written without one (before keys carried it) or not made
+    by :func:`segment_key`."""
+    fields = key.rsplit("/", 1)[-1].removesuffix(".json").split("-")
+    if len(fields) != 4 or epoch_of_key(key) is None or not fields[3].startswith("k") or len(fields[3]) < 2:
+        return None
+    return fields[3][1:]
 
 
 # Where a segment's jobs start: the header before it holds only numbers, a
@@ -243,6 +257,7 @@ __all__ = [
     "digest",
     "encode_segment",
     "epoch_of_key",
+    "keeper_of_key",
     "newest_first",
     "read_segment",
     "read_segment_window",

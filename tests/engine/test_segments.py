@@ -3,7 +3,7 @@ back (sealing, refilling, deleting, collecting), through a real broker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -12,8 +12,9 @@ import pytest
 from engine import Broker, DocumentError, Policy
 from engine.ops import Purge, Tick, claim_op, complete_op, push_op
 from engine.parsing import parse_document
-from engine.segments import segment_key, segment_prefix
+from engine.segments import keeper_of_key, segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
+from engine.stores.wrappers import FaultyStore
 from tests.helpers import wait_for
 
 SMALL = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
@@ -223,6 +224,54 @@ def test_a_new_leader_collects_older_orphans_and_nothing_else(make_broker: Calla
     assert set(referenced) <= set(segments(store))  # still referenced: never collected
     assert foreign in segments(store)
     assert drain(second, "q", expect=100) == ids
+
+
+class Recording(FaultyStore):
+    """Passes everything through and keeps the last document written."""
+
+    last = b""
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        if key == "queue.json":
+            self.last = b"".join(parts)
+        return etag
+
+
+def test_a_leader_that_leads_again_in_its_epoch_collects_what_its_earlier_tenure_left(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A leader whose document vanished steps down (I10); restored, the
+    document still names it, so it leads again in the same epoch, with a new
+    lane keeper. What the earlier keeper left unreferenced (a deletion it
+    still owed, a segment whose swap went with it) is collected; the new
+    keeper's own objects, and own-epoch objects without a keeper tag, are
+    not (docs/format.md, "Orphans")."""
+    store = Recording(open_store("memory://"))
+    first = leader(make_broker, store, TENS)
+    ids = push(first, "q", 100)
+    wait_for(lambda: len(document(store).get("lanes", {}).get("q", {}).get("segments", [])) >= 3, what="sealed")
+    epoch = document(store)["broker"]["epoch"]
+    earlier = keeper_of_key(document(store)["lanes"]["q"]["segments"][0]["key"])
+    assert earlier is not None
+
+    store.inner.delete("queue.json")  # an operator's mistake; the node stops writing (I10)
+    wait_for(lambda: first.role != "leader", what="the leader stepped down")
+    left = segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9, keeper=earlier)
+    untagged = segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9 + 1)
+    store.put(left, b"{}")
+    store.put(untagged, b"{}")
+    store.inner.put("queue.json", store.last)  # restored, as it was last written
+    wait_for(lambda: first.role == "leader", what="leading again")
+    assert document(store)["broker"]["epoch"] == epoch  # the same epoch: no takeover write
+
+    wait_for(lambda: left not in segments(store), timeout=20, what="the earlier tenure's object collected")
+    referenced = [ref["key"] for ref in document(store)["lanes"]["q"]["segments"]]
+    assert set(referenced) <= set(segments(store))
+    assert untagged in segments(store)
+    assert drain(first, "q", expect=100) == ids
 
 
 def test_sealing_leaves_no_index_entries_behind() -> None:

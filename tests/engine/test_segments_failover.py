@@ -24,7 +24,7 @@ from engine import Broker, EngineError, Policy, QueueState, lanes
 from engine.lanes import LaneKeeper
 from engine.lanetasks import RefillTask, Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
-from engine.segments import epoch_of_key, segment_prefix
+from engine.segments import epoch_of_key, segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from engine.stores.base import Blob
 from engine.stores.wrappers import FaultyStore
@@ -102,6 +102,65 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     lanes.push("q", [f"k{i}" for i in range(5)])
     lanes.seal("q")
     assert lanes.state.lanes["q"][0].key != ref.key
+
+
+def test_the_collector_takes_older_epochs_and_other_keepers_of_its_own_never_its_own_or_untagged() -> None:
+    """The collector's rule, key by key (docs/format.md, "Orphans"): two
+    passes a collect interval apart delete what no version referenced and
+    no later commit can reference, and nothing else."""
+    lanes = Lanes(SMALL)
+    lanes.push("q", [f"j{i:03d}" for i in range(60)])
+    lanes.seal("q")
+    (referenced,) = lanes.state.lanes["q"]
+    keeper = lanes.keeper
+
+    def key(epoch: int, tag: str | None, pos: int) -> str:
+        return segment_key(KEY, queue="q", epoch=epoch, first_pos=pos, keeper=tag)
+
+    collected = {key(2, None, 1), key(2, "0badcafe", 2), key(3, "0badcafe", 3)}
+    kept = {key(3, keeper.tag, 4), key(3, None, 5), key(4, "0badcafe", 6)}
+    for k in collected | kept:
+        lanes.store.put(k, b"{}")
+    now = [1000.0]
+    keeper.monotonic, keeper.collect_seconds, keeper._next_collect = (lambda: now[0]), 10, 0
+    keeper._collect()
+    assert collected | kept <= set(lanes.store.list(segment_prefix(KEY)))  # first seen: suspects only
+    now[0] += 10
+    keeper._collect()
+    left = set(lanes.store.list(segment_prefix(KEY)))
+    assert not collected & left and kept <= left and referenced.key in left, sorted(left)
+
+
+def test_a_segment_write_refused_because_its_key_exists_deletes_the_object_only_if_it_is_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keys end in 32 random bits, so two objects can draw the same one: the
+    write is refused (If-None-Match) and the object that was there, which a
+    version may reference, stays. Only an object holding this very write
+    (an earlier attempt of it landed) is deleted, as nothing references it."""
+    harness = Lanes(SMALL)
+    harness.push("q", [f"j{i:03d}" for i in range(60)])
+    drawn = segment_key(KEY, queue="q", epoch=3, first_pos=0)
+    monkeypatch.setattr(lanes, "segment_key", lambda *args, **kwargs: drawn)
+    harness.store.put(drawn, b"another segment")
+    task = harness.keeper._seal_task(harness.state, "q", harness.shares())
+    assert task is not None
+    harness.keeper._seal(task)
+    assert harness.keeper.sealed == 0 and "q" not in harness.state.lanes
+    blob = harness.store.get(drawn)
+    assert blob is not None and blob.data == b"another segment"
+
+    harness.store.delete(drawn)
+    real_put = harness.store.put
+
+    def landed_before(key: str, data: bytes, **kwargs: Any) -> str:
+        if key == drawn and kwargs.get("if_none_match"):
+            real_put(key, data)  # an earlier attempt of this very write landed
+        return real_put(key, data, **kwargs)
+
+    monkeypatch.setattr(harness.store, "put", landed_before)
+    harness.keeper._seal(task)
+    assert harness.keeper.sealed == 0 and harness.store.get(drawn) is None
 
 
 def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() -> None:
