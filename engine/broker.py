@@ -523,7 +523,7 @@ class Broker:
         """The committer's on_segments_dropped (its writer thread)."""
         keeper = self._keeper
         if keeper is not None:
-            keeper.dropped(keys)
+            keeper.reaper.dropped(keys)
 
     @property
     def segment_problems(self) -> dict[str, str]:

@@ -22,19 +22,10 @@ only plans) and does the work on its own thread:
   to be merged, gets an id index (:mod:`engine.idindex`), written before its
   Merge is committed or just after its Seal is queued, so that a job in it
   is found by id (:meth:`LaneKeeper.find_pending`);
-* **delete**: a segment a landed commit stopped referencing (refilled to
-  its end, purged) is deleted ``grace_seconds`` later, so that readers of
-  the version before (dashboards, standbys) can finish reading it, and its
-  id index with it;
-* **collect**: an object under the segment prefix written at an epoch
-  below this leader's, or at its own epoch by another lane keeper (an
-  earlier tenure of this broker, which led again without a takeover write),
-  and referenced by no version since this keeper's first landed commit, is
-  an orphan (its writer lost the commit that would have referenced it, or
-  stopped before deleting it). See ``docs/format.md`` for why this is safe:
-  such a writer's commit is conditional on a version that this leader's
-  takeover, or its first landed commit, already replaced, so it can never
-  land. An id index whose segment is gone is collected by the same rule.
+* **delete** and **collect**: segments a landed commit dropped go after a
+  grace, and orphans no version can reference any more are collected, by
+  the keeper's :class:`~engine.reaper.SegmentReaper` (see
+  :mod:`engine.reaper`).
 
 Seal and Refill are conditional on the queue not having moved since they
 were planned; when one is refused, nothing changed, and a sealed object is
@@ -57,7 +48,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -79,8 +69,6 @@ from engine.errors import (
 from engine.idindex import (
     build_index,
     index_key,
-    index_prefix,
-    segment_of_index,
     shared_index_cache,
 )
 from engine.lanecache import HeldSegments
@@ -89,16 +77,14 @@ from engine.model import Job
 from engine.ops import Excision, Merge, Operation, Refill, Seal
 from engine.parsing import parse_segment_jobs
 from engine.policy import Policy
+from engine.reaper import SegmentReaper
 from engine.segments import (
     JOB_LOOKUP_READS,
     SegmentRef,
     delete_quietly,
     digest,
     encode_segment,
-    epoch_of_key,
-    keeper_of_key,
     segment_key,
-    segment_prefix,
     write_segment,
 )
 from engine.stores.base import ObjectStore
@@ -133,21 +119,6 @@ MAX_FRONTS_HEADS = 2.5
 # Whether a front is short is counted up to this many times its refill
 # threshold (see LaneKeeper._front_short).
 FRONT_COUNT_AHEAD = 2
-# How often the collector lists the segments when its last pass found no
-# suspect (it lists every collect_seconds while it has some).
-IDLE_COLLECT_SECONDS = 3600.0
-# Deleting the segments a landed commit dropped is the keeper's least
-# urgent work (their grace is a minimum): at most DELETE_THREADS threads
-# delete at once, DELETE_BATCH keys per turn, each going back to the task
-# queue in between. A merge wave drops hundreds of segments at once (at 1M
-# jobs over ten queues, ~1,000 from seeding), each two requests (the
-# segment and its index); every thread that finished a task took the due
-# ones and worked through them, all 16 were soon deleting, and seals waited
-# for a thread while 2,048 producers pushed: the push commits' 90th
-# percentile went from 1.7 MB to 2.8-3.2 MB (python -m bench backlog
-# --depths 1000000 --queues 10).
-DELETE_THREADS = 2
-DELETE_BATCH = 8
 
 
 # A new leader reads the id indexes of the segments it found (see
@@ -155,10 +126,6 @@ DELETE_BATCH = 8
 # whether it is stopping: a gentle start, next to its first refills.
 WARM_THREADS = 4
 WARM_BATCH = 32
-
-# How many deleted segment keys the keeper remembers, so that an id index
-# written late (after its seal was queued) is not written for one of them.
-SEGMENTS_GONE_KEPT = 4096
 
 # A merge waits until its run of small segments holds ``merge_jobs`` jobs, or
 # this many segments (a queue with many small shares), whichever comes first.
@@ -210,8 +177,6 @@ class LaneKeeper:
         # its collector tells what an earlier keeper of this epoch left behind.
         self.tag = secrets.token_hex(4)
         self.clock = clock
-        self.grace_seconds = grace_seconds
-        self.collect_seconds = collect_seconds
         self.retry_seconds = retry_seconds
         self.threads = threads
         # Every deadline and pace below (deletions, retries, the collector,
@@ -226,8 +191,6 @@ class LaneKeeper:
         #: Counters for tests, benchmarks and health pages.
         self.sealed = 0
         self.refilled = 0
-        self.deleted = 0
-        self.collected = 0
         self.abandoned = 0
         self.merged = 0
         self._cond = threading.Condition()
@@ -267,14 +230,7 @@ class LaneKeeper:
         # Writer-thread memo: per queue, the shape of its lane when a scan last found nothing to merge.
         self._merge_none: dict[str, tuple[int, str, str, bool]] = {}
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
-        self._deletions: list[tuple[float, str]] = []  # (monotonic deadline, key), in deadline order
-        self._deleting = 0  # threads deleting now (at most DELETE_THREADS)
         self._referenced: frozenset[str] | None = None  # keys the latest landed version references
-        # Every key a version seen by this leader referenced, until this leader
-        # deletes it: the collector never touches them (see _collect).
-        self._known: set[str] = set()
-        self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
-        self._next_collect = 0.0
         # Decoded windows of the segments refills read, and the encoded jobs
         # of the segments this keeper sealed or a lookup by id read.
         self._held = HeldSegments(store)
@@ -283,10 +239,11 @@ class LaneKeeper:
         # leader's next tenure use too.
         self._indexes = shared_index_cache(store, key)
         self.warmed = 0  # id indexes read as the tenure started (see warm)
-        # Held to check or mark a segment gone (see _write_index): the keys of
-        # segments deleted lately.
-        self._index_lock = threading.Lock()
-        self._segments_gone: OrderedDict[str, None] = OrderedDict()
+        #: What this keeper deletes: dropped segments after their grace, and orphans.
+        self.reaper = SegmentReaper(
+            store, key=key, epoch=epoch, tag=self.tag, cond=self._cond, monotonic=monotonic,
+            grace_seconds=grace_seconds, collect_seconds=collect_seconds, held=self._held, indexes=self._indexes,
+        )
         # Merges copy up to merge_jobs jobs each (~7 MB encoded, more decoded):
         # one at a time, so that many threads sealing and refilling in
         # parallel do not also multiply the leader's memory.
@@ -298,6 +255,16 @@ class LaneKeeper:
         self._seal_fruitless: dict[str, tuple[int, int]] = {}
         self._stopping = False
         self._threads: list[threading.Thread] = []
+
+    @property
+    def deleted(self) -> int:
+        """Segments deleted after a landed commit dropped them."""
+        return self.reaper.deleted
+
+    @property
+    def collected(self) -> int:
+        """Orphan segments collected."""
+        return self.reaper.collected
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -425,7 +392,7 @@ class LaneKeeper:
                 # Hundreds of references at 5M: only a landed version's count.
                 referenced = frozenset(ref.key for refs in state.lanes.values() for ref in refs)
                 self._referenced = referenced
-                self._known |= referenced
+                self.reaper.seen(referenced)
             for task in tasks:
                 if not isinstance(task, WarmTask):
                     self._busy[task.queue] = task
@@ -592,20 +559,16 @@ class LaneKeeper:
         One of this many or more is never merged."""
         return max(1, self.policy.merge_jobs // 4)
 
-    def dropped(self, keys: list[str]) -> None:
-        """A landed commit stopped referencing ``keys``: delete them after the grace."""
-        deadline = self.monotonic() + self.grace_seconds
-        with self._cond:
-            self._deletions.extend((deadline, key) for key in keys)
-            self._cond.notify_all()
-
     # -- the keeper's thread -------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._tasks and not self._due_now():
-                    self._cond.wait(self._wait_seconds())
+                while not self._stopping and not self._tasks and not self.reaper.due_now():
+                    # Never a short poll: an idle leader's threads sleep until
+                    # a deletion or the collector's pass is due (I11).
+                    deadline = self.reaper.deadline()
+                    self._cond.wait(None if deadline is None else max(0.01, deadline - self.monotonic()))
                 if self._stopping:
                     return
                 task = self._tasks.pop(0) if self._tasks else None
@@ -619,8 +582,8 @@ class LaneKeeper:
                     self._merge(task)
                 elif isinstance(task, WarmTask):
                     self.warm(task.refs)
-                self._delete_due()
-                self._collect()
+                self.reaper.delete_due()
+                self.reaper.collect()
             except (NotLeader, CommitterStopped):
                 return  # the broker stops this keeper on a step-down
             except Exception:  # a bug: log it, keep the keeper alive (I8)
@@ -657,27 +620,6 @@ class LaneKeeper:
                 self._applied.pop(task.queue, None)
             if self._merge_slot is task:
                 self._merge_slot = self._merge_applied = None
-
-    def _due_now(self) -> bool:
-        now = self.monotonic()
-        return bool(self._may_delete() and self._deletions[0][0] <= now) or (
-            self._referenced is not None and now >= self._next_collect)
-
-    def _may_delete(self) -> bool:
-        """Whether a deletion is waiting and a thread may take it (under ``_cond``)."""
-        return bool(self._deletions) and self._deleting < DELETE_THREADS
-
-    def _wait_seconds(self) -> float | None:
-        """How long the threads may sleep: until a deletion is due or the
-        collector's next pass (only once a format-2 version was seen, since
-        it needs the references); None (until notified) when neither is
-        pending. Never a short poll: an idle leader's threads stay asleep (I11)."""
-        now = self.monotonic()
-        # Deletions only while a thread may take them: a deleting thread notifies when it is done.
-        deadlines = [self._deletions[0][0]] if self._may_delete() else []
-        if self._referenced is not None:
-            deadlines.append(self._next_collect)
-        return max(0.01, min(deadlines) - now) if deadlines else None
 
     def _seal(self, task: SealTask) -> bool:
         """Write the task's segment and queue its Seal. True once the Seal is
@@ -741,7 +683,7 @@ class LaneKeeper:
                 self._held.keep(key, task.parts)
             elif isinstance(outcome, ValidationError):
                 self.abandoned += 1
-                self._delete_now(key)
+                self.reaper.delete_now(key)
             elif not isinstance(outcome, (NotLeader, CommitterStopped)):
                 log.warning("queue %s: committing segment %s: %s", task.queue, key, outcome)
         finally:
@@ -753,21 +695,21 @@ class LaneKeeper:
         object now. Left, it waited for a later leader's collector pass, an
         hour on an idle one."""
         self.abandoned += 1
-        self._delete_segment(key)
+        self.reaper.delete_segment(key)
 
     def _write_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> None:
         """Write the id index of the segment ``ref`` (engine.idindex) and keep
         it. A failed write is only logged: a lookup then reads the segment
-        itself. Deleted with the segment (:meth:`_delete_segment`); a seal's
+        itself. Deleted with the segment (:meth:`SegmentReaper.delete_segment`); a seal's
         index is written after its Seal was queued, so the segment may have
         been refused and deleted already. A deletion marks its segment gone
         before deleting the index; the write checks the mark before and after
         its put, and deletes what it wrote if the segment went meanwhile, so
         that no index outlives its segment (the collector never takes
-        objects of this leader's own epoch)."""
+        this keeper's own objects)."""
         data, built = build_index(ref.sha256, parts)
         key = index_key(self.key, ref.key)
-        if self._gone(ref.key):
+        if self.reaper.gone(ref.key):
             return
         try:
             self.store.put(key, data, if_none_match=True)
@@ -775,40 +717,10 @@ class LaneKeeper:
             log.warning("writing the id index %s failed: %s", key, exc)
             delete_quietly(self.store, key)  # it may have landed (ambiguous)
             return
-        if self._gone(ref.key):  # deleted while the index was written: it may have missed this one
+        if self.reaper.gone(ref.key):  # deleted while the index was written: it may have missed this one
             delete_quietly(self.store, key)
             return
         self._indexes.put(ref.key, built)
-
-    def _gone(self, key: str) -> bool:
-        with self._index_lock:
-            return key in self._segments_gone
-
-    def _delete_segment(self, key: str) -> bool:
-        """Delete segment ``key`` and then its id index, if it has one (a
-        failure to delete the index is retried after a grace, see
-        _delete_due). False if the segment could not be deleted (the index
-        is then kept)."""
-        if not delete_quietly(self.store, key):
-            return False
-        with self._index_lock:
-            self._segments_gone[key] = None  # before the index goes: see _write_index
-            while len(self._segments_gone) > SEGMENTS_GONE_KEPT:
-                self._segments_gone.popitem(last=False)
-        self._indexes.forget(key)
-        index = index_key(self.key, key)
-        if not delete_quietly(self.store, index):
-            # Not left to the collector: it never takes this leader's own
-            # epoch, so the index would outlive its segment until the next
-            # takeover (chaos seed 52, a store error on the delete).
-            self.dropped([index])
-        return True
-
-    def _delete_now(self, key: str) -> None:
-        """Have a keeper thread delete ``key``, which no version references, without a grace."""
-        with self._cond:
-            self._deletions.insert(0, (self.monotonic(), key))
-            self._cond.notify_all()
 
     def _prev_queued(self, task: SealTask | MergeTask) -> bool:
         """For a seal planned behind another: wait until that one is in the
@@ -895,7 +807,7 @@ class LaneKeeper:
         except ValidationError:
             # The queue moved on (a purge, a requeue, a refill): nothing references the object.
             self.abandoned += 1
-            self._delete_segment(key)
+            self.reaper.delete_segment(key)
             return None
         except (NotLeader, CommitterStopped):
             raise
@@ -1094,7 +1006,7 @@ class LaneKeeper:
         (refused, or never submitted): nothing references them."""
         for excision in excisions:
             if excision.ref is not None:
-                self._delete_segment(excision.ref.key)
+                self.reaper.delete_segment(excision.ref.key)
 
     def forget_held(self) -> None:
         """Drop every segment's encoded jobs this keeper holds, and every id
@@ -1117,116 +1029,3 @@ class LaneKeeper:
         except DocumentError as exc:
             raise SegmentUnreadable(ref.key, exc.problem) from exc
         return job, pos, ref
-
-    def _delete_due(self) -> bool:
-        """Delete up to DELETE_BATCH segments whose grace is over, unless
-        DELETE_THREADS threads are deleting already (see DELETE_THREADS).
-        Returns whether it took any."""
-        now = self.monotonic()
-        with self._cond:
-            if not self._may_delete():
-                return False
-            due: list[str] = []
-            for deadline, key in self._deletions[:DELETE_BATCH]:
-                if deadline > now:
-                    break
-                due.append(key)
-            if not due:
-                return False
-            del self._deletions[:len(due)]  # in deadline order: the due ones lead
-            self._deleting += 1
-        try:
-            self._delete_keys(due)
-        finally:
-            with self._cond:
-                self._deleting -= 1
-                self._cond.notify_all()  # the rest may be due: another turn, on any thread
-        return True
-
-    def _delete_keys(self, due: list[str]) -> None:
-        """Delete ``due``: segments with their indexes, and indexes left over
-        by a failed delete; a key that fails goes back for another grace."""
-        for key in due:
-            if segment_of_index(self.key, key) is not None:
-                # An index whose delete failed after its segment went (see _delete_segment).
-                if not delete_quietly(self.store, key):
-                    self.dropped([key])
-                continue
-            self._held.forget(key)
-            if self._delete_segment(key):
-                self.deleted += 1
-                with self._cond:
-                    self._known.discard(key)
-            else:
-                self.dropped([key])  # try again after another grace
-
-    def _may_be_orphan(self, segment: str) -> bool:
-        """Whether no version after this leader's first landed commit can
-        ever reference ``segment`` (an object no version it saw referenced;
-        see docs/format.md, "Orphans"): written at an older epoch, or at this
-        epoch by another lane keeper, one of this broker's earlier tenures
-        (it stepped down, for a lost document or a failed heartbeat, and led
-        again without a takeover write). Such a keeper commits only through
-        its own committer, which was stopped, and that committer's last write
-        cannot land over this one's first landed write (the collector runs
-        only after it: ``_referenced``). A key without a keeper tag, of this
-        epoch, is never one (it predates the tags)."""
-        epoch = epoch_of_key(segment)
-        if epoch is None or epoch > self.epoch:
-            return False
-        if epoch < self.epoch:
-            return True
-        tag = keeper_of_key(segment)
-        return tag is not None and tag != self.tag
-
-    def _collect(self) -> None:
-        """One pass of the orphan collector (see the module)."""
-        now = self.monotonic()
-        with self._cond:
-            if self._referenced is None or now < self._next_collect:
-                return
-            self._next_collect = now + self.collect_seconds
-            # Not just the latest version's references: the committer hands
-            # the keeper versions with staged, unlanded changes, and a merge
-            # that drops references may yet fail. A key any version showed is
-            # this leader's to delete (after its drop lands), never an orphan.
-            known = frozenset(self._known)
-        try:
-            keys = self.store.list(segment_prefix(self.key))
-            # Listed after the segments: an index is written after its
-            # segment, so an index whose segment is in neither listing nor
-            # known lost its segment (or belongs to a fenced writer's).
-            indexes = self.store.list(index_prefix(self.key))
-        except StoreError as exc:
-            log.warning("collecting orphan segments of %s: %s", self.key, exc)
-            return
-        listed = frozenset(keys)
-        candidates = [(key, key) for key in keys]
-        for key in indexes:
-            segment = segment_of_index(self.key, key)
-            if segment is not None and segment not in listed:
-                candidates.append((key, segment))
-        suspects: dict[str, float] = {}
-        for key, segment in candidates:
-            if segment in known or not self._may_be_orphan(segment):
-                continue
-            first_seen = self._suspects.get(key, now)
-            # Seen unreferenced in two passes at least collect_seconds apart:
-            # defence in depth on top of the epoch rule.
-            if now - first_seen >= self.collect_seconds:
-                if key != segment:
-                    if delete_quietly(self.store, key):  # an index: not counted as a segment
-                        continue
-                elif self._delete_segment(key):
-                    self.collected += 1
-                    continue
-            suspects[key] = first_seen
-        self._suspects = suspects
-        if not suspects:
-            # Orphans of older epochs come from before this leader's takeover,
-            # found by the passes so far; after that only a writer paused
-            # through the takeover can add one. Listing rarely keeps an idle
-            # leader's requests flat (I11).
-            with self._cond:
-                self._next_collect = now + IDLE_COLLECT_SECONDS
-

@@ -168,7 +168,7 @@ class SegmentMachine(RuleBasedStateMachine):
         are deleted (the keeper's grace is 0 here)."""
         self.state.encoded(seq=self.state.seq + 1, writer=WRITER)
         for key in self.state.take_dropped_segments():
-            assert self.keeper._delete_segment(key)  # and its id index (engine.idindex)
+            assert self.keeper.reaper.delete_segment(key)  # and its id index (engine.idindex)
         # The keeper learns of each landed version (its planned tasks are
         # dropped: this machine runs the keeper's steps itself).
         self.keeper.committed(self.state)
@@ -529,7 +529,8 @@ class SegmentMachine(RuleBasedStateMachine):
         before = self.keeper.sealed, self.keeper.abandoned
         self.outcomes.clear()
         self.keeper._seal(task)
-        while self.keeper._delete_due():  # what the keeper's threads do next: a refused seal's object goes at once
+        # What the keeper's threads do next: a refused seal's object goes at once.
+        while self.keeper.reaper.delete_due():
             pass
         event(f"seal ({'fresh' if fresh else 'stale'}): {'landed' if self.keeper.sealed > before[0] else 'refused'}")
         if self.keeper.sealed > before[0]:

@@ -207,8 +207,8 @@ def test_an_index_goes_with_its_segment_and_an_orphan_index_is_collected(
     # An index left by a leader of an older epoch whose segment is gone.
     orphan = index_key("queue.json", "queue.json.seg/q/e00000000-p00000000000001-deadbeef.json")
     store.put(orphan, b"left behind")
-    keeper.collect_seconds = 0.05
-    keeper._next_collect = 0
+    keeper.reaper.collect_seconds = 0.05
+    keeper.reaper.next_collect = 0
     wait_for(lambda: orphan not in store.list(index_prefix("queue.json")), what="the orphan index collected")
     assert store.list(index_prefix("queue.json")), "the referenced segments' indexes stay"
     # Purging the queue drops every reference; the segments and their indexes go.
@@ -274,7 +274,7 @@ def test_a_late_index_is_not_written_for_a_segment_already_deleted(make_broker: 
     collector never takes this leader's own epoch)."""
     broker, keeper, doomed, parts = another_segment(make_broker, "doomed")
     ref = merged_refs(broker)[0]
-    assert keeper._delete_segment(doomed.key)
+    assert keeper.reaper.delete_segment(doomed.key)
     keeper._write_index(doomed, parts)
     assert index_key("queue.json", doomed.key) not in broker.store.list(index_prefix("queue.json"))
     # A segment not deleted gets its index as before.
@@ -356,7 +356,7 @@ def test_an_index_whose_delete_failed_is_deleted_on_a_retry(
         delete(name)
 
     monkeypatch.setattr(broker.store, "delete", delete_refused_once)
-    assert keeper._delete_segment(doomed.key) and refused == [key]
+    assert keeper.reaper.delete_segment(doomed.key) and refused == [key]
     wait_for(lambda: key not in broker.store.list(index_prefix("queue.json")), what="the index deleted on a retry")
     assert doomed.key not in broker.store.list(segment_prefix("queue.json"))
 
@@ -371,7 +371,7 @@ def test_an_index_written_while_its_segment_was_deleted_does_not_outlive_it(
 
     def put_while_deleting(key: str, data: bytes, **kwargs: object) -> str:
         if key == index_key("queue.json", racing.key):
-            assert keeper._delete_segment(racing.key)  # another keeper thread, at this very moment
+            assert keeper.reaper.delete_segment(racing.key)  # another keeper thread, at this very moment
         return put(key, data, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(broker.store, "put", put_while_deleting)

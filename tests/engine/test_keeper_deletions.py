@@ -4,7 +4,7 @@ A merge wave drops hundreds of segments at once, each two store requests
 (the segment and its id index). Every keeper thread that finished a task
 took whatever deletions were due and worked through them, so under a wave
 all its threads were soon deleting while seals waited for one, and the
-document grew with unsealed pushes (``engine.lanes.DELETE_THREADS``).
+document grew with unsealed pushes (``engine.reaper.DELETE_THREADS``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import threading
 
 from engine import Blob, MemoryStore, Policy
 from engine.idindex import index_key
-from engine.lanes import DELETE_THREADS, LaneKeeper
+from engine.lanes import LaneKeeper
 from engine.lanetasks import WarmTask
 from engine.model import utc_now
+from engine.reaper import DELETE_THREADS
 from engine.segments import SegmentRef
 from tests.helpers import wait_for
 
@@ -56,7 +57,7 @@ def test_a_wave_of_deletions_leaves_threads_for_the_keepers_other_work() -> None
         # Three drops in a row, as three commits' merges land: without a
         # limit, each of the three threads took one and blocked in it.
         for at in range(0, 30, 10):
-            keeper.dropped(keys[at:at + 10])
+            keeper.reaper.dropped(keys[at:at + 10])
             wait_for(lambda: store.waiting >= 1, what="a thread deleting")
             threading.Event().wait(0.2)
         ref = SegmentRef(key=keys[0].replace("-p", "-x"), total=1, consumed=0, front=0, last_pos=0, size=2,

@@ -122,11 +122,12 @@ def test_the_collector_takes_older_epochs_and_other_keepers_of_its_own_never_its
     for k in collected | kept:
         lanes.store.put(k, b"{}")
     now = [1000.0]
-    keeper.monotonic, keeper.collect_seconds, keeper._next_collect = (lambda: now[0]), 10, 0
-    keeper._collect()
+    reaper = keeper.reaper
+    reaper.monotonic, reaper.collect_seconds, reaper.next_collect = (lambda: now[0]), 10, 0
+    reaper.collect()
     assert collected | kept <= set(lanes.store.list(segment_prefix(KEY)))  # first seen: suspects only
     now[0] += 10
-    keeper._collect()
+    reaper.collect()
     left = set(lanes.store.list(segment_prefix(KEY)))
     assert not collected & left and kept <= left and referenced.key in left, sorted(left)
 
