@@ -5,7 +5,7 @@ the machine facts, a Markdown table and the target checks to stdout (progress
 goes to stderr), then the memory check unless ``--no-memory``.
 ``python -m bench memory`` runs only the memory check.
 ``python -m bench network [options]`` runs the broker over HTTP instead (the
-trivial-app limit, single-job pushes, unbatched and batched drains, on a
+trivial-app limit, single-job pushes, unbatched, single and batched drains, on a
 ``file://`` and a 50 ms store, load from separate processes; it needs no
 jqueue): see :mod:`bench.network`.
 ``python -m bench idle [options]`` measures one broker node's idle cost: its

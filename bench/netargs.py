@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-RUNS = ("limit", "push", "unbatched", "batched")
+RUNS = ("limit", "push", "unbatched", "single", "batched")
 STORES = ("file", "latency")
 DEFAULT_CLIENTS = (1, 8, 64)
 DEFAULT_SLOTS = (16, 64)
@@ -107,7 +107,7 @@ def parse_args(argv: list[str], *, description: str | None = None) -> NetworkCon
                         help=f"ms added to each get and put of the latency store "
                         f"(default: {DEFAULT_LATENCY_MS:g})")
     parser.add_argument("--worker-processes", type=_positive_int,
-                        help=f"processes an unbatched drain's Workers are spread over "
+                        help=f"processes an unbatched or single drain's Workers are spread over "
                         f"(default: {DEFAULT_WORKER_PROCESSES})")
     parser.add_argument("--timeout", type=_positive_float,
                         help=f"seconds a drain may take (default: the larger of {MIN_TIMEOUT_SECONDS:g} and one "

@@ -96,7 +96,9 @@ class Runner:
         return ids
 
     def _drainers(self, node: Node, *, mode: str, slots: int, queue: str) -> list[Child]:
-        """Unbatched: the slots as Workers of concurrency 1 over the worker processes; batched: one Worker."""
+        """Unbatched and single: the slots as Workers of concurrency 1 over the worker processes (single: with
+        the default protocol, each acknowledgement carrying the next claim; unbatched: the single-job calls);
+        batched: one Worker."""
         common = ["--url", node.url, f"--token={node.token}", "--queue", queue, "--wait-seconds", str(WAIT_SECONDS),
                   "--max-seconds", str(self.cfg.timeout + RESULT_TIMEOUT_SECONDS)]
         if mode == "batched":
@@ -107,9 +109,10 @@ class Runner:
         children = []
         for p in range(processes):
             workers = slots // processes + (p < slots % processes)
-            name = f"drain-u{slots}-{p}"
+            name = f"drain-{mode[0]}{slots}-{p}"
+            batch = ["--batch"] if mode == "single" else []
             children.append(self._child(name, "bench.drainer", [*common, "--name", name, "--workers", str(workers),
-                                                                 "--concurrency", "1"]))
+                                                                 "--concurrency", "1", *batch]))
         return children
 
     def drain(

@@ -15,7 +15,10 @@ Processes (all on this machine, sharing its cores):
   the trivial app;
 * **drain worker processes** (:mod:`bench.drainer`): unbatched, ``--worker-processes``
   processes sharing the slots as :class:`engine.Worker` instances with
-  concurrency 1 (one job per claim, one request per acknowledgement);
+  concurrency 1 and ``batch=False`` (the single-job calls: one claim and one
+  complete request per job); single, the same with the default
+  ``batch=True`` (each acknowledgement carries the next claim: one request
+  per job);
   batched, one process with one Worker of concurrency = slots (it claims up
   to its free slots per request, with ``WorkerOptions(batch=True)`` where
   that field exists). A no-op handler; 1 s long polls.
@@ -98,8 +101,10 @@ def header(cfg: NetworkConfig, machine: dict[str, Any]) -> str:
         "from /api/v1/health; sends no load); daphne serving bench.trivial:application (the limit) and one "
         "daphne broker node per store (queueadmin.asgi:application); per push run one load generator "
         f"process (bench.pushgen: raw asyncio HTTP/1.1, one keep-alive connection per client); per drain run "
-        f"{cfg.worker_processes} worker processes (unbatched: one engine.Worker per slot with concurrency 1, spread "
-        "over them) or one (batched: one engine.Worker with concurrency = slots), engine.BrokerClient each, "
+        f"{cfg.worker_processes} worker processes (unbatched: one engine.Worker per slot with concurrency 1 and "
+        "batch=False, the single-job calls: a claim and a complete per job; single: the same with the default "
+        "batch=True, each acknowledgement carrying the next claim: one request per job; both spread over "
+        "them) or one (batched: one engine.Worker with concurrency = slots), engine.BrokerClient each, "
         "no-op handler, 1 s long polls. All share this machine's cores with the node (see the load CPU column)."
     )
     lines.append(
@@ -127,10 +132,10 @@ def _measure_store(runner: Runner, node: Node, store: str, cfg: NetworkConfig, l
             pushed += ids
             push_ids += len(ids)
             _progress(f"{label} push, {clients} clients: {row.requests_per_s or 0:,.0f} req/s")
-    for mode in ("unbatched", "batched"):
+    for mode in ("unbatched", "single", "batched"):
         if mode not in cfg.runs:
             continue
-        for slots in cfg.slots if mode == "unbatched" else sorted({*cfg.slots, *cfg.batched_slots}):
+        for slots in cfg.slots if mode != "batched" else sorted({*cfg.slots, *cfg.batched_slots}):
             row, ids, got = runner.drain(node, label=label, mode=mode, slots=slots, queue=f"drain-{mode}-{slots}")
             rows.append(row)
             pushed += ids
@@ -168,7 +173,7 @@ def measure(cfg: NetworkConfig, tmp: Path) -> Outcome:
                     limits[clients] = row.requests_per_s
                 _progress(f"trivial app, {clients} clients: {row.requests_per_s or 0:,.0f} req/s")
     for store in cfg.stores:
-        if not {"push", "unbatched", "batched"} & set(cfg.runs):
+        if not {"push", "unbatched", "single", "batched"} & set(cfg.runs):
             break
         folder = tmp / store
         folder.mkdir()

@@ -37,7 +37,8 @@ def test_a_tiny_quick_run_prints_every_row_and_passes_the_exactly_once_check() -
     expected = {("—", "trivial app", "1"), ("—", "trivial app", "4")}
     for store in ("file://", "memory+50ms"):
         expected |= {(store, "push", "1"), (store, "push", "4")}
-        expected |= {(store, "drain unbatched", "2"), (store, "drain batched", "2"), (store, "drain batched", "3")}
+        expected |= {(store, "drain unbatched", "2"), (store, "drain single", "2"), (store, "drain batched", "2"),
+                     (store, "drain batched", "3")}
     assert found == expected
     out = done.stdout
     assert "file://: exactly once: PASS" in out
@@ -82,3 +83,19 @@ def test_the_latency_target_is_judged_at_a_slot_count_that_meets_both_halves() -
                          file_store="file://", latency_store="memory+50ms")
     [latency] = [line for line in lines if "memory+50ms" in line and "batched" in line]
     assert "3,900 jobs/s, p99 180.0 ms (512 slots) — MISS" in latency
+
+
+def test_the_one_job_per_request_target_reads_both_protocols_and_names_the_one_it_judged() -> None:
+    def drained(mode: str, jobs: int, p99: float) -> Row:
+        return Row(store="file://", kind="drain", mode=mode, width=64, jobs=jobs, seconds=1.0, p99_ms=p99)
+
+    def line(rows: list[Row]) -> str:
+        [found] = [x for x in target_lines(rows, file_store="file://", latency_store="memory+50ms")
+                   if "one job per request" in x]
+        return found
+
+    assert line([drained("unbatched", 450, 105.0), drained("single", 1050, 90.0)]).endswith(
+        "1,050 jobs/s, p99 90.0 ms (64 slots, single) — PASS")
+    assert line([drained("unbatched", 450, 105.0), drained("single", 780, 134.6)]).endswith(
+        "780 jobs/s, p99 134.6 ms (64 slots, single) — MISS")
+    assert line([drained("unbatched", 450, 105.0)]).endswith("450 jobs/s, p99 105.0 ms (64 slots, unbatched) — MISS")
