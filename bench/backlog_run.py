@@ -483,7 +483,7 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     job_id, other_id = _id_in(store, ref, ref.total // 2), _id_in(store, other, other.total // 3)
     if job_id is None or other_id is None:
         return {"error": f"segment {ref.key} or {other.key} is gone"}
-    keeper.forget_held()
+    keeper.lookup.forget()
     reads, read_bytes = store.counts.get("get", 0), store.bytes_read
     try:
         started = time.perf_counter()
@@ -506,7 +506,7 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
         # A leader that took over reads every segment's index before any
         # lookup asks (LaneKeeper.warm, queued as its tenure starts): how
         # long that takes, and a first lookup after it (another job).
-        keeper.forget_held()
+        keeper.lookup.forget()
         started = time.perf_counter()
         warmed = keeper.warm([ref for refs in state.lanes.values() for ref in refs])
         warm_up = time.perf_counter() - started

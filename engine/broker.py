@@ -297,7 +297,7 @@ class Broker:
         """The job as ``GetJob`` shows it (pending, running or dead, no lease
         token), or, in format 2, a pending job that sits in a segment object,
         shown as a pending job with ``"segment"``, its object's key (see
-        ``LaneKeeper.find_pending`` for where it looks and the reads it may
+        ``SegmentLookup.find_pending`` for where it looks and the reads it may
         take: a job in a merged segment is found through its id index, one
         in a seal's segment among the ``JOB_LOOKUP_READS`` segments it may
         read). Raises JobNotFound otherwise, NotLeader, or
@@ -318,7 +318,7 @@ class Broker:
 
     def _sealed_job(self, sealed: JobSealed) -> dict[str, Any]:
         keeper = self._keeper
-        found = keeper.find_pending(sealed.job_id, sealed.refs) if keeper is not None else None
+        found = keeper.lookup.find_pending(sealed.job_id, sealed.refs) if keeper is not None else None
         if found is None:
             raise JobNotFound(sealed.job_id) from None
         job, _, ref = found

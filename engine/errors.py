@@ -216,7 +216,7 @@ class JobSealed(JobNotFound):
     """The job is not in the document, and the document references segment
     objects (format 2): it may be pending in one of them. ``refs`` are the
     references to look in, as ``(queue, SegmentRef)``, newest first
-    (``Broker.get_job`` does, through ``LaneKeeper.find_pending``). Over the
+    (``Broker.get_job`` does, through ``SegmentLookup.find_pending``). Over the
     wire it is a plain ``job_not_found``."""
 
     def __init__(

@@ -37,7 +37,7 @@ CACHED_JOBS = 65_536
 # cached, and the cache holds windows of every draining queue.
 REFILL_WINDOW = 4_096
 # Encoded jobs of segments this leader sealed, kept for merging them, and of
-# segments a lookup by id read (find_pending), so that polling does not re-read.
+# segments a lookup by id read (SegmentLookup.find_pending), so that polling does not re-read.
 SEALED_CACHE_BYTES = 64 * 1024 * 1024
 
 

@@ -21,7 +21,7 @@ only plans) and does the work on its own thread:
   hundred references, not thousands. A merged segment, and a seal too large
   to be merged, gets an id index (:mod:`engine.idindex`), written before its
   Merge is committed or just after its Seal is queued, so that a job in it
-  is found by id (:meth:`LaneKeeper.find_pending`);
+  is found by id (:meth:`SegmentLookup.find_pending`, :mod:`engine.lookup`);
 * **delete** and **collect**: segments a landed commit dropped go after a
   grace, and orphans no version can reference any more are collected, by
   the keeper's :class:`~engine.reaper.SegmentReaper` (see
@@ -58,7 +58,6 @@ from engine.document import FORMAT_SEGMENTS, QueueState
 from engine.errors import (
     CommitterNotRunning,
     CommitterStopped,
-    DocumentError,
     EngineError,
     NotLeader,
     PreconditionFailed,
@@ -73,13 +72,12 @@ from engine.idindex import (
 )
 from engine.lanecache import HeldSegments
 from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares, Task, WarmTask, id_prefix, last_key
+from engine.lookup import SegmentLookup, one_job
 from engine.model import Job
 from engine.ops import Excision, Merge, Operation, Refill, Seal
-from engine.parsing import parse_segment_jobs
 from engine.policy import Policy
 from engine.reaper import SegmentReaper
 from engine.segments import (
-    JOB_LOOKUP_READS,
     SegmentRef,
     delete_quietly,
     digest,
@@ -234,11 +232,13 @@ class LaneKeeper:
         # Decoded windows of the segments refills read, and the encoded jobs
         # of the segments this keeper sealed or a lookup by id read.
         self._held = HeldSegments(store)
-        # The id indexes of the segments (engine.idindex), for find_pending:
+        # The id indexes of the segments (engine.idindex), for lookups by id:
         # the process's one cache of them, which the dashboard and this
         # leader's next tenure use too.
         self._indexes = shared_index_cache(store, key)
         self.warmed = 0  # id indexes read as the tenure started (see warm)
+        #: Finds pending jobs by id in the segments, for Broker.get_job and excise.
+        self.lookup = SegmentLookup(self._held, self._indexes)
         #: What this keeper deletes: dropped segments after their grace, and orphans.
         self.reaper = SegmentReaper(
             store, key=key, epoch=epoch, tag=self.tag, cond=self._cond, monotonic=monotonic,
@@ -901,53 +901,11 @@ class LaneKeeper:
             elif self._merge_slot is task:
                 self._merge_applied = applied
 
-    def find_pending(
-        self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
-    ) -> tuple[Job, int, SegmentRef] | None:
-        """The pending job ``job_id``, its ``pos`` and its segment, if it sits
-        in one of ``refs`` (tried in order, newest first is best) and has not
-        been moved back yet. None if it is in none of them, as far as the
-        bound below lets it look.
-
-        First every segment whose encoded jobs this keeper holds (it sealed
-        the segment, or an earlier lookup read it: no I/O). Then, among the
-        others, the segments whose id index (:mod:`engine.idindex`: every
-        segment has one; read once, in parallel, and kept) may hold the id,
-        and last those without one (its write failed or has not happened
-        yet, or written before indexes existed); each one read is verified and kept,
-        at most ``reads`` of them, so a client polling a job by id does not
-        read its segment again. So a job in an indexed segment is always
-        found, and a lookup of an id that no segment holds reads no indexed
-        segment once the indexes are held. Raises SegmentUnreadable or
-        StoreError. Any thread: never the writer's (it may read)."""
-        needle = id_prefix(job_id)
-        unread: list[SegmentRef] = []
-        for _, ref in refs:  # first what this keeper holds: no I/O
-            parts = self._held.held(ref.key)
-            if parts is None:
-                unread.append(ref)
-                continue
-            found = self._search(needle, ref, parts)
-            if found is not None:
-                return found
-        # Then the segments whose index may hold the id, before any without one.
-        named, unindexed = self._indexes.candidates(job_id, unread)
-        for ref in named + unindexed:
-            if reads <= 0:
-                break
-            reads -= 1
-            parts = self._held.parts(ref)
-            self._held.keep(ref.key, parts)
-            found = self._search(needle, ref, parts)
-            if found is not None:
-                return found
-        return None
-
     def excise(
         self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
     ) -> tuple[list[Excision], list[str]]:
         """For a purge by ids (the broker's, see ``Broker.execute``): find
-        each of ``job_ids`` pending in ``refs`` (as :meth:`find_pending`
+        each of ``job_ids`` pending in ``refs`` (as :meth:`SegmentLookup.find_pending`
         does, within its bound), and write each segment holding some of
         them again, from its first job not moved back on, without them: a
         new object with its id index, this leader's epoch and a new key
@@ -965,7 +923,7 @@ class LaneKeeper:
         found: dict[str, tuple[SegmentRef, list[Job]]] = {}
         missing: list[str] = []
         for job_id in dict.fromkeys(job_ids):
-            hit = self.find_pending(job_id, refs)
+            hit = self.lookup.find_pending(job_id, refs)
             if hit is None:
                 missing.append(job_id)
             else:
@@ -990,8 +948,8 @@ class LaneKeeper:
                 if not part.startswith(needles)]
         if not kept:
             return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=None, jobs=tuple(jobs))
-        first_job, first_pos, _ = self._one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
-        _, last_pos, _ = self._one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
+        first_job, first_pos, _ = one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
+        _, last_pos, _ = one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
         rest = [part for _, part in kept]
         new = self._write_segment(MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
                                   oldest=first_job.enqueued_at)
@@ -1007,25 +965,3 @@ class LaneKeeper:
         for excision in excisions:
             if excision.ref is not None:
                 self.reaper.delete_segment(excision.ref.key)
-
-    def forget_held(self) -> None:
-        """Drop every segment's encoded jobs this keeper holds, and every id
-        index of the process's cache (the dashboard's too), as on a leader
-        that just took over and has not read its indexes yet (tests and the
-        benchmark: what a cold lookup by id reads; see warm)."""
-        self._held.drop_parts()
-        self._indexes.clear()
-
-    def _search(self, needle: bytes, ref: SegmentRef, parts: Sequence[bytes]) -> tuple[Job, int, SegmentRef] | None:
-        for index in range(ref.consumed, len(parts)):
-            if parts[index].startswith(needle):
-                return self._one_job(ref, orjson.loads(parts[index]), index)
-        return None
-
-    @staticmethod
-    def _one_job(ref: SegmentRef, item: Any, index: int) -> tuple[Job, int, SegmentRef]:
-        try:
-            ((job, pos),) = parse_segment_jobs(ref.key, [item], first=index)
-        except DocumentError as exc:
-            raise SegmentUnreadable(ref.key, exc.problem) from exc
-        return job, pos, ref

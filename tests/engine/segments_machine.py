@@ -333,7 +333,7 @@ class SegmentMachine(RuleBasedStateMachine):
     def get_job(self, data: st.DataObject) -> None:
         """A job looked up by id, as ``Broker.get_job`` does: ``GetJob``, and
         for a job it says was sealed recently (``JobSealed``), a search of
-        the references it names (``LaneKeeper.find_pending``, reads unbounded
+        the references it names (``SegmentLookup.find_pending``, reads unbounded
         here). The answer must be the model's: in the document, in a segment
         (at its pos), or gone."""
         job_id = data.draw(st.sampled_from([*self.used, "never-pushed"]))
@@ -343,9 +343,9 @@ class SegmentMachine(RuleBasedStateMachine):
         if isinstance(outcome, JobSealed):
             keeper = self.keeper
             if data.draw(st.booleans(), label="as a leader that took over (nothing cached)"):
-                keeper.forget_held()
+                keeper.lookup.forget()
             held = {ref.key for _, ref in outcome.refs if keeper._held.held(ref.key) is not None}
-            found = keeper.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
+            found = keeper.lookup.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
             event(f"get_job: sealed, {'found' if found is not None else 'gone'}")
             if found is None:
                 assert job is None or not job.in_segment, f"{job_id} is in a segment and was not found"

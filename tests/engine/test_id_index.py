@@ -87,7 +87,7 @@ def as_after_a_takeover(broker: Broker) -> None:
     """Nothing held: the keeper of a leader that just took over."""
     keeper = broker._keeper
     assert keeper is not None
-    keeper.forget_held()
+    keeper.lookup.forget()
 
 
 def segment_reads(store: CountingStore, before: dict[str, int]) -> list[str]:

@@ -81,8 +81,8 @@ def test_a_segment_the_leader_did_not_seal_is_read_from_the_store(make_broker: C
     # Within the bound only: with no read allowed, not found.
     state = parse_document("queue.json", stored(broker.store), policy=POLICY)
     refs = tuple(("q", ref) for ref in state.lanes["q"])
-    assert keeper.find_pending("j25", refs, reads=0) is None
-    assert keeper.find_pending("j25", refs, reads=len(refs)) is not None
+    assert keeper.lookup.find_pending("j25", refs, reads=0) is None
+    assert keeper.lookup.find_pending("j25", refs, reads=len(refs)) is not None
 
 
 def test_an_unknown_id_or_a_purged_sealed_job_is_not_found(make_broker: Callable[..., Broker]) -> None:

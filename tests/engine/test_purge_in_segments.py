@@ -156,7 +156,7 @@ def test_a_purge_whose_segment_cannot_be_read_is_refused_and_changes_nothing(
     key = holder(store, ids[75])
     keeper = broker._keeper
     assert keeper is not None
-    keeper.forget_held()  # as a leader that has not read it yet
+    keeper.lookup.forget()  # as a leader that has not read it yet
     blob = store.get(key)
     assert blob is not None
     store.delete(key)
