@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -55,6 +56,21 @@ def read_until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
+
+
+def read_until_status(sock: socket.socket) -> bytes:
+    """One whole response on a connection that stays open (its body is as long as it says)."""
+    data = b""
+    while True:
+        head_part, found, body = data.partition(b"\r\n\r\n")
+        if found:
+            length = next((int(line.split(b":", 1)[1]) for line in head_part.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            if len(body) >= length:
+                return data
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection before its answer was complete"
+        data += chunk
 
 
 def parse(raw: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
@@ -104,6 +120,23 @@ def test_a_body_shorter_than_declared_gets_408_and_a_closed_connection(node: Nod
         status, headers, body = parse(read_until_closed(sock))
     assert status == 408 and body["error"] == "request_timeout"
     assert headers["connection"] == "close"
+
+
+def test_a_body_that_keeps_arriving_slowly_is_read_whatever_it_takes_in_all(node: Node) -> None:
+    """The 408 is for a body that stops, not for a slow one: each piece
+    arriving within the idle limit moves its deadline, so a body sent over
+    2.5 times the limit, a piece every half of it, is read and served."""
+    body = orjson.dumps({"queue": "slow", "payload": "x" * 40})
+    pieces = [body[i:i + 12] for i in range(0, len(body), 12)]
+    assert len(pieces) >= 5
+    with connect(node) as sock:
+        sock.sendall(head(node, "POST", "/api/v1/jobs", "Content-Type: application/json",
+                          f"Content-Length: {len(body)}", f"Authorization: Bearer {TOKEN}"))
+        for piece in pieces:
+            time.sleep(IDLE_SECONDS / 2)
+            sock.sendall(piece)
+        status, _, answer = parse(read_until_status(sock))
+    assert status == 201, answer
 
 
 def test_a_chunked_body_is_cut_off_at_the_limit(node: Node) -> None:

@@ -44,6 +44,65 @@ def test_importing_the_asgi_application_installs_the_edge() -> None:
     assert daphne.server.HTTPFactory is edge.EdgeHTTPFactory
 
 
+@pytest.mark.parametrize(("verbosity", "written"), [(0, 0), (1, 0), (2, 1), (3, 1)])
+def test_twisteds_own_access_line_is_formatted_only_where_daphne_sends_it(verbosity: int, written: int) -> None:
+    """At daphne's default verbosity (1) its Twisted log goes nowhere: the
+    line is not even formatted. Above it, the line reaches the stdlib logger."""
+    from types import SimpleNamespace
+
+    factory = edge.EdgeHTTPFactory(SimpleNamespace(verbosity=verbosity))
+    lines: list[str] = []
+    factory._logFile = SimpleNamespace(write=lines.append)
+    factory._logFormatter = lambda when, request: f"{request.method} {request.uri}"
+    factory.log(SimpleNamespace(method="POST", uri="/api/v1/ack"))
+    assert lines == ["POST /api/v1/ack\n"] * written
+
+
+def test_one_sweep_answers_stalled_bodies_and_stops_when_none_wait(
+    settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BodyWatch: a request's deadline moves with each piece of its body; the
+    sweep (every quarter of the idle limit) answers the ones past it, and is
+    not scheduled again once nothing waits (an idle broker has no timer)."""
+    settings.QUEUE_HTTP_IDLE_SECONDS = 8
+    clock = [100.0]
+    monkeypatch.setattr(edge.time, "monotonic", lambda: clock[0])
+    timers: list[tuple[float, object, tuple[object, ...]]] = []
+
+    def call_later(delay: float, fn: object, *args: object) -> None:
+        timers.append((delay, fn, args))
+
+    def fire() -> None:
+        _, fn, args = timers.pop(0)
+        fn(*args)  # type: ignore[operator]
+
+    stalled: list[str] = []
+
+    class Request:  # what BodyWatch calls on a request
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def stalled(self) -> None:
+            stalled.append(self.name)
+
+    slow, steady, quick = Request("slow"), Request("steady"), Request("quick")
+    watch = edge.BodyWatch()
+    for request in (slow, steady, quick):
+        watch.expect(request, call_later)  # type: ignore[arg-type]
+    assert [delay for delay, _, _ in timers] == [2.0]  # one timer for all of them
+    watch.done(quick)  # its body came in
+    clock[0] += 6
+    watch.arrived(steady)  # a piece at 6 s: due again at 14 s
+    clock[0] += 2
+    fire()  # at 8 s: slow is past its time
+    assert stalled == ["slow"] and len(timers) == 1
+    clock[0] += 6
+    fire()  # at 14 s: steady too
+    assert stalled == ["slow", "steady"] and timers == []  # nothing waits: no timer
+    watch.expect(quick, call_later)  # type: ignore[arg-type]
+    assert len(timers) == 1
+
+
 @pytest.mark.parametrize(("path", "length", "expected"), [
     ("/api/v1/jobs", LIMIT + 1, "payload_too_large"),
     ("/api/v1/jobs", LIMIT, None),
