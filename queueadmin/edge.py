@@ -263,7 +263,10 @@ class BodyWatch:
         now = time.monotonic()
         for request in [r for r, due in self._due.items() if due <= now]:
             del self._due[request]
-            request.stalled()
+            try:
+                request.stalled()
+            except Exception:  # one broken connection must not stop the watch for all others
+                log.exception("answering a stalled request body with 408 failed")
         self._sweeping = bool(self._due)
         if self._sweeping:
             call_later(interval, self._sweep, interval, call_later)

@@ -85,9 +85,13 @@ def test_one_sweep_answers_stalled_bodies_and_stops_when_none_wait(
         def stalled(self) -> None:
             stalled.append(self.name)
 
+    class Broken(Request):
+        def stalled(self) -> None:
+            raise OSError("the transport is gone")
+
     slow, steady, quick = Request("slow"), Request("steady"), Request("quick")
     watch = edge.BodyWatch()
-    for request in (slow, steady, quick):
+    for request in (Broken("broken"), slow, steady, quick):  # a broken one does not stop the others
         watch.expect(request, call_later)  # type: ignore[arg-type]
     assert [delay for delay, _, _ in timers] == [2.0]  # one timer for all of them
     watch.done(quick)  # its body came in
