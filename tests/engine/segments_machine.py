@@ -49,7 +49,7 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import engine.lanes as lanes_module
+import engine.laneplans as laneplans_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
@@ -587,7 +587,7 @@ class SegmentMachine(RuleBasedStateMachine):
         """The keeper's next merge of ``queue``, with runs of two small
         segments enough (``MAX_MERGE_RUN`` is 64 in the product; a run of 64
         never builds up in a few dozen steps, and merges went unexercised)."""
-        with mock.patch.object(lanes_module, "MAX_MERGE_RUN", 2):
+        with mock.patch.object(laneplans_module, "MAX_MERGE_RUN", 2):
             return self.keeper._merge_task(self.state, queue)
 
     def run_merge(self, task: MergeTask, *, fresh: bool) -> None:

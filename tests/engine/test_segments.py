@@ -695,7 +695,8 @@ def test_a_queue_claimed_fast_gets_a_deeper_front_and_an_idle_one_does_not() -> 
     stay within MAX_FRONTS_HEADS times head_jobs."""
     from datetime import UTC, datetime
 
-    from engine.lanes import MAX_FRONT_BOOST, MAX_FRONT_HEADS, MAX_FRONTS_HEADS, LaneKeeper
+    from engine.laneplans import MAX_FRONT_BOOST, MAX_FRONT_HEADS, MAX_FRONTS_HEADS
+    from engine.lanes import LaneKeeper
     from engine.lanetasks import Shares
 
     assert (MAX_FRONT_BOOST, MAX_FRONT_HEADS) == (4.0, 2.0)

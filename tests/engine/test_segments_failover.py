@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, EngineError, Policy, QueueState, lanes
+from engine import Broker, EngineError, Policy, QueueState, laneplans, lanes
 from engine.lanes import LaneKeeper
 from engine.lanetasks import RefillTask, Shares
 from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
@@ -291,7 +291,7 @@ def stored_segments(store: ObjectStore) -> set[str]:
 def steady_refills(monkeypatch: pytest.MonkeyPatch) -> None:
     """These scripts count the jobs each refill brings back: keep the fronts
     at their configured size, however fast the tests claim."""
-    monkeypatch.setattr(lanes, "MAX_FRONT_BOOST", 1.0)
+    monkeypatch.setattr(laneplans, "MAX_FRONT_BOOST", 1.0)
 
 
 @pytest.fixture
