@@ -394,7 +394,7 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
     pages through the segments in FIFO order: the page holding the middle
     job of the backlog, then the last page. Each load decodes the leader's
     latest document (like :func:`_overview_ms`) and builds the page's
-    context with :func:`queueadmin.dashboard.pages.jobs`, what the jobs view
+    context with :func:`queueadmin.dashboard.joblist.jobs`, what the jobs view
     calls, through the dashboard's own segment cache
     (:data:`queueadmin.dashboard.segments.cache`), which reads from the
     leader's store with its latency and bandwidth, as on a leader's node.
@@ -410,14 +410,14 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
         from unittest import mock
 
         from queueadmin import runtime
-        from queueadmin.dashboard import pages, segments
+        from queueadmin.dashboard import joblist, segments
 
         snapshot = _latest_snapshot(broker)
 
         def load(number: int) -> tuple[float, dict[str, Any]]:
             params = {"queue": queue, "status": "pending", "page": str(number)}
             started = time.perf_counter()
-            context = pages.jobs(snapshot(), params)
+            context = joblist.jobs(snapshot(), params)
             ms = (time.perf_counter() - started) * 1000
             if context["segment_error"]:
                 raise RuntimeError(context["segment_error"])
@@ -435,7 +435,7 @@ def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
         # The dashboard reads segments through this node's broker's store.
         with mock.patch.object(runtime, "get_broker", lambda: broker):
             _, first = load(1)
-            middle = first["total"] // 2 // pages.PAGE_SIZE + 1
+            middle = first["total"] // 2 // joblist.PAGE_SIZE + 1
             deep = measure(middle, empty=True)
             last = measure(first["pages"], empty=False)
         return {"page": middle, "pages": first["pages"], "total": first["total"],

@@ -40,7 +40,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import pages, segments
+from queueadmin.dashboard import joblist, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -66,7 +66,7 @@ class Plan:
     target: str = ""
     status: str = ""
     group: str = ""
-    #: The jobs list's filter (a query string, see :func:`.pages.job_filters`) it was planned from.
+    #: The jobs list's filter (a query string, see :func:`.joblist.job_filters`) it was planned from.
     filter: str = ""
     seq: int = 0
     ids: list[str] = field(default_factory=list)
@@ -174,7 +174,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
         for job_id in data["ids"]:
             # In format 2 a pending job may sit in a segment object: looked for
             # as its job page does (within that bound, through the cache).
-            found, segment_error, in_segment = pages.find_job(snapshot, job_id)
+            found, segment_error, in_segment = joblist.find_job(snapshot, job_id)
             if found is None:
                 p.notes.append(f"Job {job_id} could not be looked for in the segment objects ({segment_error}): "
                                "it is left out." if segment_error else
@@ -244,20 +244,20 @@ def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
 def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
     """Every job the jobs list's filter ``query`` matches now (not only its
     page), read as the list reads it, less those the action leaves out."""
-    filters = pages.job_filters(QueryDict(query))
+    filters = joblist.job_filters(QueryDict(query))
     p.filter = urlencode({k: v for k, v in filters.items() if v})
     if not p.filter:
         p.problems.append("Choose a filter first: an action on all matching jobs needs at least one.")
         return
     p.target = "filter: " + " ".join(f"{k}={v}" for k, v in filters.items() if v)
-    if pages.segmented_queue(snapshot, filters) is not None and p.removes:
+    if joblist.segmented_queue(snapshot, filters) is not None and p.removes:
         # Exactly one queue's pending jobs: those in segments too, as the list shows them.
         p.queue = filters["queue"]
         p.ids = [j["id"] for j in snapshot.select(queue=p.queue, status="pending")]
         p.expect = ["pending"] * len(p.ids)
         _plan_segments(p, snapshot)
         return
-    matches, notice = pages.matching(snapshot, filters)
+    matches, notice = joblist.matching(snapshot, filters)
     if notice:
         p.notes.append(notice)
     # A payload search lists hits inside segment objects too; acting on all of
@@ -293,7 +293,7 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
     for job_id in p.ids[:SAMPLE_SIZE]:
         found = snapshot.job(job_id)
         if found is None and snapshot.lanes and not p.segment_jobs:
-            found = pages.find_job(snapshot, job_id)[0]  # a selected job in a segment: cached since the plan
+            found = joblist.find_job(snapshot, job_id)[0]  # a selected job in a segment: cached since the plan
         if found is not None:
             p.sample.append(dict(found[0], status=found[1]))
     refs = snapshot.lanes.get(p.queue) if p.segment_jobs else None
@@ -472,7 +472,7 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         return 0
     if p.filter:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
-        matches, _ = pages.matching(snapshot, pages.job_filters(QueryDict(p.filter)), segments_too=False)
+        matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False)
         now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
     elif p.group:
         group = snapshot.dead_group(p.group)

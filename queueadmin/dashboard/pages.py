@@ -8,12 +8,10 @@ a page and its live update cannot disagree.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
 
 import orjson
 from django.db import DatabaseError
@@ -23,16 +21,12 @@ from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard import segments
-from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
+from queueadmin.dashboard.joblist import find_job, task_call
+from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
-from queueadmin.tasks import StoredResult, TaskView, describe, read_result
+from queueadmin.tasks import StoredResult, describe, read_result
 
-PAGE_SIZE = 50
-# A payload substring search reads at most this many jobs (and dead letters),
-# so a search over a huge document stays quick; the page says when it stopped.
-SEARCH_LIMIT = 20_000
-STATUSES = ("pending", "running", "dead")
 # No sign of any worker for this long while jobs wait: warn.
 WORKERS_QUIET_SECONDS = 60.0
 # Jobs must have waited this long before "no worker" is worth a warning.
@@ -132,255 +126,12 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
 # -- jobs -----------------------------------------------------------------------------------
 
 
-def payload_text(item: Doc) -> str:
-    """The payload as compact JSON text (for previews and search)."""
-    return orjson.dumps(item.get("payload")).decode()
-
-
-def task_call(view: TaskView) -> str:
-    """A task job's call as text: ``send_email("ada@example.com", retries=2)``."""
-    args = [orjson.dumps(a).decode() for a in view.args]
-    args += [f"{k}={orjson.dumps(v).decode()}" for k, v in view.kwargs.items()]
-    return f"{view.name}({', '.join(args)})"
-
-
 def task_result(job_id: str) -> tuple[StoredResult | None, str | None]:
     """The stored result of a task job, or the reason it cannot be read now."""
     try:
         return read_result(job_id), None
     except EngineError as exc:
         return None, f"{type(exc).__name__}: {exc}"
-
-
-#: The jobs list's filters, in the order its query string carries them.
-FILTERS = ("queue", "status", "q", "id", "worker", "error")
-#: The jobs list's sort orders (query ``sort``): a leading "-" reverses one.
-#: "age" is youngest first, "-age" oldest first; "attempts" fewest first.
-SORTS = ("age", "-age", "attempts", "-attempts")
-
-
-def job_filters(params: Mapping[str, str]) -> dict[str, str]:
-    """The jobs list's filters from query parameters (each "" when not set,
-    an unknown status dropped): what the list shows and what an action on
-    "all N matching this filter" plans against, read the same way."""
-    filters = {name: (params.get(name) or "").strip() for name in FILTERS}
-    if filters["status"] not in STATUSES:
-        filters["status"] = ""
-    return filters
-
-
-def job_worker(item: Doc) -> str | None:
-    """The worker holding the job's lease, or else the one that ran its last attempt."""
-    lease = item.get("lease")
-    if lease:
-        return str(lease["worker"])
-    history = item.get("history")
-    return str(history[-1]["worker"]) if history else None
-
-
-def job_error(item: Doc) -> str | None:
-    """The job's error: a dead letter's, or the last failed attempt's."""
-    return item.get("error") if item.get("status") == "dead" else item.get("last_error")
-
-
-def matching(snapshot: Snapshot, filters: Mapping[str, str], *,
-             segments_too: bool = True) -> tuple[list[Doc], str | None]:
-    """The jobs ``filters`` (see :func:`job_filters`) select, in document
-    order, each with its ``status``, and a notice for the operator (a search
-    that stopped at :data:`SEARCH_LIMIT`, an exact id not found). In format
-    2 an exact id and a payload search look in segment objects too (see
-    :func:`find_job`, :func:`_search_segments`); ``segments_too=False``
-    keeps them to the document, with no I/O."""
-    queue, status = filters.get("queue") or None, filters.get("status") or None
-    exact, needle = filters.get("id") or "", filters.get("q") or ""
-    notice = None
-    if exact:  # an exact id is the whole filter; found as a job page finds it, segments included
-        found, segment_error, key = find_job(snapshot, exact) if segments_too else (snapshot.job(exact), None, None)
-        if segment_error is not None:
-            notice = f"Looking for job {exact!r} in the segment objects failed: {segment_error}"
-        elif not found:
-            where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
-            notice = f"No job with id {exact!r} is in {where} (completed and purged jobs leave it)."
-        return ([dict(found[0], status=found[1], **({"segment": key} if key else {}))] if found else []), notice
-    if status is None:
-        candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
-            queue=queue, status="dead"))]
-    elif status == "dead":
-        candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
-    else:
-        candidates = snapshot.select(queue=queue, status=status)
-    worker, signature = filters.get("worker") or "", filters.get("error") or ""
-    if worker:
-        candidates = [j for j in candidates if job_worker(j) == worker]
-    if signature:
-        candidates = [j for j in candidates if (error := job_error(j)) is not None
-                      and error_signature(error) == signature]
-    if needle:
-        if len(candidates) > SEARCH_LIMIT:
-            notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
-                      "or status to search the rest.")
-        budget = SEARCH_LIMIT - len(candidates)
-        candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j)]
-        if segments_too and _searches_segments(snapshot, filters):
-            sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0))
-            # In FIFO order across the document and the segments (dead letters, with no pos, last).
-            candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))
-            notice = " ".join(n for n in (notice, segment_notice) if n) or None
-    return candidates, notice
-
-
-def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:
-    """Whether a payload search with ``filters`` goes on into segment
-    objects: they hold pending jobs only, which no worker holds."""
-    return bool(snapshot.lanes and filters.get("q") and (filters.get("status") or "pending") == "pending"
-                and not filters.get("worker") and not filters.get("error"))
-
-
-def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget: int) -> tuple[list[Doc], str]:
-    """The pending jobs in ``queue``'s segments (every queue's, for None),
-    in FIFO order per queue, whose payload holds ``needle``, reading at most
-    ``budget`` of them (what :data:`SEARCH_LIMIT` leaves after the
-    document's jobs), through :data:`.segments.cache`; and a notice saying
-    how far it got. An unreadable segment stops it and is named."""
-    refs = [(lane, ref) for lane, lane_refs in snapshot.lanes.items() if queue in (None, lane) for ref in lane_refs]
-    total = sum(ref.total - ref.consumed for _, ref in refs)
-    found: list[Doc] = []
-    read = 0
-    for _, ref in refs:
-        if read >= budget:
-            break
-        try:
-            jobs = segments.cache.jobs(ref)[ref.consumed:][: budget - read]
-        except EngineError as exc:  # SegmentUnreadable (I6) or store trouble: say which, keep what was found
-            return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects; then "
-                           f"{segments.describe(exc)}")
-        read += len(jobs)
-        found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j)]
-    if read < total:
-        return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects, the oldest first "
-                       f"(at most {SEARCH_LIMIT:,} jobs in all); narrow by queue to search further into one.")
-    return found, f"Searched the {total:,} pending jobs in segment objects too."
-
-
-def sort_jobs(items: list[Doc], sort: str) -> list[Doc]:
-    """``items`` in the order ``sort`` (one of :data:`SORTS`) names; document order otherwise."""
-    if sort.lstrip("-") == "age":
-        # Youngest first is the latest enqueue first; times compare as canonical strings.
-        return sorted(items, key=lambda j: sortable(j["enqueued_at"]), reverse=sort == "age")
-    if sort.lstrip("-") == "attempts":
-        return sorted(items, key=lambda j: int(j.get("attempts") or 0), reverse=sort == "-attempts")
-    return items
-
-
-def segmented_queue(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
-    """The queue whose pending jobs ``filters`` select exactly (queue and
-    status pending, nothing else) when that queue has segments (format 2):
-    the one filter whose list pages into segment objects. None otherwise."""
-    queue = filters.get("queue") or ""
-    only = filters.get("status") == "pending" and not any(
-        filters.get(name) for name in FILTERS if name not in ("queue", "status"))
-    return queue if only and queue in snapshot.lanes else None
-
-
-def pending_blocks(snapshot: Snapshot, queue: str) -> list[segments.Block]:
-    """``queue``'s pending jobs in FIFO order, as blocks (see
-    :func:`.segments.fifo_blocks`): counts only, no I/O."""
-    return segments.fifo_blocks(snapshot.select(queue=queue, status="pending"), snapshot.lanes.get(queue, []))
-
-
-def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
-    """Why jobs in segments are not in this list, when some could match."""
-    queue, status = filters.get("queue") or None, filters.get("status") or ""
-    if status not in ("", "pending") or filters.get("id") or _searches_segments(snapshot, filters):
-        return None
-    held = snapshot.in_segments(queue)
-    if not held:
-        return None
-    return (ngettext("%(n)d pending job sits in segment objects and is not listed (or searched) here",
-                     "%(n)d pending jobs sit in segment objects and are not listed (or searched) here",
-                     held) % {"n": held}
-            + ": filter by one queue and status pending, with no other filter, to page through them.")
-
-
-def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
-    """The jobs list. Filtered to one queue's pending jobs (and nothing
-    else) in format 2, it lists them all in FIFO order, reading only the
-    segment objects the page shows (through :data:`.segments.cache`); a
-    segment that cannot be read leaves the page's rows empty and says
-    which object (``segment_error``). Any other filter lists the document's
-    jobs only, and says how many pending jobs in segments it leaves out."""
-    filters = job_filters(params)
-    sort = params.get("sort") or ""
-    if sort not in SORTS:
-        sort = ""
-    segment_error = None
-    lane = segmented_queue(snapshot, filters) if not sort else None
-    if lane is not None:
-        blocks = pending_blocks(snapshot, lane)
-        total, notice, matches = sum(b.count for b in blocks), None, list[Doc]()
-    else:
-        matches, notice = matching(snapshot, filters)
-        matches = sort_jobs(matches, sort)
-        total = len(matches)
-        unlisted = _unlisted(snapshot, filters)
-        notice = " ".join(n for n in (notice, unlisted) if n) or None
-    pages = max(1, math.ceil(total / PAGE_SIZE))
-    try:
-        page = min(max(int(params.get("page") or 1), 1), pages)
-    except ValueError:
-        page = 1
-    start = (page - 1) * PAGE_SIZE
-    if lane is not None:
-        try:
-            shown = segments.page(blocks, start, PAGE_SIZE)
-        except EngineError as exc:  # SegmentUnreadable (I6) or store trouble: say so, show no rows
-            shown, segment_error = [], segments.describe(exc)
-    else:
-        shown = matches[start:start + PAGE_SIZE]
-    filter_query = urlencode({k: v for k, v in filters.items() if v})
-    return {
-        "snapshot": snapshot,
-        "queues": list(snapshot.queues),
-        "statuses": STATUSES,
-        # Suggestions for the worker and error filters (workers seen lately, dead-letter signatures).
-        "worker_names": [w.name for w in snapshot.workers()],
-        "signatures": sorted({g.signature for g in snapshot.dead_groups()}),
-        "filters": filters,
-        "filter_query": filter_query,
-        "filtered": any(filters.values()),
-        "sort": sort,
-        # Each header's link: the other direction when sorted by it, else the more useful one first.
-        "sort_links": {key: "?" + urlencode({**{k: v for k, v in filters.items() if v},
-                                             "sort": key if sort == f"-{key}" else f"-{key}"})
-                       for key in ("age", "attempts")},
-        "rows": [_row(snapshot, j) for j in shown],
-        "total": total,
-        "page": page,
-        "pages": pages,
-        "first_index": start + 1,
-        "last_index": start + len(shown),
-        "notice": notice,
-        "segment_error": segment_error,
-        "in_segments": snapshot.in_segments(lane) if lane is not None else 0,
-    }
-
-
-def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
-    lease = item.get("lease")
-    view = describe(item.get("payload"))
-    return {
-        "job": item,
-        "task": task_call(view) if view is not None else None,
-        "status": item["status"],
-        "enqueued_at": moment(item.get("enqueued_at")),
-        "not_before": moment(item.get("not_before")),
-        "worker": lease["worker"] if lease else None,
-        # Who ran the last attempt of a job no one holds (what the worker filter also matches).
-        "last_worker": None if lease else job_worker(item),
-        "payload": payload_text(item),
-        # Read from a segment object: no per-job action reaches it there (act on its queue).
-        "segment": item.get("segment"),
-    }
 
 
 # -- one job ----------------------------------------------------------------------------------
@@ -393,21 +144,6 @@ class Event:
     text: str
     detail: str | None = None
     tone: str = ""  # "", "ok", "warn", "bad"
-
-
-def find_job(snapshot: Snapshot, job_id: str) -> tuple[tuple[Doc, str] | None, str | None, str | None]:
-    """The job ``job_id`` and its status, looked up in the document, then
-    (format 2) in segment objects within :func:`.segments.find_in_segments`'s
-    bound; also an error reading a segment, if one stopped the lookup, and
-    the key of the segment the job was found in (None: not in one)."""
-    found = snapshot.job(job_id)
-    if found is not None or not snapshot.lanes:
-        return found, None, None
-    try:
-        hit = segments.find_in_segments(job_id, snapshot.lanes, sealed_recently=snapshot.sealed_recently(job_id))
-    except EngineError as exc:
-        return None, segments.describe(exc), None
-    return ((hit[0], "pending"), None, hit[2]) if hit is not None else (None, None, None)
 
 
 def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
-from queueadmin.dashboard import actions, pages, plans, segments
+from queueadmin.dashboard import actions, joblist, pages, plans, segments
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -74,7 +74,7 @@ class LivePage:
 
 
 def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    context = pages.jobs(snapshot, request.GET)
+    context = joblist.jobs(snapshot, request.GET)
     params = {k: v for k, v in context["filters"].items() if v}
     if context["sort"]:
         params["sort"] = context["sort"]

@@ -15,7 +15,7 @@ from django.test import Client
 from engine import Broker, ObjectStore
 from engine.ops import claim_op, fail_op, heartbeat_op, pause_op
 from queueadmin import runtime
-from queueadmin.dashboard import pages
+from queueadmin.dashboard import joblist, pages
 from queueadmin.dashboard.source import Rates, source
 from tests.helpers import stored
 from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
@@ -146,7 +146,7 @@ def test_jobs_page_finds_an_exact_id_and_searches_payloads(broker: Broker, viewe
 
 def test_payload_search_is_bounded_and_says_so(broker: Broker, viewer: Client,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pages, "SEARCH_LIMIT", 5)
+    monkeypatch.setattr(joblist, "SEARCH_LIMIT", 5)
     push(broker, "q", [f"n{i}" for i in range(8)])
     context = viewer.get("/jobs/", {"q": "n"}).context
     assert context["total"] == 5

@@ -268,7 +268,7 @@ def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_boun
     assert "are not listed (or searched) here" in viewer.get("/jobs/", {"q": "75", "error": "x"}).context["notice"]
     # The bound counts the document's jobs first, then the segments' oldest first.
     in_document = 100 - held
-    monkeypatch.setattr("queueadmin.dashboard.pages.SEARCH_LIMIT", in_document + 30)
+    monkeypatch.setattr("queueadmin.dashboard.joblist.SEARCH_LIMIT", in_document + 30)
     bounded = viewer.get("/jobs/", {"q": "75"})
     assert bounded.context["rows"] == []  # 75 is further in than 30 jobs into the segments
     assert bounded.context["notice"].startswith(f"Searched 30 of the {held} pending jobs in segment objects")
