@@ -249,6 +249,7 @@ class LaneKeeper(LanePlanning):
         return self
 
     def stop(self, timeout: float | None = None) -> None:
+        self.reaper.stop()
         with self._cond:
             self._stopping = True
             self._cond.notify_all()

@@ -99,6 +99,8 @@ class SegmentReaper:
         # Set by the first landed commit of this tenure: the collector runs
         # only after it (see _may_be_orphan).
         self.landed = False
+        # Set when the keeper stops (see stop): no collector pass after it.
+        self._stopped = False
         # Every key a version seen by this keeper referenced, until it
         # deletes it: the collector never touches them (see collect).
         self._known: set[str] = set()
@@ -137,6 +139,17 @@ class SegmentReaper:
         return bool(self._deletions) and self._deleting < DELETE_THREADS
 
     # -- scheduling -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The keeper stopped: no collector pass starts, nor deletes, after
+        this. Its threads are not waited for, and one may finish a slow task
+        long after the next tenure began. To this reaper, that tenure's
+        objects are another keeper's of its own epoch that no version it saw
+        referenced: a pass then could delete segments the new leader
+        references. (Deletions it owes stay: they are of objects a landed
+        commit dropped, which no later version references again.)"""
+        with self._cond:
+            self._stopped = True
 
     def dropped(self, keys: list[str]) -> None:
         """A landed commit stopped referencing ``keys``: delete them after the grace."""
@@ -245,7 +258,7 @@ class SegmentReaper:
         """One pass of the orphan collector, if one is due (see the module)."""
         now = self.monotonic()
         with self._cond:
-            if not self.landed or now < self.next_collect:
+            if self._stopped or not self.landed or now < self.next_collect:
                 return
             self.next_collect = now + self.collect_seconds
             # Not just the latest version's references: the committer hands
@@ -276,6 +289,8 @@ class SegmentReaper:
             # Seen unreferenced in two passes at least collect_seconds apart:
             # defence in depth on top of the epoch rule.
             if now - first_seen >= self.collect_seconds:
+                if self._stopped:  # stopped during this pass (see stop)
+                    break
                 if key != segment:
                     if delete_quietly(self.store, key):  # an index: not counted as a segment
                         continue

@@ -132,6 +132,25 @@ def test_the_collector_takes_older_epochs_and_other_keepers_of_its_own_never_its
     assert not collected & left and kept <= left and referenced.key in left, sorted(left)
 
 
+def test_a_stopped_keepers_collector_never_takes_the_next_tenures_objects() -> None:
+    """A keeper stops without waiting for its threads (a step-down), and the
+    next tenure of the same broker leads in the same epoch with a new tag.
+    A thread of the old keeper that finishes a slow task late (a store call
+    that hung) must not run the collector: to it, the new tenure's segments
+    are another keeper's of its epoch, unreferenced by any version it saw."""
+    lanes = Lanes(SMALL)
+    old = lanes.keeper.reaper
+    now = [1000.0]
+    old.monotonic, old.collect_seconds, old.next_collect = (lambda: now[0]), 10, 0
+    lanes.keeper.stop()
+    newer = segment_key(KEY, queue="q", epoch=3, first_pos=0, keeper="0badcafe")  # the next tenure's
+    lanes.store.put(newer, b"{}")
+    old.collect()
+    now[0] += 10
+    old.collect()
+    assert newer in lanes.store.list(segment_prefix(KEY))
+
+
 def test_a_segment_write_refused_because_its_key_exists_deletes_the_object_only_if_it_is_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
