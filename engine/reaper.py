@@ -141,8 +141,9 @@ class SegmentReaper:
     # -- scheduling -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """The keeper stopped: no collector pass starts, nor deletes, after
-        this. Its threads are not waited for, and one may finish a slow task
+        """The keeper stopped: no collector pass starts after this. (A pass
+        under way then deletes only suspects of its earlier passes, all
+        listed before the next tenure began.) Its threads are not waited for, and one may finish a slow task
         long after the next tenure began. To this reaper, that tenure's
         objects are another keeper's of its own epoch that no version it saw
         referenced: a pass then could delete segments the new leader
@@ -289,8 +290,6 @@ class SegmentReaper:
             # Seen unreferenced in two passes at least collect_seconds apart:
             # defence in depth on top of the epoch rule.
             if now - first_seen >= self.collect_seconds:
-                if self._stopped:  # stopped during this pass (see stop)
-                    break
                 if key != segment:
                     if delete_quietly(self.store, key):  # an index: not counted as a segment
                         continue
