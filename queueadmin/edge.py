@@ -182,18 +182,18 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
         super().handleContentChunk(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
-        self._disarm_stall()
+        self._unwatch()
         if self._refused:
             return  # answered already; the application never sees it
         super().requestReceived(command, path, version)
 
     def connectionLost(self, reason: Any) -> None:
-        self._disarm_stall()
+        self._unwatch()
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
         super().connectionLost(reason)
 
-    def _disarm_stall(self) -> None:
+    def _unwatch(self) -> None:
         if self._watch is not None:
             self._watch.done(self)
             self._watch = None
@@ -207,7 +207,7 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
     def _refuse(self, error: ApiError) -> None:
         """Answer ``error`` now, then drop the rest of the connection (module docstring)."""
         self._refused = True
-        self._disarm_stall()
+        self._unwatch()
         channel = self.channel
         transport = channel.transport
         log.info("refused before reading the body: %s %s", error.status, error.message)
