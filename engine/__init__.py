@@ -98,16 +98,13 @@ from engine.readiness import Readiness
 from engine.segments import JOB_LOOKUP_READS, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
-from engine.worker import (
+from engine.worker import PermanentFailure, Worker, WorkerStats, new_worker_id
+from engine.workeroptions import (
     DEFAULT_ACK_LINGER_SECONDS,
     DEFAULT_GRACE_SECONDS,
     DEFAULT_WAIT_SECONDS,
-    PermanentFailure,
-    Worker,
     WorkerOptions,
-    WorkerStats,
     default_heartbeat_interval,
-    new_worker_id,
 )
 
 __all__ = [

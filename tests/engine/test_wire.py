@@ -299,11 +299,11 @@ def test_a_not_leader_answer_naming_no_url_is_refused() -> None:
 
 
 def test_the_longest_wait_is_one_limit_for_client_worker_and_api() -> None:
-    from engine import http_client, worker
+    from engine import http_client, workeroptions
 
     assert wire.MAX_WAIT_SECONDS == 30.0
     assert vars(http_client)["MAX_WAIT_SECONDS"] is wire.MAX_WAIT_SECONDS
-    assert vars(worker)["MAX_WAIT_SECONDS"] is wire.MAX_WAIT_SECONDS
+    assert vars(workeroptions)["MAX_WAIT_SECONDS"] is wire.MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize("wait", [0, 0.5, 30, 30.0])
