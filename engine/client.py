@@ -18,7 +18,6 @@ from typing import Any
 from engine.errors import EngineError, QueueError, Unauthorized
 from engine.model import ClaimedJob, FailOutcome
 from engine.ops import (
-    Operation,
     claim_op,
     complete_op,
     fail_op,
@@ -29,6 +28,7 @@ from engine.ops import (
     push_op,
     requeue_op,
 )
+from engine.optypes import Operation
 from engine.policy import Policy
 
 

@@ -23,7 +23,7 @@ from engine.document import QueueState
 from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import new_writer_id, utc_now
-from engine.ops import Operation
+from engine.optypes import Operation
 from engine.parsing import parse_document
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
-from engine.ops import Operation, Purge
+from engine.optypes import Operation, Purge
 
 if TYPE_CHECKING:
     from engine.lanes import LaneKeeper

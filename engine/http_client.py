@@ -50,7 +50,8 @@ from engine.errors import (
     ValidationError,
 )
 from engine.model import ClaimedJob
-from engine.ops import Claim, Complete, Fail, Heartbeat, Operation, claim_op
+from engine.ops import claim_op
+from engine.optypes import Claim, Complete, Fail, Heartbeat, Operation
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
 from engine.wire import MAX_WAIT_SECONDS

@@ -6,6 +6,11 @@ Builders (``push_op``, ``claim_op``, …) check their input and raise
 submitted, so a bad request never reaches a commit. Ids and payload bytes are
 fixed here, so re-applying an operation after a lost race pushes the same
 job ids again (and pushes are idempotent by id).
+
+This module holds the builders and the checks of names, ids and text they
+run; the operations' types (``Push``, ``Claim``, …, :data:`Operation`) are
+in :mod:`engine.optypes` and payload encoding (:func:`encode_payload`) in
+:mod:`engine.payloads`, both re-exported here.
 """
 
 from __future__ import annotations
@@ -13,16 +18,35 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-import orjson
-
-from engine.errors import InvalidPayload, PayloadTooLarge, ValidationError
-from engine.model import Job, exact, new_job_id
+from engine.errors import ValidationError
+from engine.model import new_job_id
+from engine.optypes import (
+    Claim,
+    Complete,
+    Excision,
+    Expire,
+    Fail,
+    ForgetQueue,
+    GetJob,
+    Heartbeat,
+    Merge,
+    NewJob,
+    Operation,
+    Purge,
+    PurgeOutcome,
+    PurgeStatus,
+    Push,
+    Refill,
+    Requeue,
+    Seal,
+    SetPaused,
+    TakeOver,
+    Tick,
+)
+from engine.payloads import MAX_PAYLOAD_DEPTH, encode_payload
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
-from engine.segments import SegmentRef
 
 __all__ = [
     "ID_PATTERN",
@@ -75,254 +99,6 @@ QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 ID_PATTERN = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.:-]{1,200}")
 ID_RULE = "1-200 of letters, digits, '_', '.', ':' or '-', not only dots"
 MAX_WORKER_CHARS = 200
-# Payloads nested deeper than this are refused at push. orjson encodes at most
-# 254 levels, and every read wraps a payload in a few more (the document, an
-# API answer): this leaves room for any wrapping, so whatever push accepts,
-# every later read can encode.
-MAX_PAYLOAD_DEPTH = 128
-_JSON_DEPTH_LIMIT = 254
-PurgeStatus = Literal["pending", "running", "dead"]
-
-
-class NewJob(NamedTuple):
-    """One job of a push. A NamedTuple: a batch push builds thousands."""
-
-    id: str
-    payload: bytes
-    max_attempts: int
-    delay_seconds: float
-
-
-def _new_job(fields: tuple[str, bytes, int, float]) -> NewJob:
-    """``NewJob(*fields)`` without the Python-level ``__new__`` call."""
-    return tuple.__new__(NewJob, fields)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Push:
-    queue: str
-    jobs: tuple[NewJob, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Claim:
-    worker: str
-    queues: tuple[str, ...]
-    max_jobs: int
-    lease_seconds: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Heartbeat:
-    job_id: str
-    lease: str
-    lease_seconds: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Complete:
-    job_id: str
-    lease: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fail:
-    job_id: str
-    lease: str
-    error: str
-    retry_in_seconds: float | None = None
-    #: Dead-letter the job now, whatever attempts it has left (a failure no
-    #: retry can fix, such as a job naming code that does not exist).
-    give_up: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Expire:
-    """Send every lease past its deadline back to pending (or to the dead letters)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Requeue:
-    """Move running or dead jobs back to pending. With ``expect`` (one status
-    per id), only the jobs still in their expected status move; see
-    :func:`requeue_op`."""
-
-    job_ids: tuple[str, ...]
-    expect: tuple[PurgeStatus, ...] = ()
-
-
-class Excision(NamedTuple):
-    """Format 2: pending jobs a purge by id removes from inside a segment.
-    The leader rewrote the segment ``key`` of ``queue`` from its first
-    ``consumed`` jobs on, without ``jobs``, as ``ref`` (None: no job was
-    left), before the purge; the purge swaps the references."""
-
-    queue: str
-    key: str
-    consumed: int
-    ref: SegmentRef | None
-    jobs: tuple[Job, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Purge:
-    """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
-    With ``expect`` (one status per id), only the listed jobs still in their
-    expected status go. With ``before_pos`` (format 2), only the pending
-    jobs of ``queue`` whose ``pos`` is below it go, in the document and in
-    segments alike; see :func:`purge_op`.
-
-    Format 2, by ids: set by the leader's broker, never by a client (nor
-    forwarded). With ``seek``, ids that are in the document neither as jobs
-    nor as dead letters (nor finished lately) while it references segments
-    refuse the purge with :class:`~engine.errors.JobSealed` naming them all,
-    changing nothing: they may be pending in a segment. ``excisions`` are
-    those found there (see :class:`Excision`): the purge removes them with
-    the rest in one commit, and is refused with ValidationError, changing
-    nothing, if any of their segments moved on (refilled, merged, purged)."""
-
-    job_ids: tuple[str, ...] = ()
-    queue: str | None = None
-    status: PurgeStatus | None = None
-    expect: tuple[PurgeStatus, ...] = ()
-    before_pos: int | None = None
-    seek: bool = False
-    excisions: tuple[Excision, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PurgeOutcome:
-    """The outcome of a purge with ``before_pos``: the ids removed from the
-    document, and how many jobs left with the segment references dropped
-    (their ids are not read). ``kept_whole`` is the key of the segment that
-    held jobs on both sides of ``before_pos`` when the purge committed,
-    left whole (I9: it also holds jobs the dry run never counted), so its
-    counted jobs are still pending; None if there was none. Decided at
-    commit: a report read after it would race the refill that may follow."""
-
-    ids: list[str]
-    in_segments: int
-    kept_whole: str | None = None
-
-    @property
-    def count(self) -> int:
-        return len(self.ids) + self.in_segments
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetPaused:
-    """Pause or resume ``queue``. A paused queue takes pushes but hands out
-    no claims; running jobs carry on. Pausing a queue that has never had a
-    push creates its entry, so a queue can be paused before it is used."""
-
-    queue: str
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForgetQueue:
-    """Remove an empty queue's entry (its counters and paused flag) from the
-    document. Refused, changing nothing, if the queue holds any job (pending,
-    running or dead) when the operation commits; see :func:`forget_op`."""
-
-    queue: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GetJob:
-    """Read one job (pending, running or dead). Changes nothing; answered once
-    every write before it has landed, so it never shows uncommitted state."""
-
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Tick:
-    """The leader's heartbeat: forces a commit (and with it, lease expiry) even
-    when nothing else changed, so standbys see the leader is alive."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TakeOver:
-    """Name ``broker_id`` as the leader, one epoch above ``epoch`` (the epoch
-    that was read); every running lease gets a fresh full timeout."""
-
-    broker_id: str
-    url: str | None
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Seal:
-    """The leader's own (see :mod:`engine.lanes`): replace the pending jobs
-    ``jobs`` of ``queue`` (``(id, pos)`` pairs, in FIFO order) by ``ref``, a
-    segment already written with exactly those jobs. Refused, changing
-    nothing, unless each is still pending at that ``pos`` with no delay and
-    the queue's last segment is still ``after`` (None: it has none), and,
-    when ``parts`` (the jobs as the segment holds them) is given, unless
-    each still encodes exactly so.
-
-    ``parts`` matters because the lane keeper plans from the committer's
-    state when a write lands, and that state already holds the operations
-    staged for the next write: if that write fails, they are applied again
-    to a fresh read, and a job pushed again keeps its id and ``pos`` but
-    gets another ``enqueued_at``."""
-
-    queue: str
-    ref: SegmentRef
-    jobs: tuple[tuple[str, int], ...]
-    after: str | None
-    parts: tuple[bytes, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Refill:
-    """The leader's own (see :mod:`engine.lanes`): move ``jobs`` (``(job,
-    pos)`` pairs), the next jobs of ``queue``'s first segment ``key`` after
-    its first ``consumed``, back into the document. ``front`` and ``oldest``
-    describe the first job still in the segment afterwards (None when none
-    is left). Refused, changing nothing, unless the queue's first segment is
-    still ``key`` with ``consumed`` consumed."""
-
-    queue: str
-    key: str
-    consumed: int
-    jobs: tuple[tuple[Job, int], ...]
-    front: int | None
-    oldest: datetime | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Merge:
-    """The leader's own (see :mod:`engine.lanes`): replace the adjacent
-    segment references ``keys`` of ``queue`` by ``ref``, one segment already
-    written with all their jobs in order. Refused, changing nothing, unless
-    those references are still there, adjacent, in that order, and none has
-    been refilled from (``consumed`` 0)."""
-
-    queue: str
-    keys: tuple[str, ...]
-    ref: SegmentRef
-
-
-Operation = (
-    Push
-    | Claim
-    | Heartbeat
-    | Complete
-    | Fail
-    | Expire
-    | Requeue
-    | Purge
-    | SetPaused
-    | ForgetQueue
-    | GetJob
-    | Tick
-    | TakeOver
-    | Seal
-    | Refill
-    | Merge
-)
 
 
 # Queue names already checked (a few per broker): a dict lookup instead of a
@@ -375,58 +151,9 @@ def check_text(name: str, value: object) -> str:
     return value
 
 
-def encode_payload(payload: Any, *, limit: int) -> bytes:
-    """Encode one payload as JSON, refusing what JSON cannot hold."""
-    try:
-        # OPT_PASSTHROUGH_DATACLASS/DATETIME make dataclasses and datetimes an
-        # error instead of silently turning them into dicts and strings.
-        raw = orjson.dumps(payload, option=_PAYLOAD_OPTS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        if "Recursion limit" in str(exc):
-            raise _too_deep() from exc
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
-    if raw.count(b"[") + raw.count(b"{") > MAX_PAYLOAD_DEPTH:
-        # Only then can it be too deep (brackets inside strings count too,
-        # which costs at most this one extra encoding).
-        _reject_too_deep(payload)
-    if b"null" in raw:
-        # orjson writes NaN and Infinity as null; refuse rather than change the
-        # data. Only payloads with a null in them need the (slower) walk.
-        _reject_non_finite(payload)
-    if len(raw) > limit:
-        raise PayloadTooLarge(len(raw), limit)
-    return exact(raw)
-
-
-_PAYLOAD_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-
-
-def _reject_too_deep(payload: Any) -> None:
-    # orjson refuses to encode more than _JSON_DEPTH_LIMIT levels: inside
-    # enough empty lists, a payload encodes only if it is at most
-    # MAX_PAYLOAD_DEPTH deep. Exact, and no slower than one encoding.
-    wrapped = payload
-    for _ in range(_JSON_DEPTH_LIMIT - MAX_PAYLOAD_DEPTH):
-        wrapped = [wrapped]
-    try:
-        orjson.dumps(wrapped, option=_PAYLOAD_OPTS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise _too_deep() from exc
-
-
-def _too_deep() -> InvalidPayload:
-    return InvalidPayload(f"payload is nested more than {MAX_PAYLOAD_DEPTH} levels deep (lists and objects)")
-
-
-def _reject_non_finite(value: Any) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidPayload("payload contains NaN or Infinity, which JSON cannot hold")
-    if isinstance(value, dict):
-        for item in value.values():
-            _reject_non_finite(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _reject_non_finite(item)
+def _new_job(fields: tuple[str, bytes, int, float]) -> NewJob:
+    """``NewJob(*fields)`` without the Python-level ``__new__`` call."""
+    return tuple.__new__(NewJob, fields)
 
 
 def push_op(

@@ -21,7 +21,7 @@ from typing import Any
 from engine.document import QueueState
 from engine.errors import EngineError
 from engine.model import Departure
-from engine.ops import Operation
+from engine.optypes import Operation
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from datetime import datetime
 from engine.document import QueueState
 from engine.errors import EngineError
 from engine.model import ClaimedJob, utc_now
-from engine.ops import Claim
+from engine.optypes import Claim
 
 __all__ = ["WaitingClaims"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.model import ClaimedJob, FailOutcome
-from engine.ops import Claim, Complete, Fail, GetJob, Heartbeat, Operation, Push
+from engine.optypes import Claim, Complete, Fail, GetJob, Heartbeat, Operation, Push
 from engine.wire.reading import check_url, parse_time
 
 #: Shown instead of a lease token, wherever a job's lease is shown.

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import EngineError, ValidationError
-from engine.ops import Claim, Complete, Fail, Heartbeat, Operation, heartbeat_op
+from engine.ops import heartbeat_op
+from engine.optypes import Claim, Complete, Fail, Heartbeat, Operation
 from engine.policy import Policy
 from engine.wire.answers import outcome_from, outcome_json
 from engine.wire.codes import STATUS_BY_CODE, error_from_answer, error_json

@@ -29,6 +29,18 @@ import orjson
 from engine.errors import EngineError, ValidationError
 from engine.model import decode_payload, new_job_id
 from engine.ops import (
+    check_queue,
+    claim_op,
+    complete_op,
+    fail_op,
+    forget_op,
+    heartbeat_op,
+    pause_op,
+    purge_op,
+    push_op,
+    requeue_op,
+)
+from engine.optypes import (
     Claim,
     Complete,
     Fail,
@@ -41,16 +53,6 @@ from engine.ops import (
     Push,
     Requeue,
     SetPaused,
-    check_queue,
-    claim_op,
-    complete_op,
-    fail_op,
-    forget_op,
-    heartbeat_op,
-    pause_op,
-    purge_op,
-    push_op,
-    requeue_op,
 )
 from engine.policy import Policy
 from engine.wire.reading import Fields, json_type

@@ -1,0 +1,225 @@
+"""The job transitions: a job's life in the document, from push to claim,
+heartbeat, completion, failure (retry or dead letter), lease expiry and
+requeue. Functions of ``(state, operation, now)``, like every transition
+(see :mod:`engine.transitions`, which applies them and re-exports them).
+
+Ordering rules (I7): claims take pending jobs in FIFO order. A job that goes
+back to pending — retried after ``fail``, returned by an expired lease, or
+requeued — moves to the back of its queue.
+
+Split from :mod:`engine.transitions`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from engine.document import QueueState
+from engine.errors import JobNotFound, LeaseLost, ValidationError
+from engine.model import (
+    Attempt,
+    ClaimedJob,
+    DeadLetter,
+    FailOutcome,
+    Job,
+    Lease,
+    decode_payload,
+    new_lease_token,
+)
+from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, Requeue
+from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
+from engine.purging import still_expected
+
+__all__ = ["claim", "complete", "expire", "fail", "heartbeat", "push", "requeue"]
+
+
+def push(state: QueueState, op: Push, now: datetime) -> list[str]:
+    """Append the jobs at the back of ``op.queue``. A job whose id is already
+    in the document, or left it within the dedup window, is left as it is and
+    its id answered all the same (pushes are idempotent by id)."""
+    jobs, dead, finished, sealed, queue = state.jobs, state.dead, state.finished, state.sealed, op.queue
+    for new in op.jobs:
+        if new.id in jobs or new.id in dead or new.id in finished or new.id in sealed:
+            continue
+        counters = state.counters(queue)
+        not_before = now + timedelta(seconds=new.delay_seconds) if new.delay_seconds > 0 else None
+        # Job(id=..., queue=..., ...) in field order, without the keyword-argument
+        # __new__ (every push builds one).
+        fields = (new.id, queue, new.payload, "pending", 0, new.max_attempts, now, not_before, None, None, ())
+        state.add_job(tuple.__new__(Job, fields))
+        counters.pushed += 1
+    return [new.id for new in op.jobs]
+
+
+def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
+    """Lease up to ``op.max_jobs`` eligible pending jobs of the queues that
+    are not paused, oldest first. May be empty."""
+    claimed: list[ClaimedJob] = []
+    expires_at = now + timedelta(seconds=op.lease_seconds)
+    queues = [q for q in op.queues if q not in state.queues or not state.queues[q].paused]
+    for job in state.take_eligible(queues, op.max_jobs, now):
+        lease = Lease(
+            worker=op.worker,
+            token=new_lease_token(),
+            claimed_at=now,
+            heartbeat_at=now,
+            expires_at=expires_at,
+            seconds=op.lease_seconds,
+        )
+        running = job._replace(status="running", attempts=job.attempts + 1, not_before=None, lease=lease)
+        state.replace_job(running)
+        claimed.append(
+            ClaimedJob(
+                id=job.id,
+                queue=job.queue,
+                payload=decode_payload(job.payload),
+                attempt=running.attempts,
+                lease=lease.token,
+                lease_expires_at=expires_at,
+            )
+        )
+    return claimed
+
+
+def _leased(state: QueueState, job_id: str, token: str) -> Job:
+    """The running job ``job_id`` if ``token`` is its current lease; raises otherwise."""
+    job = state.jobs.get(job_id)
+    if job is None:
+        if job_id in state.dead:
+            raise LeaseLost(job_id, "the job is in the dead letters")
+        raise JobNotFound(job_id)
+    if job.lease is None or job.lease.token != token:
+        raise LeaseLost(job_id, "the lease expired or the job was handed to someone else")
+    return job
+
+
+def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
+    """Extend the lease by its length (or ``op.lease_seconds``); return the new deadline."""
+    job = _leased(state, op.job_id, op.lease)
+    assert job.lease is not None
+    seconds = op.lease_seconds if op.lease_seconds is not None else job.lease.seconds
+    expires_at = now + timedelta(seconds=seconds)
+    lease = job.lease._replace(heartbeat_at=now, expires_at=expires_at, seconds=seconds)
+    state.replace_job(job._replace(lease=lease))
+    return expires_at
+
+
+def complete(state: QueueState, op: Complete, now: datetime) -> None:
+    """Finish the job: it leaves the document; ``completed`` is counted."""
+    job = _leased(state, op.job_id, op.lease)
+    state.remove_job(job.id)
+    state.add_finished(job.id, now)
+    state.counters(job.queue).completed += 1
+    state.departed("completed", job, now)
+
+
+def _ended(job: Job, end: str, now: datetime, error: str | None = None) -> tuple[Attempt, ...]:
+    """``job``'s history with its running attempt appended as ended by ``end``."""
+    assert job.lease is not None
+    attempt = Attempt(
+        worker=job.lease.worker,
+        claimed_at=job.lease.claimed_at,
+        heartbeat_at=job.lease.heartbeat_at,
+        ended_at=now,
+        end=end,  # type: ignore[arg-type]
+        error=error[-HISTORY_ERROR_CHARS:] if error is not None else None,
+    )
+    return (*job.history, attempt)[-HISTORY_ATTEMPTS:]
+
+
+def _to_dead(state: QueueState, job: Job, error: str, now: datetime) -> None:
+    state.remove_job(job.id)
+    state.add_dead(
+        DeadLetter(
+            id=job.id,
+            queue=job.queue,
+            payload=job.payload,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            enqueued_at=job.enqueued_at,
+            died_at=now,
+            error=error,
+            history=job.history,
+        )
+    )
+    state.counters(job.queue).dead += 1
+
+
+def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
+    """Record a failed attempt: retry later at the back of the queue, or
+    dead-letter the job once its attempts reach ``max_attempts`` (or at once
+    with ``op.give_up``)."""
+    job = _leased(state, op.job_id, op.lease)
+    state.counters(job.queue).failed += 1
+    job = job._replace(history=_ended(job, "failed", now, op.error))
+    if op.give_up or job.attempts >= job.max_attempts:
+        _to_dead(state, job, op.error, now)
+        return FailOutcome(status="dead")
+    delay = op.retry_in_seconds if op.retry_in_seconds is not None else state.policy.backoff(job.attempts)
+    not_before = now + timedelta(seconds=delay) if delay > 0 else None
+    state.add_job(job._replace(status="pending", lease=None, not_before=not_before, last_error=op.error))
+    return FailOutcome(status="pending", not_before=not_before)
+
+
+def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
+    """Return every lease past its deadline: the job goes back to pending at the
+    back of its queue, or to the dead letters if its attempts are used up."""
+    expired: list[str] = []
+    for job in list(state.pop_expired(now)):
+        assert job.lease is not None
+        error = (
+            f"lease expired: worker {job.lease.worker!r} stopped heartbeating "
+            f"(last at {job.lease.heartbeat_at.isoformat()})"
+        )
+        state.counters(job.queue).failed += 1
+        job = job._replace(history=_ended(job, "expired", now, error))
+        if job.attempts >= job.max_attempts:
+            _to_dead(state, job, error, now)
+        else:
+            state.add_job(job._replace(status="pending", lease=None, not_before=None, last_error=error))
+        expired.append(job.id)
+    return expired
+
+
+def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
+    """Move running or dead jobs back to pending, at the back of their queue.
+
+    A running job keeps its attempt count (its lease is revoked; the old holder
+    gets LeaseLost). A dead job starts over with zero attempts. All or nothing:
+    an unknown or pending id refuses the whole operation. A conditional
+    requeue (``op.expect``) instead skips every job not in its expected
+    status. Returns the requeued ids.
+    """
+    if op.expect:
+        # Never a pending job: requeueing it would only move it to the back.
+        job_ids = [i for i in still_expected(state, op.job_ids, op.expect) if i not in state.jobs
+                   or state.jobs[i].status != "pending"]
+    else:
+        job_ids = list(op.job_ids)
+        for job_id in job_ids:
+            job = state.jobs.get(job_id)
+            if job is None and job_id not in state.dead:
+                raise JobNotFound(job_id)
+            if job is not None and job.status == "pending":
+                raise ValidationError(f"job {job_id!r} is already pending")
+    for job_id in job_ids:
+        running = state.jobs.get(job_id)
+        if running is not None:
+            history = _ended(running, "requeued", now)
+            state.add_job(running._replace(status="pending", lease=None, not_before=None, history=history))
+        else:
+            dead = state.remove_dead(job_id)
+            state.add_job(
+                Job(
+                    id=dead.id,
+                    queue=dead.queue,
+                    payload=dead.payload,
+                    status="pending",
+                    attempts=0,
+                    max_attempts=dead.max_attempts,
+                    enqueued_at=dead.enqueued_at,
+                    last_error=dead.error,
+                    history=dead.history,
+                )
+            )
+    return job_ids

@@ -1,0 +1,280 @@
+"""The operations' value types: one immutable request per kind of change
+to the queue (``Push``, ``Claim``, …, and the leader's own ``Seal``,
+``Refill`` and ``Merge``), and :data:`Operation`, their union.
+
+Built and validated by the builders of :mod:`engine.ops` (``push_op``,
+``claim_op``, …), which also re-exports every type here: code outside
+``engine/`` imports them from ``engine.ops``. Applied by the transitions
+(:mod:`engine.transitions`). Split from :mod:`engine.ops`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, NamedTuple
+
+from engine.model import Job
+from engine.segments import SegmentRef
+
+__all__ = [
+    "Claim",
+    "Complete",
+    "Excision",
+    "Expire",
+    "Fail",
+    "ForgetQueue",
+    "GetJob",
+    "Heartbeat",
+    "Merge",
+    "NewJob",
+    "Operation",
+    "Purge",
+    "PurgeOutcome",
+    "PurgeStatus",
+    "Push",
+    "Refill",
+    "Requeue",
+    "Seal",
+    "SetPaused",
+    "TakeOver",
+    "Tick",
+]
+
+PurgeStatus = Literal["pending", "running", "dead"]
+
+
+class NewJob(NamedTuple):
+    """One job of a push. A NamedTuple: a batch push builds thousands."""
+
+    id: str
+    payload: bytes
+    max_attempts: int
+    delay_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Push:
+    queue: str
+    jobs: tuple[NewJob, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    worker: str
+    queues: tuple[str, ...]
+    max_jobs: int
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    job_id: str
+    lease: str
+    lease_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Complete:
+    job_id: str
+    lease: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fail:
+    job_id: str
+    lease: str
+    error: str
+    retry_in_seconds: float | None = None
+    #: Dead-letter the job now, whatever attempts it has left (a failure no
+    #: retry can fix, such as a job naming code that does not exist).
+    give_up: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expire:
+    """Send every lease past its deadline back to pending (or to the dead letters)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requeue:
+    """Move running or dead jobs back to pending. With ``expect`` (one status
+    per id), only the jobs still in their expected status move; see
+    :func:`~engine.ops.requeue_op`."""
+
+    job_ids: tuple[str, ...]
+    expect: tuple[PurgeStatus, ...] = ()
+
+
+class Excision(NamedTuple):
+    """Format 2: pending jobs a purge by id removes from inside a segment.
+    The leader rewrote the segment ``key`` of ``queue`` from its first
+    ``consumed`` jobs on, without ``jobs``, as ``ref`` (None: no job was
+    left), before the purge; the purge swaps the references."""
+
+    queue: str
+    key: str
+    consumed: int
+    ref: SegmentRef | None
+    jobs: tuple[Job, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Purge:
+    """Remove jobs: the listed ids, or every job of ``queue`` with ``status``.
+    With ``expect`` (one status per id), only the listed jobs still in their
+    expected status go. With ``before_pos`` (format 2), only the pending
+    jobs of ``queue`` whose ``pos`` is below it go, in the document and in
+    segments alike; see :func:`~engine.ops.purge_op`.
+
+    Format 2, by ids: set by the leader's broker, never by a client (nor
+    forwarded). With ``seek``, ids that are in the document neither as jobs
+    nor as dead letters (nor finished lately) while it references segments
+    refuse the purge with :class:`~engine.errors.JobSealed` naming them all,
+    changing nothing: they may be pending in a segment. ``excisions`` are
+    those found there (see :class:`Excision`): the purge removes them with
+    the rest in one commit, and is refused with ValidationError, changing
+    nothing, if any of their segments moved on (refilled, merged, purged)."""
+
+    job_ids: tuple[str, ...] = ()
+    queue: str | None = None
+    status: PurgeStatus | None = None
+    expect: tuple[PurgeStatus, ...] = ()
+    before_pos: int | None = None
+    seek: bool = False
+    excisions: tuple[Excision, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeOutcome:
+    """The outcome of a purge with ``before_pos``: the ids removed from the
+    document, and how many jobs left with the segment references dropped
+    (their ids are not read). ``kept_whole`` is the key of the segment that
+    held jobs on both sides of ``before_pos`` when the purge committed,
+    left whole (I9: it also holds jobs the dry run never counted), so its
+    counted jobs are still pending; None if there was none. Decided at
+    commit: a report read after it would race the refill that may follow."""
+
+    ids: list[str]
+    in_segments: int
+    kept_whole: str | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.ids) + self.in_segments
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetPaused:
+    """Pause or resume ``queue``. A paused queue takes pushes but hands out
+    no claims; running jobs carry on. Pausing a queue that has never had a
+    push creates its entry, so a queue can be paused before it is used."""
+
+    queue: str
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetQueue:
+    """Remove an empty queue's entry (its counters and paused flag) from the
+    document. Refused, changing nothing, if the queue holds any job (pending,
+    running or dead) when the operation commits; see :func:`~engine.ops.forget_op`."""
+
+    queue: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetJob:
+    """Read one job (pending, running or dead). Changes nothing; answered once
+    every write before it has landed, so it never shows uncommitted state."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick:
+    """The leader's heartbeat: forces a commit (and with it, lease expiry) even
+    when nothing else changed, so standbys see the leader is alive."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakeOver:
+    """Name ``broker_id`` as the leader, one epoch above ``epoch`` (the epoch
+    that was read); every running lease gets a fresh full timeout."""
+
+    broker_id: str
+    url: str | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seal:
+    """The leader's own (see :mod:`engine.lanes`): replace the pending jobs
+    ``jobs`` of ``queue`` (``(id, pos)`` pairs, in FIFO order) by ``ref``, a
+    segment already written with exactly those jobs. Refused, changing
+    nothing, unless each is still pending at that ``pos`` with no delay and
+    the queue's last segment is still ``after`` (None: it has none), and,
+    when ``parts`` (the jobs as the segment holds them) is given, unless
+    each still encodes exactly so.
+
+    ``parts`` matters because the lane keeper plans from the committer's
+    state when a write lands, and that state already holds the operations
+    staged for the next write: if that write fails, they are applied again
+    to a fresh read, and a job pushed again keeps its id and ``pos`` but
+    gets another ``enqueued_at``."""
+
+    queue: str
+    ref: SegmentRef
+    jobs: tuple[tuple[str, int], ...]
+    after: str | None
+    parts: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refill:
+    """The leader's own (see :mod:`engine.lanes`): move ``jobs`` (``(job,
+    pos)`` pairs), the next jobs of ``queue``'s first segment ``key`` after
+    its first ``consumed``, back into the document. ``front`` and ``oldest``
+    describe the first job still in the segment afterwards (None when none
+    is left). Refused, changing nothing, unless the queue's first segment is
+    still ``key`` with ``consumed`` consumed."""
+
+    queue: str
+    key: str
+    consumed: int
+    jobs: tuple[tuple[Job, int], ...]
+    front: int | None
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Merge:
+    """The leader's own (see :mod:`engine.lanes`): replace the adjacent
+    segment references ``keys`` of ``queue`` by ``ref``, one segment already
+    written with all their jobs in order. Refused, changing nothing, unless
+    those references are still there, adjacent, in that order, and none has
+    been refilled from (``consumed`` 0)."""
+
+    queue: str
+    keys: tuple[str, ...]
+    ref: SegmentRef
+
+
+Operation = (
+    Push
+    | Claim
+    | Heartbeat
+    | Complete
+    | Fail
+    | Expire
+    | Requeue
+    | Purge
+    | SetPaused
+    | ForgetQueue
+    | GetJob
+    | Tick
+    | TakeOver
+    | Seal
+    | Refill
+    | Merge
+)
