@@ -27,12 +27,15 @@ segment in this process, and the RSS would mean nothing):
 
 Throughout, a thread samples this process's RSS every 0.1 s; the counted
 store records every document put (its size) and every byte the standby reads.
+
+The dashboard and lookup probes (:func:`_overview_ms`, :func:`_jobs_page`,
+:func:`_job_by_id`) are in :mod:`bench.backlog_probes`; waiting for the lane
+keeper to settle (:func:`_settle`) is in :mod:`bench.backlog_settle`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -42,20 +45,21 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from bench.backlog_probes import _job_by_id, _jobs_page, _overview_ms
+from bench.backlog_settle import SETTLE_TIMEOUT_SECONDS, _keeper_idle, _settle
 from bench.config import payload
 from bench.requests import CountingStore as CallCountingStore
-from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy, SegmentRef
+from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
 from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
 
 KEY = "queue.json"
 SEED_OPS = 8  # push operations per seeding commit
 SEED_OP_JOBS = 1_000  # jobs per seeding push operation
-SETTLE_TIMEOUT_SECONDS = 600.0
 RSS_SAMPLE_SECONDS = 0.1
 
 
@@ -158,38 +162,6 @@ def _doc_pending(broker: Broker) -> int:
     committer = broker.committer
     state = committer.state if committer is not None else None
     return sum(state.pending_here.values()) if state is not None else 0
-
-
-def _keeper_idle(broker: Broker) -> bool:
-    keeper = broker._keeper
-    if keeper is None:
-        return True
-    with keeper._cond:
-        return not keeper._tasks and not keeper._busy and keeper._merge_slot is None
-
-
-def _settle(broker: Broker, policy: Policy) -> float:
-    """Wait until the LaneKeeper has nothing left to seal or refill.
-
-    The keeper plans only when a commit lands, and skips a queue while its
-    previous task is running, so the commit of a task's own Seal plans
-    nothing for that queue: without other commits the next seal would wait
-    for the next heartbeat. Each step here commits a Tick to make it plan;
-    settled is two Ticks in a row after which nothing was planned."""
-    started = time.monotonic()
-    if policy.segment_jobs <= 0:
-        return 0.0
-    committer = broker.committer
-    assert committer is not None
-    quiet = 0
-    while quiet < 2:
-        if time.monotonic() - started > SETTLE_TIMEOUT_SECONDS:
-            raise TimeoutError(f"the backlog was not sealed down within {SETTLE_TIMEOUT_SECONDS:g} s")
-        while not _keeper_idle(broker):
-            time.sleep(0.01)
-        committer.execute(Tick(), timeout=SETTLE_TIMEOUT_SECONDS)
-        quiet = quiet + 1 if _keeper_idle(broker) else 0
-    return time.monotonic() - started
 
 
 def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy) -> tuple[float, float]:
@@ -343,183 +315,6 @@ def _heap_census(broker: Broker) -> dict[str, Any]:
         "cached_jobs": sum(len(v) for v in cached.values()),
         "objects": counts.most_common(8),
     }
-
-
-def _django() -> None:
-    """Set Django up for the dashboard's code, unless it already is (a test)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
-    import django
-    from django.apps import apps
-
-    if not apps.ready:
-        django.setup()
-
-
-def _latest_snapshot(broker: Broker) -> Callable[[], Any]:
-    """A function decoding the leader's latest version into the dashboard's
-    snapshot, anew at each call (what a page load of a new version costs)."""
-    from datetime import UTC, datetime
-
-    from queueadmin.dashboard.snapshot import decode_document
-
-    committer = broker.committer
-    assert committer is not None
-    etag, parts = committer.committed
-    data = b"".join(parts)
-    return lambda: decode_document(data, etag=etag, taken_at=datetime.now(UTC))
-
-
-def _overview_ms(broker: Broker, repeat: int = 5) -> float | dict[str, str]:
-    """The dashboard's overview of the leader's latest version: decode the
-    document into a snapshot and build the overview's context (median ms).
-    What an operator's first page load of a new version costs, without
-    rendering; the dashboard reads only the document (no segment)."""
-    try:
-        _django()
-        from queueadmin.dashboard import pages
-
-        snapshot = _latest_snapshot(broker)
-        samples = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            pages.overview(snapshot())
-            samples.append((time.perf_counter() - started) * 1000)
-        return statistics.median(samples)
-    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def _jobs_page(broker: Broker, queue: str, repeat: int = 5) -> dict[str, Any]:
-    """The dashboard's jobs list of ``queue``'s pending jobs, which in format 2
-    pages through the segments in FIFO order: the page holding the middle
-    job of the backlog, then the last page. Each load decodes the leader's
-    latest document (like :func:`_overview_ms`) and builds the page's
-    context with :func:`queueadmin.dashboard.joblist.jobs`, what the jobs view
-    calls, through the dashboard's own segment cache
-    (:data:`queueadmin.dashboard.segments.cache`), which reads from the
-    leader's store with its latency and bandwidth, as on a leader's node.
-
-    ``cold_ms`` is the first load with the cache emptied (after one load of
-    page 1, so Python's first-call costs are not counted), ``cached_ms`` the
-    median of ``repeat`` loads after it; ``segments_read`` what the cold
-    load read. The last page is loaded after the middle one, without
-    emptying the cache. Returns ``{"error": ...}`` if a load failed or a
-    segment could not be read."""
-    try:
-        _django()
-        from unittest import mock
-
-        from queueadmin import runtime
-        from queueadmin.dashboard import joblist, segments
-
-        snapshot = _latest_snapshot(broker)
-
-        def load(number: int) -> tuple[float, dict[str, Any]]:
-            params = {"queue": queue, "status": "pending", "page": str(number)}
-            started = time.perf_counter()
-            context = joblist.jobs(snapshot(), params)
-            ms = (time.perf_counter() - started) * 1000
-            if context["segment_error"]:
-                raise RuntimeError(context["segment_error"])
-            return ms, context
-
-        def measure(number: int, *, empty: bool) -> dict[str, Any]:
-            if empty:
-                segments.cache.clear()
-            reads = segments.cache.reads
-            cold, context = load(number)
-            read = segments.cache.reads - reads
-            cached = statistics.median(load(number)[0] for _ in range(repeat))
-            return {"cold_ms": cold, "cached_ms": cached, "segments_read": read, "rows": len(context["rows"])}
-
-        # The dashboard reads segments through this node's broker's store.
-        with mock.patch.object(runtime, "get_broker", lambda: broker):
-            _, first = load(1)
-            middle = first["total"] // 2 // joblist.PAGE_SIZE + 1
-            deep = measure(middle, empty=True)
-            last = measure(first["pages"], empty=False)
-        return {"page": middle, "pages": first["pages"], "total": first["total"],
-                "in_segments": first["in_segments"], **deep,
-                "last": {"page": first["pages"], **last}}
-    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def _id_in(store: CountingStore, ref: SegmentRef, at: int) -> str | None:
-    """The id of the job at ``at`` in segment ``ref``, read past the counted
-    store (which id to look for is not part of what is measured); None if
-    the segment is gone."""
-    blob = store.inner.get(ref.key)
-    return None if blob is None else str(orjson.loads(blob.data)["jobs"][at]["id"])
-
-
-def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5) -> dict[str, Any]:
-    """``Broker.get_job`` (``GET /api/v1/jobs/<id>``) of a job in the middle
-    of ``queue``'s backlog, in a segment with an id index (merged, or sealed
-    large), long out of the ``sealed`` window: ``cold_ms`` as on a leader
-    that just took over (the keeper holds no segment and no id index: it
-    reads every segment's index, then the one segment that holds the job), ``warm_ms`` the median of
-    ``repeat`` lookups after it (nothing read), ``unknown_ms`` the median of
-    lookups of an id no segment holds (after the cold one: the indexes are
-    held); then ``warm_up_s``, how long a new leader's reading of every
-    segment's index takes (``LaneKeeper.warm``, all queues), and
-    ``after_warm_up_ms``, a cold lookup of another job after it. Measured
-    once the keeper has settled (no seal, refill or merge running).
-    ``bytes_read``/``reads`` are what the cold lookup read, through the
-    leader's store with its latency and bandwidth. Returns
-    ``{"error": ...}`` if there is no merged segment or a lookup failed."""
-    keeper = broker._keeper
-    committer = broker.committer
-    if keeper is None or committer is None:
-        return {"error": "no keeper"}
-    _settle(broker, broker.policy)  # no seal, refill or merge reads while the lookup is timed
-    state = committer.state
-    if state is None:
-        return {"error": "no state"}
-    refs = [ref for ref in state.lanes.get(queue, []) if ref.total >= keeper.small_below]
-    if not refs:
-        return {"error": "no segment large enough to have an id index"}
-    ref, other = refs[len(refs) // 2], refs[len(refs) // 3]
-    job_id, other_id = _id_in(store, ref, ref.total // 2), _id_in(store, other, other.total // 3)
-    if job_id is None or other_id is None:
-        return {"error": f"segment {ref.key} or {other.key} is gone"}
-    keeper.lookup.forget()
-    reads, read_bytes = store.counts.get("get", 0), store.bytes_read
-    try:
-        started = time.perf_counter()
-        view = broker.get_job(job_id)
-        cold = (time.perf_counter() - started) * 1000
-        reads, read_bytes = store.counts.get("get", 0) - reads, store.bytes_read - read_bytes
-        if view.get("segment") != ref.key:
-            return {"error": f"found in {view.get('segment')}, not {ref.key}"}
-        warm = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            broker.get_job(job_id)
-            warm.append((time.perf_counter() - started) * 1000)
-        unknown = []
-        for n in range(repeat):
-            started = time.perf_counter()
-            with contextlib.suppress(EngineError):
-                broker.get_job(f"no-such-job-{n}")
-            unknown.append((time.perf_counter() - started) * 1000)
-        # A leader that took over reads every segment's index before any
-        # lookup asks (LaneKeeper.warm, queued as its tenure starts): how
-        # long that takes, and a first lookup after it (another job).
-        keeper.lookup.forget()
-        started = time.perf_counter()
-        warmed = keeper.warm([ref for refs in state.lanes.values() for ref in refs])
-        warm_up = time.perf_counter() - started
-        started = time.perf_counter()
-        if broker.get_job(other_id).get("segment") != other.key:
-            return {"error": f"{other_id} not found in {other.key}"}
-        after = (time.perf_counter() - started) * 1000
-    except EngineError as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"cold_ms": cold, "warm_ms": statistics.median(warm), "unknown_ms": statistics.median(unknown),
-            "reads": reads, "bytes_read": read_bytes, "indexed_segments": len(refs),
-            "references": len(state.lanes.get(queue, [])),
-            "warm_up_s": warm_up, "warmed": warmed, "after_warm_up_ms": after}
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
