@@ -33,37 +33,36 @@ Every operation is answered exactly once, whatever escapes (I8). An operation
 whose transition or encoding raises something unexpected is refused alone
 with OperationFailed: the state it may have half changed is thrown away, the
 document is read again and the rest of its batch is re-applied and written.
+
+This module holds :class:`GroupCommitter`: its tuning constants, its
+lifecycle and its writer thread's loop (taking, staging and lingering,
+then writing; every step guarded). Its base classes hold the rest: the
+callers' half, submitting operations and waiting for them, is
+:class:`~engine.commitcalls.CommitCalls`; applying, writing, settling a
+write and recovering after a failed one, :class:`~engine.commitwrites.CommitWrites`.
+What it tracks while it works is in :mod:`engine.pending`, and finding the
+operation that broke a batch in :mod:`engine.isolation`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from engine.backoff import jittered
-from engine.cas import state_of, write_state
 from engine.client import AsyncQueueMethods, QueueClient
+from engine.commitcalls import CommitCalls
+from engine.commitwrites import CommitWrites
 from engine.document import QueueState
-from engine.errors import (
-    CommitterNotRunning,
-    CommitterStopped,
-    CommitTimeout,
-    EngineError,
-    PreconditionFailed,
-    StoreUnavailable,
-)
-from engine.isolation import reapply_alone
+from engine.errors import CommitterStopped, EngineError
 from engine.lineage import Presence
 from engine.model import Departure, new_writer_id, utc_now
-from engine.ops import Merge, Operation, Refill, Seal, Tick, push_op
+from engine.ops import Merge, Refill, Seal, Tick
 from engine.pending import (
     FAILED,
     Batches,
@@ -76,7 +75,6 @@ from engine.pending import (
 )
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.stores.base import ObjectStore
-from engine.transitions import apply_batch
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +111,7 @@ _BACKGROUND = (Tick, Refill, Merge, Seal)
 DEFAULT_IDLE_GAP_SECONDS = 0.005
 
 
-class GroupCommitter(QueueClient, AsyncQueueMethods):
+class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
     """Applies operations in batches, one conditional write per batch.
 
     ``start()`` reads the document (raising DocumentError if it is unreadable)
@@ -247,120 +245,6 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
     def state(self) -> QueueState | None:
         """The in-memory state (only the writer thread changes it). For inspection."""
         return self._state
-
-    # -- submitting ------------------------------------------------------------
-
-    def _submit(self, pending: Pending) -> None:
-        queue = self._queue
-        with self._lock:  # the condition's lock, entered without Condition's Python-level wrapper
-            if not self._running:
-                raise CommitterNotRunning("the committer is not running; call start()")
-            queue.append(pending)
-            # Only the writer waits on the condition, and it takes the whole
-            # queue each time it wakes: only the first arrival must wake it.
-            if len(queue) == 1:
-                self._cond.notify()
-
-    def execute(self, op: Operation, *, timeout: float | None = None) -> Any:
-        """Commit ``op`` and wait for its outcome (blocking this thread).
-
-        With ``timeout``, wait at most that many seconds, then raise
-        CommitTimeout: the operation may still commit later."""
-        pending = Pending(op)
-        self._submit(pending)
-        assert pending.lock is not None
-        if not pending.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-            raise CommitTimeout(f"{type(op).__name__}: no answer within {timeout} s; it may still commit")
-        if isinstance(pending.result, BaseException):
-            raise pending.result
-        return pending.result
-
-    def submit(self, op: Operation, done: Callable[[Any], None]) -> None:
-        """Queue ``op`` without waiting: ``done`` gets its outcome (its result,
-        or the EngineError it failed with) exactly once (I8), once its commit
-        landed or it failed, on the writer thread. So ``done`` must be quick
-        and never block or do I/O. Raises CommitterNotRunning (nothing
-        queued). An operation submitted after this returns is applied after
-        ``op``.
-
-        For background work that must not hold a thread while its commit is
-        written: the lane keeper's seals (see ``LaneKeeper``)."""
-        self._submit(Pending(op, done=done))
-
-    def execute_many(self, ops: Sequence[Operation], *, timeout: float | None = None) -> list[Any]:
-        """Submit ``ops`` at once (they ride one commit, up to ``max_batch``)
-        and return one outcome per operation, in order: its result or its
-        EngineError (returned, not raised), each after its commit landed (I1).
-        Raises CommitterStopped (nothing submitted) or CommitTimeout (as execute)."""
-        pendings = [Pending(op) for op in ops]
-        self._submit_all(pendings)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for pending in pendings:
-            assert pending.lock is not None
-            if not pending.lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
-                raise CommitTimeout(f"{len(ops)} operations: no answer within {timeout} s; they may still commit")
-        return [pending.result for pending in pendings]
-
-    async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
-        """As :meth:`execute_many`, awaiting without blocking the event loop."""
-        pendings = [Pending(op, asyncio.get_running_loop()) for op in ops]
-        self._submit_all(pendings)
-        return list(await asyncio.gather(*(p.future for p in pendings if p.future), return_exceptions=True))
-
-    def _submit_all(self, pendings: list[Pending]) -> None:
-        with self._lock:  # all or none: a stopped committer takes none of them
-            if not self._running:
-                raise CommitterNotRunning("the committer is not running; call start()")
-            was_empty = not self._queue
-            self._queue.extend(pendings)
-            if was_empty and pendings:
-                self._cond.notify()
-
-    async def aexecute(self, op: Operation) -> Any:
-        """Commit ``op`` and await its outcome without blocking the event loop.
-
-        Cancelling the await does not withdraw the operation: it may still commit.
-        """
-        return await self._submit_async(op)
-
-    async def apush(
-        self,
-        queue: str,
-        payloads: Sequence[Any],
-        *,
-        max_attempts: int | None = None,
-        delay_seconds: float = 0,
-    ) -> list[str]:
-        # As AsyncQueueMethods.apush, awaiting the future directly rather than
-        # through aexecute's coroutine: one coroutine fewer per push.
-        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
-        result: list[str] = await self._submit_async(op)
-        return result
-
-    def _submit_async(self, op: Operation) -> asyncio.Future[Any]:
-        """Submit ``op``; the future (of the running loop) gets its outcome."""
-        pending = Pending(op, asyncio.get_running_loop())
-        self._submit(pending)
-        assert pending.future is not None
-        return pending.future
-
-    @property
-    def committed(self) -> tuple[str | None, list[bytes]]:
-        """The latest landed version: its ETag and encoded parts (no I/O).
-
-        The parts are immutable and shared with the writer: unchanged chunks
-        are the same ``bytes`` objects from one commit to the next, so a
-        reader may cache what it derives from each part by identity. Empty
-        before the first write lands.
-        """
-        version = self._committed
-        return (None, []) if version is None else (version[0], list(version[1]))
-
-    def document(self) -> dict[str, Any]:
-        """The latest committed document as parsed JSON ({} if none exists yet). No I/O."""
-        _, parts = self.committed
-        result: dict[str, Any] = orjson.loads(b"".join(parts)) if parts else {}
-        return result
 
     # -- the writer ------------------------------------------------------------
 
@@ -518,194 +402,6 @@ class GroupCommitter(QueueClient, AsyncQueueMethods):
             self._unsettled.clear()
             fail(victims, exc, self.stats)
             return FAILED
-
-    def _apply(self, staged: list[Pending], new: list[Pending]) -> list[Pending]:
-        """Apply ``new`` on top of the state, which already holds ``staged``
-        (reading it first if there is none). Returns the operations to write
-        next: ``staged + new``, less any refused alone (see :meth:`_isolate`)."""
-        if self._state is None:
-            self._state = self._load_retrying()
-        try:
-            results = apply_batch(self._state, [p.op for p in new], self.clock())
-        except Exception as exc:
-            return self._isolate(staged + new, exc)
-        for pending, result in zip(new, results, strict=True):
-            pending.result = result
-        return staged + new
-
-    def _isolate(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
-        """Something unexpected escaped while applying or encoding ``batch``
-        (I8), so the state may be half changed: throw it away and find the
-        culprits on a fresh read (:func:`~engine.isolation.reapply_alone`),
-        refusing each alone with OperationFailed. Returns the others, applied
-        to the new state (to be written). Raises what reading raises (the
-        caller then fails the whole batch: it cannot be written anyway).
-        """
-        log.error("group commit: a batch of %d operation(s) failed to apply or encode (%s); "
-                  "isolating the culprit", len(batch), printable(repr(exc)), exc_info=exc)
-        self._state = None
-        self._state, remaining = reapply_alone(
-            batch, load=self._load_retrying, clock=self.clock, writer_id=self.writer_id,
-            refuse=lambda bad, error: fail([bad], error, self.stats),
-        )
-        return remaining
-
-    def _start_write(self, batch: list[Pending]) -> Write | None:
-        """Encode the state and start writing it for ``batch``. If nothing
-        changed, answer ``batch`` now (every write before it has landed) and
-        return None. An encoding error isolates the culprit (see :meth:`_isolate`)."""
-        state = self._state
-        if state is None or not state.dirty:
-            answer(batch, self.stats)
-            return None
-        seq = max(state.seq, self._last_seq) + 1
-        try:
-            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())
-        except Exception as exc:
-            batch = self._isolate(batch, exc)
-            state = self._state
-            assert state is not None
-            if not state.dirty:
-                answer(batch, self.stats)
-                return None
-            seq = max(state.seq, self._last_seq) + 1
-            parts = state.encode(seq=seq, writer=self.writer_id, now=self.clock())  # probed by _isolate
-        self._last_seq = seq
-        write = Write(batch, seq, parts, state)
-        write.departures = state.take_departures()
-        write.dropped_segments = state.take_dropped_segments()
-        if_match = state.etag
-        write.created = if_match is None
-        state.encoded(seq=seq, writer=self.writer_id)
-        assert self._io is not None
-        self._io.submit(self._put, write, if_match)
-        if self.on_write is not None:
-            try:
-                self.on_write(state)
-            except Exception:  # a listener's bug must not break commits
-                log.exception("on_write listener failed")
-        return write
-
-    def _put(self, write: Write, if_match: str | None) -> None:
-        """Runs on the I/O thread."""
-        try:
-            write.etag = write_state(self.store, self.key, write.parts, etag=if_match)
-        except EngineError as exc:
-            write.error = exc
-        except Exception as exc:  # a bug in a store: report it as a failed write
-            log.exception("store put failed unexpectedly")
-            write.error = StoreUnavailable(f"put failed: {exc!r}")
-        if write.error is None and write.created:
-            try:
-                self.presence.found(seq=write.seq)  # writes the creation marker (I10)
-            except Exception:  # the marker is written again on the next read
-                log.exception("writing the creation marker failed")
-        with self._cond:
-            write.done = True
-            self._cond.notify()
-
-    def _finish(self, done: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
-        """Settle a finished write. Returns the operations still to be written
-        and those now durable (to be answered)."""
-        if done.error is None:
-            assert done.etag is not None
-            if self._state is done.state:
-                self._state.etag = done.etag
-            # Otherwise the state was read again meanwhile (after an error):
-            # it keeps the ETag it was read with, so a write built on it
-            # cannot land over this one; it loses the race and re-applies.
-            self.committed_seq = done.seq
-            self._unsettled.clear()  # an older failed write can no longer land
-            self._committed = (done.etag, done.parts)
-            self.stats.landed(seconds=time.monotonic() - done.started, size=sum(map(len, done.parts)),
-                              operations=len(done.batch))
-            if self.on_commit is not None:
-                try:
-                    self.on_commit(done.state)
-                except Exception:  # a listener's bug must not break commits
-                    log.exception("on_commit listener failed")
-            self._report_departures(done)
-            return staged, done.batch
-        if not isinstance(done.error, PreconditionFailed | StoreUnavailable):
-            raise done.error
-        return self._recover(done, staged)
-
-    def _recover(self, failed: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
-        """A write failed: re-read, find out whether it landed after all, and
-        re-apply whatever did not land on top of what is really there."""
-        self._state = None
-        if isinstance(failed.error, StoreUnavailable):
-            self.stats.ambiguous += 1
-        self._unsettled.append(failed)
-        if len(self._unsettled) > self.max_retries:
-            self._unsettled.clear()
-            raise StoreUnavailable(f"{self.key}: could not commit after {self.max_retries} attempts")
-        if len(self._unsettled) > 1:
-            self._backoff(len(self._unsettled))
-        fresh = self._load_retrying()
-        landed = next((w for w in self._unsettled if fresh.has_commit(self.writer_id, w.seq)), None)
-        redo = failed.batch + staged
-        durable: list[Pending] = []
-        if landed is not None:
-            # A reply was lost but the write happened (at most one of the
-            # unsettled writes can have landed: each was conditioned on a
-            # version that excluded the others).
-            self._unsettled.clear()
-            self._state = fresh
-            durable = landed.batch
-            self._report_departures(landed)
-            answered = set(map(id, durable))
-            redo = [p for p in redo if id(p) not in answered]
-        else:
-            self._state = fresh
-            if isinstance(failed.error, PreconditionFailed):
-                self.stats.lost_races += 1
-                if self.on_lost_race is not None:
-                    self.on_lost_race(fresh)  # may raise to fail the batch (a fenced broker)
-        if redo:
-            redo = self._apply([], redo)
-        return redo, durable
-
-    def _report_departures(self, write: Write) -> None:
-        """Hand ``write``'s departures to ``on_departures``, and the segments
-        it stopped referencing to ``on_segments_dropped`` (it has landed:
-        never before, or a segment could be deleted while a version that
-        still references it is the latest)."""
-        if self.on_departures is not None and write.departures:
-            try:
-                self.on_departures(write.departures)
-            except Exception:  # a listener's bug must not break commits
-                log.exception("on_departures listener failed")
-        if self.on_segments_dropped is not None and write.dropped_segments:
-            try:
-                self.on_segments_dropped(write.dropped_segments)
-            except Exception:
-                log.exception("on_segments_dropped listener failed")
-
-    def _load(self) -> QueueState:
-        blob = self.store.get(self.key)
-        self.stats.reads += 1
-        # Raises DocumentError (I6), or DocumentMissing for a document that existed (I10).
-        state = state_of(self.key, blob, policy=self.policy, presence=self.presence, seq=self.committed_seq)
-        if self.on_departures is not None:
-            state.departures = []
-        if blob is None:  # a fresh store: the first write creates the document
-            self._committed = None
-            self.committed_seq = 0
-            return state
-        if self.on_load is not None:
-            self.on_load(state)  # may raise to refuse this version (a fenced broker)
-        self._committed = (blob.etag, [blob.data])
-        self.committed_seq = state.seq
-        return state
-
-    def _load_retrying(self) -> QueueState:
-        for attempt in range(self.max_retries):
-            try:
-                return self._load()
-            except StoreUnavailable:
-                self._backoff(attempt + 1)
-        return self._load()
 
     def _backoff(self, attempt: int) -> None:
         time.sleep(jittered(attempt, self.retry_backoff_seconds, DEFAULT_RETRY_BACKOFF_CAP_SECONDS))

@@ -5,17 +5,30 @@ segment again without it and swapping the references in the purge's own
 commit (an :class:`~engine.ops.Excision`). The leader's broker runs
 :func:`purge_by_ids` for every purge by ids a client or an operator sends;
 the lane keeper does the reads and writes (:meth:`LaneKeeper.excise`).
+
+Both halves are here: :func:`purge_by_ids`, and :class:`LaneExcision`, a
+base class of :class:`~engine.lanes.LaneKeeper` holding its ``excise``
+(finding the jobs and writing each segment again without them, through
+the keeper's segment writing in :mod:`engine.lanes`) and ``discard``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
-from engine.optypes import Operation, Purge
+import orjson
+
+from engine.errors import JobNotFound, JobSealed, QueueError, StoreError, ValidationError
+from engine.lanecache import HeldSegments
+from engine.lanetasks import MergeTask, id_prefix
+from engine.lookup import SegmentLookup, one_job
+from engine.model import Job
+from engine.optypes import Excision, Operation, Purge
+from engine.reaper import SegmentReaper
+from engine.segments import SegmentRef
 
 if TYPE_CHECKING:
     from engine.lanes import LaneKeeper
@@ -67,3 +80,80 @@ def purge_by_ids(op: Purge, *, execute: Callable[[Operation], Any], keeper: Call
             return outcome
     raise ValidationError("the segments holding these jobs kept changing while the purge looked in them: "
                           "nothing was purged, try again")
+
+
+class LaneExcision:
+    """The lane keeper's half of a purge by ids (see the module)."""
+
+    # The keeper's fields this half reads (see LaneKeeper.__init__).
+    lookup: SegmentLookup
+    reaper: SegmentReaper
+    _held: HeldSegments
+    # The keeper's methods this half calls (engine.lanes).
+    _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
+    _write_segment: Callable[..., SegmentRef | None]
+
+    def excise(
+        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
+    ) -> tuple[list[Excision], list[str]]:
+        """For a purge by ids (the broker's, see ``Broker.execute``): find
+        each of ``job_ids`` pending in ``refs`` (as :meth:`SegmentLookup.find_pending`
+        does, within its bound), and write each segment holding some of
+        them again, from its first job not moved back on, without them: a
+        new object with its id index, this leader's epoch and a new key
+        (segments never change). Returns an :class:`~engine.ops.Excision`
+        per segment, for the purge to commit, and the ids found in none
+        (with ``all_or_nothing``, when there is one, nothing is written: the
+        purge will be refused).
+
+        Nothing references the new objects until that purge lands: if it is
+        refused or never submitted, hand them to :meth:`discard`. The old
+        objects go once a landed version stops referencing them, like a
+        merge's. Raises SegmentUnreadable, or StoreError (a write failed, or
+        this keeper is stopping); nothing written is left behind then. Any
+        thread but the writer's."""
+        found: dict[str, tuple[SegmentRef, list[Job]]] = {}
+        missing: list[str] = []
+        for job_id in dict.fromkeys(job_ids):
+            hit = self.lookup.find_pending(job_id, refs)
+            if hit is None:
+                missing.append(job_id)
+            else:
+                found.setdefault(hit[2].key, (hit[2], []))[1].append(hit[0])
+        if missing and all_or_nothing:
+            return [], missing
+        queue_of = {ref.key: queue for queue, ref in refs}
+        excisions: list[Excision] = []
+        try:
+            for key, (ref, jobs) in found.items():
+                excisions.append(self._rewrite_without(queue_of[key], ref, jobs))
+        except BaseException:
+            self.discard(excisions)
+            raise
+        return excisions, missing
+
+    def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
+        """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
+        needles = tuple(id_prefix(job.id) for job in jobs)
+        parts = self._held.parts(ref)
+        kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)
+                if not part.startswith(needles)]
+        if not kept:
+            return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=None, jobs=tuple(jobs))
+        first_job, first_pos, _ = one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
+        _, last_pos, _ = one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
+        rest = [part for _, part in kept]
+        new = self._write_segment(MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
+                                  oldest=first_job.enqueued_at)
+        if new is None:  # the write failed (logged), or this keeper is stopping
+            raise StoreError(f"writing segment {ref.key} again without the purged jobs failed")
+        self._write_index(new, rest)
+        self._held.keep(new.key, tuple(rest))
+        return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=new, jobs=tuple(jobs))
+
+    def discard(self, excisions: Sequence[Excision]) -> None:
+        """Delete the new objects of ``excisions`` whose purge did not land
+        (refused, or never submitted): nothing references them."""
+        for excision in excisions:
+            if excision.ref is not None:
+                self.reaper.delete_segment(excision.ref.key)

@@ -35,11 +35,17 @@ before. A segment that is missing or does not verify stops that queue's
 refills (never its pushes, nor other queues) and is reported in
 :attr:`LaneKeeper.problems` until it reads correctly again (I6).
 
-The tasks it plans and the shares of the budget are in
-:mod:`engine.lanetasks`; the segment jobs it holds in memory (decoded
-windows for refills, encoded jobs for merges and lookups) in
-:mod:`engine.lanecache`; a purge that removes jobs from segments is
-:mod:`engine.excision`, calling :meth:`LaneKeeper.excise`.
+This module holds :class:`LaneKeeper` itself: its state, its lifecycle,
+its threads' loop (and the warm-up of a new tenure), and the writing of
+segment objects and their id indexes. Its base classes hold the rest: the
+planning on the writer thread is :class:`~engine.laneplans.LanePlanning`;
+the seal, refill and merge steps on its threads,
+:class:`~engine.lanesteps.LaneSteps`; and rewriting segments for a purge
+by ids, :class:`~engine.excision.LaneExcision` (:mod:`engine.excision`,
+which calls :meth:`LaneKeeper.excise`). The tasks it plans and the shares
+of the budget are in :mod:`engine.lanetasks`; the segment jobs it holds in
+memory (decoded windows for refills, encoded jobs for merges and lookups)
+in :mod:`engine.lanecache`.
 """
 
 from __future__ import annotations
@@ -52,8 +58,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from engine.document import QueueState
 from engine.errors import (
     CommitterNotRunning,
@@ -61,10 +65,10 @@ from engine.errors import (
     EngineError,
     NotLeader,
     PreconditionFailed,
-    SegmentUnreadable,
     StoreError,
     ValidationError,
 )
+from engine.excision import LaneExcision
 from engine.idindex import (
     build_index,
     index_key,
@@ -72,10 +76,10 @@ from engine.idindex import (
 )
 from engine.lanecache import HeldSegments
 from engine.laneplans import LanePlanning
-from engine.lanetasks import MergeTask, RefillTask, SealTask, Task, WarmTask, id_prefix
-from engine.lookup import SegmentLookup, one_job
-from engine.model import Job
-from engine.ops import Excision, Merge, Operation, Refill, Seal
+from engine.lanesteps import LaneSteps
+from engine.lanetasks import MergeTask, RefillTask, SealTask, Task, WarmTask
+from engine.lookup import SegmentLookup
+from engine.ops import Operation
 from engine.policy import Policy
 from engine.reaper import SegmentReaper
 from engine.segments import (
@@ -98,7 +102,7 @@ WARM_BATCH = 32
 
 
 
-class LaneKeeper(LanePlanning):
+class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
     """Seals, refills, deletes and collects segments for one leader (see
     the module). ``execute(op)`` runs an operation through the leader's
     committer and returns its outcome or raises (``GroupCommitter.execute``);
@@ -319,74 +323,6 @@ class LaneKeeper(LanePlanning):
             if self._merge_slot is task:
                 self._merge_slot = self._merge_applied = None
 
-    def _seal(self, task: SealTask) -> bool:
-        """Write the task's segment and queue its Seal. True once the Seal is
-        queued: its outcome then goes to :meth:`_seal_done`, and this thread
-        is free for other work while the commit is written (ten queues
-        sealing every write kept all 16 threads waiting on commits, and each
-        planned seal waited ~150 ms for a thread to write its segment: the
-        Seal missed a write, and the push commits carried that many more
-        jobs). False if it gave up (nothing queued, the object deleted)."""
-        try:
-            ref = self._write_segment(
-                task, task.parts, first_pos=task.jobs[0][1], last_pos=task.jobs[-1][1], oldest=task.oldest)
-            if ref is None:
-                return False
-            op = Seal(queue=task.queue, ref=ref, jobs=task.jobs, after=task.after_key(), parts=task.parts)
-            key = ref.key
-            self._note_applied(task, lambda state: any(r.key == key for r in state.lanes.get(task.queue, ())))
-            try:
-                self.submit(op, lambda outcome: self._seal_done(task, key, outcome))
-            except CommitterNotRunning:
-                self._unsubmitted(key)
-                raise
-            # The seal behind this one may go now: it waits only for this
-            # Seal to be queued, not for the index below.
-            task.queued.set()
-            # Every segment gets its id index: written after the Seal is
-            # queued, never delaying it (the document's size waits on
-            # seals); a lookup meanwhile reads the segment. Small seals too:
-            # without theirs, a lookup after a takeover read them blindly,
-            # at most 8, and a job in an older one answered 404 (chaos seed
-            # 52: 17 small seals). Merging one deletes its index with it.
-            self._write_index(ref, task.parts)
-            return True
-        finally:
-            task.queued.set()  # queued, or given up: never leave the seal behind this one waiting
-
-    def _submit_by_execute(self, op: Operation, done: Callable[[Any], None]) -> None:
-        """``submit`` for a keeper given only ``execute`` (tests): run ``op``
-        and hand its outcome to ``done`` at once. Raises CommitterNotRunning
-        (nothing submitted), as ``GroupCommitter.submit`` does."""
-        try:
-            outcome = self.execute(op)
-        except CommitterNotRunning:
-            raise
-        except EngineError as exc:
-            outcome = exc
-        done(outcome)
-
-    def _seal_done(self, task: SealTask, key: str, outcome: Any) -> None:
-        """The outcome of the task's Seal (on the committer's writer thread
-        with ``submit``: quick, no I/O). Refused (the queue moved on: a
-        purge, a requeue, a refill, a seal before it refused): nothing
-        references the object, which is deleted at once by a keeper thread.
-        NotLeader or a stopped committer: it may have landed before the
-        takeover read the document, so the object is left to the next
-        leader's collector. Any other error (a commit timeout): left too; if
-        it did not land, a later leader collects it."""
-        try:
-            if not isinstance(outcome, BaseException):
-                self.sealed += 1
-                self._held.keep(key, task.parts)
-            elif isinstance(outcome, ValidationError):
-                self.abandoned += 1
-                self.reaper.delete_now(key)
-            elif not isinstance(outcome, (NotLeader, CommitterStopped)):
-                log.warning("queue %s: committing segment %s: %s", task.queue, key, outcome)
-        finally:
-            self._finished(task)
-
     def _unsubmitted(self, key: str) -> None:
         """The swap naming ``key`` was refused at submission, so it is in no
         write (a fenced leader whose segment write returned late): delete the
@@ -515,151 +451,3 @@ class LaneKeeper(LanePlanning):
             log.warning("queue %s: committing segment %s: %s", queue, key, exc)
             return None
         return key
-
-    def _refill(self, task: RefillTask) -> None:
-        ref, queue = task.ref, task.queue
-        # The jobs the refill takes, and the one after them if any (the new front).
-        take = min(ref.total - ref.consumed, max(task.want, 1))
-        try:
-            jobs = self._held.jobs(ref, ref.consumed, take + 1, keep=True)
-            if not jobs or jobs[0][1] != ref.front:
-                raise SegmentUnreadable(ref.key, f"its job {ref.consumed} is not at pos {ref.front}")
-        except SegmentUnreadable as exc:
-            with self._cond:
-                referenced = self._referenced
-            if referenced is not None and ref.key not in referenced:
-                # A landed commit dropped the reference since this refill was
-                # planned (a purge, a refill to its end) and the object went
-                # after its grace: the task is stale, the queue is fine. Not
-                # a problem to report, nor a reason to delay its refills.
-                return
-            if self.problems.get(queue) != str(exc):
-                log.error("%s", exc)
-            self.problems[queue] = str(exc)
-            self._retry_at[queue] = self.monotonic() + self.retry_seconds
-            return
-        except StoreError as exc:
-            log.warning("refilling queue %s from %s: %s", queue, ref.key, exc)
-            self._retry_at[queue] = self.monotonic() + self.retry_seconds
-            return
-        self.problems.pop(queue, None)
-        after = jobs[take] if take < len(jobs) else None
-        try:
-            self._submit(task, Refill(
-                queue=queue, key=ref.key, consumed=ref.consumed, jobs=tuple(jobs[:take]),
-                front=after[1] if after is not None else None,
-                oldest=after[0].enqueued_at if after is not None else None,
-            ), lambda state: not any(r.key == ref.key and r.consumed == ref.consumed
-                                     for r in state.lanes.get(queue, ())[:1]))
-        except ValidationError:
-            return  # the segment moved on (a purge): the next commit plans again
-        except (NotLeader, CommitterStopped):
-            raise
-        except EngineError as exc:
-            log.warning("refilling queue %s from %s: %s", queue, ref.key, exc)
-            return
-        self.refilled += 1
-
-    def _merge(self, task: MergeTask) -> None:
-        with self._merging:
-            self._merge_alone(task)
-
-    def _merge_alone(self, task: MergeTask) -> None:
-        first = task.refs[0]
-        try:
-            parts = [part for ref in task.refs for part in self._held.parts(ref)]
-        except (SegmentUnreadable, StoreError) as exc:
-            with self._cond:
-                referenced = self._referenced
-            if isinstance(exc, SegmentUnreadable) and referenced is not None and exc.key not in referenced:
-                # Merges run beside refills: the segment became the first one,
-                # was used up and deleted since this merge was planned. Stale.
-                return
-            # Not urgent: the refill of that segment reports a lasting problem.
-            log.warning("merging segments of queue %s: %s", task.queue, exc)
-            return
-        keys = tuple(r.key for r in task.refs)
-        if self._write_and_swap(
-            task, parts, first_pos=first.front, last_pos=task.refs[-1].last_pos, oldest=first.oldest_enqueued_at,
-            swap=lambda ref: Merge(queue=task.queue, keys=keys, ref=ref),
-        ) is not None:
-            self.merged += 1
-
-    def _submit(self, task: RefillTask | MergeTask, op: Operation, applied: Callable[[QueueState], bool]) -> None:
-        """Run ``op`` through the committer for ``task`` and wait for it;
-        ``applied`` says whether a version shows it (see ``_busy``)."""
-        self._note_applied(task, applied)
-        self.execute(op)
-
-    def _note_applied(self, task: Task, applied: Callable[[QueueState], bool]) -> None:
-        """From now on, ``applied`` tells whether a version shows ``task``'s operation (see ``_busy``)."""
-        with self._cond:
-            if self._busy.get(task.queue) is task:
-                self._applied[task.queue] = applied
-            elif self._merge_slot is task:
-                self._merge_applied = applied
-
-    def excise(
-        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
-    ) -> tuple[list[Excision], list[str]]:
-        """For a purge by ids (the broker's, see ``Broker.execute``): find
-        each of ``job_ids`` pending in ``refs`` (as :meth:`SegmentLookup.find_pending`
-        does, within its bound), and write each segment holding some of
-        them again, from its first job not moved back on, without them: a
-        new object with its id index, this leader's epoch and a new key
-        (segments never change). Returns an :class:`~engine.ops.Excision`
-        per segment, for the purge to commit, and the ids found in none
-        (with ``all_or_nothing``, when there is one, nothing is written: the
-        purge will be refused).
-
-        Nothing references the new objects until that purge lands: if it is
-        refused or never submitted, hand them to :meth:`discard`. The old
-        objects go once a landed version stops referencing them, like a
-        merge's. Raises SegmentUnreadable, or StoreError (a write failed, or
-        this keeper is stopping); nothing written is left behind then. Any
-        thread but the writer's."""
-        found: dict[str, tuple[SegmentRef, list[Job]]] = {}
-        missing: list[str] = []
-        for job_id in dict.fromkeys(job_ids):
-            hit = self.lookup.find_pending(job_id, refs)
-            if hit is None:
-                missing.append(job_id)
-            else:
-                found.setdefault(hit[2].key, (hit[2], []))[1].append(hit[0])
-        if missing and all_or_nothing:
-            return [], missing
-        queue_of = {ref.key: queue for queue, ref in refs}
-        excisions: list[Excision] = []
-        try:
-            for key, (ref, jobs) in found.items():
-                excisions.append(self._rewrite_without(queue_of[key], ref, jobs))
-        except BaseException:
-            self.discard(excisions)
-            raise
-        return excisions, missing
-
-    def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
-        """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
-        needles = tuple(id_prefix(job.id) for job in jobs)
-        parts = self._held.parts(ref)
-        kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)
-                if not part.startswith(needles)]
-        if not kept:
-            return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=None, jobs=tuple(jobs))
-        first_job, first_pos, _ = one_job(ref, orjson.loads(kept[0][1]), kept[0][0])
-        _, last_pos, _ = one_job(ref, orjson.loads(kept[-1][1]), kept[-1][0])
-        rest = [part for _, part in kept]
-        new = self._write_segment(MergeTask(queue, (ref,)), rest, first_pos=first_pos, last_pos=last_pos,
-                                  oldest=first_job.enqueued_at)
-        if new is None:  # the write failed (logged), or this keeper is stopping
-            raise StoreError(f"writing segment {ref.key} again without the purged jobs failed")
-        self._write_index(new, rest)
-        self._held.keep(new.key, tuple(rest))
-        return Excision(queue=queue, key=ref.key, consumed=ref.consumed, ref=new, jobs=tuple(jobs))
-
-    def discard(self, excisions: Sequence[Excision]) -> None:
-        """Delete the new objects of ``excisions`` whose purge did not land
-        (refused, or never submitted): nothing references them."""
-        for excision in excisions:
-            if excision.ref is not None:
-                self.reaper.delete_segment(excision.ref.key)
