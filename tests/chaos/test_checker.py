@@ -184,6 +184,21 @@ def test_a_timeout_without_a_fault_is_flagged_and_with_one_is_not() -> None:
     assert check(r.final(jobs=["j2", "j3"])).failures["unanswered"] == []
 
 
+@pytest.mark.parametrize(("op", "kind", "explained"), [
+    ("purge", "freeze", True), ("purge", "pause", True), ("purge", "slow", False), ("push", "freeze", False),
+])
+def test_an_operator_call_is_explained_by_another_node_stopped_holding_the_shared_database(
+        op: str, kind: str, explained: bool) -> None:
+    # A purge writes its nonce to the database the nodes share: a node paused
+    # or frozen inside its own transaction holds SQLite's lock (chaos seed 64).
+    # Other calls, and other faults elsewhere, explain nothing.
+    r = clean()
+    r.call(op, {"jobs": ["j3"]}, status=None, error="timeout", node=NODE_B, seconds=3)
+    r.history.faults.append(Fault(kind=kind, node=NODE_A, start=r.now - 0.5, end=r.now + 5, recovered_at=r.now + 2))
+
+    assert (check(r.final(jobs=["j2", "j3"])).failures["unanswered"] == []) is explained
+
+
 def test_a_500_is_flagged() -> None:
     r = clean()
     r.call("fail", {"job": "j2", "lease": "L2"}, status=500, answer=None)

@@ -20,10 +20,11 @@ from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
 from engine.ops import forget_op, pause_op, purge_op, push_op, requeue_op
+from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import actions
 from queueadmin.models import AuditEntry, ForwardNonce
-from tests.helpers import document, stored
+from tests.helpers import document, stored, wait_for
 from tests.queueadmin.api_client import Client as ApiClient
 from tests.queueadmin.dashboard_fixtures import act, client_for, kill, make_user
 
@@ -275,3 +276,35 @@ def test_a_database_that_cannot_record_the_nonce_refuses_the_request_with_503_an
     body = response.json()
     assert body["error"] == "database_unavailable" and "manage.py migrate" in body["message"]
     assert stored(store) == before
+
+
+def test_a_standby_answers_not_leader_without_touching_the_shared_database(
+        broker: Broker, store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A standby runs no operator request, so it records no nonce: a shared
+    # SQLite database locked by a stopped node held the answer for its busy
+    # timeout (chaos seed 64), and the nonce was spent on nothing.
+    standby = Broker(store, url="http://node-b.test:8000", heartbeat_seconds=120, takeover_seconds=600).start()
+    try:
+        wait_for(lambda: standby.role == "standby" and standby.leader_url == broker.url)
+        monkeypatch.setattr(runtime, "get_broker", lambda: standby)
+        dead = kill(broker)
+        before = stored(store)
+
+        def locked(nonce: str) -> bool:
+            raise OperationalError("database is locked")
+
+        use_nonce = forward.use_nonce
+        monkeypatch.setattr(forward, "use_nonce", locked)
+        text = forward.sign(requeue_op([dead]))
+
+        response = post_operator(text)
+
+        assert response.status_code == 503, response.content
+        assert response.json()["error"] == "not_leader" and response.json()["leader_url"] == broker.url
+        assert stored(store) == before
+        # The leader, with its database: the same request is still fresh there.
+        monkeypatch.setattr(runtime, "get_broker", lambda: broker)
+        monkeypatch.setattr(forward, "use_nonce", use_nonce)
+        assert post_operator(text).status_code == 200
+    finally:
+        standby.stop()
