@@ -69,6 +69,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--kinds takes a comma-separated list of {', '.join(ALL_KINDS)}")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2 (failover needs a standby)")
+    for path in args.recheck:
+        if not (path / "history.json").is_file():
+            # --workdir W keeps each store's run in W/<store>: name that folder.
+            runs = sorted(str(p.parent) for p in path.glob("*/history.json"))
+            hint = f"; the runs in it: {', '.join(runs)}" if runs else ""
+            parser.error(f"--recheck {path}: no history.json there (a run kept with --workdir W is in W/<store>){hint}")
     return args
 
 
