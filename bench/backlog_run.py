@@ -97,6 +97,13 @@ class CountingStore(CallCountingStore):
                 self.bytes_read += len(blob.data)
         return blob
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        data = super().get_range(key, start, length)
+        if data is not None:
+            with self.lock:
+                self.bytes_read += len(data)
+        return data
+
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         etag = super().put(key, data, if_match=if_match, if_none_match=if_none_match)
         self._put(key, (data,))

@@ -57,6 +57,10 @@ class CountingStore(ObjectStore):
         self._count("get")
         return self.inner.get(key)
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        self._count("get_range")
+        return self.inner.get_range(key, start, length)
+
     def etag(self, key: str) -> str | None:
         self._count("etag")
         return self.inner.etag(key)

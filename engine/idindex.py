@@ -10,6 +10,18 @@ segment (each seal, each merged one), a small immutable **index** object: the so
 indexes (cached: they never change), and reads only the segments whose
 index may hold the id.
 
+Since version 2 an index also says where each job sits in its segment:
+after the hashes (one per job, sorted, duplicates kept), a table of
+``(offset, length, CRC-32 of the job's bytes)``, 12 bytes a job, in the
+hashes' order. A lookup then reads one job with two ranged gets (its
+entries in the index, its bytes in the segment) instead of the whole
+segment (up to 16,384 jobs, ~7 MB), and checks the bytes against the CRC
+and the id before it answers; anything that does not match sends it to the
+whole segment, verified as before. Only the header and the hashes are read
+and kept when an index is read (:func:`read_length`), so a new leader's
+warm-up reads what it read with version 1. Version 1 indexes (hashes only,
+each once) are still read: their segments are read whole.
+
 An index is an accelerator, never data:
 
 * it is written after its segment: before the Merge that references the
@@ -38,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import operator
+import struct
 import sys
 import threading
 import time
@@ -46,18 +59,23 @@ import zlib
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
 from engine.errors import StoreError
-from engine.segments import SegmentRef, segment_prefix
+from engine.segments import SegmentRef, job_offsets, segment_prefix
 from engine.stores.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
-_MAGIC = b"queueadmin-idindex-1\n"
-_HEAD = len(_MAGIC) + 2 * 65  # the magic, then two SHA-256 hex digests, each ending in a newline
+_MAGIC_V1 = b"queueadmin-idindex-1\n"
+_MAGIC = b"queueadmin-idindex-2\n"
+# The magic, then two SHA-256 hex digests, each ending in a newline: the
+# segment's, and the hashes' (in version 2 the entries after them are not
+# covered: a lookup checks each job it reads against its entry's CRC).
+_HEAD = len(_MAGIC) + 2 * 65
+_ENTRY = struct.Struct("<III")  # a version 2 entry: offset, length, CRC-32 of the job's bytes
 
 #: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
 #: 32 MB covers 8 million jobs in merged segments.
@@ -107,34 +125,51 @@ def job_id_of(encoded_job: bytes) -> bytes:
     return encoded_job[7:end]
 
 
-def build_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> tuple[bytes, IdIndex]:
-    """The index of a segment whose bytes hash to ``segment_sha256`` and
-    whose jobs, encoded, are ``encoded_jobs``: the object to store, and the
-    same index decoded (the writer keeps it without decoding and checking
-    what it just built: a seal writes one every time)."""
-    hashes = array("I", sorted({id_hash(job_id_of(job)) for job in encoded_jobs}))
+def build_index(segment_sha256: str, encoded_jobs: Sequence[bytes], segment_size: int) -> tuple[bytes, IdIndex]:
+    """The index (version 2) of a segment ``segment_size`` bytes long whose
+    bytes hash to ``segment_sha256`` and whose jobs, encoded, are
+    ``encoded_jobs``, in order: the object to store, and the same index
+    decoded (the writer keeps it without decoding and checking what it just
+    built: a seal writes one every time)."""
+    offsets = job_offsets(segment_size, encoded_jobs)
+    rows = sorted((id_hash(job_id_of(job)), at, len(job), zlib.crc32(job))
+                  for job, at in zip(encoded_jobs, offsets, strict=True))
+    hashes = array("I", (row[0] for row in rows))
     stored = hashes
     if sys.byteorder == "big":  # the format is little-endian
         stored = array("I", hashes)
         stored.byteswap()
     body = stored.tobytes()
-    data = b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n", body))
-    return data, IdIndex(hashes)
+    entries = b"".join(_ENTRY.pack(*row[1:]) for row in rows)
+    data = b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n",
+                     body, entries))
+    return data, IdIndex(hashes, entries_at=_HEAD + len(body))
 
 
-def encode_index(segment_sha256: str, encoded_jobs: Iterable[bytes]) -> bytes:
+def encode_index(segment_sha256: str, encoded_jobs: Sequence[bytes], segment_size: int) -> bytes:
     """The stored bytes of :func:`build_index`."""
-    return build_index(segment_sha256, encoded_jobs)[0]
+    return build_index(segment_sha256, encoded_jobs, segment_size)[0]
+
+
+def decode_entries(data: bytes) -> list[tuple[int, int, int]]:
+    """Version 2 entries, as read from an index: ``(offset, length, crc)``
+    each. Raises ValueError if ``data`` is not whole entries."""
+    if len(data) % _ENTRY.size:
+        raise ValueError(f"{len(data)} bytes are not whole entries of {_ENTRY.size}")
+    return list(_ENTRY.iter_unpack(data))
 
 
 class IdIndex:
     """The decoded index of one segment: :meth:`may_hold` is exact for ids
     the segment holds (never False for one of them)."""
 
-    __slots__ = ("_hashes",)
+    __slots__ = ("_hashes", "entries_at")
 
-    def __init__(self, hashes: array[int]) -> None:
+    def __init__(self, hashes: array[int], *, entries_at: int | None = None) -> None:
         self._hashes = hashes
+        #: Where the entries start in the index object (version 2), or None
+        #: (version 1: the segment is read whole).
+        self.entries_at = entries_at
 
     @property
     def nbytes(self) -> int:
@@ -142,20 +177,44 @@ class IdIndex:
 
     def may_hold(self, job_id: str) -> bool:
         """False only if the segment does not hold ``job_id``."""
+        return self.span(job_id) is not None
+
+    def span(self, job_id: str) -> tuple[int, int] | None:
+        """``(first, count)``: the places in the index whose hash is
+        ``job_id``'s (its entries, in version 2), or None if there are none."""
         wanted = id_hash(job_id.encode())
         at = bisect_left(self._hashes, wanted)
-        return at < len(self._hashes) and self._hashes[at] == wanted
+        end = at
+        while end < len(self._hashes) and self._hashes[end] == wanted:
+            end += 1
+        return (at, end - at) if end > at else None
+
+
+def read_length(ref: SegmentRef) -> int:
+    """How much of the index of ``ref``'s segment to read: its header and
+    hashes (version 2, one hash per job), which is all of a version 1 index."""
+    return _HEAD + 4 * ref.total
 
 
 def decode_index(ref: SegmentRef, data: bytes) -> IdIndex:
-    """The index ``data`` of segment ``ref``. Raises ValueError if it is
-    damaged or is the index of another object (another SHA-256)."""
-    if not data.startswith(_MAGIC) or len(data) < _HEAD or (len(data) - _HEAD) % 4:
-        raise ValueError("not an id index (bad header or length)")
+    """The index ``data`` of segment ``ref``: a version 1 index whole, or at
+    least the header and hashes of a version 2 one (:func:`read_length`).
+    Raises ValueError if it is damaged or is the index of another object
+    (another SHA-256)."""
+    version2 = data.startswith(_MAGIC)
+    if not (version2 or data.startswith(_MAGIC_V1)) or len(data) < _HEAD:
+        raise ValueError("not an id index (bad header)")
+    if version2:
+        body = data[_HEAD:_HEAD + 4 * ref.total]
+        if len(body) != 4 * ref.total:
+            raise ValueError(f"it holds fewer than the segment's {ref.total} hashes")
+    else:
+        body = data[_HEAD:]
+        if len(body) % 4:
+            raise ValueError("not an id index (bad length)")
     segment_sha, body_sha = data[len(_MAGIC):_HEAD].split(b"\n")[:2]
     if segment_sha.decode("ascii", "replace") != ref.sha256:
         raise ValueError("it indexes another object (SHA-256 differs from the reference's)")
-    body = data[_HEAD:]
     if hashlib.sha256(body).hexdigest().encode() != body_sha:
         raise ValueError("its body does not match its SHA-256")
     hashes = array("I")
@@ -163,10 +222,11 @@ def decode_index(ref: SegmentRef, data: bytes) -> IdIndex:
     if sys.byteorder == "big":
         hashes.byteswap()
     # In C, not a Python loop: a new leader checks every index it reads (5
-    # million hashes at 5 million jobs) while it takes over.
-    if any(map(operator.ge, hashes, islice(hashes, 1, None))):
+    # million hashes at 5 million jobs) while it takes over. Version 1 has
+    # each hash once; version 2 one per job, so two ids may share one.
+    if any(map(operator.gt if version2 else operator.ge, hashes, islice(hashes, 1, None))):
         raise ValueError("its hashes are not sorted")
-    return IdIndex(hashes)
+    return IdIndex(hashes, entries_at=_HEAD + len(body) if version2 else None)
 
 
 class IndexCache:
@@ -207,12 +267,12 @@ class IndexCache:
                 self._entries.move_to_end(ref.key)
                 return self._entries[ref.key]
         key = index_key(self.document_key, ref.key)
-        blob = self.store.get(key)
+        data = self.store.get_range(key, 0, read_length(ref))  # the hashes, not the entries
         self.reads += 1
         index: IdIndex | None = None
-        if blob is not None:
+        if data is not None:
             try:
-                index = decode_index(ref, blob.data)
+                index = decode_index(ref, data)
             except ValueError as exc:
                 log.warning("ignoring the id index %s of segment %s: %s", key, ref.key, exc)
         # Absent: its write failed, or has not happened yet (a lookup right
@@ -237,6 +297,22 @@ class IndexCache:
                 gone, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes if evicted is not None else 0
                 self._absent.pop(gone, None)
+
+    def entries(self, ref: SegmentRef, index: IdIndex, job_id: str) -> list[tuple[int, int, int]]:
+        """The version 2 entries ``(offset, length, crc)`` of ``index`` (the
+        index of ``ref``'s segment) whose hash is ``job_id``'s: one ranged
+        read of the index object. Empty if the index is version 1, names no
+        such hash, is gone, or ends short (the caller then reads the segment
+        whole). Raises StoreError if the store fails."""
+        span = index.span(job_id)
+        if index.entries_at is None or span is None:
+            return []
+        first, count = span
+        data = self.store.get_range(index_key(self.document_key, ref.key),
+                                    index.entries_at + _ENTRY.size * first, _ENTRY.size * count)
+        if data is None or len(data) != _ENTRY.size * count:
+            return []
+        return decode_entries(data)
 
     def clear(self) -> None:
         """Forget every index and absence (tests and the benchmark: a cold start)."""
@@ -319,12 +395,14 @@ __all__ = [
     "IdIndex",
     "IndexCache",
     "build_index",
+    "decode_entries",
     "decode_index",
     "encode_index",
     "id_hash",
     "index_key",
     "index_prefix",
     "job_id_of",
+    "read_length",
     "segment_of_index",
     "shared_index_cache",
 ]

@@ -341,7 +341,7 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
         its put, and deletes what it wrote if the segment went meanwhile, so
         that no index outlives its segment (the collector never takes
         this keeper's own objects)."""
-        data, built = build_index(ref.sha256, parts)
+        data, built = build_index(ref.sha256, parts, ref.size)
         key = index_key(self.key, ref.key)
         if self.reaper.gone(ref.key):
             return

@@ -133,6 +133,19 @@ def encode_segment(queue: str, first_pos: int, jobs: Sequence[bytes]) -> bytes:
     return b"".join((head[:-1], _JOBS_AT, b",".join(jobs), b"]}"))
 
 
+def job_offsets(size: int, jobs: Sequence[bytes]) -> list[int]:
+    """Where each of ``jobs`` starts in the segment :func:`encode_segment`
+    made of them, ``size`` bytes long: its jobs are the object's last bytes
+    but the closing ``]}``, joined by commas. For reading one job with a
+    ranged get (an id index's entries, :mod:`engine.idindex`)."""
+    at = size - 2 - sum(map(len, jobs)) - max(0, len(jobs) - 1)
+    offsets = []
+    for job in jobs:
+        offsets.append(at)
+        at += len(job) + 1
+    return offsets
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

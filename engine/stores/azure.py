@@ -154,6 +154,27 @@ class AzureBlobStore(CloudStore[tuple[BlobServiceClient, ContainerClient]]):
             raise StoreError(f"get {key} in {self.describe()}: the response carried no ETag")
         return Blob(data=data, etag=str(etag))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        if length == 0:
+            return None if self.etag(key) is None else b""
+        container = self._get_container(key)
+        try:
+            data: bytes = container.download_blob(self._key(key), offset=start, length=length,
+                                                  max_concurrency=1).readall()
+        except ResourceNotFoundError as exc:
+            if _error_code(exc) == _CONTAINER_MISSING:
+                self._raise(exc, "get", key)
+            return None
+        except HttpResponseError as exc:
+            if exc.status_code == 416:
+                return b""  # the object ends before ``start``
+            self._raise(exc, "get", key)
+        except AzureError as exc:
+            self._raise(exc, "get", key)
+        return data
+
     def etag(self, key: str) -> str | None:
         name = self._key(key)
         container = self._get_container(key)

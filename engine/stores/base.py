@@ -53,6 +53,20 @@ class ObjectStore(abc.ABC):
         configuration or credentials.
         """
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of ``key`` from byte ``start`` (fewer where
+        the object ends first, none past its end), or ``None`` if it does not
+        exist. For immutable objects (segments, id indexes): no ETag comes
+        back, so a reader cannot tell versions apart.
+
+        Raises as :meth:`get`. Backends override it with a ranged request;
+        the default reads the whole object.
+        """
+        if start < 0 or length < 0:
+            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        blob = self.get(key)
+        return None if blob is None else blob.data[start:start + length]
+
     def etag(self, key: str) -> str | None:
         """The current ETag of ``key`` without its bytes, or ``None`` if absent.
 

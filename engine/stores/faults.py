@@ -253,6 +253,10 @@ class FaultStore(ObjectStore):
         self._before("get")
         return self.inner.get(key)
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        self._before("get")
+        return self.inner.get_range(key, start, length)
+
     def etag(self, key: str) -> str | None:
         self._before("etag")
         return self.inner.etag(key)

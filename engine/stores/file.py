@@ -204,6 +204,20 @@ class FileStore(ObjectStore):
             os.close(fd)
         return Blob(data=data, etag=_etag(head.generation, st))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        opened = self._at_head(*self._paths(key), lambda head: os.open(head.path, os.O_RDONLY), "read")
+        if opened is None:
+            return None
+        head, fd = opened
+        try:
+            return os.pread(fd, length, start)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {head.path}: {exc}") from exc
+        finally:
+            os.close(fd)
+
     def etag(self, key: str) -> str | None:
         head = self._head(*self._paths(key))
         return None if head is None else head[1]

@@ -145,6 +145,25 @@ class GCSStore(CloudStore[tuple[storage.Client, storage.Bucket]]):
             raise StoreError(f"get {key} in {self.describe()}: the response carried no generation")
         return Blob(data=data, etag=str(blob.generation))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        if length == 0:
+            return None if self.etag(key) is None else b""
+        blob = self._get_bucket(key).blob(self._key(key))
+        try:
+            data: bytes = blob.download_as_bytes(start=start, end=start + length - 1, timeout=self._timeout,
+                                                 retry=self._read_retry)
+        except gexc.RequestRangeNotSatisfiable:
+            return b""  # the object ends before ``start``
+        except gexc.NotFound as exc:
+            if _names_bucket(exc):
+                self._raise(exc, "get", key)
+            return None
+        except _CAUGHT as exc:
+            self._raise(exc, "get", key)
+        return data
+
     def etag(self, key: str) -> str | None:
         name = self._key(key)
         bucket = self._get_bucket(key)

@@ -200,6 +200,33 @@ class S3Store(CloudStore["S3Client"]):
             body.close()
         return Blob(data=data, etag=response["ETag"])
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        if length == 0:
+            return None if self.etag(key) is None else b""
+        object_key = self._key(key)
+        client = self._get_client(key)
+        try:
+            response = client.get_object(Bucket=self.bucket, Key=object_key,
+                                         Range=f"bytes={start}-{start + length - 1}")
+        except ClientError as exc:
+            if _code(exc) == "NoSuchKey" or (_status(exc) == 404 and _code(exc) != "NoSuchBucket"):
+                return None
+            if _code(exc) == "InvalidRange" or _status(exc) == 416:
+                return b""  # the object ends before ``start``
+            self._raise(exc, "get", key)
+        except (BotoCoreError, *_TRANSIENT_ERRORS) as exc:
+            self._raise(exc, "get", key)
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        except (BotoCoreError, *_TRANSIENT_ERRORS) as exc:
+            self._raise(exc, "get", key)
+        finally:
+            body.close()
+        return data
+
     def etag(self, key: str) -> str | None:
         object_key = self._key(key)
         client = self._get_client(key)

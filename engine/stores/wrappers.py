@@ -60,6 +60,13 @@ class LatencyStore(ObjectStore):
             time.sleep(self.transfer_seconds(len(blob.data)))
         return blob
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        time.sleep(self.latency)
+        data = self.inner.get_range(key, start, length)
+        if data is not None and self.bandwidth:
+            time.sleep(self.transfer_seconds(len(data)))
+        return data
+
     def etag(self, key: str) -> str | None:
         time.sleep(self.latency)
         return self.inner.etag(key)
@@ -163,6 +170,13 @@ class FaultyStore(ObjectStore):
                 self.fail_gets -= 1
                 raise StoreUnavailable("injected: get timed out")
         return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        with self._lock:
+            if self.fail_gets > 0:
+                self.fail_gets -= 1
+                raise StoreUnavailable("injected: get timed out")
+        return self.inner.get_range(key, start, length)
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)

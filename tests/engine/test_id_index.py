@@ -10,27 +10,31 @@ almost every pending job answered 404.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Callable
 
 import orjson
 import pytest
 
 from engine import Broker, FaultyStore, JobNotFound, MemoryStore, ObjectStore, Policy, StoreUnavailable
+from engine.errors import SegmentUnreadable
 from engine.idindex import (
     IndexCache,
     build_index,
     decode_index,
     encode_index,
+    id_hash,
     index_key,
     index_prefix,
     job_id_of,
+    read_length,
     segment_of_index,
     shared_index_cache,
 )
 from engine.lanes import LaneKeeper
 from engine.ops import Tick, purge_op, push_op
 from engine.parsing import parse_document
-from engine.segments import SegmentRef, segment_prefix
+from engine.segments import SegmentRef, encode_segment, segment_prefix
 from engine.stores.base import Blob
 from tests.helpers import stored, wait_for
 
@@ -42,15 +46,21 @@ IDS = [f"j{i:03d}" for i in range(400)]
 
 
 class CountingStore(MemoryStore):
-    """Counts the reads of each key."""
+    """Counts the reads of each key: whole (``gets``) and ranged (``ranges``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.gets: dict[str, int] = {}
+        self.ranges: dict[str, int] = {}
 
     def get(self, key: str) -> Blob | None:
         self.gets[key] = self.gets.get(key, 0) + 1
         return super().get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        self.ranges[key] = self.ranges.get(key, 0) + 1
+        blob = MemoryStore.get(self, key)
+        return None if blob is None else blob.data[start:start + length]
 
 
 def merged_backlog(make_broker: Callable[..., Broker], store: ObjectStore | None = None) -> Broker:
@@ -90,9 +100,16 @@ def as_after_a_takeover(broker: Broker) -> None:
     keeper.lookup.forget()
 
 
-def segment_reads(store: CountingStore, before: dict[str, int]) -> list[str]:
-    return [key for key, n in store.gets.items()
-            if key.startswith(segment_prefix("queue.json")) and n > before.get(key, 0)]
+def reads_so_far(store: CountingStore) -> tuple[dict[str, int], dict[str, int]]:
+    return dict(store.gets), dict(store.ranges)
+
+
+def segment_reads(store: CountingStore, before: tuple[dict[str, int], dict[str, int]]) -> list[str]:
+    """The segments read since ``before`` (:func:`reads_so_far`), whole or
+    in part (a lookup with a version 2 index reads only the job's bytes)."""
+    gets, ranges = before
+    return sorted({key for counts, then in ((store.gets, gets), (store.ranges, ranges)) for key, n in counts.items()
+                   if key.startswith(segment_prefix("queue.json")) and n > then.get(key, 0)})
 
 
 def test_an_index_names_every_job_of_its_segment_and_refuses_a_damaged_or_foreign_copy() -> None:
@@ -101,17 +118,20 @@ def test_an_index_names_every_job_of_its_segment_and_refuses_a_damaged_or_foreig
     ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0d.json", total=1000, consumed=0,
                      front=0, last_pos=999, size=1, sha256="a" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
                      epoch=1, sealed_at=None)  # type: ignore[arg-type]
-    data = encode_index(ref.sha256, parts)
+    data = encode_index(ref.sha256, parts, len(encode_segment("q", 0, parts)))
     index = decode_index(ref, data)
     assert all(index.may_hold(f"job-{i}") for i in range(1000))
     assert sum(index.may_hold(f"other-{i}") for i in range(10_000)) <= 1  # CRC-32: ~10,000 / 2^32 * 1000
-    assert len(data) < 4 * 1000 + 200  # 4 bytes a job
+    assert len(data) < 16 * 1000 + 200  # 4 bytes a job, and 12 for where it sits
+    # A reader reads the header and the hashes only (read_length): that is enough.
+    assert decode_index(ref, data[:read_length(ref)]).may_hold("job-7")
     with pytest.raises(ValueError, match="another object"):
         decode_index(ref._replace(sha256="b" * 64), data)
+    hashes_end = read_length(ref)
     with pytest.raises(ValueError, match="SHA-256"):
-        decode_index(ref, data[:-4] + b"\x00\x00\x00\x00")
-    with pytest.raises(ValueError):
-        decode_index(ref, data[:-1])
+        decode_index(ref, data[:hashes_end - 4] + b"\x00\x00\x00\x00")
+    with pytest.raises(ValueError, match="fewer"):
+        decode_index(ref, data[:hashes_end - 1])
     key = index_key("queue.json", ref.key)
     assert key.startswith(index_prefix("queue.json")) and segment_of_index("queue.json", key) == ref.key
     assert segment_of_index("queue.json", "queue.json.idx/q/notes.txt") is None
@@ -132,14 +152,14 @@ def test_a_job_sealed_long_ago_is_found_through_the_index_reading_only_its_segme
     assert target not in " ".join(group[1] for group in doc["sealed"]) and target not in {j["id"] for j in doc["jobs"]}
 
     as_after_a_takeover(broker)
-    before = dict(store.gets)
+    before = reads_so_far(store)
     view = broker.get_job(target)
     assert (view["id"], view["status"], view["segment"]) == (target, "pending", merged[-1].key)
     # The indexes were read; of the merged segments, only the one holding it.
     assert [key for key in segment_reads(store, before) if key in {r.key for r in merged}] == [merged[-1].key]
 
     # An id that no segment holds reads no segment once the indexes are held.
-    before = dict(store.gets)
+    before = reads_so_far(store)
     with pytest.raises(JobNotFound):
         broker.get_job("no-such-job")
     with pytest.raises(JobNotFound):
@@ -173,12 +193,18 @@ def test_a_new_leader_reads_the_indexes_before_a_lookup_needs_them_into_the_cach
     # (warmed counts them once the task is over)
     wait_for(lambda: keeper.warmed >= len(merged), what="the new leader reading the indexes")
     assert all(cache.known(ref.key) for ref in merged)
+    # Each index's header and hashes only (read_length), not its entries.
+    assert not [key for key in inner.gets if key.startswith(index_prefix("queue.json"))]
 
-    before = dict(inner.gets)
+    before, ranges_before = dict(inner.gets), dict(inner.ranges)
     assert second.get_job(target)["segment"] == merged[-1].key
     read = [key for key, n in inner.gets.items() if n > before.get(key, 0)]
+    ranged = [key for key, n in inner.ranges.items() if n > ranges_before.get(key, 0)]
+    # No index read again whole, no segment read whole: the job's entry in
+    # its segment's index, then the job's own bytes (engine.lookup.ranged_job).
     assert not [key for key in read if key.startswith(index_prefix("queue.json"))], read
-    assert [key for key in read if key in {ref.key for ref in merged}] == [merged[-1].key]
+    assert not [key for key in read if key in {ref.key for ref in merged}], read
+    assert sorted(ranged) == sorted([index_key("queue.json", merged[-1].key), merged[-1].key])
 
 
 def test_without_its_index_or_with_a_damaged_one_the_segment_itself_is_read(
@@ -195,6 +221,75 @@ def test_without_its_index_or_with_a_damaged_one_the_segment_itself_is_read(
     as_after_a_takeover(broker)
     assert broker.get_job(in_first)["segment"] == first.key
     assert broker.get_job(in_last)["segment"] == last.key
+
+
+def test_a_job_whose_bytes_do_not_match_its_entry_sends_the_lookup_to_the_whole_segment(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A ranged read is checked against the entry (length, CRC-32) and the
+    id; a job altered in its segment fails that, and the lookup reads the
+    segment whole, whose SHA-256 check reports the object (I6), as a lookup
+    without an index did. Never the altered job."""
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    last = merged_refs(broker)[-1]
+    blob = store.get(last.key)
+    assert blob is not None
+    target = orjson.loads(blob.data)["jobs"][5]["id"]
+    payload = orjson.dumps(orjson.loads(blob.data)["jobs"][5]["payload"])
+    other = payload[:-1] + (b"8" if payload[-1:] != b"8" else b"9")  # same length, another value
+    altered = blob.data.replace(b'"payload":' + payload + b"}", b'"payload":' + other + b"}", 1)
+    assert altered != blob.data and len(altered) == len(blob.data)
+    store.put(last.key, altered)
+    as_after_a_takeover(broker)
+    with pytest.raises(SegmentUnreadable, match=last.key):
+        broker.get_job(target)
+
+
+def test_with_a_version_1_index_the_segment_is_read_whole_and_the_job_found(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Indexes written before version 2 name no places: their segments are
+    read whole, as before, and the job is found."""
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    assert isinstance(store, CountingStore)
+    last = merged_refs(broker)[-1]
+    blob = store.get(last.key)
+    assert blob is not None
+    jobs = orjson.loads(blob.data)["jobs"]
+    body = array("I", sorted({id_hash(job["id"].encode()) for job in jobs})).tobytes()
+    version1 = b"".join((b"queueadmin-idindex-1\n", last.sha256.encode(), b"\n",
+                         hashlib.sha256(body).hexdigest().encode(), b"\n", body))
+    store.put(index_key("queue.json", last.key), version1)
+    as_after_a_takeover(broker)
+    before = reads_so_far(store)
+    assert broker.get_job(jobs[-1]["id"])["segment"] == last.key
+    assert store.gets.get(last.key, 0) > before[0].get(last.key, 0)  # read whole
+    assert store.ranges.get(last.key, 0) == before[1].get(last.key, 0)  # not by range
+
+
+def test_a_job_moved_back_since_is_not_answered_from_its_segment(make_broker: Callable[..., Broker]) -> None:
+    """A reference whose ``front`` passed the job (refilled into the
+    document) does not hold it any more: the ranged read finds the job, sees
+    its ``pos`` before ``front``, and answers nothing, without reading the
+    segment whole."""
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    assert isinstance(store, CountingStore)
+    keeper = broker._keeper
+    assert keeper is not None
+    last = merged_refs(broker)[-1]
+    blob = store.get(last.key)
+    assert blob is not None
+    job = orjson.loads(blob.data)["jobs"][5]
+    as_after_a_takeover(broker)
+    moved = last._replace(consumed=6, front=orjson.loads(blob.data)["jobs"][6]["pos"])
+    before = reads_so_far(store)
+    assert keeper.lookup.find_pending(job["id"], [("q", moved)]) is None
+    assert store.gets.get(last.key, 0) == before[0].get(last.key, 0)
+    found = keeper.lookup.find_pending(job["id"], [("q", last)])
+    assert found is not None and found[1] == job["pos"]
 
 
 def test_an_index_goes_with_its_segment_and_an_orphan_index_is_collected(
@@ -248,7 +343,7 @@ def test_a_large_tail_sealed_at_once_gets_its_index_when_sealed(make_broker: Cal
              what="the large seals' indexes")
     target = orjson.loads(store.get(large[0].key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
     as_after_a_takeover(broker)
-    before = dict(store.gets)
+    before = reads_so_far(store)
     assert broker.get_job(target)["segment"] == large[0].key
     assert segment_reads(store, before) == [large[0].key]
 
@@ -293,7 +388,8 @@ def test_a_segment_found_without_an_index_is_asked_about_again_later(monkeypatch
     monkeypatch.setattr("engine.idindex.time.monotonic", lambda: now[0])
     assert cache.get(ref) is None and cache.reads == 1
     parts = [orjson.dumps({"id": f"a{i}"}) for i in range(3)]
-    store.put(index_key("queue.json", ref.key), encode_index(ref.sha256, parts))  # written just after the lookup
+    segment = encode_segment("q", 1, parts)
+    store.put(index_key("queue.json", ref.key), encode_index(ref.sha256, parts, len(segment)))  # just after the lookup
     assert cache.get(ref) is None and cache.reads == 1  # remembered as absent for a while
     now[0] += 61
     index = cache.get(ref)
@@ -331,7 +427,7 @@ def test_after_a_takeover_a_job_in_the_oldest_of_many_small_seals_is_found_by_id
     oldest = refs[1]  # the first is the one refills read from
     target = orjson.loads(store.get(oldest.key).data)["jobs"][-1]["id"]  # type: ignore[union-attr]
     as_after_a_takeover(broker)
-    before = dict(store.gets)
+    before = reads_so_far(store)
     assert broker.get_job(target)["segment"] == oldest.key
     assert segment_reads(store, before) == [oldest.key]
 
@@ -386,14 +482,14 @@ def test_the_index_a_writer_keeps_is_the_one_a_reader_decodes() -> None:
     ref = SegmentRef(key="queue.json.seg/q/e00000001-p00000000000001-0a0b0c0f.json", total=1000, consumed=0,
                      front=0, last_pos=2997, size=1, sha256="e" * 64, oldest_enqueued_at=None,  # type: ignore[arg-type]
                      epoch=1, sealed_at=None)  # type: ignore[arg-type]
-    data, built = build_index(ref.sha256, reversed(parts))
+    data, built = build_index(ref.sha256, parts, len(encode_segment("q", 0, parts)))
     read = decode_index(ref, data)
-    assert data == encode_index(ref.sha256, parts)
+    assert built.entries_at == read.entries_at == read_length(ref)
     assert [built.may_hold(f"job-{i}") for i in range(3000)] == [read.may_hold(f"job-{i}") for i in range(3000)]
     assert built.nbytes == read.nbytes == 4 * 1000
     # A body out of order, with its own SHA-256 right, is refused (the check now runs in C).
-    body = data[-4 * 1000:]
+    body = data[read_length(ref) - 4 * 1000:read_length(ref)]
     swapped = body[:-8] + body[-4:] + body[-8:-4]
-    head = b"queueadmin-idindex-1\n" + ref.sha256.encode() + b"\n"
+    head = b"queueadmin-idindex-2\n" + ref.sha256.encode() + b"\n"
     with pytest.raises(ValueError, match="not sorted"):
         decode_index(ref, head + hashlib.sha256(swapped).hexdigest().encode() + b"\n" + swapped)
