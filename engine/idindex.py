@@ -132,15 +132,23 @@ def build_index(segment_sha256: str, encoded_jobs: Sequence[bytes], segment_size
     decoded (the writer keeps it without decoding and checking what it just
     built: a seal writes one every time)."""
     offsets = job_offsets(segment_size, encoded_jobs)
-    rows = sorted((id_hash(job_id_of(job)), at, len(job), zlib.crc32(job))
-                  for job, at in zip(encoded_jobs, offsets, strict=True))
-    hashes = array("I", (row[0] for row in rows))
+    # Column by column, in C where it can be (a seal builds one for every
+    # 2,000 jobs or so on a keeper thread: rows as tuples, sorted and packed
+    # one by one, took three times as long as version 1's hashes alone).
+    ids = list(map(zlib.crc32, map(job_id_of, encoded_jobs)))
+    places = sorted(range(len(ids)), key=ids.__getitem__)
+    hashes = array("I", map(ids.__getitem__, places))
+    table = array("I", [0]) * (3 * len(places))
+    table[0::3] = array("I", map(offsets.__getitem__, places))
+    table[1::3] = array("I", map(len, map(encoded_jobs.__getitem__, places)))
+    table[2::3] = array("I", map(zlib.crc32, map(encoded_jobs.__getitem__, places)))
     stored = hashes
     if sys.byteorder == "big":  # the format is little-endian
         stored = array("I", hashes)
         stored.byteswap()
+        table.byteswap()
     body = stored.tobytes()
-    entries = b"".join(_ENTRY.pack(*row[1:]) for row in rows)
+    entries = table.tobytes()
     data = b"".join((_MAGIC, segment_sha256.encode(), b"\n", hashlib.sha256(body).hexdigest().encode(), b"\n",
                      body, entries))
     return data, IdIndex(hashes, entries_at=_HEAD + len(body))
