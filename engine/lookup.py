@@ -139,14 +139,20 @@ class SegmentLookup:
                 ranged = ref in named and ref.key not in self._touched
             data, sure = ranged_job(self._indexes, ref, job_id) if ranged else (None, False)
             if data is not None:
-                with self._lock:
-                    self._found[job_id] = (ref.key, data)
-                    self._touched[ref.key] = None
-                    while len(self._found) > FOUND_KEPT:
-                        self._found.popitem(last=False)
-                    while len(self._touched) > FOUND_KEPT:
-                        self._touched.popitem(last=False)
-                found = self._unconsumed(ref, data)
+                try:
+                    found = self._unconsumed(ref, data)
+                except (orjson.JSONDecodeError, SegmentUnreadable):
+                    # Bytes that match their entry and still are no job: the
+                    # segment read whole says what is wrong with it (I6).
+                    found, sure = None, False
+                else:
+                    with self._lock:
+                        self._found[job_id] = (ref.key, data)
+                        self._touched[ref.key] = None
+                        while len(self._found) > FOUND_KEPT:
+                            self._found.popitem(last=False)
+                        while len(self._touched) > FOUND_KEPT:
+                            self._touched.popitem(last=False)
                 if found is not None:
                     return found
             if sure:

@@ -10,6 +10,8 @@ almost every pending job answered 404.
 from __future__ import annotations
 
 import hashlib
+import struct
+import zlib
 from array import array
 from collections.abc import Callable
 
@@ -244,6 +246,34 @@ def test_a_job_whose_bytes_do_not_match_its_entry_sends_the_lookup_to_the_whole_
     as_after_a_takeover(broker)
     with pytest.raises(SegmentUnreadable, match=last.key):
         broker.get_job(target)
+
+
+def test_an_entry_that_checks_but_names_no_whole_job_sends_the_lookup_to_the_whole_segment(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """An index entry whose bytes match its CRC and start with the id, yet
+    are no job (here: cut short, as a wrong index could), is not answered
+    from, nor an error: the lookup reads the segment whole and finds the job."""
+    broker = merged_backlog(make_broker)
+    store = broker.store
+    last = merged_refs(broker)[-1]
+    blob = store.get(last.key)
+    assert blob is not None
+    target = orjson.loads(blob.data)["jobs"][5]["id"]
+    key = index_key("queue.json", last.key)
+    index_blob = store.get(key)
+    assert index_blob is not None
+    index = decode_index(last, index_blob.data)
+    span = index.span(target)
+    assert span is not None and index.entries_at is not None
+    at = index.entries_at + 12 * span[0]
+    offset, length, _ = struct.unpack("<III", index_blob.data[at:at + 12])
+    short = blob.data[offset:offset + length - 5]
+    entry = struct.pack("<III", offset, len(short), zlib.crc32(short))
+    forged = index_blob.data[:at] + entry + index_blob.data[at + 12:]
+    store.put(key, forged)
+    as_after_a_takeover(broker)
+    assert broker.get_job(target)["segment"] == last.key
 
 
 def test_with_a_version_1_index_the_segment_is_read_whole_and_the_job_found(
