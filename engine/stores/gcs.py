@@ -131,16 +131,10 @@ class GCSStore(CloudStore[tuple[storage.Client, storage.Bucket]]):
     # -- the contract ---------------------------------------------------------
 
     def get(self, key: str) -> Blob | None:
-        name = self._key(key)
-        blob = self._get_bucket(key).blob(name)
-        try:
-            data = blob.download_as_bytes(timeout=self._timeout, retry=self._read_retry)
-        except gexc.NotFound as exc:
-            if _names_bucket(exc):
-                self._raise(exc, "get", key)
+        blob = self._get_bucket(key).blob(self._key(key))
+        data = self._download(blob, key)
+        if data is None:
             return None
-        except _CAUGHT as exc:
-            self._raise(exc, "get", key)
         if blob.generation is None:
             raise StoreError(f"get {key} in {self.describe()}: the response carried no generation")
         return Blob(data=data, etag=str(blob.generation))
@@ -150,12 +144,20 @@ class GCSStore(CloudStore[tuple[storage.Client, storage.Bucket]]):
             raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
         if length == 0:
             return None if self.etag(key) is None else b""
-        blob = self._get_bucket(key).blob(self._key(key))
         try:
-            data: bytes = blob.download_as_bytes(start=start, end=start + length - 1, timeout=self._timeout,
-                                                 retry=self._read_retry)
+            return self._download(self._get_bucket(key).blob(self._key(key)), key, start=start,
+                                  end=start + length - 1)
         except gexc.RequestRangeNotSatisfiable:
             return b""  # the object ends before ``start``
+
+    def _download(self, blob: storage.Blob, key: str, **span: int) -> bytes | None:
+        """``blob``'s bytes (``span``: ``start`` and ``end``, inclusive), or
+        None if it does not exist. A missing bucket, and every other failure
+        but a range past the end (RequestRangeNotSatisfiable), raise."""
+        try:
+            data: bytes = blob.download_as_bytes(timeout=self._timeout, retry=self._read_retry, **span)
+        except gexc.RequestRangeNotSatisfiable:
+            raise
         except gexc.NotFound as exc:
             if _names_bucket(exc):
                 self._raise(exc, "get", key)

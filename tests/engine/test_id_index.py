@@ -225,6 +225,15 @@ def test_without_its_index_or_with_a_damaged_one_the_segment_itself_is_read(
     assert broker.get_job(in_last)["segment"] == last.key
 
 
+def last_merged(make_broker: Callable[..., Broker]) -> tuple[Broker, SegmentRef, Blob]:
+    """A :func:`merged_backlog`, its last merged segment and that segment's bytes."""
+    broker = merged_backlog(make_broker)
+    last = merged_refs(broker)[-1]
+    blob = broker.store.get(last.key)
+    assert blob is not None
+    return broker, last, blob
+
+
 def test_a_job_whose_bytes_do_not_match_its_entry_sends_the_lookup_to_the_whole_segment(
     make_broker: Callable[..., Broker],
 ) -> None:
@@ -232,11 +241,8 @@ def test_a_job_whose_bytes_do_not_match_its_entry_sends_the_lookup_to_the_whole_
     id; a job altered in its segment fails that, and the lookup reads the
     segment whole, whose SHA-256 check reports the object (I6), as a lookup
     without an index did. Never the altered job."""
-    broker = merged_backlog(make_broker)
+    broker, last, blob = last_merged(make_broker)
     store = broker.store
-    last = merged_refs(broker)[-1]
-    blob = store.get(last.key)
-    assert blob is not None
     target = orjson.loads(blob.data)["jobs"][5]["id"]
     payload = orjson.dumps(orjson.loads(blob.data)["jobs"][5]["payload"])
     other = payload[:-1] + (b"8" if payload[-1:] != b"8" else b"9")  # same length, another value
@@ -254,11 +260,8 @@ def test_an_entry_that_checks_but_names_no_whole_job_sends_the_lookup_to_the_who
     """An index entry whose bytes match its CRC and start with the id, yet
     are no job (here: cut short, as a wrong index could), is not answered
     from, nor an error: the lookup reads the segment whole and finds the job."""
-    broker = merged_backlog(make_broker)
+    broker, last, blob = last_merged(make_broker)
     store = broker.store
-    last = merged_refs(broker)[-1]
-    blob = store.get(last.key)
-    assert blob is not None
     target = orjson.loads(blob.data)["jobs"][5]["id"]
     key = index_key("queue.json", last.key)
     index_blob = store.get(key)
