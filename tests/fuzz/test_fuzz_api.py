@@ -426,6 +426,15 @@ operator_data = st.one_of(
 )
 
 
+def use_key(settings: Any, key: str) -> None:
+    """Set the secret key once per test, not once per example: each assignment
+    to pytest-django's ``settings`` stacks one more override, and after about
+    a thousand examples (``HYPOTHESIS_PROFILE=long``) reading any setting
+    recursed too deep (RecursionError in django.conf)."""
+    if key != settings.SECRET_KEY:
+        settings.SECRET_KEY = key
+
+
 @given(data=operator_data, signed=st.booleans(), junk=st.binary(max_size=50))
 def test_operator(nodes: Nodes, settings: Any, data: Any, signed: bool, junk: bytes) -> None:
     """Signed or not, any operator body gets a documented answer, never a 500."""
@@ -433,7 +442,7 @@ def test_operator(nodes: Nodes, settings: Any, data: Any, signed: bool, junk: by
 
     from queueadmin.api.forward import SALT
 
-    settings.SECRET_KEY = SECRET
+    use_key(settings, SECRET)
     with nodes.fresh() as broker:
         seeded(broker)
         before = stored(broker)
@@ -463,7 +472,7 @@ def test_a_signed_operator_request_is_used_once(nodes: Nodes, settings: Any, que
     from engine.ops import pause_op
     from queueadmin.api.forward import sign
 
-    settings.SECRET_KEY = SECRET
+    use_key(settings, SECRET)
     with nodes.fresh() as broker:
         raw = sign(pause_op(queue, paused=paused)).encode()
         first = call("POST", "/api/v1/operator", raw, headers={"content-type": "text/plain"})
@@ -480,7 +489,7 @@ def test_the_public_development_key_is_never_trusted(nodes: Nodes, settings: Any
     from engine.ops import pause_op
     from queueadmin.api.forward import sign
 
-    settings.SECRET_KEY = DEV_KEY
+    use_key(settings, DEV_KEY)
     with nodes.fresh() as broker:
         before = stored(broker)
         answer = call("POST", "/api/v1/operator", sign(pause_op(queue)).encode(),
