@@ -114,14 +114,12 @@ class SegmentLookup:
         needle = id_prefix(job_id)
         with self._lock:
             kept = self._found.get(job_id)
-        if kept is not None:  # found with ranged reads before: no I/O
-            for _, ref in refs:
-                if ref.key == kept[0]:
-                    found = self._unconsumed(ref, kept[1])
-                    if found is not None:
-                        return found
         unread: list[SegmentRef] = []
-        for _, ref in refs:  # first what the keeper holds: no I/O
+        for _, ref in refs:  # first what the keeper holds, or found by range before: no I/O
+            if kept is not None and ref.key == kept[0]:
+                found = self._unconsumed(ref, kept[1])
+                if found is not None:
+                    return found
             parts = self._held.held(ref.key)
             if parts is None:
                 unread.append(ref)
