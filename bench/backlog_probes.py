@@ -135,12 +135,18 @@ def _id_in(store: CountingStore, ref: SegmentRef, at: int) -> str | None:
     return None if blob is None else str(orjson.loads(blob.data)["jobs"][at]["id"])
 
 
+def _reads(store: CountingStore) -> int:
+    """The store's reads so far, whole and ranged."""
+    return store.counts.get("get", 0) + store.counts.get("get_range", 0)
+
+
 def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5) -> dict[str, Any]:
     """``Broker.get_job`` (``GET /api/v1/jobs/<id>``) of a job in the middle
     of ``queue``'s backlog, in a segment with an id index (merged, or sealed
     large), long out of the ``sealed`` window: ``cold_ms`` as on a leader
     that just took over (the keeper holds no segment and no id index: it
-    reads every segment's index, then the one segment that holds the job), ``warm_ms`` the median of
+    reads every segment's index, then the job's entry in its segment's index
+    and the job's bytes, or with a version 1 index the whole segment), ``warm_ms`` the median of
     ``repeat`` lookups after it (nothing read), ``unknown_ms`` the median of
     lookups of an id no segment holds (after the cold one: the indexes are
     held); then ``warm_up_s``, how long a new leader's reading of every
@@ -166,12 +172,12 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     if job_id is None or other_id is None:
         return {"error": f"segment {ref.key} or {other.key} is gone"}
     keeper.lookup.forget()
-    reads, read_bytes = store.counts.get("get", 0), store.bytes_read
+    reads, read_bytes = _reads(store), store.bytes_read
     try:
         started = time.perf_counter()
         view = broker.get_job(job_id)
         cold = (time.perf_counter() - started) * 1000
-        reads, read_bytes = store.counts.get("get", 0) - reads, store.bytes_read - read_bytes
+        reads, read_bytes = _reads(store) - reads, store.bytes_read - read_bytes
         if view.get("segment") != ref.key:
             return {"error": f"found in {view.get('segment')}, not {ref.key}"}
         warm = []
