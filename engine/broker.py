@@ -249,6 +249,15 @@ class Broker:
             await asyncio.sleep(0.005)
         return self._now_leading()
 
+    async def arequire_leading(self) -> None:
+        """Return once this node leads; raise NotLeader (with the leader's
+        URL) if it does not, or the reason no node leads a lost document.
+        Waits for a takeover under way, as every operation does. For a
+        caller that must refuse before doing anything else: the operator
+        endpoint records a request's nonce in the shared database only on
+        the leader."""
+        await self._aleading()
+
     def _now_leading(self) -> GroupCommitter:
         missing = self.presence.missing
         if missing is not None:

@@ -211,13 +211,12 @@ async def operator(request: Request) -> Response:
         raise ApiError("forbidden", f"not a valid operator request from a node of this cluster: {exc}") from None
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ApiError("invalid", f"malformed operator request: {exc}") from None
-    if broker.committer is None:
-        # A standby runs nothing: it says where the leader is without writing
-        # the shared database. Recording the nonce first, a standby whose
-        # SQLite database was locked by a stopped node held the request until
-        # the database's busy timeout (5 s) only to answer not_leader after
-        # it (chaos seed 64), and burnt a nonce it never used.
-        raise NotLeader(broker.leader_url)
+    # A standby runs nothing: it says where the leader is without writing the
+    # shared database (after a takeover under way, as every call). Recording
+    # the nonce first, a standby whose SQLite database was locked by a stopped
+    # node held the request for the database's busy timeout (5 s) and refused
+    # it (chaos seed 64); unlocked, it spent a nonce on nothing.
+    await broker.arequire_leading()
     # Recorded before it runs, in the database every node shares: a replay of
     # this request, here or on a later leader, is refused (even if this run fails).
     # The API's one hop to a thread: operator actions are rare, and the
