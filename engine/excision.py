@@ -115,7 +115,9 @@ class LaneExcision:
         found: dict[str, tuple[SegmentRef, list[Job]]] = {}
         missing: list[str] = []
         for job_id in dict.fromkeys(job_ids):
-            hit = self.lookup.find_pending(job_id, refs)
+            # Whole: the segment is read next anyway, to write it again
+            # without the job; two ranged reads first would be wasted.
+            hit = self.lookup.find_pending(job_id, refs, whole=True)
             if hit is None:
                 missing.append(job_id)
             else:

@@ -94,6 +94,7 @@ class SegmentLookup:
 
     def find_pending(
         self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
+        whole: bool = False,
     ) -> tuple[Job, int, SegmentRef] | None:
         """The pending job ``job_id``, its ``pos`` and its segment, if it sits
         in one of ``refs`` (tried in order, newest first is best) and has not
@@ -109,7 +110,10 @@ class SegmentLookup:
         at most ``reads`` of them, so a client polling a job by id does not
         read its segment again. So a job in an indexed segment is always
         found, and a lookup of an id that no segment holds reads no indexed
-        segment once the indexes are held. Raises SegmentUnreadable or
+        segment once the indexes are held. With ``whole``, a segment is read
+        whole even through a version 2 index (:func:`ranged_job`), and kept:
+        for a caller that reads the segment next anyway (a purge by ids
+        writes it again without the job). Raises SegmentUnreadable or
         StoreError. Any thread: never the writer's (it may read)."""
         needle = id_prefix(job_id)
         with self._lock:
@@ -129,12 +133,13 @@ class SegmentLookup:
                 return found
         # Then the segments whose index may hold the id, before any without one.
         named, unindexed = self._indexes.candidates(job_id, unread)
+        by_range = set() if whole else {ref.key for ref in named}
         for ref in named + unindexed:
             if reads <= 0:
                 break
             reads -= 1
             with self._lock:
-                ranged = ref in named and ref.key not in self._touched
+                ranged = ref.key in by_range and ref.key not in self._touched
             data, sure = ranged_job(self._indexes, ref, job_id) if ranged else (None, False)
             if data is not None:
                 try:

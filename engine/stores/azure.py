@@ -56,7 +56,7 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobServiceClient, ContainerClient, LinearRetry
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import Blob, check_endpoint, check_write_args
+from engine.stores.base import Blob, check_endpoint, check_range, check_write_args
 from engine.stores.cloud import CloudStore
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -155,8 +155,7 @@ class AzureBlobStore(CloudStore[tuple[BlobServiceClient, ContainerClient]]):
         return Blob(data=data, etag=str(etag))
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        check_range(start, length)
         if length == 0:
             return None if self.etag(key) is None else b""
         container = self._get_container(key)

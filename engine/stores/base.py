@@ -62,8 +62,7 @@ class ObjectStore(abc.ABC):
         Raises as :meth:`get`. Backends override it with a ranged request;
         the default reads the whole object.
         """
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        check_range(start, length)
         blob = self.get(key)
         return None if blob is None else blob.data[start:start + length]
 
@@ -139,6 +138,13 @@ def check_write_args(if_match: str | None, if_none_match: bool) -> None:
     """Refuse contradictory conditions, which no backend can honour."""
     if if_match is not None and if_none_match:
         raise StoreConfigError("put() takes if_match or if_none_match, not both")
+
+
+def check_range(start: int, length: int) -> None:
+    """Refuse a range that starts or runs below zero (``get_range``): a bug
+    in the caller, never a store's answer. Raises ValueError."""
+    if start < 0 or length < 0:
+        raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
 
 
 def normalize_prefix(prefix: str, *, what: str) -> str:

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
-from engine.stores.base import Blob, ObjectStore, check_key, check_write_args
+from engine.stores.base import Blob, ObjectStore, check_key, check_range, check_write_args
 
 TMP_DIR = ".tmp"
 VERSIONS_SUFFIX = ".versions"
@@ -205,8 +205,7 @@ class FileStore(ObjectStore):
         return Blob(data=data, etag=_etag(head.generation, st))
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        check_range(start, length)
         opened = self._at_head(*self._paths(key), lambda head: os.open(head.path, os.O_RDONLY), "read")
         if opened is None:
             return None

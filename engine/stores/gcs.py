@@ -50,7 +50,7 @@ from google.cloud.storage import exceptions as storage_exc
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import Blob, check_endpoint, check_write_args, is_loopback, parse_bool
+from engine.stores.base import Blob, check_endpoint, check_range, check_write_args, is_loopback, parse_bool
 from engine.stores.cloud import CloudStore
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -140,8 +140,7 @@ class GCSStore(CloudStore[tuple[storage.Client, storage.Bucket]]):
         return Blob(data=data, etag=str(blob.generation))
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        check_range(start, length)
         if length == 0:
             return None if self.etag(key) is None else b""
         try:

@@ -54,12 +54,6 @@ class MemoryStore(ObjectStore):
                 blob = self._objects[key] = Blob(data=b"".join(self._pieces.pop(key)), etag=blob.etag)
             return blob
 
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
-        blob = self.get(key)
-        return None if blob is None else blob.data[start:start + length]
-
     def etag(self, key: str) -> str | None:
         check_key(key)
         with self._lock:

@@ -60,7 +60,7 @@ from botocore.exceptions import (
 )
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
-from engine.stores.base import Blob, check_endpoint, check_write_args
+from engine.stores.base import Blob, check_endpoint, check_range, check_write_args
 from engine.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
@@ -201,8 +201,7 @@ class S3Store(CloudStore["S3Client"]):
         return Blob(data=data, etag=response["ETag"])
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a range starts and runs at 0 or more bytes, not {start}, {length}")
+        check_range(start, length)
         if length == 0:
             return None if self.etag(key) is None else b""
         object_key = self._key(key)

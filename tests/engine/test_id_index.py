@@ -302,6 +302,25 @@ def test_with_a_version_1_index_the_segment_is_read_whole_and_the_job_found(
     assert store.ranges.get(last.key, 0) == before[1].get(last.key, 0)  # not by range
 
 
+def test_a_purge_by_id_reads_the_segment_it_rewrites_once_and_no_range_of_it(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A purge by ids writes the segment again without the job: it reads
+    the segment whole anyway, so its lookup does not first read the job by
+    range (two requests for nothing), and reads the segment once."""
+    broker, last, blob = last_merged(make_broker)
+    store = broker.store
+    assert isinstance(store, CountingStore)
+    target = orjson.loads(blob.data)["jobs"][5]["id"]
+    as_after_a_takeover(broker)
+    gets, ranges = reads_so_far(store)
+    assert broker.execute(purge_op([target])) == [target]
+    assert store.ranges.get(last.key, 0) == ranges.get(last.key, 0)
+    assert store.gets.get(last.key, 0) == gets.get(last.key, 0) + 1
+    with pytest.raises(JobNotFound):
+        broker.get_job(target)
+
+
 def test_a_job_moved_back_since_is_not_answered_from_its_segment(make_broker: Callable[..., Broker]) -> None:
     """A reference whose ``front`` passed the job (refilled into the
     document) does not hold it any more: the ranged read finds the job, sees
