@@ -133,12 +133,12 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = ["| queues | depth | push ops/s | p50 ms | p99 ms | push vs 0 | drain jobs/s | drain vs 0 "
             "| bytes/commit mean | p90 | max | leader RSS MB | standby MB read/min | overview ms "
             "| jobs page cold ms | cached ms | job by id cold / warm / unknown ms | new leader's index warm-up s "
-            "/ then by id ms | purge of queue 1 | seeded in |",
-            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "/ then by id ms | job page ms: by range / whole segment / again | purge of queue 1 | seeded in |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
     base: dict[int, dict[str, Any]] = {}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 17)
+            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 18)
             continue
         if r["depth"] == 0:
             base[r["queues"]] = r
@@ -155,6 +155,9 @@ def table(results: list[dict[str, Any]]) -> str:
                       if "cold_ms" in by_id else by_id.get("error", "—"))
         warm_up_text = (f"{by_id['warm_up_s']:,.2f} s ({by_id['warmed']:,} indexes) / {by_id['after_warm_up_ms']:,.1f}"
                         if "warm_up_s" in by_id else "—")
+        page = r.get("job_page") or {}
+        page_text = (f"{page['range_ms']:,.1f} / {page['whole_ms']:,.0f} / {page['again_ms']:,.2f}"
+                     if "range_ms" in page else page.get("error", "—"))
         rows.append(
             f"| {r['queues']} | {r['depth']:,} | {push['ops_per_s']:,.0f} "
             f"| {push['p50_ms']:.0f} | {push['p99_ms']:.0f} "
@@ -163,7 +166,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['mean_commit_bytes'] / MB:.2f} MB | {r.get('p90_commit_bytes', 0) / MB:.2f} MB "
             f"| {r['max_commit_bytes'] / MB:.2f} MB "
             f"| {r['rss_bytes'] / MB:,.0f} | {r['standby_bytes_per_min'] / MB:,.0f} | {overview} "
-            f"| {cold} | {cached} | {by_id_text} | {warm_up_text} | {purge_text} "
+            f"| {cold} | {cached} | {by_id_text} | {warm_up_text} | {page_text} | {purge_text} "
             f"| {r['seed_push_s'] + r['seed_settle_s']:,.0f} s |")
     return "\n".join(rows)
 

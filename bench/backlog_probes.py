@@ -1,8 +1,9 @@
 """A backlog run's probes of the dashboard and of lookups by id, timed on
 the leader once the run's load phases are over: the overview
 (:func:`_overview_ms`), a queue's pending jobs page deep inside its
-segments (:func:`_jobs_page`), and ``Broker.get_job`` of a job in a
-segment, cold and warm (:func:`_job_by_id`).
+segments (:func:`_jobs_page`), ``Broker.get_job`` of a job in a
+segment, cold and warm (:func:`_job_by_id`), and the dashboard's job page
+of a job in a segment (:func:`_job_page`).
 
 Run by :func:`bench.backlog_run.run`, which imports them from here. The
 dashboard's code (Django) is imported only inside the probes, after the
@@ -208,3 +209,57 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
             "reads": reads, "bytes_read": read_bytes, "indexed_segments": len(refs),
             "references": len(state.lanes.get(queue, [])),
             "warm_up_s": warm_up, "warmed": warmed, "after_warm_up_ms": after}
+
+
+def _job_page(broker: Broker, store: CountingStore, queue: str) -> dict[str, Any]:
+    """The dashboard's lookup for a job page (``joblist.find_job``, what the
+    job view calls; the rest of the page is the document's) of jobs in the
+    middle of ``queue``'s backlog, with the process's id indexes held (as
+    after :func:`_job_by_id`'s warm-up, or a dashboard page's) and the
+    dashboard's caches empty: ``range_ms``, a first job (its entry and its
+    bytes by range); ``whole_ms``, a second job of the same segment, which
+    reads the segment whole, what every first job page did before ranged
+    reads; ``again_ms``, the first job's page again. Each with the store's
+    reads and bytes. Returns ``{"error": ...}`` if a lookup failed or found
+    the job elsewhere."""
+    try:
+        _django()
+        from unittest import mock
+
+        from queueadmin import runtime
+        from queueadmin.dashboard import joblist, segments
+
+        committer = broker.committer
+        keeper = broker._keeper
+        state = committer.state if committer is not None else None
+        if state is None or keeper is None:
+            return {"error": "no state"}
+        refs = [ref for ref in state.lanes.get(queue, []) if ref.total >= keeper.small_below]
+        if not refs:
+            return {"error": "no segment large enough to have an id index"}
+        ref = refs[2 * len(refs) // 3]
+        first, second = _id_in(store, ref, ref.total // 2), _id_in(store, ref, ref.total // 2 + 1)
+        if first is None or second is None:
+            return {"error": f"segment {ref.key} is gone"}
+        keeper.warm([ref])  # held already after _job_by_id; a no-op then
+        snapshot = _latest_snapshot(broker)()
+        segments.cache.clear()
+        segments.ranged.clear()
+
+        def timed(job_id: str) -> dict[str, Any]:
+            reads, read_bytes = _reads(store), store.bytes_read
+            started = time.perf_counter()
+            _, error, key = joblist.find_job(snapshot, job_id)
+            ms = (time.perf_counter() - started) * 1000
+            if error is not None or key != ref.key:
+                raise RuntimeError(error or f"{job_id} found in {key}, not {ref.key}")
+            return {"ms": ms, "reads": _reads(store) - reads, "bytes_read": store.bytes_read - read_bytes}
+
+        # The dashboard reads segments through this node's broker's store.
+        with mock.patch.object(runtime, "get_broker", lambda: broker):
+            ranged, whole, again = timed(first), timed(second), timed(first)
+        return {"segment_bytes": ref.size, "segment_jobs": ref.total,
+                "range": ranged, "whole": whole, "again": again,
+                "range_ms": ranged["ms"], "whole_ms": whole["ms"], "again_ms": again["ms"]}
+    except Exception as exc:  # the dashboard is optional here: report, do not fail the run
+        return {"error": f"{type(exc).__name__}: {exc}"}

@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from bench.backlog_probes import _job_by_id, _jobs_page, _overview_ms
+from bench.backlog_probes import _job_by_id, _job_page, _jobs_page, _overview_ms
 from bench.backlog_settle import SETTLE_TIMEOUT_SECONDS, _keeper_idle, _settle
 from bench.config import payload
 from bench.requests import CountingStore as CallCountingStore
@@ -396,6 +396,9 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         if depth > 0:
             result["job_by_id"] = _job_by_id(leader, counted, queues[0])
             _log(f"job by id: {result['job_by_id']}")
+            if cfg.get("dashboard", True):
+                result["job_page"] = _job_page(leader, counted, queues[0])
+                _log(f"job page: {result['job_page']}")
             committer = leader.committer
             assert committer is not None
             state = committer.state

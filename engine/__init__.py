@@ -66,6 +66,7 @@ from engine.errors import (
 from engine.http_client import API_PREFIX, BrokerClient
 from engine.idindex import IndexCache, shared_index_cache
 from engine.lineage import initialise, marker_key, read_marker
+from engine.lookup import RangedFinds, one_job, ranged_job
 from engine.model import (
     Attempt,
     BrokerInfo,
@@ -172,6 +173,7 @@ __all__ = [
     "QueueCounters",
     "QueueError",
     "QueueState",
+    "RangedFinds",
     "Readiness",
     "SegmentRef",
     "SegmentUnreadable",
@@ -195,8 +197,10 @@ __all__ = [
     "new_job_id",
     "new_worker_id",
     "newest_first",
+    "one_job",
     "open_store",
     "parse_document",
+    "ranged_job",
     "read_marker",
     "read_segment",
     "shared_index_cache",

@@ -35,7 +35,7 @@ from engine.model import Job
 from engine.parsing import parse_segment_jobs
 from engine.segments import JOB_LOOKUP_READS, SegmentRef
 
-__all__ = ["FOUND_KEPT", "SegmentLookup", "one_job", "ranged_job"]
+__all__ = ["FOUND_KEPT", "RangedFinds", "SegmentLookup", "one_job", "ranged_job"]
 
 #: Jobs found with ranged reads, kept by id for the next lookup (a client
 #: polling its job): a few hundred bytes each. And as many segments are
@@ -80,17 +80,55 @@ def ranged_job(indexes: IndexCache, ref: SegmentRef, job_id: str) -> tuple[bytes
     return None, True
 
 
+class RangedFinds:
+    """Jobs found with ranged reads (:func:`ranged_job`), kept by id for the
+    next lookup of the same id, and the segments they were found in: at most
+    ``kept`` of each, the least recently found out first. A segment already
+    in :meth:`touched` is read whole by the next lookup instead (see the
+    module). Kept bytes never go stale (segments are immutable); whether the
+    job was moved back since is the caller's to check, against the
+    reference it holds now. Thread-safe."""
+
+    def __init__(self, kept: int = FOUND_KEPT) -> None:
+        self.kept = kept
+        self._found: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._touched: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str) -> tuple[str, bytes] | None:
+        """The key of the segment ``job_id`` was found in and its encoded bytes, if kept."""
+        with self._lock:
+            return self._found.get(job_id)
+
+    def touched(self, key: str) -> bool:
+        """Whether a job was found in segment ``key`` by range already."""
+        with self._lock:
+            return key in self._touched
+
+    def add(self, job_id: str, key: str, data: bytes) -> None:
+        """Keep ``data``, job ``job_id`` found by range in segment ``key``."""
+        with self._lock:
+            self._found[job_id] = (key, data)
+            self._touched[key] = None
+            while len(self._found) > self.kept:
+                self._found.popitem(last=False)
+            while len(self._touched) > self.kept:
+                self._touched.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything kept."""
+        with self._lock:
+            self._found.clear()
+            self._touched.clear()
+
+
 class SegmentLookup:
     """Finds pending jobs by id in a keeper's segments (see the module)."""
 
     def __init__(self, held: HeldSegments, indexes: IndexCache) -> None:
         self._held = held
         self._indexes = indexes
-        # Job id -> (segment key, encoded job) found with ranged reads; see FOUND_KEPT.
-        self._found: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
-        # Segments a job was found in with ranged reads (see the module).
-        self._touched: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
+        self._ranged = RangedFinds()
 
     def find_pending(
         self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
@@ -116,8 +154,7 @@ class SegmentLookup:
         writes it again without the job). Raises SegmentUnreadable or
         StoreError. Any thread: never the writer's (it may read)."""
         needle = id_prefix(job_id)
-        with self._lock:
-            kept = self._found.get(job_id)
+        kept = self._ranged.get(job_id)
         unread: list[SegmentRef] = []
         for _, ref in refs:  # first what the keeper holds, or found by range before: no I/O
             if kept is not None and ref.key == kept[0]:
@@ -138,8 +175,7 @@ class SegmentLookup:
             if reads <= 0:
                 break
             reads -= 1
-            with self._lock:
-                ranged = ref.key in by_range and ref.key not in self._touched
+            ranged = ref.key in by_range and not self._ranged.touched(ref.key)
             data, sure = ranged_job(self._indexes, ref, job_id) if ranged else (None, False)
             if data is not None:
                 try:
@@ -149,13 +185,7 @@ class SegmentLookup:
                     # segment read whole says what is wrong with it (I6).
                     found, sure = None, False
                 else:
-                    with self._lock:
-                        self._found[job_id] = (ref.key, data)
-                        self._touched[ref.key] = None
-                        while len(self._found) > FOUND_KEPT:
-                            self._found.popitem(last=False)
-                        while len(self._touched) > FOUND_KEPT:
-                            self._touched.popitem(last=False)
+                    self._ranged.add(job_id, ref.key, data)
                 if found is not None:
                     return found
             if sure:
@@ -174,9 +204,7 @@ class SegmentLookup:
         benchmark: what a cold lookup by id reads; see LaneKeeper.warm)."""
         self._held.drop_parts()
         self._indexes.clear()
-        with self._lock:
-            self._found.clear()
-            self._touched.clear()
+        self._ranged.clear()
 
     @staticmethod
     def _unconsumed(ref: SegmentRef, data: bytes) -> tuple[Job, int, SegmentRef] | None:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from engine import (
     DOCUMENT_KEY,
     JOB_LOOKUP_READS,
@@ -38,8 +40,12 @@ from engine import (
     EngineError,
     IndexCache,
     ObjectStore,
+    RangedFinds,
     SegmentRef,
+    SegmentUnreadable,
     newest_first,
+    one_job,
+    ranged_job,
     read_segment,
     shared_index_cache,
 )
@@ -293,19 +299,41 @@ def page(blocks: list[Block], start: int, count: int,
     return shown
 
 
+#: The jobs job pages found with ranged reads, by id (see :func:`find_in_segments`).
+ranged = RangedFinds()
+
+
 def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_recently: bool,
                      read: Callable[[SegmentRef], list[Doc]] | None = None,
                      budget: int = JOB_LOOKUP_READS, index: IndexCache | None = None) -> tuple[Doc, str, str] | None:
     """The pending job ``job_id``, its queue and its segment's key, if it sits (unconsumed) in
-    one of the referenced segments the lookup tries: every cached one (no
-    I/O); then, newest first across queues, each segment whose id index
-    (``index``, default :func:`indexes`; read once, kept) may hold the id,
-    and after them, when ``sealed_recently`` (its id is in the document's
-    ``sealed`` window), segments without an index; at most ``budget``
-    segment reads in all. None when not found within that bound. Raises
-    what ``read`` raises, and StoreError from reading an index."""
+    one of the referenced segments the lookup tries: the one it was found in
+    by range before, and every cached one (no I/O); then, newest first across
+    queues, each segment whose id index (``index``, default :func:`indexes`;
+    read once, kept) may hold the id, and after them, when ``sealed_recently``
+    (its id is in the document's ``sealed`` window), segments without an
+    index; at most ``budget`` segment reads in all. None when not found
+    within that bound. Raises what ``read`` raises, and StoreError from
+    reading an index or a range.
+
+    Through a version 2 index a segment is not read whole: the job's entry
+    and its bytes are two ranged gets of a few hundred bytes
+    (``engine.ranged_job``, checked against the entry's length and CRC-32 and
+    the id), where the segment is up to ~7 MB (0.25-1.0 s on a store with
+    50 ms requests and 100 MB/s). What it finds is kept in :data:`ranged`
+    for the next view of the page. As the leader's lookups do, a second job
+    found in the same segment reads it whole into :data:`cache`, where the
+    list pages find it too; and so does anything a range cannot tell (a
+    version 1 index, an entry or job that does not check), which verifies
+    the whole object (I6)."""
     read = read or cache.jobs
+    index = index or indexes()
     referenced = {ref.key: (queue, ref) for queue, refs in lanes.items() for ref in refs}
+    kept = ranged.get(job_id)
+    if kept is not None and kept[0] in referenced:
+        found = _ranged_found(*referenced[kept[0]], kept[1])
+        if found is not None:
+            return found
     tried: set[str] = set()
     for key in reversed(cache.keys()):
         if key in referenced:
@@ -314,13 +342,40 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
             if found is not None:
                 return found
     queue_of = {ref.key: queue for queue, ref in newest_first(lanes) if ref.key not in tried}
-    named, unindexed = (index or indexes()).candidates(job_id, [referenced[key][1] for key in queue_of])
+    named, unindexed = index.candidates(job_id, [referenced[key][1] for key in queue_of])
+    by_range = {ref.key for ref in named}
     # Segments without an index only for a recently sealed id (see above).
     for ref in (named + (unindexed if sealed_recently else []))[:budget]:
-        found = _look(job_id, queue_of[ref.key], ref, read)
+        queue = queue_of[ref.key]
+        if ref.key in by_range and not ranged.touched(ref.key):
+            data, sure = ranged_job(index, ref, job_id)
+            if data is not None:
+                try:
+                    found = _ranged_found(queue, ref, data)
+                except (ValueError, SegmentUnreadable):
+                    # Bytes that match their entry and still are no job: the
+                    # segment read whole says what is wrong with it (I6).
+                    found, sure = None, False
+                else:
+                    ranged.add(job_id, ref.key, data)
+                if found is not None:
+                    return found
+            if sure:
+                continue  # not in this segment, or moved back into the document already
+        found = _look(job_id, queue, ref, read)
         if found is not None:
             return found
     return None
+
+
+def _ranged_found(queue: str, ref: SegmentRef, data: bytes) -> tuple[Doc, str, str] | None:
+    """The job ``data`` read by range from segment ``ref``, as :func:`_look`
+    gives it, unless it was moved back into the document already (its
+    ``pos`` before the reference's ``front``). Raises ValueError (orjson's
+    error is one) or SegmentUnreadable for bytes that are no job."""
+    item = orjson.loads(data)
+    _, pos, _ = one_job(ref, item, ref.consumed)  # checks it is a job, as a whole read would
+    return (dict(item, status="pending"), queue, ref.key) if pos >= ref.front else None
 
 
 def _look(job_id: str, queue: str, ref: SegmentRef,

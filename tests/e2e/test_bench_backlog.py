@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from bench.backlog import table, target_lines
+from bench.backlog_probes import _job_page
 from bench.backlog_run import CountingStore, _job_by_id, _jobs_page, _seed
 from engine import Broker, LatencyStore, MemoryStore, Policy
 from queueadmin.dashboard import segments
@@ -54,6 +55,8 @@ def test_a_quick_run_reports_every_depth_with_segments(tmp_path: Path) -> None:
         assert result["max_commit_bytes"] >= result["p90_commit_bytes"] > 0 and result["rss_bytes"] > 0
         assert result["jobs_page"]["rows"] > 0 and result["jobs_page_cached_ms"] > 0, result["jobs_page"]
     assert deep["jobs_page"]["in_segments"] > 0 and deep["jobs_page"]["segments_read"] >= 1
+    # Both need a segment with an id index: none at this size, and both say so.
+    assert deep["job_page"].get("error") == deep["job_by_id"].get("error"), (deep["job_page"], deep["job_by_id"])
     assert "jobs page deep in segments, cached <= 200 ms" in done.stdout
     assert not list(tmp_path.glob("bench-backlog-*"))  # each run removes its folder
 
@@ -127,3 +130,27 @@ def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_i
     # The new leader's warm-up read every segment's index (absent ones too).
     assert measured["warmed"] == measured["references"] and measured["warm_up_s"] > 0
     assert measured["after_warm_up_ms"] > 0
+
+
+def test_the_job_page_it_times_reads_a_job_by_range_then_a_second_one_whole_then_nothing() -> None:
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
+    counted = CountingStore(MemoryStore())
+    broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
+                    heartbeat_seconds=60, takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        _seed(broker, ["q"], 2_000, policy)
+        _job_by_id(broker, counted, "q", repeat=1)  # its warm-up holds every index, as in a run
+        measured = _job_page(broker, counted, "q")
+    finally:
+        broker.stop(timeout=10)
+        segments.cache.clear()
+        segments.ranged.clear()
+
+    assert "error" not in measured, measured
+    ranged, whole, again = measured["range"], measured["whole"], measured["again"]
+    # By range: the job's entry in the id index and the job's bytes.
+    assert ranged["reads"] == 2 and 0 < ranged["bytes_read"] < measured["segment_bytes"] / 10
+    # A second job of the segment: the segment whole (verified), once.
+    assert whole["reads"] == 1 and whole["bytes_read"] == measured["segment_bytes"]
+    assert again["reads"] == 0 and again["bytes_read"] == 0

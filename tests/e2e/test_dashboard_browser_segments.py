@@ -22,6 +22,7 @@ import orjson
 import pytest
 from playwright.sync_api import Browser, expect
 
+from engine import open_store
 from tests.e2e.browser import push, shot, signed_in, with_operator
 from tests.e2e.harness import Cluster, Node
 
@@ -162,3 +163,41 @@ def test_an_operator_finds_a_job_deep_in_the_backlog_by_its_payload_and_opens_it
         page.locator("#live-jobs tbody tr[data-job-id] td.id a").click()
         expect(page.get_by_test_id("in-segment")).to_contain_text(".seg/backlog/")
         expect(page.locator("main")).to_contain_text('"n": 231')
+
+
+def test_a_job_page_opened_by_its_url_reads_its_job_of_the_segment_by_range(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """Opened straight from its URL, nothing cached, a job page deep in the
+    backlog reads only that job's bytes of its segment (through the id
+    index): another job of the same segment, damaged on the store, does not
+    stop it. That damaged job's own page reads the segment whole, which
+    fails its SHA-256, and names the object (I6); nothing is written."""
+    cluster, server = node
+    doc = sealed_backlog(cluster, server)
+    ref = doc["lanes"]["backlog"]["segments"][2]
+    store = open_store(cluster.store_url)
+    try:
+        index = ref["key"].replace(".seg/", ".idx/", 1).removesuffix(".json") + ".ids"
+        deadline = time.monotonic() + 30
+        while store.get(index) is None:
+            assert time.monotonic() < deadline, f"no id index {index}"
+            time.sleep(0.1)
+        blob = store.get(ref["key"])
+        assert blob is not None
+        jobs = orjson.loads(blob.data)["jobs"]
+        target, other = jobs[ref["consumed"] + 2], jobs[ref["consumed"] + 6]
+        forged = int("9" * len(str(other["payload"]["n"])))  # as many digits: the offsets stay
+        damaged = orjson.dumps(dict(other, payload={"n": forged}))
+        assert len(damaged) == len(orjson.dumps(other)) and forged != other["payload"]["n"]
+        store.put(ref["key"], blob.data.replace(orjson.dumps(other), damaged, 1))
+    finally:
+        store.close()
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/{target['id']}/")
+        expect(page.get_by_test_id("in-segment")).to_contain_text(ref["key"])
+        expect(page.locator("main")).to_contain_text(f'"n": {target["payload"]["n"]}')
+        page.goto(f"{server.url}/jobs/{other['id']}/")
+        expect(page.get_by_test_id("segment-error")).to_contain_text(ref["key"])
+        expect(page.get_by_test_id("segment-error")).to_contain_text("SHA-256")
+        expect(page.locator("main")).not_to_contain_text(f'"n": {forged}')
+    assert cluster.document()["lanes"]["backlog"]["segments"][2] == ref

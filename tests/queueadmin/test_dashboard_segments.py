@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -44,8 +45,10 @@ def small_segments(settings: SettingsWrapper) -> Iterator[None]:
     settings.QUEUE_HEAD_JOBS = HEAD
     settings.QUEUE_REFILL_BELOW = 10
     segments.cache.clear()
+    segments.ranged.clear()
     yield
     segments.cache.clear()
+    segments.ranged.clear()
 
 
 def document(store: ObjectStore) -> dict[str, Any]:
@@ -81,6 +84,32 @@ def listed(client: Client, **params: Any) -> list[Any]:
     response = client.get("/jobs/", params)
     assert response.status_code == 200
     return [row["job"]["payload"] for row in response.context["rows"]]
+
+
+def count_reads(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Every read of ``store`` from now on, as (key, whether by range), in
+    order; a range read through a whole get (the memory store's) counts once,
+    as a range."""
+    reads: list[tuple[str, bool]] = []
+    get, get_range = store.get, store.get_range
+    ranging = threading.local()
+
+    def counted_get(key: str) -> Any:
+        if not getattr(ranging, "on", False):
+            reads.append((key, False))
+        return get(key)
+
+    def counted_range(key: str, start: int, length: int) -> bytes | None:
+        reads.append((key, True))
+        ranging.on = True
+        try:
+            return get_range(key, start, length)
+        finally:
+            ranging.on = False
+
+    monkeypatch.setattr(store, "get", counted_get)
+    monkeypatch.setattr(store, "get_range", counted_range)
+    return reads
 
 
 def every_pending(client: Client, queue: str = "q") -> list[Any]:
@@ -335,15 +364,22 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
     indexes = {key.replace(".seg/", ".idx/", 1).removesuffix(".json") + ".ids" for key in keys}
     wait_for(lambda: indexes <= set(broker.store.list(f"{broker.key}.idx/")), what="every seal's id index")
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
-    # Not in the sealed window, nothing cached: the page reads the one segment its index names.
+    # Not in the sealed window, nothing cached: the page reads the one job its index names, by range.
+    reads = count_reads(broker.store, monkeypatch)
     response = viewer.get(f"/jobs/{ids[100]}/")
-    assert response.context["found"] and response.context["in_segment"] and segments.cache.reads == 1
+    assert response.context["found"] and response.context["in_segment"] and segments.cache.reads == 0
+    segment = response.context["in_segment"]
+    assert not [key for key, ranged in reads if not ranged and key in keys], "a segment was read whole"
+    assert [key for key, ranged in reads if ranged and key in keys] == [segment]
+    reads.clear()
+    assert viewer.get(f"/jobs/{ids[100]}/").context["found"] and not reads, "viewed again, it reads nothing"
 
     # Segments without an index (written before indexes existed: here, their
     # indexes deleted) are not read blindly outside the sealed window.
     for key in indexes:
         broker.store.delete(key)
     segments.cache.clear()
+    segments.ranged.clear()
     segments.indexes().clear()
     response = viewer.get(f"/jobs/{ids[100]}/")
     assert not response.context["found"] and segments.cache.reads == 0
@@ -355,10 +391,91 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
     assert found.context["found"] and segments.cache.reads == reads
 
 
+def indexed_backlog(broker: Broker, n: int = 200) -> tuple[list[str], list[dict[str, Any]]]:
+    """A backlog whose every segment has its id index written, and its references."""
+    ids = backlog(broker, n=n)
+    refs = document(broker.store)["lanes"]["q"]["segments"]
+    indexes = {ref["key"].replace(".seg/", ".idx/", 1).removesuffix(".json") + ".ids" for ref in refs}
+    wait_for(lambda: indexes <= set(broker.store.list(f"{broker.key}.idx/")), what="every seal's id index")
+    return ids, refs
+
+
+def segment_jobs(broker: Broker, ref: dict[str, Any]) -> list[dict[str, Any]]:
+    blob = broker.store.get(ref["key"])
+    assert blob is not None
+    return orjson.loads(blob.data)["jobs"]  # type: ignore[no-any-return]
+
+
+def test_a_second_job_page_in_the_same_segment_reads_it_whole_for_the_list_pages_too(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first job page in a segment reads its job by range; a second one
+    in the same segment reads the segment whole, into the cache the list
+    pages share, so that browsing it costs no more reads (as the leader's
+    lookups do, engine.lookup)."""
+    _, refs = indexed_backlog(broker)
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    ref = refs[-1]
+    first, second, third = (job["id"] for job in segment_jobs(broker, ref)[ref["consumed"]:][:3])
+    reads = count_reads(broker.store, monkeypatch)
+    assert viewer.get(f"/jobs/{first}/").context["in_segment"] == ref["key"]
+    assert [(key, ranged) for key, ranged in reads if key == ref["key"]] == [(ref["key"], True)]
+    reads.clear()
+    assert viewer.get(f"/jobs/{second}/").context["in_segment"] == ref["key"]
+    assert [(key, ranged) for key, ranged in reads if key == ref["key"]] == [(ref["key"], False)]
+    assert segments.cache.keys() == [ref["key"]]
+    reads.clear()
+    assert viewer.get(f"/jobs/{third}/").context["in_segment"] == ref["key"] and not reads
+
+
+def test_a_job_altered_in_its_segment_is_reported_by_the_whole_segment_never_shown(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose bytes no longer match its index entry's CRC-32 is not
+    shown from the range: the segment is read whole, fails its SHA-256, and
+    the page names the object (I6)."""
+    _, refs = indexed_backlog(broker)
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    ref = refs[-1]
+    target = segment_jobs(broker, ref)[ref["consumed"] + 4]
+    blob = broker.store.get(ref["key"])
+    assert blob is not None
+    encoded = orjson.dumps(target["payload"])
+    altered = orjson.dumps(target).replace(b'"payload":' + encoded, b'"payload":' + encoded.replace(b"4", b"5"))
+    assert len(altered) == len(orjson.dumps(target)) and altered != orjson.dumps(target)
+    broker.store.put(ref["key"], blob.data.replace(orjson.dumps(target), altered, 1))
+    page = viewer.get(f"/jobs/{target['id']}/")
+    assert page.status_code == 200 and not page.context["found"]
+    assert ref["key"] in page.context["segment_error"] and "SHA-256" in page.context["segment_error"]
+
+
+def test_a_job_found_by_range_and_then_refilled_and_done_is_not_shown_pending_from_its_segment(
+        small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page keeps a job it found by range for its next view; once the
+    job was moved back into the document (and then claimed and completed),
+    the segment still holds its bytes, but the page must not show it there
+    as pending."""
+    _, refs = indexed_backlog(broker, n=100)
+    monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
+    ref = refs[0]
+    target = segment_jobs(broker, ref)[ref["consumed"]]
+    assert viewer.get(f"/jobs/{target['id']}/").context["in_segment"] == ref["key"]
+    done: set[str] = set()
+    while target["id"] not in done:
+        claimed = broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=5))
+        assert claimed, "the backlog ran dry before the job was claimed"
+        for job in claimed:
+            broker.execute(complete_op(job.id, job.lease))
+            done.add(job.id)
+        broker.execute(Tick())
+    source.reset()
+    page = viewer.get(f"/jobs/{target['id']}/")
+    assert page.status_code == 200 and not page.context["found"] and page.context.get("in_segment") is None
+
+
 def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
         small_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job long out of the ``sealed`` window, in a segment merged from 64
-    seals: the job page reads the id indexes and that one segment, no other."""
+    seals: the job page reads the id indexes and that one job of that one
+    segment by range, no segment whole."""
     ids = [job_id for start in range(0, 7_000, 100) for job_id in push(broker, "q", list(range(start, start + 100)))]
 
     def merged(doc: dict[str, Any]) -> bool:
@@ -369,10 +486,13 @@ def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
     target = orjson.loads(broker.store.get(ref["key"]).data)["jobs"][ref["consumed"] + 5]  # type: ignore[union-attr]
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: False)
     segments.cache.clear()
+    keys = {r["key"] for r in document(broker.store)["lanes"]["q"]["segments"]}
+    reads = count_reads(broker.store, monkeypatch)
     response = viewer.get(f"/jobs/{target['id']}/")
     assert response.status_code == 200 and response.context["found"] and response.context["in_segment"]
     assert response.context["job"]["payload"] == target["payload"] and target["id"] in ids
-    assert segments.cache.keys() == [ref["key"]], "only the segment that holds it was read"
+    assert [key for key, _ in reads if key in keys] == [ref["key"]], "only that segment was read, by range"
+    assert all(ranged for key, ranged in reads if key in keys) and not segments.cache.keys()
     # The indexes it read are the ones this node's lanes keeper holds: one cache a process.
     keeper = broker._keeper
     assert keeper is not None and segments.indexes() is keeper._indexes and keeper._indexes.known(ref["key"])
@@ -705,7 +825,7 @@ def test_an_altered_segment_or_a_store_outage_is_named_on_the_page(
     assert last.status_code == 200 and key in last.context["segment_error"]
     assert "SHA-256" in last.context["segment_error"]
 
-    def outage(ref: object, **kwargs: object) -> list[Any]:
+    def outage(*args: object, **kwargs: object) -> list[Any]:
         raise StoreUnavailable("the store answered 503")
 
     segments.cache.clear()
@@ -714,6 +834,7 @@ def test_an_altered_segment_or_a_store_outage_is_named_on_the_page(
     assert down.status_code == 200 and "StoreUnavailable" in down.context["segment_error"]
     # A job page whose lookup must read a segment (its index names the job) says why it could not.
     monkeypatch.setattr("queueadmin.dashboard.snapshot.Snapshot.sealed_recently", lambda self, job_id: True)
+    monkeypatch.setattr(broker.store, "get_range", outage)  # the job's bytes by range, too
     job = viewer.get(f"/jobs/{orjson.loads(blob.data)['jobs'][0]['id']}/")
     assert job.status_code == 200 and "StoreUnavailable" in job.context["segment_error"]
     assert b'data-testid="segment-error"' in job.content
