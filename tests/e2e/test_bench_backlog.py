@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from bench.backlog import table, target_lines
-from bench.backlog_probes import _job_page
-from bench.backlog_run import CountingStore, _job_by_id, _jobs_page, _seed
+from bench.backlog_probes import _job_by_id, _job_page, _jobs_page
+from bench.backlog_run import CountingStore, _seed
 from engine import Broker, LatencyStore, MemoryStore, Policy
 from queueadmin.dashboard import segments
 from tests.helpers import wait_for

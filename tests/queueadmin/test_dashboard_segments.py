@@ -386,9 +386,9 @@ def test_a_job_page_lookup_is_bounded(small_segments: None, broker: Broker, view
     assert b'data-testid="segments-not-searched"' in response.content
     # Once its segment was read for a list page, the job page finds it with no read.
     listed(viewer, queue="q", status="pending", page=3)
-    reads = segments.cache.reads
+    cached_reads = segments.cache.reads
     found = viewer.get(f"/jobs/{ids[100]}/")
-    assert found.context["found"] and segments.cache.reads == reads
+    assert found.context["found"] and segments.cache.reads == cached_reads
 
 
 def indexed_backlog(broker: Broker, n: int = 200) -> tuple[list[str], list[dict[str, Any]]]:
