@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.facts import machine_facts
+from engine.policy import MAX_DELAY_SECONDS
 
 DEFAULT_SEGMENTS = (1024, 1000, 500)
 DEFAULT_DEPTHS = (0, 100_000, 1_000_000, 5_000_000)
@@ -86,6 +87,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tmp", help="folder for the file:// stores (default: the system's temporary folder)")
     parser.add_argument("--quick", action="store_true",
                         help="depths 0 and 2000, 1 queue, 64 submitters, 16 workers, 0.5 s phases, tiny segments")
+    parser.add_argument("--delayed", type=float, default=0.0, metavar="SECONDS",
+                        help="seed the backlog as delayed jobs, due in SECONDS: scheduled jobs, or retries waiting "
+                             "for their backoff while a downstream service is down (default: 0, pending now)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
     if args.quick:
@@ -99,6 +103,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.queues = args.queues or DEFAULT_QUEUES
     if args.submitters < 1 or args.workers < 1 or args.duration <= 0 or args.warmup < 0 or args.latency < 0:
         parser.error("--submitters and --workers must be >= 1, --duration > 0, --warmup and --latency >= 0")
+    if not 0 <= args.delayed <= MAX_DELAY_SECONDS:
+        parser.error(f"--delayed must be between 0 and {MAX_DELAY_SECONDS:g} seconds")
     return args
 
 
@@ -125,6 +131,11 @@ def run_child(cfg: dict[str, Any], *, timeout: float = 3600.0) -> dict[str, Any]
     return result
 
 
+def _depth(r: dict[str, Any]) -> str:
+    """A run's depth as the table and the targets show it: delayed, if seeded so."""
+    return f"{r['depth']:,} delayed" if r.get("delayed") and r["depth"] else f"{r['depth']:,}"
+
+
 def _ratio(value: float, base: float | None) -> str:
     return f"{value / base:.0%}" if base else "—"
 
@@ -138,7 +149,7 @@ def table(results: list[dict[str, Any]]) -> str:
     base: dict[int, dict[str, Any]] = {}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['queues']} | {r['depth']:,} | failed: {r['error']} |" + " |" * 18)
+            rows.append(f"| {r['queues']} | {_depth(r)} | failed: {r['error']} |" + " |" * 18)
             continue
         if r["depth"] == 0:
             base[r["queues"]] = r
@@ -159,7 +170,7 @@ def table(results: list[dict[str, Any]]) -> str:
         page_text = (f"{page['range_ms']:,.1f} / {page['whole_ms']:,.0f} / {page['again_ms']:,.2f}"
                      if "range_ms" in page else page.get("error", "—"))
         rows.append(
-            f"| {r['queues']} | {r['depth']:,} | {push['ops_per_s']:,.0f} "
+            f"| {r['queues']} | {_depth(r)} | {push['ops_per_s']:,.0f} "
             f"| {push['p50_ms']:.0f} | {push['p99_ms']:.0f} "
             f"| {_ratio(push['ops_per_s'], b['push']['ops_per_s'] if b else None)} | {drain['jobs_per_s']:,.0f} "
             f"| {_ratio(drain['jobs_per_s'], b['drain']['jobs_per_s'] if b else None)} "
@@ -183,12 +194,12 @@ def target_lines(results: list[dict[str, Any]], latency: float) -> list[str]:
     if worst_commit:
         largest = worst_commit["max_commit_bytes"] / MB
         lines.append(f"- bytes per commit <= 2 MB at every depth: largest {largest:.2f} MB "
-                     f"({worst_commit['queues']} queue(s), depth {worst_commit['depth']:,}) — "
+                     f"({worst_commit['queues']} queue(s), depth {_depth(worst_commit)}) — "
                      f"{verdict(worst_commit['max_commit_bytes'] <= COMMIT_TARGET_BYTES)}")
     worst_rss = max(ok, key=lambda r: r["rss_bytes"], default=None)
     if worst_rss:
         lines.append(f"- leader RSS <= 300 MB at every depth: largest {worst_rss['rss_bytes'] / MB:,.0f} MB "
-                     f"({worst_rss['queues']} queue(s), depth {worst_rss['depth']:,}) — "
+                     f"({worst_rss['queues']} queue(s), depth {_depth(worst_rss)}) — "
                      f"{verdict(worst_rss['rss_bytes'] <= RSS_TARGET_BYTES)}")
     for r in ok:
         base = next((b for b in ok if b["queues"] == r["queues"] and b["depth"] == 0), None)
@@ -196,26 +207,26 @@ def target_lines(results: list[dict[str, Any]], latency: float) -> list[str]:
             continue
         push = r["push"]["ops_per_s"] / base["push"]["ops_per_s"]
         drain = r["drain"]["jobs_per_s"] / base["drain"]["jobs_per_s"]
-        lines.append(f"- {r['queues']} queue(s), depth {r['depth']:,}: push {push:.1%}, drain {drain:.1%} of depth 0 "
+        lines.append(f"- {r['queues']} queue(s), depth {_depth(r)}: push {push:.1%}, drain {drain:.1%} of depth 0 "
                      f"(>= 80 %) — {verdict(push >= RELATIVE_TARGET and drain >= RELATIVE_TARGET)}")
     limit_ms = P99_TARGET_LATENCIES * latency * 1000
     worst_p99 = max(ok, key=lambda r: r["push"]["p99_ms"], default=None)
     if worst_p99:
         lines.append(f"- push p99 <= 3 x latency ({limit_ms:.0f} ms): largest {worst_p99['push']['p99_ms']:.0f} ms "
-                     f"({worst_p99['queues']} queue(s), depth {worst_p99['depth']:,}) — "
+                     f"({worst_p99['queues']} queue(s), depth {_depth(worst_p99)}) — "
                      f"{verdict(worst_p99['push']['p99_ms'] <= limit_ms)}")
     deep = [r for r in ok if "jobs_page_cached_ms" in r and r["jobs_page"].get("in_segments")]
     worst_page = max(deep, key=lambda r: r["jobs_page_cached_ms"], default=None)
     if worst_page:
         cached_ms = worst_page["jobs_page_cached_ms"]
         lines.append(f"- jobs page deep in segments, cached <= 200 ms: largest {cached_ms:,.1f} ms "
-                     f"({worst_page['queues']} queue(s), depth {worst_page['depth']:,}; "
+                     f"({worst_page['queues']} queue(s), depth {_depth(worst_page)}; "
                      f"first load {worst_page['jobs_page_cold_ms']:,.0f} ms) — "
                      f"{verdict(cached_ms <= JOBS_PAGE_TARGET_MS)}")
     for r in ok:
         purge = r.get("purge")
         if purge and purge["pending"] >= 1_000_000:
-            where = f"{r['queues']} queue(s), depth {r['depth']:,}"
+            where = f"{r['queues']} queue(s), depth {_depth(r)}"
             lines.append(f"- purge of {purge['pending']:,} pending jobs ({where}): "
                          f"{purge['commits']} commit(s), {purge['seconds'] * 1000:,.0f} ms — "
                          f"{verdict(purge['commits'] == 1 and purge['seconds'] < PURGE_TARGET_SECONDS)}")
@@ -235,7 +246,8 @@ def main(argv: list[str]) -> int:
           f"Policy(segment_jobs={segment_jobs}, head_jobs={head_jobs}, refill_below={refill_below}); "
           f"{args.submitters:,} push submitters, {args.workers:,} claim+complete workers; "
           f"warm-up {args.warmup:g} s then {args.duration:g} s per phase; heartbeat {args.heartbeat:g} s; "
-          f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}")
+          f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}"
+          + (f"; the backlog seeded as delayed jobs, due in {args.delayed:g} s" if args.delayed else ""))
     print(flush=True)
     results = []
     for queues in args.queues:
@@ -243,7 +255,7 @@ def main(argv: list[str]) -> int:
             cfg = {"depth": depth, "queues": queues, "segments": list(args.segments), "latency": args.latency / 1000,
                    "bandwidth": args.bandwidth * 1e6, "submitters": args.submitters, "workers": args.workers,
                    "warmup": args.warmup, "duration": args.duration, "heartbeat": args.heartbeat,
-                   "takeover": max(10.0, 10 * args.heartbeat), "tmp": args.tmp}
+                   "takeover": max(10.0, 10 * args.heartbeat), "tmp": args.tmp, "delayed": args.delayed}
             print(f"[backlog] {queues} queue(s), depth {depth:,} ...", file=sys.stderr, flush=True)
             results.append(run_child(cfg))
     print(f"load average {os.getloadavg()[0]:.2f} at the end")

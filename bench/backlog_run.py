@@ -171,8 +171,10 @@ def _doc_pending(broker: Broker) -> int:
     return sum(state.pending_here.values()) if state is not None else 0
 
 
-def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy) -> tuple[float, float]:
-    """Push ``depth`` jobs through the committer; return (push seconds, settle seconds)."""
+def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy,
+          delayed: float = 0.0) -> tuple[float, float]:
+    """Push ``depth`` jobs through the committer, each due in ``delayed``
+    seconds (0: pending now); return (push seconds, settle seconds)."""
     committer = broker.committer
     assert committer is not None
     ceiling = len(queues) * (policy.head_jobs + policy.segment_jobs) + 2 * policy.segment_jobs
@@ -186,14 +188,16 @@ def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy) -> tupl
                 break
             count = min(SEED_OP_JOBS, depth - n)
             queue = queues[(n // SEED_OP_JOBS) % len(queues)]
-            ops.append(push_op(queue, [payload(i) for i in range(n, n + count)], policy=policy))
+            ops.append(push_op(queue, [payload(i) for i in range(n, n + count)], policy=policy,
+                               delay_seconds=delayed))
             n += count
         for outcome in committer.execute_many(ops, timeout=SETTLE_TIMEOUT_SECONDS):
             if isinstance(outcome, BaseException):
                 raise outcome
         # Let the keeper seal: never let the document grow past a few segments'
         # worth; a Tick makes it plan again when its last seal's own commit could not.
-        while policy.segment_jobs > 0 and _doc_pending(broker) > ceiling:
+        # (Delayed jobs are never sealed: docs/format.md, "Claims and FIFO".)
+        while policy.segment_jobs > 0 and not delayed and _doc_pending(broker) > ceiling:
             if _keeper_idle(broker):
                 committer.execute(Tick(), timeout=SETTLE_TIMEOUT_SECONDS)
             else:
@@ -337,12 +341,14 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     leader = Broker(leader_store, url="http://leader", key=KEY, policy=policy,
                     heartbeat_seconds=cfg["heartbeat"], takeover_seconds=cfg["takeover"]).start()
     standby: Broker | None = None
-    result: dict[str, Any] = {"depth": depth, "queues": nqueues, "segments": [segment_jobs, head_jobs, refill_below]}
+    result: dict[str, Any] = {"depth": depth, "queues": nqueues, "segments": [segment_jobs, head_jobs, refill_below],
+                              "delayed": cfg.get("delayed") or 0.0}
     try:
         while leader.role != "leader":
             time.sleep(0.01)
         _log(f"seeding {depth:,} jobs over {nqueues} queue(s), policy {segment_jobs},{head_jobs},{refill_below}")
-        result["seed_push_s"], result["seed_settle_s"] = _seed(leader, queues, depth, policy)
+        result["seed_push_s"], result["seed_settle_s"] = _seed(leader, queues, depth, policy,
+                                                               cfg.get("delayed") or 0.0)
         keeper = leader._keeper
         result["segments_sealed"] = keeper.sealed if keeper is not None else 0
         _log(f"seeded in {result['seed_push_s']:.1f} s + settled in {result['seed_settle_s']:.1f} s")

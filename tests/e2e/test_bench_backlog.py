@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,29 @@ def test_the_job_page_it_times_reads_a_job_by_range_then_a_second_one_whole_then
     # A second job of the segment: the segment whole (verified), once.
     assert whole["reads"] == 1 and whole["bytes_read"] == measured["segment_bytes"]
     assert again["reads"] == 0 and again["bytes_read"] == 0
+
+
+def test_a_delayed_backlog_is_seeded_due_later_and_labelled_so() -> None:
+    """``--delayed``: the backlog is pushed through the same path, each job due
+    in that many seconds (a backlog of retries waiting for their backoff);
+    delayed jobs stay in the document (docs/format.md, "Claims and FIFO"), so
+    the seeding must not wait for them to be sealed. The table and the
+    target lines say the depth was delayed."""
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10)
+    broker = Broker(MemoryStore(), url="http://leader", policy=policy, heartbeat_seconds=60,
+                    takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        started = datetime.now(UTC)
+        _seed(broker, ["q"], 300, policy, delayed=3_600)
+        state = broker.committer.state if broker.committer is not None else None
+        assert state is not None
+        jobs = [job for job in state.jobs.values() if job.queue == "q" and job.status == "pending"]
+    finally:
+        broker.stop(timeout=10)
+
+    assert len(jobs) == 300
+    assert all(job.not_before is not None and job.not_before >= started + timedelta(seconds=3_599) for job in jobs)
+    rows = [_row(0, 1.5), {**_row(300, 2.0), "delayed": 3_600.0}]
+    assert "| 1 | 300 delayed |" in table(rows).splitlines()[3]
+    assert any("depth 300 delayed" in line for line in target_lines(rows, 0.05))
