@@ -44,6 +44,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="chance that a push carries a payload nested close to JSON's depth limit (default 0.005)")
     parser.add_argument("--drop-answer", type=float, default=0.02,
                         help="chance that a client drops an answer it got and retries (default 0.02)")
+    parser.add_argument("--delayed", type=float, default=0.05,
+                        help="chance that a push is delayed by 0.5-4 s; none is leased before it is due "
+                             "(default 0.05)")
     parser.add_argument("--no-purges", dest="purges", action="store_false",
                         help="no operator purging waiting jobs by id through /api/v1/operator (chaos.purger)")
     parser.add_argument("--segments", default=None, metavar="SEGMENT,HEAD,REFILL",
@@ -67,6 +70,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
             parser.error("--segments takes three positive integers: SEGMENT_JOBS,HEAD_JOBS,REFILL_BELOW")
     if set(args.kinds) - set(ALL_KINDS) or not args.kinds:
         parser.error(f"--kinds takes a comma-separated list of {', '.join(ALL_KINDS)}")
+    if not 0 <= args.delayed <= 1:
+        parser.error("--delayed is a chance, between 0 and 1")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2 (failover needs a standby)")
     for path in args.recheck:
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(seed=args.seed, duration=args.duration, store=store, nodes=args.nodes,
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
-                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, purges=args.purges,
+                          deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
+                          purges=args.purges,
                           segments=args.segments,
                           workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))

@@ -95,6 +95,17 @@ def _pushed_ids(call: Call) -> list[str]:
     return [str(j["id"]) for j in call.args.get("jobs", []) if isinstance(j, dict) and "id" in j]
 
 
+def _delays(calls: list[Call]) -> dict[str, float]:
+    """The delay asked for by each job id pushed delayed (its first push's)."""
+    delays: dict[str, float] = {}
+    for call in calls:
+        if call.op == "push":
+            for job in call.args.get("jobs", []):
+                if isinstance(job, dict) and "id" in job and isinstance(job.get("delay_seconds"), int | float):
+                    delays.setdefault(str(job["id"]), float(job["delay_seconds"]))
+    return delays
+
+
 def _unknown(call: Call) -> bool:
     """The call's outcome is unknown to its client (no answer, a 5xx, or an answer it dropped)."""
     return call.status is None or call.status >= 500 or bool(call.args.get("dropped"))
@@ -110,6 +121,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_pushes(history, calls, verdict)
     _check_purges(history, calls, verdict)
     _check_fifo(calls, verdict)
+    _check_delays(calls, verdict)
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
     _check_answers(history, calls, verdict)
@@ -257,8 +269,11 @@ def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
                     first_claim.setdefault(str(job.get("id")), call)
     # Sweep B by first send, keeping the latest first-claim start among the
     # A acknowledged before it: one later than B's first claim's answer is a
-    # job that should have been handed out before B.
-    earlier = sorted((acked[j], first_claim[j].start, j) for j in acked if j in first_claim)
+    # job that should have been handed out before B. A delayed A may rightly
+    # go after B (it was not due); a delayed B, once due, still goes after
+    # every A pushed before it, so it stays on that side.
+    delayed = _delays(calls)
+    earlier = sorted((acked[j], first_claim[j].start, j) for j in acked if j in first_claim and j not in delayed)
     violations: list[str] = []
     latest: tuple[float, str] | None = None
     i = 0
@@ -275,6 +290,47 @@ def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
     verdict.failures["fifo"] = violations
     verdict.figures["fifo_compared"] = len(earlier)
     verdict.figures["fifo_violations"] = len(violations)
+
+
+#: How much earlier than due a lease may look, for the clocks: the node's
+#: wall clock sets ``not_before``, the client's monotonic clock times the calls.
+DELAY_TOLERANCE_SECONDS = 0.01
+
+
+def _check_delays(calls: list[Call], verdict: Verdict) -> None:
+    """No delayed job is leased before it is due. The node sets its
+    ``not_before`` to the moment a push of it landed, plus its delay: at the
+    earliest when its first push was sent. A lease is handed out at the
+    latest when the claim's answer arrived. So a first lease whose claim was
+    answered less than the delay after the first push was sent was handed
+    out early, whatever the faults."""
+    delays = _delays(calls)
+    first_sent: dict[str, float] = {}
+    for call in calls:
+        if call.op == "push":
+            for job_id in _pushed_ids(call):
+                if job_id in delays:
+                    first_sent[job_id] = min(first_sent.get(job_id, call.start), call.start)
+    early: list[str] = []
+    margins: list[float] = []
+    leased: set[str] = set()
+    for call in calls:
+        if call.op != "claim" or call.end is None:
+            continue
+        for job in _jobs_of(call):
+            job_id = str(job.get("id"))
+            if job_id not in delays or job_id in leased or job_id not in first_sent:
+                continue
+            leased.add(job_id)
+            margin = call.end - first_sent[job_id] - delays[job_id]
+            margins.append(margin)
+            if margin < -DELAY_TOLERANCE_SECONDS:
+                early.append(f"{job_id}, delayed {delays[job_id]:g} s, was leased {-margin:.3f} s before it was due "
+                             f"(claim answered {call.end - first_sent[job_id]:.3f} s after its first push was sent)")
+    verdict.failures["delays"] = early
+    verdict.figures["delayed_pushes"] = len(delays)
+    verdict.figures["delayed_leased"] = len(leased)
+    verdict.figures["delayed_earliest_margin"] = round(min(margins), 3) if margins else None
 
 
 def _check_leases(calls: list[Call], verdict: Verdict) -> None:
@@ -442,9 +498,17 @@ def _check_answers(history: History, calls: list[Call], verdict: Verdict) -> Non
     verdict.failures["unanswered"] = problems
     verdict.figures["unanswered"] = len(problems)
     verdict.figures["timeouts_during_faults"] = explained
-    verdict.figures["answers_by_status"] = dict(sorted(
-        _count(str(c.status) if c.status is not None else (c.error or "none").split(":")[0] for c in calls).items()
-    ))
+    verdict.figures["answers_by_status"] = dict(sorted(_count(_answer_kind(c) for c in calls).items()))
+
+
+def _answer_kind(call: Call) -> str:
+    """What ``call`` got, for the answers' tally: its status, or its error's
+    kind (an item of a batched ack without an answer of its own points to
+    its call by number: one kind for all of them)."""
+    if call.status is not None:
+        return str(call.status)
+    kind = (call.error or "none").split(":")[0]
+    return "ack item without an answer" if kind.startswith("ack call ") else kind
 
 
 def _check_idle(history: History, limits: Limits, verdict: Verdict) -> None:

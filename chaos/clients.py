@@ -31,6 +31,9 @@ RETRY_BUDGET_SECONDS = 60.0
 # How many of its latest acknowledged pushes a producer may look back at.
 LOOK_BACK_IDS = 2000
 DROPPED_PUSH_RETRY_SECONDS = (2.0, 12.0)
+# A delayed push is due this long after it lands: long enough to span a few
+# commits, seals and faults, short enough to be claimed within the run.
+DELAY_SECONDS = (0.5, 4.0)
 # Answers that mean "not served, the outcome is unknown or nothing happened: retry".
 _RETRY_CODES = frozenset({"not_leader", "store_unavailable", "document_error", "committer_stopped"})
 
@@ -47,6 +50,7 @@ class Behaviour:
     peek: float = 0.1  # a worker reads its job (GET /jobs/<id>) before working on it
     look_back: float = 0.1  # a producer reads a job it pushed earlier (maybe waiting deep in a segment)
     batch: float = 0.5  # a worker acknowledges the jobs of one claim in one POST /ack
+    delayed: float = 0.0  # a producer pushes a delayed job (due in DELAY_SECONDS): never leased before it is due
 
 
 class Router:
@@ -144,23 +148,27 @@ class Producer(Client):
 
     def loop(self) -> None:
         n = 0
-        later: list[tuple[float, str, Any]] = []  # pushes whose answer we dropped: sent again later
+        # Pushes whose answer we dropped, sent again later (when, id, payload, delay).
+        later: list[tuple[float, str, Any, float | None]] = []
         acked: list[str] = []  # the ids of the last acknowledged pushes, to look back at
         while not self.stop_event.is_set():
             if later and later[0][0] <= time.monotonic():
-                _, job_id, payload = later.pop(0)
+                _, job_id, payload, delay = later.pop(0)
             else:
                 job_id = f"{self.index:04x}{n:028x}"
                 payload = {"producer": self.index, "n": n, "text": "x" * self.rng.randrange(0, 200)}
                 if self.rng.random() < self.behaviour.deep_payloads:
                     payload = self.deep_payload()
+                delay = (round(self.rng.uniform(*DELAY_SECONDS), 3)
+                         if self.rng.random() < self.behaviour.delayed else None)
                 n += 1
-            outcome = self.push(job_id, payload)
+            outcome = self.push(job_id, payload, delay)
             if outcome == "dropped":
                 # Like a client whose connection broke after sending: it retries
                 # the same id later, when the job may well have run already.
-                later.append((time.monotonic() + self.rng.uniform(*DROPPED_PUSH_RETRY_SECONDS), job_id, payload))
-                later.sort()
+                later.append((time.monotonic() + self.rng.uniform(*DROPPED_PUSH_RETRY_SECONDS), job_id, payload,
+                              delay))
+                later.sort(key=lambda item: item[0])
             elif outcome == "acked":
                 acked = [*acked[-(LOOK_BACK_IDS - 1):], job_id]
             if acked and self.rng.random() < self.behaviour.look_back:
@@ -178,14 +186,17 @@ class Producer(Client):
             payload = [payload]
         return payload
 
-    def push(self, job_id: str, payload: Any) -> str:
-        """Push until acknowledged ("acked"), refused ("refused"), out of budget
-        ("gave up"), or acknowledged but the answer dropped ("dropped")."""
-        body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": payload, "max_attempts": 50}]}
+    def push(self, job_id: str, payload: Any, delay: float | None = None) -> str:
+        """Push (due in ``delay`` seconds, if given) until acknowledged
+        ("acked"), refused ("refused"), out of budget ("gave up"), or
+        acknowledged but the answer dropped ("dropped")."""
+        extra = {"delay_seconds": delay} if delay is not None else {}
+        body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": payload, "max_attempts": 50, **extra}]}
         # json, not orjson: orjson refuses to write what is nested too deep.
         raw = json.dumps(body).encode() if isinstance(payload, list) else None
         if raw is not None:
-            body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": "deeply nested list", "max_attempts": 50}]}
+            body = {"queue": QUEUE, "jobs": [{"id": job_id, "payload": "deeply nested list", "max_attempts": 50,
+                                              **extra}]}
         deadline = time.monotonic() + RETRY_BUDGET_SECONDS
         attempt = 0
         while time.monotonic() < deadline:

@@ -12,6 +12,7 @@ from chaos.run import Outcome
 CHECKS = {
     "lost_pushes": "no acknowledged push lost (I2)",
     "fifo": "first claims follow push order within the queue (I7)",
+    "delays": "no delayed job leased before it was due",
     "lookups": "a pushed job not yet completed is found by id, in a segment or not",
     "purges": "a purged job is never leased, completed or kept afterwards; a refused purge changes nothing",
     "stale_completions": "no completion accepted from a stale lease (I4)",
@@ -43,6 +44,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}; "
         f"id indexes left without their segment {f.get('orphan_indexes', 0)}",
         f"FIFO: {f.get('fifo_compared', 0)} first claims compared, {f.get('fifo_violations', 0)} out of order",
+        f"delayed pushes: {f.get('delayed_pushes', 0)}, leased {f.get('delayed_leased', 0)}; the earliest lease "
+        f"{_margin(f.get('delayed_earliest_margin'))}",
         f"lookups by id of earlier pushes: {f.get('look_backs', 0)}, found {f.get('look_backs_found', 0)}",
         f"operator purges by id (signed, /api/v1/operator): {f.get('purges', 0)} sent, "
         f"{f.get('purges_refused', 0)} refused; jobs purged {f.get('purged', 0)}, "
@@ -117,6 +120,13 @@ def _revision() -> str:
     except OSError:
         return "unknown"
     return done.stdout.strip() or "unknown"
+
+
+def _margin(seconds: float | None) -> str:
+    """How long after its due time the earliest-leased delayed job was handed out, at the latest."""
+    if seconds is None:
+        return "none"
+    return f"{seconds:.3f} s after it was due, at the latest" if seconds >= 0 else f"{-seconds:.3f} s EARLY"
 
 
 def _pairs(counts: dict[str, int]) -> str:

@@ -49,6 +49,7 @@ class Options:
     odd_strings: float = 0.005
     deep_payloads: float = 0.005
     drop_answer: float = 0.02
+    delayed: float = 0.05  # chance that a push is delayed (chaos.clients.DELAY_SECONDS)
     purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
     # Format 2: (segment_jobs, head_jobs, refill_below) for every node; None: format 1.
     segments: tuple[int, int, int] | None = None
@@ -106,7 +107,7 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     stop_producers, stop_workers, stop_watch, stop_nemesis = (threading.Event() for _ in range(4))
     urls = [n.url for n in cluster.nodes]
     behaviour = clients.Behaviour(drop_answer=options.drop_answer, odd_strings=options.odd_strings,
-                                  deep_payloads=options.deep_payloads)
+                                  deep_payloads=options.deep_payloads, delayed=options.delayed)
     producers = [clients.Producer(i, options.pace, urls, history, random.Random(rng.random()), stop_producers,
                                   behaviour) for i in range(options.producers)]
     workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)

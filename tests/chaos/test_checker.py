@@ -434,3 +434,47 @@ def test_a_look_back_after_a_purge_may_find_nothing() -> None:
     verdict = check(r.final())
 
     assert verdict.ok, verdict.failures
+
+
+def delayed_push(r: Recorder, job: str, delay: float) -> Call:
+    return r.call("push", {"queue": "q", "jobs": [{"id": job, "payload": 1, "delay_seconds": delay}]},
+                  status=201, answer={"ids": [job]})
+
+
+def test_a_delayed_job_leased_before_it_was_due_is_flagged() -> None:
+    r = Recorder()
+    delayed_push(r, "d", 5.0)  # sent at 1
+    first_claim(r, "d", "Ld")  # answered at 2.5: 3.5 s early, whatever the clocks
+
+    verdict = check(r.final(jobs=["d"]))
+
+    assert len(verdict.failures["delays"]) == 1 and "d, delayed 5 s, was leased 3.500 s before" in \
+        verdict.failures["delays"][0]
+    assert verdict.figures["delayed_pushes"] == verdict.figures["delayed_leased"] == 1
+
+
+def test_a_delayed_job_leased_once_due_passes_and_may_go_after_later_pushes() -> None:
+    r = Recorder()
+    delayed_push(r, "d", 3.0)  # sent at 1, due at 4 at the latest: it may go after b
+    r.push("b")  # sent at 2, after d was acknowledged
+    first_claim(r, "b", "Lb")  # 3
+    first_claim(r, "d", "Ld")  # 4, answered at 4.5
+    delayed_push(r, "d", 3.0)  # a retry of its push (the answer lost): the first push's send counts
+
+    verdict = check(r.final(jobs=["b", "d"]))
+
+    assert verdict.failures["delays"] == [] and verdict.failures["fifo"] == []
+    assert verdict.figures["delayed_earliest_margin"] == 0.5
+
+
+def test_the_answers_tally_counts_unanswered_items_of_batched_acks_as_one_kind() -> None:
+    r = clean()
+    for n, job in enumerate(("j2", "j3")):
+        batch = r.call("ack", {"jobs": [job]}, status=None, error="timeout")
+        r.history.part_of(batch, "complete", {"job": job, "lease": f"L{n}"}, status=None, answer=None,
+                          error=f"ack call {batch.id}: timeout")
+
+    tally = check(r.final(jobs=["j2", "j3"])).figures["answers_by_status"]
+
+    assert tally["ack item without an answer"] == 2 and tally["timeout"] == 2
+    assert not any(kind.startswith("ack call") for kind in tally)

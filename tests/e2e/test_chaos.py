@@ -1,7 +1,8 @@
 """A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
 folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite):
 real daphne nodes, producers and workers on the HTTP API, an operator
-purging waiting jobs by id through signed /api/v1/operator requests, every fault kind
+purging waiting jobs by id through signed /api/v1/operator requests, delayed
+pushes, every fault kind
 (three on the cloud stores), and every check of chaos/checker.py must hold.
 
 The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
@@ -25,12 +26,14 @@ SEED = 20261130
 
 def _run(store: str, kinds: list[str], workdir: Path) -> Outcome:
     # Each kind once, in a seeded order; the duration only caps a run that hangs.
+    # One push in ten delayed: none may be leased before it is due.
     options = Options(seed=SEED, duration=120, store=store, kinds=kinds, each=True, faults=len(kinds),
-                      workdir=workdir)
+                      workdir=workdir, delayed=0.1)
     outcome = run(options, log=False)
     report = text(outcome)
     print(report)
     assert outcome.verdict.figures["faults"] == len(kinds), report
+    assert outcome.verdict.figures["delayed_leased"] > 0, report
     failed = {name: problems for name, problems in outcome.verdict.failures.items() if problems}
     assert not failed, report
     return outcome
