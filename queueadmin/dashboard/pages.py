@@ -8,13 +8,14 @@ a page and its live update cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from django.db import DatabaseError
+from django.template.defaultfilters import filesizeformat
 from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
@@ -22,7 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.joblist import find_job, task_call
-from queueadmin.dashboard.snapshot import Doc, Snapshot, moment
+from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
 from queueadmin.tasks import StoredResult, describe, read_result
@@ -33,6 +34,10 @@ WORKERS_QUIET_SECONDS = 60.0
 WAITING_WARN_SECONDS = 10.0
 # The raw-document page shows at most this much of the pretty-printed JSON.
 RAW_LIMIT_BYTES = 256 * 1024
+# Every commit writes the whole document, at a store's ~100 MB/s for one
+# stream: past this size each commit pays ~0.1 s for its bytes alone (four
+# times format 2's 2 MB a commit). Warn, and say what holds it.
+LARGE_DOCUMENT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +121,48 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
         found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
                                    f"{heartbeat:g} s. Is the leader down? A standby takes over after "
                                    f"{config.takeover_seconds():g} s."))
+    if snapshot.size >= LARGE_DOCUMENT_BYTES:
+        found.append(Alert("warn", large_document(snapshot)))
     for q in snapshot.queues.values():
         if q.paused:
             waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
             found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
     return found
+
+
+def large_document(snapshot: Snapshot) -> str:
+    """Why ``queue.json`` is large, for its alert: what it holds that a
+    commit writes every time (delayed jobs, pending jobs outside segments,
+    running jobs, dead letters; each with its largest queues), and what to
+    do about each. Counts only; no I/O."""
+    rows = snapshot.queues.values()
+
+    def held(one: str, many: str, count: Callable[[QueueSummary], int]) -> str | None:
+        counts = sorted(((count(q), q.name) for q in rows if count(q) > 0), reverse=True)
+        if not counts:
+            return None
+        where = ", ".join(f"{name} {n:,}" for n, name in counts[:3]) + (", …" if len(counts) > 3 else "")
+        total = sum(n for n, _ in counts)
+        return f"{total:,} {ngettext(one, many, total)} ({where})"
+
+    delayed = held("delayed job", "delayed jobs", lambda q: q.pending - q.ready)
+    ready = held("ready pending job", "ready pending jobs", lambda q: q.ready - q.in_segments)
+    parts = [p for p in (delayed, ready, held("running job", "running jobs", lambda q: q.running),
+                         held("dead letter", "dead letters", lambda q: q.dead)) if p]
+    advice = []
+    if delayed:
+        advice.append("delayed jobs (scheduled, or retries waiting out their backoff) are never moved to "
+                      "segment objects: look for a failing downstream service, or shorten the backoff")
+    if ready and snapshot.next_pos is None:
+        advice.append("format 1 keeps every pending job in the document: set QUEUE_SEGMENT_JOBS to move "
+                      "backlogs into segment objects")
+    if snapshot.dead:
+        advice.append("purge the dead letters you have looked at")
+    todo = "; ".join(advice)
+    size = filesizeformat(snapshot.size).replace("\xa0", " ")  # as the overview's Broker card shows it
+    return (f"queue.json is {size}, and every commit writes all of it, so commits and "
+            f"every reader slow down. It holds {'; '.join(parts) or 'few jobs'}."
+            + (f" {todo[0].upper()}{todo[1:]}." if todo else ""))
 
 
 # -- jobs -----------------------------------------------------------------------------------

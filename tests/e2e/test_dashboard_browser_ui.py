@@ -351,3 +351,21 @@ def test_keyboard_shortcuts_move_open_search_and_go_but_never_while_typing(
             page.keyboard.press("g")
             page.keyboard.press(letter)
             expect(page).to_have_url(f"{server.url}{path}")
+
+
+def test_the_overview_warns_of_a_large_document_and_says_what_holds_it(
+        browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """20,000 jobs scheduled an hour ahead stay in queue.json (delayed jobs
+    are never moved to segment objects): ~9 MB that every commit writes. The
+    overview warns, names the delayed jobs and their queue, and says why."""
+    _, server = node
+    for start in range(0, 20_000, 1_000):
+        jobs = [{"payload": {"n": n, "text": "x" * 300}, "delay_seconds": 3600} for n in range(start, start + 1_000)]
+        assert api(server, "POST", "/api/v1/jobs", {"queue": "later", "jobs": jobs}).status_code == 201
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/")
+        alert = page.locator("#live-alerts .alert-warn", has_text="every commit writes all of it")
+        expect(alert).to_contain_text(re.compile(r"queue\.json is (9|10|11)\.\d MB,"))  # as on the Broker card
+        expect(alert).to_contain_text("20,000 delayed jobs (later 20,000)")
+        expect(alert).to_contain_text("never moved to segment objects")
+        shot(page, "overview-large-document")

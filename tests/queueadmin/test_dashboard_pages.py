@@ -7,6 +7,7 @@ never change the document, so most tests also check its bytes are unchanged.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,6 +20,9 @@ from queueadmin.dashboard import joblist, pages
 from queueadmin.dashboard.source import Rates, source
 from tests.helpers import stored
 from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
 
 PAGES = ["/", "/jobs/", "/workers/", "/dead/", "/document/", "/submit/", "/audit/"]
 
@@ -278,3 +282,40 @@ def test_the_broker_panel_shows_the_intervals_as_configured(broker: Broker, view
     page = viewer.get("/").content.decode()
     # Not rounded to one decimal ("0.3 s" while the warning above says 0.25 s).
     assert "expected every 0.25 s; takeover after 2 s" in page
+
+
+def test_overview_warns_of_a_large_document_and_says_what_holds_it(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every commit writes the whole document: past LARGE_DOCUMENT_BYTES the
+    overview says so, and what it holds, largest queues first."""
+    from engine.ops import push_op
+
+    broker.execute(push_op("later", list(range(30)), policy=broker.policy, delay_seconds=3600))
+    broker.execute(push_op("soon", list(range(5)), policy=broker.policy, delay_seconds=60))
+    push(broker, "now", list(range(7)))
+    broker.execute(claim_op("w1", ["now"], policy=broker.policy, max_jobs=2))
+    assert "every commit writes all of it" not in viewer.get("/").content.decode()
+
+    monkeypatch.setattr(pages, "LARGE_DOCUMENT_BYTES", len(stored(broker.store)))
+    source.reset()
+    [alert] = [a.text for a in viewer.get("/").context["alerts"] if "every commit writes all of it" in a.text]
+    assert alert.startswith(f"queue.json is {len(stored(broker.store)) / 1024:,.1f} KB,")  # as on the Broker card
+    assert "35 delayed jobs (later 30, soon 5)" in alert and "5 ready pending jobs (now 5)" in alert
+    assert "2 running jobs (now 2)" in alert and "dead letters" not in alert
+    assert "never moved to segment objects" in alert and "QUEUE_SEGMENT_JOBS" not in alert  # format 2 already
+
+
+@pytest.fixture
+def format_one(settings: SettingsWrapper) -> None:
+    settings.QUEUE_SEGMENT_JOBS = 0  # before the broker starts
+
+
+def test_the_large_document_alert_of_format_1_points_to_segments_and_to_the_dead_letters(
+        format_one: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    kill(broker, "backlog")
+    push(broker, "backlog", list(range(11)))
+    monkeypatch.setattr(pages, "LARGE_DOCUMENT_BYTES", len(stored(broker.store)))
+    source.reset()
+    [alert] = [a.text for a in viewer.get("/").context["alerts"] if "every commit writes all of it" in a.text]
+    assert "11 ready pending jobs (backlog 11); 1 dead letter (backlog 1)" in alert
+    assert "set QUEUE_SEGMENT_JOBS" in alert and "purge the dead letters" in alert and "delayed" not in alert
