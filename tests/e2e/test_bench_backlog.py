@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,10 @@ def test_the_table_and_targets_report_the_jobs_page() -> None:
     assert "FAIL" in target_lines([_row(1_000_000, 250.0)], 0.05)[-1]
 
 
-def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_indexes() -> None:
+@pytest.fixture
+def seeded() -> Iterator[tuple[Broker, CountingStore]]:
+    """A leader on a counted memory store (1 ms a call), 2,000 jobs seeded
+    into segments of 20 merged up to 160: some with an id index."""
     policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
     counted = CountingStore(MemoryStore())
     broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
@@ -118,9 +122,16 @@ def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_i
     try:
         wait_for(lambda: broker.role == "leader", what="the broker leading")
         _seed(broker, ["q"], 2_000, policy)
-        measured = _job_by_id(broker, counted, "q", repeat=2)
+        yield broker, counted
     finally:
         broker.stop(timeout=10)
+        segments.cache.clear()
+        segments.ranged.clear()
+
+
+def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_indexes(
+        seeded: tuple[Broker, CountingStore]) -> None:
+    measured = _job_by_id(*seeded, "q", repeat=2)
 
     assert "error" not in measured, measured
     assert measured["indexed_segments"] >= 2
@@ -133,20 +144,10 @@ def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_i
     assert measured["after_warm_up_ms"] > 0
 
 
-def test_the_job_page_it_times_reads_a_job_by_range_then_a_second_one_whole_then_nothing() -> None:
-    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
-    counted = CountingStore(MemoryStore())
-    broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
-                    heartbeat_seconds=60, takeover_seconds=600).start()
-    try:
-        wait_for(lambda: broker.role == "leader", what="the broker leading")
-        _seed(broker, ["q"], 2_000, policy)
-        _job_by_id(broker, counted, "q", repeat=1)  # its warm-up holds every index, as in a run
-        measured = _job_page(broker, counted, "q")
-    finally:
-        broker.stop(timeout=10)
-        segments.cache.clear()
-        segments.ranged.clear()
+def test_the_job_page_it_times_reads_a_job_by_range_then_a_second_one_whole_then_nothing(
+        seeded: tuple[Broker, CountingStore]) -> None:
+    _job_by_id(*seeded, "q", repeat=1)  # its warm-up holds every index, as in a run
+    measured = _job_page(*seeded, "q")
 
     assert "error" not in measured, measured
     ranged, whole, again = measured["range"], measured["whole"], measured["again"]
