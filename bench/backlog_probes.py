@@ -146,13 +146,16 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     of ``queue``'s backlog, in a segment with an id index (merged, or sealed
     large), long out of the ``sealed`` window: ``cold_ms`` as on a leader
     that just took over (the keeper holds no segment and no id index: it
-    reads every segment's index, then the job's entry in its segment's index
+    reads the segments' indexes newest first, in doubling batches, up to the
+    job's segment's, then the job's entry in its segment's index
     and the job's bytes, or with a version 1 index the whole segment), ``warm_ms`` the median of
     ``repeat`` lookups after it (nothing read), ``unknown_ms`` the median of
     lookups of an id no segment holds (after the cold one: the indexes are
     held); then ``warm_up_s``, how long a new leader's reading of every
     segment's index takes (``LaneKeeper.warm``, all queues), and
-    ``after_warm_up_ms``, a cold lookup of another job after it. Measured
+    ``after_warm_up_ms``, a cold lookup of another job after it;
+    ``cold_recent_ms``/``cold_recent_reads``, a cold lookup of a job in the
+    newest segment with an index (a client polling a job it pushed lately). Measured
     once the keeper has settled (no seal, refill or merge running).
     ``bytes_read``/``reads`` are what the cold lookup read, through the
     leader's store with its latency and bandwidth. Returns
@@ -168,10 +171,11 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     refs = [ref for ref in state.lanes.get(queue, []) if ref.total >= keeper.small_below]
     if not refs:
         return {"error": "no segment large enough to have an id index"}
-    ref, other = refs[len(refs) // 2], refs[len(refs) // 3]
+    ref, other, newest = refs[len(refs) // 2], refs[len(refs) // 3], refs[-1]
     job_id, other_id = _id_in(store, ref, ref.total // 2), _id_in(store, other, other.total // 3)
-    if job_id is None or other_id is None:
-        return {"error": f"segment {ref.key} or {other.key} is gone"}
+    recent_id = _id_in(store, newest, newest.total // 2)
+    if job_id is None or other_id is None or recent_id is None:
+        return {"error": f"segment {ref.key}, {other.key} or {newest.key} is gone"}
     keeper.lookup.forget()
     reads, read_bytes = _reads(store), store.bytes_read
     try:
@@ -192,6 +196,15 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
             with contextlib.suppress(EngineError):
                 broker.get_job(f"no-such-job-{n}")
             unknown.append((time.perf_counter() - started) * 1000)
+        # Cold again, a job of the newest segment with an index (a client
+        # polling a job it pushed lately): the indexes up to it only.
+        keeper.lookup.forget()
+        recent_reads = _reads(store)
+        started = time.perf_counter()
+        if broker.get_job(recent_id).get("segment") != newest.key:
+            return {"error": f"{recent_id} not found in {newest.key}"}
+        recent = (time.perf_counter() - started) * 1000
+        recent_reads = _reads(store) - recent_reads
         # A leader that took over reads every segment's index before any
         # lookup asks (LaneKeeper.warm, queued as its tenure starts): how
         # long that takes, and a first lookup after it (another job).
@@ -206,6 +219,7 @@ def _job_by_id(broker: Broker, store: CountingStore, queue: str, repeat: int = 5
     except EngineError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"cold_ms": cold, "warm_ms": statistics.median(warm), "unknown_ms": statistics.median(unknown),
+            "cold_recent_ms": recent, "cold_recent_reads": recent_reads,
             "reads": reads, "bytes_read": read_bytes, "indexed_segments": len(refs),
             "references": len(state.lanes.get(queue, [])),
             "warm_up_s": warm_up, "warmed": warmed, "after_warm_up_ms": after}

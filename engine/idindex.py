@@ -59,7 +59,7 @@ import zlib
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
@@ -80,6 +80,9 @@ _ENTRY = struct.Struct("<III")  # a version 2 entry: offset, length, CRC-32 of t
 #: What the keeper keeps of the indexes it read or wrote: 4 bytes a job, so
 #: 32 MB covers 8 million jobs in merged segments.
 INDEX_CACHE_BYTES = 32 * 1024 * 1024
+#: A lookup reads the indexes it lacks this many first, then twice as many,
+#: and so on (see IndexCache.candidates): one round of prefetch's 8 threads.
+FIRST_CANDIDATE_BATCH = 8
 #: A segment found without an index is asked about again after this long: a
 #: seal's index is written just after its Seal is queued, so a lookup may
 #: come between the two.
@@ -356,24 +359,35 @@ class IndexCache:
             list(pool.map(read, missing))
         return len(missing)
 
-    def candidates(
-        self, job_id: str, refs: Sequence[SegmentRef],
-    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
+    def candidates(self, job_id: str, refs: Sequence[SegmentRef]) -> Iterator[tuple[SegmentRef, bool]]:
         """Where a lookup of ``job_id`` must read, among ``refs`` (in their
-        order): the segments whose index may hold the id (almost always just
-        the one that does), and the segments without an index. The indexes
-        not cached are read first (:meth:`prefetch`). Raises StoreError if
-        one still cannot be read."""
-        self.prefetch(refs)
-        named: list[SegmentRef] = []
+        order, newest first is best): first each segment whose index may hold
+        the id (almost always just the one that does), as ``(ref, True)``;
+        then each segment without an index, as ``(ref, False)``.
+
+        Lazy: the indexes not cached are read as it goes, in batches that
+        double (:data:`FIRST_CANDIDATE_BATCH`, then twice as many, ...; each
+        batch with :meth:`prefetch`), so that a lookup that stops at its job
+        reads only the indexes up to it. Most look for a job pushed lately, in
+        the newest segments: on a leader that has not read its indexes yet, at
+        5 million jobs, that is 8 indexes instead of ~600 (seconds on a store
+        with 50 ms requests). An id that no segment holds reads them all, a
+        few batches' ends more slowly than in one go. Raises StoreError if an
+        index still cannot be read."""
         unindexed: list[SegmentRef] = []
-        for ref in refs:
-            index = self.get(ref)
-            if index is None:
-                unindexed.append(ref)
-            elif index.may_hold(job_id):
-                named.append(ref)
-        return named, unindexed
+        start, size = 0, FIRST_CANDIDATE_BATCH
+        while start < len(refs):
+            batch = refs[start:start + size]
+            self.prefetch(batch)
+            for ref in batch:
+                index = self.get(ref)
+                if index is None:
+                    unindexed.append(ref)
+                elif index.may_hold(job_id):
+                    yield ref, True
+            start, size = start + size, size * 2
+        for ref in unindexed:
+            yield ref, False
 
 
 # One IndexCache per store object and document (see shared_index_cache).

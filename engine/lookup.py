@@ -169,13 +169,11 @@ class SegmentLookup:
             if found is not None:
                 return found
         # Then the segments whose index may hold the id, before any without one.
-        named, unindexed = self._indexes.candidates(job_id, unread)
-        by_range = set() if whole else {ref.key for ref in named}
-        for ref in named + unindexed:
+        for ref, indexed in self._indexes.candidates(job_id, unread):
             if reads <= 0:
                 break
             reads -= 1
-            ranged = ref.key in by_range and not self._ranged.touched(ref.key)
+            ranged = indexed and not whole and not self._ranged.touched(ref.key)
             data, sure = ranged_job(self._indexes, ref, job_id) if ranged else (None, False)
             if data is not None:
                 try:

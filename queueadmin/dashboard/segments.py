@@ -342,12 +342,13 @@ def find_in_segments(job_id: str, lanes: dict[str, list[SegmentRef]], *, sealed_
             if found is not None:
                 return found
     queue_of = {ref.key: queue for queue, ref in newest_first(lanes) if ref.key not in tried}
-    named, unindexed = index.candidates(job_id, [referenced[key][1] for key in queue_of])
-    by_range = {ref.key for ref in named}
-    # Segments without an index only for a recently sealed id (see above).
-    for ref in (named + (unindexed if sealed_recently else []))[:budget]:
+    for ref, indexed in index.candidates(job_id, [referenced[key][1] for key in queue_of]):
+        # Segments without an index (they come last) only for a recently sealed id (see above).
+        if budget <= 0 or not (indexed or sealed_recently):
+            break
+        budget -= 1
         queue = queue_of[ref.key]
-        if ref.key in by_range and not ranged.touched(ref.key):
+        if indexed and not ranged.touched(ref.key):
             data, sure = ranged_job(index, ref, job_id)
             if data is not None:
                 try:

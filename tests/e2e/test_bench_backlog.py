@@ -135,9 +135,11 @@ def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_i
 
     assert "error" not in measured, measured
     assert measured["indexed_segments"] >= 2
-    # Cold: every segment's index (an absent one for a small seal), then the
-    # job's entry in its index and the job itself (two ranged reads); warm: nothing.
-    assert measured["indexed_segments"] + 2 <= measured["reads"] <= measured["references"] + 2
+    # Cold: the indexes newest first, in doubling batches, up to the job's
+    # segment's (an absent one for a small seal), then the job's entry in its
+    # index and the job itself (two ranged reads); warm: nothing.
+    assert 3 <= measured["reads"] <= measured["references"] + 2
+    assert 3 <= measured["cold_recent_reads"] <= measured["reads"] and measured["cold_recent_ms"] > 0
     assert measured["cold_ms"] > 0 and measured["warm_ms"] > 0 and measured["unknown_ms"] > 0
     # The new leader's warm-up read every segment's index (absent ones too).
     assert measured["warmed"] == measured["references"] and measured["warm_up_s"] > 0

@@ -21,6 +21,7 @@ import pytest
 from engine import Broker, FaultyStore, JobNotFound, MemoryStore, ObjectStore, Policy, StoreUnavailable
 from engine.errors import SegmentUnreadable
 from engine.idindex import (
+    FIRST_CANDIDATE_BATCH,
     IndexCache,
     build_index,
     decode_index,
@@ -545,3 +546,33 @@ def test_the_index_a_writer_keeps_is_the_one_a_reader_decodes() -> None:
     head = b"queueadmin-idindex-2\n" + ref.sha256.encode() + b"\n"
     with pytest.raises(ValueError, match="not sorted"):
         decode_index(ref, head + hashlib.sha256(swapped).hexdigest().encode() + b"\n" + swapped)
+
+
+def test_a_lookup_reads_the_indexes_it_lacks_in_growing_batches_and_stops_at_its_job() -> None:
+    """IndexCache.candidates reads the missing indexes lazily, 8, then 16,
+    then 32...: a lookup that finds its job in the newest segments (most
+    look for a recent job) reads those first indexes only; an unknown id
+    reads every index; segments without one come last."""
+    store = CountingStore()
+    refs = []
+    for n in range(100):  # newest first, as a lookup asks
+        parts = [orjson.dumps({"id": f"s{n}-job-{i}", "pos": 10 * n + i}) for i in range(10)]
+        data = encode_segment("q", 10 * n, parts)
+        ref = SegmentRef(key=f"queue.json.seg/q/e00000001-p{10 * n:014d}-0a0b0c{n:02x}.json", total=10, consumed=0,
+                         front=10 * n, last_pos=10 * n + 9, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                         oldest_enqueued_at=None, epoch=1, sealed_at=None)  # type: ignore[arg-type]
+        store.put(ref.key, data)
+        if n != 50:  # one segment without an index
+            store.put(index_key("queue.json", ref.key), encode_index(ref.sha256, parts, len(data)))
+        refs.append(ref)
+    indexes = IndexCache(store, "queue.json")
+
+    def read() -> int:
+        return sum(n for key, n in {**store.gets, **store.ranges}.items() if ".idx/" in key)
+
+    first = next(indexes.candidates("s3-job-4", refs))
+    assert first == (refs[3], True) and read() == FIRST_CANDIDATE_BATCH
+    found = next(ref for ref, _ in indexes.candidates("s30-job-1", refs))
+    assert found == refs[30] and read() == FIRST_CANDIDATE_BATCH * (1 + 2 + 4)  # 8 + 16 + 32 indexes, no more
+    assert list(indexes.candidates("no-such-job", refs)) == [(refs[50], False)]
+    assert read() == len(refs)  # each index read once, none again
