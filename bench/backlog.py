@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.facts import machine_facts
-from engine.policy import MAX_DELAY_SECONDS
+from engine import MAX_DELAY_SECONDS
 
 DEFAULT_SEGMENTS = (1024, 1000, 500)
 DEFAULT_DEPTHS = (0, 100_000, 1_000_000, 5_000_000)
