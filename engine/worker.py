@@ -36,7 +36,8 @@ Only a refused token or invalid claim arguments do.
 
 Tunables come in one frozen :class:`WorkerOptions`; it, its defaults and
 :func:`default_heartbeat_interval` are in :mod:`engine.workeroptions`, and
-a batching worker's acknowledgements in :mod:`engine.reporter`. This module
+a batching worker's acknowledgements in :mod:`engine.reporter`, its
+heartbeat thread in :mod:`engine.workerbeats`. This module
 holds the :class:`Worker` itself, its :class:`WorkerStats`,
 :class:`PermanentFailure` and :func:`new_worker_id`.
 
@@ -67,10 +68,11 @@ from typing import Any, Literal
 
 from engine.backoff import jittered
 from engine.client import QueueClient
-from engine.errors import EngineError, JobNotFound, LeaseLost, QueueError, Unauthorized, ValidationError
+from engine.errors import EngineError, QueueError, Unauthorized, ValidationError
 from engine.model import ClaimedJob, new_process_id
-from engine.ops import claim_op, complete_op, fail_op, heartbeat_op
+from engine.ops import claim_op, complete_op, fail_op
 from engine.reporter import AckReporter
+from engine.workerbeats import WorkerHeartbeats
 from engine.workeroptions import WorkerOptions as WorkerOptions  # re-exported: tests import it from here
 from engine.workeroptions import default_heartbeat_interval
 
@@ -123,7 +125,7 @@ def new_worker_id() -> str:
     return new_process_id(nonce_bytes=3)
 
 
-class Worker:
+class Worker(WorkerHeartbeats):
     """Runs ``handler(payload)`` for jobs of ``queues`` until stopped (or
     drained, with ``options.burst``), tuned by ``options`` (see
     :class:`WorkerOptions`).
@@ -499,64 +501,3 @@ class Worker:
         if counted:
             job = record.job
             log.warning("job %s (%s, attempt %d) lost: %s", job.id, job.queue, job.attempt, why)
-
-    # -- heartbeats ------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        while not self._exit.is_set():
-            now = self.monotonic()
-            with self._cond:
-                due = [r for r in self._running.values() if r.next_beat <= now and not (r.lost or r.reporting)]
-            if self._reporter is not None and due:
-                self._beat_all(due)
-            for record in due if self._reporter is None else ():
-                if self._exit.is_set():
-                    return
-                self._beat(record)
-            with self._cond:
-                beats = [r.next_beat for r in self._running.values() if not (r.lost or r.reporting)]
-            until = min(beats, default=self.monotonic() + self.heartbeat_interval)
-            self._exit.wait(self._wait_step(until))
-
-    def _beat_all(self, records: list[_Running]) -> None:
-        """Heartbeat every lease of ``records`` in one ``execute_many``."""
-        sent = self.monotonic()
-        try:
-            outcomes = self.client.execute_many([heartbeat_op(r.job.id, r.job.lease) for r in records])
-        except Exception as exc:  # the whole call failed: each lease is retried soon
-            outcomes = [exc] * len(records)
-        for record, outcome in zip(records, outcomes, strict=True):
-            self._beaten(record, sent, outcome)
-
-    def _beat(self, record: _Running) -> None:
-        sent = self.monotonic()
-        try:
-            outcome: Any = self.client.heartbeat(record.job.id, record.job.lease)
-        except Exception as exc:
-            outcome = exc
-        self._beaten(record, sent, outcome)
-
-    def _beaten(self, record: _Running, sent: float, outcome: Any) -> None:
-        """Settle one heartbeat sent at ``sent`` whose outcome (a deadline,
-        or the exception it failed with) is ``outcome``."""
-        job = record.job
-        try:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        except (LeaseLost, JobNotFound) as exc:
-            with self._cond:
-                if record.reporting or job.id not in self._running:
-                    return  # raced with this job's own complete or fail, which decides
-                record.lost = True
-            log.warning("job %s (%s, attempt %d): lease lost while running (%s); its result will not be sent",
-                        job.id, job.queue, job.attempt, exc)
-        except Exception as exc:  # transient: try again soon, well before the lease ends
-            with self._cond:
-                self.stats.errors += 1
-                record.next_beat = self.monotonic() + min(self.heartbeat_interval, self.backoff_cap_seconds) / 2
-            log.warning("job %s: heartbeat failed (%s: %s)", job.id, type(exc).__name__, exc)
-        else:
-            with self._cond:
-                self.stats.heartbeats += 1
-                record.lease_until = sent + self.lease_seconds
-                record.next_beat = sent + self.heartbeat_interval

@@ -1,0 +1,107 @@
+"""A worker's heartbeats: the thread that extends every running job's lease.
+
+:class:`WorkerHeartbeats` is the part of :class:`~engine.worker.Worker`
+that runs on its heartbeat thread: every ``heartbeat_interval`` seconds it
+extends the lease of each running job that is not being reported, all of
+them in one ``execute_many`` (``POST /api/v1/heartbeat``) with ``batch``, or
+one call each without. A lease found lost (LeaseLost or JobNotFound) marks
+its job lost: it keeps running, since a thread cannot be killed, but its
+result is never sent. A transient error retries that lease well before it
+ends. Every field it reads is the worker's, declared below and guarded by
+the worker's ``_cond``. Split from :mod:`engine.worker`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.client import QueueClient
+from engine.errors import JobNotFound, LeaseLost
+from engine.ops import heartbeat_op
+
+if TYPE_CHECKING:
+    from engine.reporter import AckReporter
+    from engine.worker import WorkerStats, _Running
+
+__all__ = ["WorkerHeartbeats"]
+
+log = logging.getLogger("engine.worker")  # the worker's log, as before the split
+
+
+class WorkerHeartbeats:
+    """The heartbeat thread of a :class:`~engine.worker.Worker` (see the module)."""
+
+    # The worker's fields this part reads or sets (see Worker.__init__).
+    client: QueueClient
+    monotonic: Callable[[], float]
+    heartbeat_interval: float
+    lease_seconds: float
+    backoff_cap_seconds: float
+    stats: WorkerStats
+    _cond: threading.Condition
+    _running: dict[str, _Running]
+    _exit: threading.Event
+    _reporter: AckReporter | None
+    _wait_step: Callable[[float | None], float]  # the worker's: how long to wait, at most, until ``until``
+
+    def _heartbeat_loop(self) -> None:
+        while not self._exit.is_set():
+            now = self.monotonic()
+            with self._cond:
+                due = [r for r in self._running.values() if r.next_beat <= now and not (r.lost or r.reporting)]
+            if self._reporter is not None and due:
+                self._beat_all(due)
+            for record in due if self._reporter is None else ():
+                if self._exit.is_set():
+                    return
+                self._beat(record)
+            with self._cond:
+                beats = [r.next_beat for r in self._running.values() if not (r.lost or r.reporting)]
+            until = min(beats, default=self.monotonic() + self.heartbeat_interval)
+            self._exit.wait(self._wait_step(until))
+
+    def _beat_all(self, records: list[_Running]) -> None:
+        """Heartbeat every lease of ``records`` in one ``execute_many``."""
+        sent = self.monotonic()
+        try:
+            outcomes = self.client.execute_many([heartbeat_op(r.job.id, r.job.lease) for r in records])
+        except Exception as exc:  # the whole call failed: each lease is retried soon
+            outcomes = [exc] * len(records)
+        for record, outcome in zip(records, outcomes, strict=True):
+            self._beaten(record, sent, outcome)
+
+    def _beat(self, record: _Running) -> None:
+        sent = self.monotonic()
+        try:
+            outcome: Any = self.client.heartbeat(record.job.id, record.job.lease)
+        except Exception as exc:
+            outcome = exc
+        self._beaten(record, sent, outcome)
+
+    def _beaten(self, record: _Running, sent: float, outcome: Any) -> None:
+        """Settle one heartbeat sent at ``sent`` whose outcome (a deadline,
+        or the exception it failed with) is ``outcome``."""
+        job = record.job
+        try:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        except (LeaseLost, JobNotFound) as exc:
+            with self._cond:
+                if record.reporting or job.id not in self._running:
+                    return  # raced with this job's own complete or fail, which decides
+                record.lost = True
+            log.warning("job %s (%s, attempt %d): lease lost while running (%s); its result will not be sent",
+                        job.id, job.queue, job.attempt, exc)
+        except Exception as exc:  # transient: try again soon, well before the lease ends
+            with self._cond:
+                self.stats.errors += 1
+                record.next_beat = self.monotonic() + min(self.heartbeat_interval, self.backoff_cap_seconds) / 2
+            log.warning("job %s: heartbeat failed (%s: %s)", job.id, type(exc).__name__, exc)
+        else:
+            with self._cond:
+                self.stats.heartbeats += 1
+                record.lease_until = sent + self.lease_seconds
+                record.next_beat = sent + self.heartbeat_interval
