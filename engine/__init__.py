@@ -37,7 +37,7 @@ from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
-from engine.document import FORMAT, FORMAT_SEGMENTS, QueueState, counters_dict
+from engine.document import FORMAT, FORMAT_DELAYED, FORMAT_SEGMENTS, QueueState, counters_dict
 from engine.errors import (
     BrokerUnavailable,
     CommitterStopped,
@@ -84,6 +84,7 @@ from engine.model import (
 from engine.parsing import empty_state, parse_document
 from engine.pending import Buckets
 from engine.policy import (
+    DEFAULT_DELAYED_HORIZON_SECONDS,
     DEFAULT_HEAD_JOBS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -96,7 +97,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
-from engine.segments import JOB_LOOKUP_READS, SegmentRef, newest_first, read_segment
+from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import PermanentFailure, Worker, WorkerStats, new_worker_id
@@ -111,6 +112,7 @@ from engine.workeroptions import (
 __all__ = [
     "API_PREFIX",
     "DEFAULT_ACK_LINGER_SECONDS",
+    "DEFAULT_DELAYED_HORIZON_SECONDS",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_HEAD_JOBS",
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -124,9 +126,11 @@ __all__ = [
     "DEFAULT_WAIT_SECONDS",
     "DOCUMENT_KEY",
     "FORMAT",
+    "FORMAT_DELAYED",
     "FORMAT_SEGMENTS",
     "JOB_LOOKUP_READS",
     "MAX_DELAY_SECONDS",
+    "SEGMENT_KINDS",
     "AsyncQueueMethods",
     "Attempt",
     "Blob",
@@ -141,6 +145,7 @@ __all__ = [
     "CommitterStopped",
     "DeadLetter",
     "DecodedDocument",
+    "DelayedRef",
     "Departure",
     "DirectClient",
     "DocumentDecoder",

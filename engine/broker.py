@@ -58,6 +58,7 @@ from engine.errors import (
     StoreError,
 )
 from engine.excision import purge_by_ids
+from engine.laneplans import REFILL_LEAD_SECONDS
 from engine.lanes import LaneKeeper
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
@@ -493,6 +494,10 @@ class Broker:
             grace_seconds=2 * self.heartbeat_seconds,
             collect_seconds=max(self.takeover_seconds, 10 * self.heartbeat_seconds),
             retry_seconds=self.heartbeat_seconds,
+            # A delayed segment comes back this long before it is due: the
+            # refill's own lead, plus a heartbeat, since an idle leader plans
+            # from the version it lands once a heartbeat.
+            delayed_lead_seconds=REFILL_LEAD_SECONDS + self.heartbeat_seconds,
         ).start()
         self._committer = committer
         self._store_ok_at = self.monotonic()  # the takeover wrote, the committer read
@@ -536,9 +541,11 @@ class Broker:
 
     @property
     def segment_problems(self) -> dict[str, str]:
-        """Per queue, why its next segment cannot be read (empty: none), while leading."""
+        """Per queue, why its next segment, or next delayed segment, cannot be
+        read (empty: none), while leading."""
         keeper = self._keeper
-        return dict(keeper.problems) if keeper is not None else {}
+        # A queue's pending lane outranks its delayed one: one message a queue.
+        return {**keeper.delayed_problems, **keeper.problems} if keeper is not None else {}
 
     def _check_named(self, state: QueueState) -> None:
         """Runs on every read of the leader's committer: fence if replaced."""

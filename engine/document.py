@@ -1,4 +1,4 @@
-"""The queue document (formats 1 and 2): in-memory state and incremental encoding.
+"""The queue document (formats 1, 2 and 3): in-memory state and incremental encoding.
 
 ``QueueState`` is the parsed document plus indexes that make claims and lease
 expiry cheap. It is mutated only by :mod:`engine.transitions`, and only inside
@@ -30,15 +30,19 @@ import orjson
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
-from engine.segments import SegmentRef
+from engine.segments import DelayedRef, SegmentRef
 from engine.sequence import EncodedSequence
 
 #: The format a node writes unless segments are on (``Policy.segment_jobs``).
 FORMAT = 1
 #: The format with segments; a node that reads it keeps writing it.
 FORMAT_SEGMENTS = 2
+#: Format 2 with delayed segments (``lanes.<queue>.delayed``): written from
+#: the first commit that references one, and kept from then on. A node that
+#: knows only format 2 refuses it rather than drop the jobs it cannot see.
+FORMAT_DELAYED = 3
 #: Every format this engine reads.
-READABLE_FORMATS = (FORMAT, FORMAT_SEGMENTS)
+READABLE_FORMATS = (FORMAT, FORMAT_SEGMENTS, FORMAT_DELAYED)
 # How many recent (writer, seq) pairs a document remembers, to settle an
 # ambiguous write even when other writers committed after it.
 RECENT_COMMITS = 32
@@ -74,6 +78,9 @@ class QueueState:
         self.next_pos = 0
         # Format 2: per queue, references to its segments, oldest first.
         self.lanes: dict[str, list[SegmentRef]] = {}
+        # Format 3: per queue, references to its delayed segments, by
+        # (first_due, key). Outside the FIFO order: claims never wait on them.
+        self.delays: dict[str, list[DelayedRef]] = {}
         # Ids sealed into segments recently: pushes retried with them are
         # answered without a second job (bounded like ``finished``).
         self.sealed = FinishedIds()
@@ -108,9 +115,44 @@ class QueueState:
             self.dirty = True
         return counters
 
+    @property
+    def segmented(self) -> bool:
+        """Whether jobs carry their ``pos`` and queues may have segments (format 2 or 3)."""
+        return self.format >= FORMAT_SEGMENTS
+
     def pending(self, queue: str) -> int:
-        """The queue's pending jobs: in the document and in its segments."""
-        return self.pending_here.get(queue, 0) + sum(ref.remaining for ref in self.lanes.get(queue, ()))
+        """The queue's pending jobs: in the document, in its segments and in its delayed segments."""
+        return (self.pending_here.get(queue, 0) + sum(ref.remaining for ref in self.lanes.get(queue, ()))
+                + self.delayed_away(queue))
+
+    def delayed_away(self, queue: str) -> int:
+        """The queue's delayed jobs in delayed segments (format 3), not in the document."""
+        return sum(ref.total for ref in self.delays.get(queue, ()))
+
+    def add_delayed_ref(self, queue: str, ref: DelayedRef) -> None:
+        """Reference the delayed segment ``ref`` of ``queue``, in due order.
+        The document is format 3 from here on (see FORMAT_DELAYED)."""
+        refs = self.delays.setdefault(queue, [])
+        refs.append(ref)
+        refs.sort(key=lambda r: (r.first_due, r.key))
+        self.format = FORMAT_DELAYED
+        self.dirty = True
+
+    def drop_delayed(self, queue: str, keys: Iterable[str] | None = None) -> list[DelayedRef]:
+        """Stop referencing the delayed segments of ``queue`` named by
+        ``keys`` (default: all); their objects are deleted once this version
+        has landed, as any dropped segment's."""
+        refs = self.delays.get(queue, [])
+        wanted = None if keys is None else set(keys)
+        dropped = [ref for ref in refs if wanted is None or ref.key in wanted]
+        kept = [ref for ref in refs if wanted is not None and ref.key not in wanted]
+        if kept:
+            self.delays[queue] = kept
+        else:
+            self.delays.pop(queue, None)
+        self.dropped_segments.extend(ref.key for ref in dropped)
+        self.dirty = True
+        return dropped
 
     def frontier(self, queue: str) -> int | None:
         """The ``pos`` of the queue's first job still in a segment (None: it
@@ -157,7 +199,7 @@ class QueueState:
     def _place(self, job: Job, pos: int) -> None:
         self.jobs[job.id] = job
         self.pos[job.id] = pos
-        self._encoded_jobs.append(job.id, encode_job(job, pos if self.format == FORMAT_SEGMENTS else None))
+        self._encoded_jobs.append(job.id, encode_job(job, pos if self.segmented else None))
         if job.status == "pending":
             self.pending_here[job.queue] = self.pending_here.get(job.queue, 0) + 1
         self._index(job, pos)
@@ -170,7 +212,7 @@ class QueueState:
             self.pending_here[job.queue] += 1 if job.status == "pending" else -1
         self.jobs[job.id] = job
         pos = self.pos[job.id]
-        self._encoded_jobs.update(job.id, encode_job(job, pos if self.format == FORMAT_SEGMENTS else None))
+        self._encoded_jobs.update(job.id, encode_job(job, pos if self.segmented else None))
         self._index(job, pos)
         self.dirty = True
 
@@ -187,7 +229,7 @@ class QueueState:
         """Switch to format 2 (segments): every job's encoding gains its
         ``pos``. Done once, by the first commit of a node with segments on;
         there is no way back while segments are referenced."""
-        if self.format == FORMAT_SEGMENTS:
+        if self.segmented:
             return
         self.format = FORMAT_SEGMENTS
         for job_id, job in self.jobs.items():
@@ -205,6 +247,35 @@ class QueueState:
             live = list({entry for entry in heap if self._is_current(entry[1], entry[0])})
             heapq.heapify(live)
             self._ready[queue] = live
+
+    def tidy_delayed(self, queue: str) -> None:
+        """Drop the queue's stale delayed-index entries: after a delayed seal,
+        whose jobs' entries would otherwise stay until they come due, and
+        wake a waiter (``next_due``) for jobs that are no longer here. O(n)
+        in the queue's delayed jobs in the document."""
+        heap = self._delayed.get(queue)
+        if heap:
+            live = []
+            for entry in set(heap):
+                job = self._is_current(entry[2], entry[1])
+                if job is not None and job.not_before == entry[0]:
+                    live.append(entry)
+            heapq.heapify(live)
+            self._delayed[queue] = live
+
+    def delayed_entries(self) -> dict[str, int]:
+        """Per queue with delayed jobs indexed, how many entries its delayed
+        index holds: an upper bound on its delayed jobs in the document
+        (entries go stale when a job changes). O(queues)."""
+        return {queue: len(heap) for queue, heap in self._delayed.items() if heap}
+
+    def delayed_in_order(self, queue: str) -> list[tuple[datetime, int, str]]:
+        """``(not_before, pos, id)`` of the queue's pending jobs in the
+        document that have a delay (due or not), earliest first. O(n log n)
+        in the queue's delayed jobs here."""
+        jobs = self.jobs
+        return sorted({entry for entry in self._delayed.get(queue, ())
+                       if self._is_current(entry[2], entry[1]) is not None and jobs[entry[2]].not_before == entry[0]})
 
     def drop_refs(self, queue: str, count: int | None = None) -> list[SegmentRef]:
         """Stop referencing the first ``count`` (default: all) segments of
@@ -426,17 +497,15 @@ class QueueState:
             "broker": {"id": self.broker.id, "url": self.broker.url, "epoch": self.broker.epoch},
             "queues": {name: counters_dict(c) for name, c in sorted(self.queues.items())},
         }
-        if self.format == FORMAT_SEGMENTS:
+        if self.segmented:
             header["next_pos"] = self.next_pos
-            header["lanes"] = {
-                name: {"segments": [ref.as_dict() for ref in refs]} for name, refs in sorted(self.lanes.items())
-            }
+            header["lanes"] = {name: self._lane_dict(name) for name in sorted({*self.lanes, *self.delays})}
         # The dedup window goes into the first part, with the header: readers
         # that decode the parts one by one (the dashboard) expect the first
         # part to be the header and the next one to open the dead letters.
         # Its groups are encoded once and cached; only the join is per commit.
         head = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"finished":[', *self.finished.parts(), b"]"]
-        if self.format == FORMAT_SEGMENTS:
+        if self.segmented:
             head.extend((b',"sealed":[', *self.sealed.parts(), b"]"))
         parts = [b"".join(head), b',"dead":[']
         parts.extend(self._encoded_dead.parts())
@@ -444,6 +513,14 @@ class QueueState:
         parts.extend(self._encoded_jobs.parts())
         parts.append(b"]}")
         return parts
+
+    def _lane_dict(self, queue: str) -> dict[str, Any]:
+        """``lanes.<queue>``: its segments, and its delayed segments if it has any (format 3)."""
+        lane: dict[str, Any] = {"segments": [ref.as_dict() for ref in self.lanes.get(queue, ())]}
+        delays = self.delays.get(queue)
+        if delays:
+            lane["delayed"] = [ref.as_dict() for ref in delays]
+        return lane
 
     def encoded(self, *, seq: int, writer: str) -> None:
         """Record that this state was encoded as commit ``seq`` by ``writer``.

@@ -28,7 +28,7 @@ from engine.lookup import SegmentLookup, one_job
 from engine.model import Job
 from engine.optypes import Excision, Operation, Purge
 from engine.reaper import SegmentReaper
-from engine.segments import SegmentRef
+from engine.segments import SegmentRef, is_delayed_key
 
 if TYPE_CHECKING:
     from engine.lanes import LaneKeeper
@@ -86,12 +86,14 @@ class LaneExcision:
     """The lane keeper's half of a purge by ids (see the module)."""
 
     # The keeper's fields this half reads (see LaneKeeper.__init__).
+    key: str
     lookup: SegmentLookup
     reaper: SegmentReaper
     _held: HeldSegments
     # The keeper's methods this half calls (engine.lanes).
     _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
     _write_segment: Callable[..., SegmentRef | None]
+    _rewrite_delayed_without: Callable[[str, SegmentRef, list[Job]], Excision]
 
     def excise(
         self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
@@ -136,6 +138,8 @@ class LaneExcision:
 
     def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
         """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""
+        if is_delayed_key(self.key, ref.key):
+            return self._rewrite_delayed_without(queue, ref, jobs)
         needles = tuple(id_prefix(job.id) for job in jobs)
         parts = self._held.parts(ref)
         kept = [(index, part) for index, part in enumerate(parts[ref.consumed:], ref.consumed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.document import FORMAT_SEGMENTS, QueueState
+from engine.document import QueueState
 from engine.errors import ValidationError
 from engine.optypes import Merge, Refill, Seal
 
@@ -27,8 +27,8 @@ def seal(state: QueueState, op: Seal, now: datetime) -> int:
     :class:`~engine.ops.Seal`); returns how many jobs moved. Raises
     ValidationError, changing nothing, when the queue moved on since the
     segment was written: the caller deletes the unused object."""
-    if state.format != FORMAT_SEGMENTS:
-        raise ValidationError("the document is not in format 2")
+    if not state.segmented:
+        raise ValidationError("the document is not in format 2 or 3")
     refs = state.lanes.get(op.queue, [])
     last = refs[-1] if refs else None
     if (last.key if last is not None else None) != op.after:

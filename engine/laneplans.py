@@ -17,11 +17,11 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from engine.document import FORMAT_SEGMENTS, QueueState
+from engine.document import QueueState
 from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares, Task, WarmTask, last_key
 from engine.policy import Policy
 from engine.reaper import SegmentReaper
-from engine.segments import SegmentRef
+from engine.segments import SegmentRef, newest_first
 
 __all__ = [
     "FRONT_COUNT_AHEAD",
@@ -78,6 +78,9 @@ class LanePlanning:
     _cond: threading.Condition
     _tasks: list[Task]
     _busy: dict[str, Task]
+    _delayed_busy: dict[str, Task]
+    delayed_problems: dict[str, str]
+    _delay_tasks: Callable[[QueueState, Shares, set[str]], list[Task]]
     _applied: dict[str, Callable[[QueueState], bool]]
     _merge_slot: MergeTask | None
     _merge_applied: Callable[[QueueState], bool] | None
@@ -123,7 +126,7 @@ class LanePlanning:
     def _plan(self, state: QueueState, *, landed: bool) -> None:
         """Plan from ``state``: a landed version (``landed``), or one whose
         write has just started (see :meth:`writing`)."""
-        if state.format != FORMAT_SEGMENTS:
+        if not state.segmented:
             return
         now = self.monotonic()
         # Every queue with pending jobs shares the budget, not only those
@@ -140,6 +143,7 @@ class LanePlanning:
             behind = {queue: seal for queue, seal in sealing.items() if seal.can_follow(last_key(state, queue))}
             merge_free = landed and (self._merge_slot is None or (
                 self._merge_applied is not None and self._merge_applied(state)))
+            delayed_busy = set(self._delayed_busy)
         for queue in queues:
             task: Task | None
             if queue in behind:
@@ -159,6 +163,7 @@ class LanePlanning:
                 task = self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
             if task is not None:
                 tasks.append(task)
+        delayed = self._delay_tasks(state, shares, delayed_busy) if landed else []
         merge = None
         if merge_free:
             for queue, refs in state.lanes.items():
@@ -181,15 +186,18 @@ class LanePlanning:
             # reported by a refill that raced the drop of its segment is void.
             for queue in [q for q in self.problems if q not in state.lanes]:
                 self.problems.pop(queue, None)
-        if landed and self._referenced is None and state.lanes:
+            for queue in [q for q in self.delayed_problems if q not in state.delays]:
+                self.delayed_problems.pop(queue, None)
+        if landed and self._referenced is None and (state.lanes or state.delays):
             # The first landed version of this tenure (only this thread sets
             # _referenced): read the indexes a lookup by id would ask for, of
-            # every segment.
-            tasks.append(WarmTask(tuple(ref for refs in state.lanes.values() for ref in refs)))
+            # every segment, delayed ones too.
+            tasks.append(WarmTask(tuple(ref for _, ref in newest_first(state.lanes, state.delays))))
         with self._cond:
             if landed:
                 # Hundreds of references at 5M: only a landed version's count.
-                referenced = frozenset(ref.key for refs in state.lanes.values() for ref in refs)
+                referenced = frozenset((*(ref.key for refs in state.lanes.values() for ref in refs),
+                                        *(ref.key for refs in state.delays.values() for ref in refs)))
                 self._referenced = referenced
                 self.reaper.seen(referenced)
             for task in tasks:
@@ -200,6 +208,9 @@ class LanePlanning:
             if merge is not None:
                 self._merge_slot, self._merge_applied = merge, None
                 self._tasks.append(merge)
+            for task in delayed:
+                self._delayed_busy[task.queue] = task
+                self._tasks.append(task)
             self._cond.notify_all()
 
     def _refill_task(self, state: QueueState, queue: str, now: float, shares: Shares) -> RefillTask | None:

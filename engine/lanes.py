@@ -58,6 +58,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine.delayplans import DelayPlanning
+from engine.delaysteps import DelaySteps
 from engine.document import QueueState
 from engine.errors import (
     CommitterNotRunning,
@@ -77,7 +79,7 @@ from engine.idindex import (
 from engine.lanecache import HeldSegments
 from engine.laneplans import LanePlanning
 from engine.lanesteps import LaneSteps
-from engine.lanetasks import MergeTask, RefillTask, SealTask, Task, WarmTask
+from engine.lanetasks import DelayedRefillTask, DelayedSealTask, MergeTask, RefillTask, SealTask, Task, WarmTask
 from engine.lookup import SegmentLookup
 from engine.ops import Operation
 from engine.policy import Policy
@@ -102,7 +104,7 @@ WARM_BATCH = 32
 
 
 
-class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
+class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcision):
     """Seals, refills, deletes and collects segments for one leader (see
     the module). ``execute(op)`` runs an operation through the leader's
     committer and returns its outcome or raises (``GroupCommitter.execute``);
@@ -136,6 +138,7 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
         retry_seconds: float,
         threads: int = 16,
         monotonic: Callable[[], float] = time.monotonic,
+        delayed_lead_seconds: float = 2.0,
     ) -> None:
         self.store = store
         self.key = key
@@ -156,6 +159,10 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
         # what a refill took, and Hypothesis refused a test whose steps
         # drew differently on a replay (FlakyStrategyDefinition).
         self.monotonic = monotonic
+        # Format 3: a delayed segment is refilled once its first job is due
+        # within this many seconds (the broker's: the refill lead plus a
+        # heartbeat, since an idle leader plans once a heartbeat).
+        self.delayed_lead_seconds = delayed_lead_seconds
         #: Per queue, why its next segment cannot be read (I6), while it cannot.
         self.problems: dict[str, str] = {}
         #: Counters for tests, benchmarks and health pages.
@@ -197,7 +204,13 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
         # ``after``), so it does not race them.
         self._merge_slot: MergeTask | None = None
         self._merge_applied: Callable[[QueueState], bool] | None = None
+        # Format 3: per queue, its one delayed seal or refill planned or
+        # running, apart from ``_busy``: a queue's delayed jobs move beside
+        # its FIFO lane. Held until the task's commit landed or failed.
+        self._delayed_busy: dict[str, Task] = {}
         self._init_planning()
+        self._init_delay_planning()
+        self._init_delay_steps()
         self._retry_at: dict[str, float] = {}  # queue -> monotonic time of the next refill attempt
         self._referenced: frozenset[str] | None = None  # keys the latest landed version references
         # Decoded windows of the segments refills read, and the encoded jobs
@@ -284,6 +297,10 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
                     self._merge(task)
                 elif isinstance(task, WarmTask):
                     self.warm(task.refs)
+                elif isinstance(task, DelayedSealTask):
+                    self._seal_delayed(task)
+                elif isinstance(task, DelayedRefillTask):
+                    self._refill_delayed(task)
                 self.reaper.delete_due()
                 self.reaper.collect()
             except (NotLeader, CommitterStopped):
@@ -320,6 +337,8 @@ class LaneKeeper(LanePlanning, LaneSteps, LaneExcision):
             if self._busy.get(task.queue) is task:
                 del self._busy[task.queue]
                 self._applied.pop(task.queue, None)
+            if self._delayed_busy.get(task.queue) is task:
+                del self._delayed_busy[task.queue]
             if self._merge_slot is task:
                 self._merge_slot = self._merge_applied = None
 

@@ -5,8 +5,10 @@ A :class:`~engine.lanes.LaneKeeper` plans a task on the committer's thread
 (from a version, with a few dictionary lookups per queue) and runs it on one
 of its own threads: a :class:`SealTask` writes a queue's tail to a new
 segment, a :class:`RefillTask` brings the next jobs of its first segment
-back, a :class:`MergeTask` merges a run of small segments, and a
-:class:`WarmTask` reads id indexes as a tenure starts. :class:`Shares` is one
+back, a :class:`MergeTask` merges a run of small segments, a
+:class:`WarmTask` reads id indexes as a tenure starts, and, in format 3, a
+:class:`DelayedSealTask` writes delayed jobs due later to a delayed segment
+and a :class:`DelayedRefillTask` brings one back as it comes due. :class:`Shares` is one
 queue's part of ``head_jobs``, ``segment_jobs`` and ``refill_below`` while
 several queues hold pending jobs.
 """
@@ -21,7 +23,7 @@ import orjson
 
 from engine.document import QueueState
 from engine.policy import Policy
-from engine.segments import SegmentRef
+from engine.segments import DelayedRef, SegmentRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,29 @@ class WarmTask:
     queue: str = ""  # no queue's: _finished frees none
 
 
-Task = SealTask | RefillTask | MergeTask | WarmTask
+@dataclass(frozen=True, slots=True)
+class DelayedSealTask:
+    """Write ``queue``'s delayed jobs ``jobs`` (ids and pos, in due order;
+    ``parts``: as encoded) to a new delayed segment, then commit the
+    SealDelayed that swaps them for it. ``first_due``/``last_due``: the
+    earliest and latest ``not_before`` among them."""
+
+    queue: str
+    jobs: tuple[tuple[str, int], ...]
+    parts: tuple[bytes, ...]
+    first_due: datetime
+    last_due: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedRefillTask:
+    """Bring every job of ``queue``'s delayed segment ``ref`` back into the document."""
+
+    queue: str
+    ref: DelayedRef
+
+
+Task = SealTask | RefillTask | MergeTask | WarmTask | DelayedSealTask | DelayedRefillTask
 
 
 def id_prefix(job_id: str) -> bytes:

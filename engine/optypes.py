@@ -1,6 +1,7 @@
 """The operations' value types: one immutable request per kind of change
 to the queue (``Push``, ``Claim``, …, and the leader's own ``Seal``,
-``Refill`` and ``Merge``), and :data:`Operation`, their union.
+``Refill``, ``Merge``, ``SealDelayed`` and ``RefillDelayed``), and
+:data:`Operation`, their union.
 
 Built and validated by the builders of :mod:`engine.ops` (``push_op``,
 ``claim_op``, …), which also re-exports every type here: code outside
@@ -15,7 +16,7 @@ from datetime import datetime
 from typing import Literal, NamedTuple
 
 from engine.model import Job
-from engine.segments import SegmentRef
+from engine.segments import DelayedRef, SegmentRef
 
 __all__ = [
     "Claim",
@@ -34,8 +35,10 @@ __all__ = [
     "PurgeStatus",
     "Push",
     "Refill",
+    "RefillDelayed",
     "Requeue",
     "Seal",
+    "SealDelayed",
     "SetPaused",
     "TakeOver",
     "Tick",
@@ -110,12 +113,14 @@ class Excision(NamedTuple):
     """Format 2: pending jobs a purge by id removes from inside a segment.
     The leader rewrote the segment ``key`` of ``queue`` from its first
     ``consumed`` jobs on, without ``jobs``, as ``ref`` (None: no job was
-    left), before the purge; the purge swaps the references."""
+    left), before the purge; the purge swaps the references. Format 3: a
+    delayed segment (``consumed`` 0) is rewritten as a delayed one, whose
+    ``ref`` is a :class:`~engine.segments.DelayedRef`."""
 
     queue: str
     key: str
     consumed: int
-    ref: SegmentRef | None
+    ref: SegmentRef | DelayedRef | None
     jobs: tuple[Job, ...]
 
 
@@ -260,6 +265,35 @@ class Merge:
     ref: SegmentRef
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SealDelayed:
+    """The leader's own (format 3, see :mod:`engine.lanes`): replace the
+    delayed jobs ``jobs`` of ``queue`` (``(id, pos)`` pairs, in due order) by
+    ``ref``, a delayed segment already written with exactly ``parts`` (the
+    jobs as the segment holds them). Refused, changing nothing, unless each
+    is still pending at that ``pos`` and still encodes exactly so (so with
+    the same ``not_before``), and is due no earlier than ``ref.first_due``
+    says."""
+
+    queue: str
+    ref: DelayedRef
+    jobs: tuple[tuple[str, int], ...]
+    parts: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefillDelayed:
+    """The leader's own (format 3, see :mod:`engine.lanes`): put ``jobs``
+    (``(job, pos)`` pairs), every job of ``queue``'s delayed segment
+    ``key``, back into the document with their ``pos`` and ``not_before``,
+    and drop the reference. Refused, changing nothing, unless the queue
+    still references ``key``."""
+
+    queue: str
+    key: str
+    jobs: tuple[tuple[Job, int], ...]
+
+
 Operation = (
     Push
     | Claim
@@ -277,4 +311,6 @@ Operation = (
     | Seal
     | Refill
     | Merge
+    | SealDelayed
+    | RefillDelayed
 )

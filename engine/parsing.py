@@ -15,12 +15,12 @@ from typing import Any, NoReturn
 
 import orjson
 
-from engine.document import FORMAT_SEGMENTS, READABLE_FORMATS, QueueState
+from engine.document import FORMAT_DELAYED, FORMAT_SEGMENTS, READABLE_FORMATS, QueueState
 from engine.errors import DocumentError
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
-from engine.segments import SegmentRef
+from engine.segments import DelayedRef, SegmentRef
 
 
 class _Reader:
@@ -131,7 +131,7 @@ def _load(r: _Reader, data: bytes) -> dict[str, Any]:
     if not isinstance(raw, dict) or "format" not in raw:
         r.fail("", "not a queueadmin document (no top-level 'format' field)")
     if type(raw["format"]) is not int or raw["format"] not in READABLE_FORMATS:  # (True == 1 in Python)
-        readable = " and ".join(str(f) for f in READABLE_FORMATS)
+        readable = ", ".join(str(f) for f in READABLE_FORMATS)
         r.fail("", f"unsupported format version {raw['format']!r}; this engine reads formats {readable}")
     return raw
 
@@ -192,9 +192,9 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         )
 
     _finished(r, raw.get("finished", []), state.finished, "finished")
-    segmented = raw["format"] == FORMAT_SEGMENTS
+    segmented = raw["format"] >= FORMAT_SEGMENTS
     if segmented:
-        state.format = FORMAT_SEGMENTS
+        state.format = raw["format"]
         _finished(r, raw.get("sealed", []), state.sealed, "sealed")
         _lanes(r, r.obj(raw.get("lanes", {}), "lanes"), state)
 
@@ -223,7 +223,8 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             state.add_job(job)
     if segmented:
         next_pos = r.integer(raw, "next_pos", "")
-        highest = max(seen_pos | {ref.last_pos for refs in state.lanes.values() for ref in refs}, default=-1)
+        highest = max(seen_pos | {ref.last_pos for refs in state.lanes.values() for ref in refs}
+                      | {ref.max_pos for refs in state.delays.values() for ref in refs}, default=-1)
         if next_pos <= highest:
             r.fail("next_pos", f"{next_pos} is not above every pos in use ({highest})")
         state.next_pos = next_pos
@@ -249,7 +250,7 @@ def parse_segment_jobs(key: str, items: list[Any], *, first: int = 0) -> list[tu
 
 
 def _lanes(r: _Reader, lanes: Mapping[str, Any], state: QueueState) -> None:
-    """Format 2's ``lanes``: per queue, its segment references, in order."""
+    """Format 2's ``lanes``: per queue, its segment references, in order (and format 3's delayed ones)."""
     for queue, lane in lanes.items():
         where = f"lanes.{queue}"
         refs: list[SegmentRef] = []
@@ -275,6 +276,44 @@ def _lanes(r: _Reader, lanes: Mapping[str, Any], state: QueueState) -> None:
             refs.append(ref)
         if refs:
             state.lanes[queue] = refs
+        delayed = _delayed_refs(r, r.obj(lane, where), where, allowed=state.format >= FORMAT_DELAYED)
+        if delayed:
+            state.delays[queue] = delayed
+
+
+def _delayed_refs(r: _Reader, lane: Mapping[str, Any], where: str, *, allowed: bool) -> list[DelayedRef]:
+    """Format 3's ``lanes.<queue>.delayed``: references to delayed segments,
+    in (``first_due``, ``key``) order. Refused in a format-2 document: no
+    writer of format 2 writes them, and a reader that took them as format 2
+    would hand the document to nodes that cannot see them."""
+    if "delayed" not in lane:
+        return []
+    if not allowed:
+        r.fail(f"{where}.delayed", "delayed segments need format 3")
+    refs: list[DelayedRef] = []
+    for i, item in enumerate(r.array(lane, "delayed", where)):
+        rw = f"{where}.delayed[{i}]"
+        obj = r.obj(item, rw)
+        ref = DelayedRef(
+            key=r.text(obj, "key", rw),
+            total=r.integer(obj, "total", rw, low=1),
+            size=r.integer(obj, "size", rw, low=1),
+            sha256=r.text(obj, "sha256", rw),
+            epoch=r.integer(obj, "epoch", rw),
+            sealed_at=r.moment(obj, "sealed_at", rw),
+            first_due=r.moment(obj, "first_due", rw),
+            last_due=r.moment(obj, "last_due", rw),
+            min_pos=r.integer(obj, "min_pos", rw),
+            max_pos=r.integer(obj, "max_pos", rw),
+        )
+        if ref.first_due > ref.last_due or ref.min_pos > ref.max_pos:
+            r.fail(rw, "a delayed segment needs first_due <= last_due and min_pos <= max_pos")
+        if refs and (ref.first_due, ref.key) < (refs[-1].first_due, refs[-1].key):
+            r.fail(rw, "delayed segments must be in due order")
+        if any(other.key == ref.key for other in refs):
+            r.fail(rw, f"the delayed segment {ref.key} is referenced twice")
+        refs.append(ref)
+    return refs
 
 
 def _finished(r: _Reader, groups: Any, window: FinishedIds, name: str) -> None:

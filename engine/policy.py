@@ -41,6 +41,10 @@ DEFAULT_REFILL_BELOW = 500
 # Runs of sealed segments are merged into segments of up to this many jobs,
 # so that a backlog of millions needs a few hundred references, not thousands.
 DEFAULT_MERGE_JOBS = 16384
+# Format 3 (delayed segments): off unless delayed_horizon_seconds > 0. Delayed
+# jobs due more than that far ahead may then leave the document for delayed
+# segments, and come back a refill lead before they are due.
+DEFAULT_DELAYED_HORIZON_SECONDS = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +72,13 @@ class Policy:
       ``head_jobs`` and ``segment_jobs`` (at least a tenth), so the document
       stays about the same size. Adjacent sealed segments are merged into
       segments of up to ``merge_jobs``.
+    * ``delayed_horizon_seconds`` — format 3, with segments on: once a
+      queue's delayed jobs in the document pass its share of ``head_jobs``,
+      those due more than this many seconds ahead move to *delayed
+      segments* (objects in due order, outside the FIFO order), and come
+      back whole a refill lead before the first of them is due. 0 (the
+      default) keeps delayed jobs in the document and writes format 2 (see
+      docs/format.md, "Delayed jobs beyond a window").
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -83,6 +94,7 @@ class Policy:
     head_jobs: int = DEFAULT_HEAD_JOBS
     refill_below: int = DEFAULT_REFILL_BELOW
     merge_jobs: int = DEFAULT_MERGE_JOBS
+    delayed_horizon_seconds: float = DEFAULT_DELAYED_HORIZON_SECONDS
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -99,6 +111,8 @@ class Policy:
             raise ValueError("segments need segment_jobs >= 0, head_jobs >= 1 and 0 < refill_below <= head_jobs")
         if self.merge_jobs < max(self.segment_jobs, 1):
             raise ValueError("merge_jobs must be at least segment_jobs")
+        if not 0 <= self.delayed_horizon_seconds <= MAX_DELAY_SECONDS:
+            raise ValueError(f"delayed_horizon_seconds must be in [0, {MAX_DELAY_SECONDS:g}]")
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait before the retry that follows failed attempt number ``attempts``."""

@@ -17,8 +17,8 @@ from datetime import datetime
 
 from engine.document import QueueState
 from engine.errors import JobNotFound, JobSealed, ValidationError
-from engine.optypes import Purge, PurgeOutcome
-from engine.segments import newest_first
+from engine.optypes import Excision, Purge, PurgeOutcome
+from engine.segments import DelayedRef, SegmentRef, newest_first
 
 __all__ = ["purge", "still_expected"]
 
@@ -42,12 +42,13 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
         ids = [d.id for d in state.dead.values() if d.queue == op.queue]
     else:
         ids = [j.id for j in state.jobs.values() if j.queue == op.queue and j.status == op.status]
-        if op.status == "pending" and op.queue in state.lanes:
+        if op.status == "pending" and (op.queue in state.lanes or op.queue in state.delays):
             # The jobs in segments go with their references: one commit,
             # whatever the backlog. Their ids are not listed one by one.
             assert op.queue is not None
-            dropped = state.drop_refs(op.queue)
-            state.counters(op.queue).purged += sum(ref.remaining for ref in dropped)
+            dropped = state.drop_refs(op.queue) if op.queue in state.lanes else []
+            gone = state.drop_delayed(op.queue)
+            state.counters(op.queue).purged += sum(ref.remaining for ref in dropped) + sum(r.total for r in gone)
     for job_id in ids:
         removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
         state.add_finished(job_id, now)  # a retried push must not bring it back either
@@ -66,13 +67,13 @@ def _purge_ids(state: QueueState, op: Purge) -> list[str]:
     JobSealed naming every id that may be pending in a segment; changes
     nothing."""
     excised = {job.id for excision in op.excisions for job in excision.jobs}
-    if op.seek and state.lanes:
+    if op.seek and (state.lanes or state.delays):
         sought = op.job_ids if not op.expect else tuple(
             job_id for job_id, status in zip(op.job_ids, op.expect, strict=True) if status == "pending")
         missing = tuple(job_id for job_id in sought if job_id not in state.jobs and job_id not in state.dead
                         and job_id not in state.finished)
         if missing:
-            raise JobSealed(missing[0], tuple(newest_first(state.lanes)), job_ids=missing)
+            raise JobSealed(missing[0], tuple(newest_first(state.lanes, state.delays)), job_ids=missing)
     if op.expect:
         kept = [(job_id, status) for job_id, status in zip(op.job_ids, op.expect, strict=True)
                 if job_id not in excised]
@@ -91,9 +92,7 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
     if not op.excisions:
         return []
     for excision in op.excisions:
-        if not any(ref.key == excision.key and ref.consumed == excision.consumed
-                   for ref in state.lanes.get(excision.queue, ())) or any(
-                job.id not in op.job_ids for job in excision.jobs) or (
+        if not _still_there(state, excision) or any(job.id not in op.job_ids for job in excision.jobs) or (
                 excision.ref is not None and excision.ref.total <= 0):
             raise ValidationError(f"the segment {excision.key} of queue {excision.queue!r} changed since "
                                   "the purge looked in it")
@@ -101,16 +100,22 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
         raise ValidationError("a purge names the same segment twice")
     removed: list[str] = []
     for excision in op.excisions:
-        refs = state.lanes[excision.queue]
-        # Found again by key: an excision before it may have dropped a reference and moved the rest.
-        at = next(i for i, ref in enumerate(refs) if ref.key == excision.key)
-        if excision.ref is None:
-            del refs[at]
-            if not refs:
-                del state.lanes[excision.queue]
+        if any(ref.key == excision.key for ref in state.delays.get(excision.queue, ())):
+            # A delayed segment (format 3): its rewrite takes its place in due order.
+            state.drop_delayed(excision.queue, (excision.key,))
+            if isinstance(excision.ref, DelayedRef):
+                state.add_delayed_ref(excision.queue, excision.ref)
         else:
-            refs[at] = excision.ref
-        state.dropped_segments.append(excision.key)
+            refs = state.lanes[excision.queue]
+            # Found again by key: an excision before it may have dropped a reference and moved the rest.
+            at = next(i for i, ref in enumerate(refs) if ref.key == excision.key)
+            if isinstance(excision.ref, SegmentRef):
+                refs[at] = excision.ref
+            else:
+                del refs[at]
+                if not refs:
+                    del state.lanes[excision.queue]
+            state.dropped_segments.append(excision.key)
         for job in excision.jobs:
             state.add_finished(job.id, now)  # a retried push must not bring it back
             state.counters(excision.queue).purged += 1
@@ -118,6 +123,16 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
             removed.append(job.id)
     state.dirty = True
     return removed
+
+
+def _still_there(state: QueueState, excision: Excision) -> bool:
+    """Whether the segment an excision rewrote is still referenced as it
+    was read: a pending one with the same ``consumed`` (rewritten as a
+    pending one), or a delayed one (rewritten as a delayed one)."""
+    if any(ref.key == excision.key for ref in state.delays.get(excision.queue, ())):
+        return excision.consumed == 0 and not isinstance(excision.ref, SegmentRef)
+    return not isinstance(excision.ref, DelayedRef) and any(
+        ref.key == excision.key and ref.consumed == excision.consumed for ref in state.lanes.get(excision.queue, ()))
 
 
 def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[str], int, str | None]:
@@ -134,12 +149,22 @@ def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[
     # References are in pos order: the ones wholly below the bound lead.
     while lead < len(refs) and refs[lead].last_pos < before_pos:
         lead += 1
-    straddling = refs[lead] if lead < len(refs) and refs[lead].front < before_pos else None
+    straddling = refs[lead].key if lead < len(refs) and refs[lead].front < before_pos else None
     dropped = state.drop_refs(queue, lead) if lead else []
     in_segments = sum(ref.remaining for ref in dropped)
+    # Delayed segments (format 3) hold jobs in due order, so their pos spans
+    # overlap: each goes whole if all its jobs are below the bound, and one
+    # that also holds later jobs stays whole, reported like a straddling
+    # pending reference when there is none of those.
+    delays = state.delays.get(queue, ())
+    below = [ref.key for ref in delays if ref.max_pos < before_pos]
+    if straddling is None:
+        straddling = next((ref.key for ref in delays if ref.min_pos < before_pos <= ref.max_pos), None)
+    if below:
+        in_segments += sum(ref.total for ref in state.drop_delayed(queue, below))
     if in_segments:
         state.counters(queue).purged += in_segments
-    return ids, in_segments, straddling.key if straddling is not None else None
+    return ids, in_segments, straddling
 
 
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:

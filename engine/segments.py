@@ -29,6 +29,10 @@ from engine.stores.base import ObjectStore
 
 #: The ``kind`` of a segment of pending jobs.
 PENDING_KIND = "pending"
+#: The ``kind`` of a segment of delayed jobs (format 3), sorted by due time.
+DELAYED_KIND = "delayed"
+#: Every kind a segment object may be of.
+SEGMENT_KINDS = (PENDING_KIND, DELAYED_KIND)
 
 
 class SegmentRef(NamedTuple):
@@ -77,6 +81,54 @@ class SegmentRef(NamedTuple):
         }
 
 
+class DelayedRef(NamedTuple):
+    """The document's reference to one *delayed* segment (format 3): a run
+    of a queue's delayed jobs, sorted by (``not_before``, ``pos``), outside
+    the FIFO order. It comes back into the document whole, once
+    ``first_due`` is near (no ``consumed``). ``min_pos`` and ``max_pos`` are
+    the smallest and largest ``pos`` of its jobs (a purge bounded by a
+    ``pos`` drops it only when all of them are below the bound);
+    ``first_due`` and ``last_due`` the earliest and latest ``not_before``.
+    ``size``, ``sha256``, ``epoch`` and ``sealed_at`` as in
+    :class:`SegmentRef`. See docs/format.md, "Delayed jobs beyond a window".
+    """
+
+    key: str
+    total: int
+    size: int
+    sha256: str
+    epoch: int
+    sealed_at: datetime
+    first_due: datetime
+    last_due: datetime
+    min_pos: int
+    max_pos: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "total": self.total,
+            "size": self.size,
+            "sha256": self.sha256,
+            "epoch": self.epoch,
+            "sealed_at": self.sealed_at,
+            "first_due": self.first_due,
+            "last_due": self.last_due,
+            "min_pos": self.min_pos,
+            "max_pos": self.max_pos,
+        }
+
+    def as_segment(self) -> SegmentRef:
+        """The object as a :class:`SegmentRef` describes one: for what reads
+        and verifies segment objects whatever their kind (the size and
+        SHA-256 checks, id indexes, lookups by id). Nothing consumed, its
+        ``front`` its smallest ``pos``: every job in it is still there."""
+        return SegmentRef(
+            key=self.key, total=self.total, consumed=0, front=self.min_pos, last_pos=self.max_pos, size=self.size,
+            sha256=self.sha256, oldest_enqueued_at=self.sealed_at, epoch=self.epoch, sealed_at=self.sealed_at,
+        )
+
+
 def segment_prefix(document_key: str) -> str:
     """Where the segments of ``document_key`` live: every key under it."""
     return f"{document_key}.seg/"
@@ -95,6 +147,30 @@ def segment_key(document_key: str, *, queue: str, epoch: int, first_pos: int, ke
     """
     tag = f"-k{keeper}" if keeper is not None else ""
     return f"{segment_prefix(document_key)}{queue}/e{epoch:08d}-p{first_pos:014d}-{secrets.token_hex(4)}{tag}.json"
+
+
+def delayed_segment_key(document_key: str, *, queue: str, epoch: int, first_pos: int, keeper: str | None = None) -> str:
+    """A new, unique key for a delayed segment of ``queue`` (format 3): the
+    name :func:`segment_key` makes, under ``<queue>/delayed/``, so that a
+    listing tells the two kinds apart while :func:`epoch_of_key` and
+    :func:`keeper_of_key`, which read only the name, and so the collector's
+    rules, apply unchanged. (A queue's name holds no ``/``: a queue named
+    ``delayed`` has its pending segments directly under ``delayed/``.)"""
+    name = segment_key(document_key, queue=queue, epoch=epoch, first_pos=first_pos, keeper=keeper)
+    folder, _, leaf = name.rpartition("/")
+    return f"{folder}/delayed/{leaf}"
+
+
+def is_delayed_key(document_key: str, key: str) -> bool:
+    """Whether ``key`` names a delayed segment of ``document_key`` (made by
+    :func:`delayed_segment_key`): ``<queue>/delayed/<name>`` under the
+    segment prefix, where a pending segment is ``<queue>/<name>`` (a queue's
+    name holds no ``/``)."""
+    prefix = segment_prefix(document_key)
+    if not key.startswith(prefix):
+        return False
+    folders = key[len(prefix):].split("/")
+    return len(folders) == 3 and folders[1] == "delayed"
 
 
 def epoch_of_key(key: str) -> int | None:
@@ -123,12 +199,14 @@ def keeper_of_key(key: str) -> str | None:
 _JOBS_AT = b',"jobs":['
 
 
-def encode_segment(queue: str, first_pos: int, jobs: Sequence[bytes]) -> bytes:
+def encode_segment(queue: str, first_pos: int, jobs: Sequence[bytes], *, kind: str = PENDING_KIND) -> bytes:
     """A segment's bytes: ``jobs`` are the jobs' encoded JSON objects (each
-    with its ``pos``), in FIFO order. The header's ``sizes`` gives each
-    one's length in bytes, so that a window of jobs can be decoded without
-    decoding the others (:func:`decode_segment_window`)."""
-    head = orjson.dumps({"format": 2, "kind": PENDING_KIND, "queue": queue, "first_pos": first_pos,
+    with its ``pos``), in FIFO order (a delayed segment, ``kind``
+    :data:`DELAYED_KIND`: in due order, ``first_pos`` its smallest ``pos``).
+    The header's ``sizes`` gives each one's length in bytes, so that a
+    window of jobs can be decoded without decoding the others
+    (:func:`decode_segment_window`)."""
+    head = orjson.dumps({"format": 2, "kind": kind, "queue": queue, "first_pos": first_pos,
                          "count": len(jobs), "sizes": [len(job) for job in jobs]})
     return b"".join((head[:-1], _JOBS_AT, b",".join(jobs), b"]}"))
 
@@ -158,16 +236,17 @@ def write_segment(store: ObjectStore, key: str, data: bytes) -> None:
     store.put(key, data, if_none_match=True)
 
 
-def read_segment(store: ObjectStore, ref: SegmentRef) -> list[Any]:
+def read_segment(store: ObjectStore, ref: SegmentRef, *, kind: str | tuple[str, ...] = PENDING_KIND) -> list[Any]:
     """The jobs of the segment ``ref`` names, as decoded JSON objects, after
     checking the object's size and SHA-256 against the reference and its
-    shape. Raises :class:`~engine.errors.SegmentUnreadable` naming the object
-    when it is missing, altered or malformed, and StoreError subclasses for
-    transient store trouble (worth retrying)."""
+    shape (a segment of ``kind``, or of one of them). Raises
+    :class:`~engine.errors.SegmentUnreadable` naming the object when it is
+    missing, altered or malformed, and StoreError subclasses for transient
+    store trouble (worth retrying)."""
     blob = store.get(ref.key)
     if blob is None:
         raise SegmentUnreadable(ref.key, "the object is missing")
-    return decode_segment(ref, blob.data)
+    return decode_segment(ref, blob.data, kind=kind)
 
 
 def _verify(ref: SegmentRef, data: bytes) -> None:
@@ -178,7 +257,7 @@ def _verify(ref: SegmentRef, data: bytes) -> None:
         raise SegmentUnreadable(ref.key, "its SHA-256 does not match the document's reference")
 
 
-def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
+def decode_segment(ref: SegmentRef, data: bytes, *, kind: str | tuple[str, ...] = PENDING_KIND) -> list[Any]:
     """Verify ``data`` against ``ref`` and return its jobs (see :func:`read_segment`)."""
     _verify(ref, data)
     try:
@@ -186,8 +265,9 @@ def decode_segment(ref: SegmentRef, data: bytes) -> list[Any]:
     except orjson.JSONDecodeError as exc:  # a matching hash makes this a writer's bug; still refuse it
         raise SegmentUnreadable(ref.key, f"not valid JSON ({exc})") from exc
     jobs = raw.get("jobs") if isinstance(raw, dict) else None
-    if not isinstance(jobs, list) or raw.get("kind") != PENDING_KIND or len(jobs) != ref.total:
-        raise SegmentUnreadable(ref.key, "not a segment of pending jobs with the referenced count")
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if not isinstance(jobs, list) or raw.get("kind") not in kinds or len(jobs) != ref.total:
+        raise SegmentUnreadable(ref.key, f"not a segment of {' or '.join(kinds)} jobs with the referenced count")
     return jobs
 
 
@@ -218,7 +298,9 @@ def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) 
     sizes = head.get("sizes") if isinstance(head, dict) else None
     if not isinstance(head, dict) or not isinstance(sizes, list):
         return decode_segment(ref, data)[max(start, 0):max(start + count, 0)]
-    if (head.get("kind") != PENDING_KIND or len(sizes) != ref.total
+    # Either kind: lookups by id read delayed segments this way too, and the
+    # SHA-256 checked above pins the object its reference names anyway.
+    if (head.get("kind") not in SEGMENT_KINDS or len(sizes) != ref.total
             or not all(isinstance(n, int) and n > 0 for n in sizes)
             or at + len(_JOBS_AT) + sum(sizes) + max(len(sizes) - 1, 0) + 2 != len(data)):
         raise SegmentUnreadable(ref.key, "its header's sizes do not describe its jobs")
@@ -253,23 +335,33 @@ def delete_quietly(store: ObjectStore, key: str) -> bool:
 JOB_LOOKUP_READS = 8
 
 
-def newest_first(lanes: Mapping[str, Sequence[SegmentRef]]) -> list[tuple[str, SegmentRef]]:
-    """Every ``(queue, reference)`` of ``lanes``, the most recently sealed
-    first: where a job sealed recently sits, or one merged from it since."""
+def newest_first(
+    lanes: Mapping[str, Sequence[SegmentRef]], delays: Mapping[str, Sequence[DelayedRef]] | None = None,
+) -> list[tuple[str, SegmentRef]]:
+    """Every ``(queue, reference)`` of ``lanes``, and of ``delays`` (format
+    3, each as :meth:`DelayedRef.as_segment` describes it), the most
+    recently sealed first: where a job sealed recently sits, or one merged
+    from it since."""
     pairs = [(queue, ref) for queue, refs in lanes.items() for ref in refs]
+    pairs.extend((queue, ref.as_segment()) for queue, refs in (delays or {}).items() for ref in refs)
     pairs.sort(key=lambda pair: pair[1].sealed_at, reverse=True)
     return pairs
 
 
 __all__ = [
+    "DELAYED_KIND",
     "JOB_LOOKUP_READS",
     "PENDING_KIND",
+    "SEGMENT_KINDS",
+    "DelayedRef",
     "SegmentRef",
     "decode_segment",
+    "delayed_segment_key",
     "delete_quietly",
     "digest",
     "encode_segment",
     "epoch_of_key",
+    "is_delayed_key",
     "keeper_of_key",
     "newest_first",
     "read_segment",

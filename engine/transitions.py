@@ -17,8 +17,9 @@ This module applies the operations (:func:`apply`, :func:`apply_batch`) and
 holds the transitions of queues and of leadership (pause, forget, get_job,
 tick, take_over). The job transitions (push, claim, heartbeat, complete,
 fail, expire, requeue) are in :mod:`engine.lifecycle`, the purge in
-:mod:`engine.purging` and the lane transitions (seal, refill, merge) in
-:mod:`engine.lanemoves`; every one is re-exported here.
+:mod:`engine.purging`, the lane transitions (seal, refill, merge) in
+:mod:`engine.lanemoves` and the delayed ones (format 3) in
+:mod:`engine.delaymoves`; every one is re-exported here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 
 import orjson
 
-from engine.document import FORMAT_SEGMENTS, QueueState, encode_dead, encode_job
+from engine.delaymoves import refill_delayed, seal_delayed
+from engine.document import QueueState, encode_dead, encode_job
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
 from engine.lanemoves import merge, refill, seal
 from engine.lifecycle import claim, complete, expire, fail, heartbeat, push, requeue
@@ -46,8 +48,10 @@ from engine.optypes import (
     Purge,
     Push,
     Refill,
+    RefillDelayed,
     Requeue,
     Seal,
+    SealDelayed,
     SetPaused,
     TakeOver,
     Tick,
@@ -69,8 +73,10 @@ __all__ = [
     "purge",
     "push",
     "refill",
+    "refill_delayed",
     "requeue",
     "seal",
+    "seal_delayed",
     "set_paused",
     "still_expected",
     "take_over",
@@ -94,10 +100,10 @@ def forget_queue(state: QueueState, op: ForgetQueue, now: datetime) -> bool:
     queue is in the document: its counters are still in use."""
     # A scan, not an index: forgetting is a rare operator action, and a hit stops it early.
     queue = op.queue
-    if (queue in state.lanes or any(j.queue == queue for j in state.jobs.values())
+    if (queue in state.lanes or queue in state.delays or any(j.queue == queue for j in state.jobs.values())
             or any(d.queue == queue for d in state.dead.values())):
         held = sum(1 for j in state.jobs.values() if j.queue == queue)
-        held += sum(ref.remaining for ref in state.lanes.get(queue, ()))
+        held += sum(ref.remaining for ref in state.lanes.get(queue, ())) + state.delayed_away(queue)
         held += sum(1 for d in state.dead.values() if d.queue == queue)
         raise ValidationError(
             f"queue {op.queue!r} is not empty: it holds {held} job{'' if held == 1 else 's'} "
@@ -120,14 +126,14 @@ def get_job(state: QueueState, op: GetJob, now: datetime) -> dict[str, Any]:
         return view  # type: ignore[no-any-return]
     dead = state.dead.get(op.job_id)
     if dead is None:
-        if state.lanes and op.job_id not in state.finished:
+        if (state.lanes or state.delays) and op.job_id not in state.finished:
             # It may be pending in a segment (not if it finished recently:
             # the common answer to a client polling its job until done). The
             # caller looks (never on the writer thread), newest first: a job
             # sealed recently sits in a recent segment, or in one merged from
             # it since; older ones are found through the merged segments' id
             # indexes (engine.idindex).
-            raise JobSealed(op.job_id, tuple(newest_first(state.lanes)))
+            raise JobSealed(op.job_id, tuple(newest_first(state.lanes, state.delays)))
         raise JobNotFound(op.job_id)
     view = orjson.loads(encode_dead(dead))
     view["status"] = "dead"
@@ -174,6 +180,8 @@ _TRANSITIONS: dict[type, Any] = {
     Seal: seal,
     Refill: refill,
     Merge: merge,
+    SealDelayed: seal_delayed,
+    RefillDelayed: refill_delayed,
 }
 
 
@@ -192,7 +200,7 @@ def apply_batch(state: QueueState, ops: list[Operation], now: datetime) -> list[
     policy = state.policy
     state.finished.prune(now, max_ids=policy.dedup_window_ids, max_seconds=policy.dedup_window_seconds)
     state.sealed.prune(now, max_ids=policy.dedup_window_ids, max_seconds=policy.dedup_window_seconds)
-    if policy.segment_jobs > 0 and state.format != FORMAT_SEGMENTS:
+    if policy.segment_jobs > 0 and not state.segmented:
         state.upgrade()  # a node with segments on writes format 2 from its first commit
     results: list[Any] = []
     for op in ops:

@@ -314,7 +314,7 @@ CORRUPT = [
     b"",
     b'{"hello": "world"}',
     b'["a", "list"]',
-    b'{"format": 3, "seq": 1, "jobs": [], "dead": [], "queues": {}}',
+    b'{"format": 4, "seq": 1, "jobs": [], "dead": [], "queues": {}}',
 ]
 
 

@@ -167,7 +167,7 @@ def test_a_version_read_from_the_store_is_decoded_whole() -> None:
     ("data", "words"),
     [
         (b"{broken", "not valid JSON"),
-        (b'{"format": 3, "seq": 1}', "unsupported format version"),
+        (b'{"format": 4, "seq": 1}', "unsupported format version"),
         (b'{"format": true, "seq": 1, "queues": {}, "dead": [], "jobs": []}', "unsupported format version"),
         (b'{"format": 1, "seq": 1, "queues": {}, "dead": [], "jobs": [{"id": "a"}]}', "jobs[0]"),
         (b'{"hello": "world"}', "not a queueadmin document"),

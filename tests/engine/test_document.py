@@ -618,7 +618,7 @@ def test_parse_refuses_a_foreign_document_without_format() -> None:
     assert_refused(b'{"hello": "world"}', "not a queueadmin document", "'format'")
 
 
-@pytest.mark.parametrize("version", [3, 0, -1, "1", None, [1], 1.5])
+@pytest.mark.parametrize("version", [4, 0, -1, "1", None, [1], 1.5])
 def test_parse_refuses_an_unknown_format_version(version: Any) -> None:
     doc = base_doc()
     doc["format"] = version

@@ -1,0 +1,89 @@
+"""The delayed-lane transitions (format 3): the leader's commits that move
+delayed jobs between the document and *delayed segments*, objects that hold
+a queue's delayed jobs in due order, outside its FIFO order.
+
+:func:`seal_delayed` swaps delayed jobs due later for the reference to a
+delayed segment already written with them; :func:`refill_delayed` brings a
+delayed segment's jobs back whole as it comes due. Each is refused, changing
+nothing, if the jobs or the reference moved on since the lane keeper
+(:mod:`engine.lanes`) planned it. See docs/format.md, "Delayed jobs beyond a
+window".
+
+Functions of ``(state, operation, now)``, like every transition (see
+:mod:`engine.transitions`, which applies them and re-exports them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.document import QueueState
+from engine.errors import ValidationError
+from engine.optypes import RefillDelayed, SealDelayed
+
+__all__ = ["refill_delayed", "seal_delayed"]
+
+
+def seal_delayed(state: QueueState, op: SealDelayed, now: datetime) -> int:
+    """Replace ``op.jobs`` by the delayed segment reference ``op.ref`` (see
+    :class:`~engine.ops.SealDelayed`); returns how many jobs moved. Their
+    ids join the ``sealed`` window, so a push retried with one is answered
+    with it, as for a pending seal. Raises ValidationError, changing
+    nothing, when a job changed since the segment was written: the caller
+    deletes the unused object."""
+    if not state.segmented:
+        raise ValidationError("the document is not in format 2 or 3")
+    ref = op.ref
+    if not op.jobs or len(op.jobs) != ref.total or len(op.parts) != len(op.jobs):
+        raise ValidationError("a delayed segment must hold exactly the jobs its seal names")
+    if any(r.key == ref.key for r in state.delays.get(op.queue, ())):
+        raise ValidationError(f"the delayed segment {ref.key} is referenced already")
+    positions = [pos for _, pos in op.jobs]
+    if min(positions) != ref.min_pos or max(positions) != ref.max_pos:
+        raise ValidationError("a delayed segment's reference must name its jobs' smallest and largest pos")
+    for (job_id, pos), part in zip(op.jobs, op.parts, strict=True):
+        job = state.jobs.get(job_id)
+        # The encoding check covers not_before, attempts and everything else:
+        # a job retried, requeued or pushed again since the plan encodes otherwise.
+        if (job is None or job.queue != op.queue or job.status != "pending" or job.not_before is None
+                or state.pos[job_id] != pos or state.encoded_job(job_id) != part
+                or not ref.first_due <= job.not_before <= ref.last_due):
+            raise ValidationError(f"job {job_id!r} changed since the delayed seal began")
+    for job_id, _ in op.jobs:
+        state.remove_job(job_id)
+        state.sealed.add(job_id, now)
+    state.add_delayed_ref(op.queue, ref)
+    state.tidy_delayed(op.queue)
+    return len(op.jobs)
+
+
+def refill_delayed(state: QueueState, op: RefillDelayed, now: datetime) -> int:
+    """Put every job of the delayed segment ``op.key`` back into the
+    document with its ``pos`` and ``not_before``, and drop the reference
+    (see :class:`~engine.ops.RefillDelayed`); returns how many came back.
+    Raises ValidationError, changing nothing, unless the queue still
+    references it.
+
+    As for a pending refill, a job whose id is in the document, the dead
+    letters or the ``finished`` window (a push reused the id after it left
+    the ``sealed`` window, and that job may have run already) does not come
+    back: the older copy, this one, is counted as purged."""
+    refs = state.delays.get(op.queue, ())
+    ref = next((r for r in refs if r.key == op.key), None)
+    if ref is None:
+        raise ValidationError(f"queue {op.queue!r} no longer references the delayed segment {op.key}")
+    if len(op.jobs) != ref.total:
+        raise ValidationError(f"the delayed segment {op.key} holds {ref.total} jobs, the refill names {len(op.jobs)}")
+    restored = 0
+    for job, pos in op.jobs:
+        if job.queue != op.queue or job.status != "pending" or not ref.min_pos <= pos <= ref.max_pos:
+            raise ValidationError(f"job {job.id!r} of the delayed segment {op.key} does not belong there")
+    for job, pos in op.jobs:
+        if job.id in state.jobs or job.id in state.dead or job.id in state.finished:
+            state.counters(op.queue).purged += 1
+            state.departed("purged", job, now)
+            continue
+        state.restore_job(job, pos)
+        restored += 1
+    state.drop_delayed(op.queue, (op.key,))
+    return restored

@@ -1,0 +1,106 @@
+"""The lane keeper's planning of delayed segments (format 3), on the
+committer's writer thread.
+
+:class:`DelayPlanning` is a base class of :class:`~engine.lanes.LaneKeeper`.
+From each landed version, :meth:`DelayPlanning._delay_tasks` plans, per
+queue, at most one of:
+
+* a :class:`~engine.lanetasks.DelayedRefillTask` when the queue's first
+  delayed segment (the one due first) is due within ``delayed_lead_seconds``
+  (the refill lead plus a heartbeat: an idle leader lands a version at least
+  once a heartbeat, and plans only from landed versions). Planned whatever
+  the policy says, so that turning delayed segments off never strands jobs;
+* a :class:`~engine.lanetasks.DelayedSealTask` when the queue holds more
+  delayed jobs in the document than its share of ``head_jobs``: those due
+  after ``now + delayed_horizon_seconds``, past the soonest-due share, in due
+  order, up to ``merge_jobs``, if they make at least a seal share.
+
+See docs/format.md, "Delayed jobs beyond a window". Every field it reads is
+the keeper's, declared below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from engine.document import QueueState
+from engine.lanetasks import DelayedRefillTask, DelayedSealTask, Shares, Task
+from engine.policy import Policy
+
+__all__ = ["DelayPlanning"]
+
+
+class DelayPlanning:
+    """The delayed half of the keeper's planning (see the module)."""
+
+    # The keeper's fields this half reads (see LaneKeeper.__init__).
+    policy: Policy
+    clock: Callable[[], datetime]
+    monotonic: Callable[[], float]
+    delayed_lead_seconds: float
+    _delayed_retry_at: dict[str, float]
+
+    def _init_delay_planning(self) -> None:
+        # Per queue, how many delayed-index entries it had when a plan last
+        # found too few jobs to seal: not planned again until it grew by a
+        # quarter of a seal share. Time only brings jobs closer to due, so a
+        # fruitless plan stays fruitless until delayed jobs arrive.
+        self._delayed_fruitless: dict[str, int] = {}
+
+    def _delay_tasks(self, state: QueueState, shares: Shares, busy: set[str]) -> list[Task]:
+        """The delayed refills and seals to run after the landed ``state``;
+        ``busy``: queues with a delayed task planned or running."""
+        now = self.clock()
+        due_by = now + timedelta(seconds=self.delayed_lead_seconds)
+        later = self.monotonic()
+        tasks: list[Task] = []
+        for queue, refs in state.delays.items():
+            if queue not in busy and refs[0].first_due <= due_by and self._delayed_retry_at.get(queue, 0.0) <= later:
+                tasks.append(DelayedRefillTask(queue, refs[0]))
+        for queue in [q for q in self._delayed_fruitless if q not in state.queues]:
+            del self._delayed_fruitless[queue]
+        horizon = self.policy.delayed_horizon_seconds
+        if horizon <= 0 or self.policy.segment_jobs <= 0:
+            return tasks
+        planned = {task.queue for task in tasks}
+        for queue, count in state.delayed_entries().items():
+            if queue in busy or queue in planned:
+                continue
+            task = self._delayed_seal_task(state, queue, count, shares, now + timedelta(seconds=horizon))
+            if task is not None:
+                tasks.append(task)
+        return tasks
+
+    def _delayed_seal_task(
+        self, state: QueueState, queue: str, count: int, shares: Shares, beyond: datetime,
+    ) -> DelayedSealTask | None:
+        """A delayed seal of ``queue``, whose delayed index holds ``count``
+        entries (an upper bound on its delayed jobs here), of jobs due after
+        ``beyond``; None if there are too few."""
+        if count <= shares.head:
+            return None
+        memo = self._delayed_fruitless.get(queue)
+        if memo is not None:
+            if count < memo:
+                self._delayed_fruitless[queue] = memo = count  # grow from the lowest point seen
+            if count < memo + max(1, shares.seal // 4):
+                return None
+        entries = state.delayed_in_order(queue)
+        # The soonest-due share stays in the document whatever the horizon,
+        # so that a queue's next delayed jobs never wait on a refill.
+        later = [entry for entry in entries[shares.head:] if entry[0] > beyond]
+        if len(later) < shares.seal:
+            self._delayed_fruitless[queue] = count
+            return None
+        self._delayed_fruitless.pop(queue, None)
+        # In due order, the soonest first: a reference then covers a narrow
+        # span of due times, and comes back in one piece when it is due.
+        chosen = later[:self.policy.merge_jobs]
+        return DelayedSealTask(
+            queue=queue,
+            jobs=tuple((job_id, pos) for _, pos, job_id in chosen),
+            parts=tuple(state.encoded_job(job_id) for _, _, job_id in chosen),
+            first_due=chosen[0][0],
+            last_due=chosen[-1][0],
+        )

@@ -1,0 +1,217 @@
+"""The lane keeper's steps for delayed segments (format 3), on its own threads.
+
+:class:`DelaySteps` is a base class of :class:`~engine.lanes.LaneKeeper`: a
+delayed seal writes its jobs to a new delayed segment (``If-None-Match``,
+this leader's epoch and keeper tag in the key) and commits
+:class:`~engine.ops.SealDelayed`, then writes the segment's id index; a
+delayed refill reads a delayed segment whole, verifies it (size, SHA-256,
+kind, and each job's queue and ``pos``) and commits
+:class:`~engine.ops.RefillDelayed`. A refused swap leaves nothing
+referencing a new object, which is deleted at once; a segment that is
+missing or does not verify stops only that queue's delayed refills and is
+reported in :attr:`delayed_problems`, never dropped (I6). See
+docs/format.md, "Delayed jobs beyond a window".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from engine.errors import (
+    CommitterNotRunning,
+    CommitterStopped,
+    DocumentError,
+    EngineError,
+    NotLeader,
+    PreconditionFailed,
+    SegmentUnreadable,
+    StoreError,
+    ValidationError,
+)
+from engine.lanecache import HeldSegments
+from engine.lanetasks import DelayedRefillTask, DelayedSealTask, id_prefix
+from engine.lookup import one_job
+from engine.model import Job
+from engine.optypes import Excision, RefillDelayed, SealDelayed
+from engine.parsing import parse_segment_jobs
+from engine.reaper import SegmentReaper
+from engine.segments import (
+    DELAYED_KIND,
+    DelayedRef,
+    SegmentRef,
+    delayed_segment_key,
+    delete_quietly,
+    digest,
+    encode_segment,
+    read_segment,
+    write_segment,
+)
+from engine.stores.base import ObjectStore
+
+__all__ = ["DelaySteps", "read_delayed"]
+
+log = logging.getLogger("engine.lanes")  # where the lane keeper logs
+
+
+def read_delayed(store: ObjectStore, queue: str, ref: DelayedRef) -> list[tuple[Job, int]]:
+    """The jobs of ``queue``'s delayed segment ``ref``, as ``(job, pos)``,
+    after checking the object against the reference (size, SHA-256, kind,
+    count) and each job against it (pending, of ``queue``, with a delay, its
+    ``pos`` within the reference's). Raises SegmentUnreadable naming the
+    object, or a StoreError (worth retrying)."""
+    items = read_segment(store, ref.as_segment(), kind=DELAYED_KIND)
+    try:
+        jobs = parse_segment_jobs(ref.key, items)
+    except DocumentError as exc:  # a matching hash makes this a writer's bug; still refuse it
+        raise SegmentUnreadable(ref.key, str(exc)) from exc
+    for job, pos in jobs:
+        if job.queue != queue or job.not_before is None or not ref.min_pos <= pos <= ref.max_pos:
+            raise SegmentUnreadable(ref.key, f"job {job.id!r} is not a delayed job of queue {queue!r} "
+                                             f"with a pos from {ref.min_pos} to {ref.max_pos}")
+    return jobs
+
+
+class DelaySteps:
+    """The delayed seal and refill steps of :class:`~engine.lanes.LaneKeeper` (see the module)."""
+
+    # The keeper's fields this half reads or sets (see LaneKeeper.__init__).
+    store: ObjectStore
+    key: str
+    epoch: int
+    tag: str
+    clock: Callable[[], datetime]
+    execute: Callable[..., Any]
+    monotonic: Callable[[], float]
+    retry_seconds: float
+    abandoned: int
+    reaper: SegmentReaper
+    _cond: threading.Condition
+    _referenced: frozenset[str] | None
+    _stopping: bool
+    _held: HeldSegments
+    # The keeper's methods this half calls (engine.lanes).
+    _unsubmitted: Callable[[str], None]
+    _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
+    _holds: Callable[[str, bytes], bool]
+
+    def _init_delay_steps(self) -> None:
+        #: Per queue, why its next delayed segment cannot be read (I6), while it cannot.
+        self.delayed_problems: dict[str, str] = {}
+        self._delayed_retry_at: dict[str, float] = {}  # queue -> monotonic time of the next attempt
+        #: Counters for tests, benchmarks and health pages.
+        self.sealed_delayed = 0
+        self.refilled_delayed = 0
+
+    def _write_delayed(
+        self, queue: str, parts: Sequence[bytes], positions: Sequence[int], *, first_due: datetime,
+        last_due: datetime,
+    ) -> DelayedRef | None:
+        """Write ``parts`` (jobs in due order, at ``positions``, due from
+        ``first_due`` to ``last_due``) as a new delayed segment of ``queue``;
+        its reference, or None if the write failed or this keeper is
+        stopping (the object is then deleted: nothing can name it)."""
+        first_pos = min(positions)
+        key = delayed_segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos, keeper=self.tag)
+        data = encode_segment(queue, first_pos, parts, kind=DELAYED_KIND)
+        try:
+            write_segment(self.store, key, data)
+        except StoreError as exc:
+            log.warning("queue %s: writing delayed segment %s failed: %s", queue, key, exc)
+            if not isinstance(exc, PreconditionFailed) or self._holds(key, data):
+                delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
+            return None
+        if self._stopping:  # a step-down while it was written
+            self.abandoned += 1
+            delete_quietly(self.store, key)
+            return None
+        return DelayedRef(
+            key=key, total=len(parts), size=len(data), sha256=digest(data), epoch=self.epoch,
+            sealed_at=self.clock(), first_due=first_due, last_due=last_due, min_pos=first_pos,
+            max_pos=max(positions),
+        )
+
+    def _rewrite_delayed_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
+        """The delayed segment ``ref`` of ``queue`` (as
+        :meth:`DelayedRef.as_segment` describes it) written again without
+        ``jobs``, for a purge by ids (see ``LaneExcision.excise``): a new
+        delayed segment, its id index, and the excision that swaps them."""
+        needles = tuple(id_prefix(job.id) for job in jobs)
+        kept = [(index, part) for index, part in enumerate(self._held.parts(ref)) if not part.startswith(needles)]
+        if not kept:
+            return Excision(queue=queue, key=ref.key, consumed=0, ref=None, jobs=tuple(jobs))
+        decoded = [one_job(ref, orjson.loads(part), index)[:2] for index, part in kept]
+        dues = [job.not_before for job, _ in decoded if job.not_before is not None]
+        if len(dues) != len(decoded):
+            raise SegmentUnreadable(ref.key, "a job of a delayed segment has no not_before")
+        rest = [part for _, part in kept]
+        new = self._write_delayed(queue, rest, [pos for _, pos in decoded], first_due=min(dues), last_due=max(dues))
+        if new is None:
+            raise StoreError(f"writing delayed segment {ref.key} again without the purged jobs failed")
+        self._write_index(new.as_segment(), rest)
+        self._held.keep(new.key, tuple(rest))
+        return Excision(queue=queue, key=ref.key, consumed=0, ref=new, jobs=tuple(jobs))
+
+    def _seal_delayed(self, task: DelayedSealTask) -> None:
+        """Write the task's delayed segment, commit its SealDelayed and wait for it."""
+        queue = task.queue
+        ref = self._write_delayed(queue, task.parts, [pos for _, pos in task.jobs], first_due=task.first_due,
+                                  last_due=task.last_due)
+        if ref is None:
+            return
+        key = ref.key
+        try:
+            self.execute(SealDelayed(queue=queue, ref=ref, jobs=task.jobs, parts=task.parts))
+        except CommitterNotRunning:
+            self._unsubmitted(key)
+            raise
+        except ValidationError:
+            # A job moved on since the plan (claimed when due, retried, purged):
+            # nothing references the object.
+            self.abandoned += 1
+            self.reaper.delete_segment(key)
+            return
+        except (NotLeader, CommitterStopped):
+            raise  # it may have landed before a takeover read the document: the next collector's
+        except EngineError as exc:
+            log.warning("queue %s: committing delayed segment %s: %s", queue, key, exc)
+            return
+        self.sealed_delayed += 1
+        # After the commit, as a pending seal's: a lookup by id reads it then.
+        self._write_index(ref.as_segment(), task.parts)
+
+    def _refill_delayed(self, task: DelayedRefillTask) -> None:
+        """Read the task's delayed segment whole and commit its RefillDelayed."""
+        ref, queue = task.ref, task.queue
+        try:
+            jobs = read_delayed(self.store, queue, ref)
+        except SegmentUnreadable as exc:
+            with self._cond:
+                referenced = self._referenced
+            if referenced is not None and ref.key not in referenced:
+                return  # dropped since the plan (a purge) and deleted after its grace: stale
+            if self.delayed_problems.get(queue) != str(exc):
+                log.error("%s", exc)
+            self.delayed_problems[queue] = str(exc)
+            self._delayed_retry_at[queue] = self.monotonic() + self.retry_seconds
+            return
+        except StoreError as exc:
+            log.warning("refilling queue %s from delayed segment %s: %s", queue, ref.key, exc)
+            self._delayed_retry_at[queue] = self.monotonic() + self.retry_seconds
+            return
+        self.delayed_problems.pop(queue, None)
+        try:
+            self.execute(RefillDelayed(queue=queue, key=ref.key, jobs=tuple(jobs)))
+        except ValidationError:
+            return  # the reference went since the plan (a purge): the next version plans again
+        except (NotLeader, CommitterStopped):
+            raise
+        except EngineError as exc:
+            log.warning("refilling queue %s from delayed segment %s: %s", queue, ref.key, exc)
+            return
+        self.refilled_delayed += 1
