@@ -39,6 +39,11 @@ from engine import (
 #: engine's own default (``engine.DEFAULT_SEGMENT_JOBS``, 0) keeps format 1
 #: for code that embeds the engine without the app.
 DEFAULT_QUEUE_SEGMENT_JOBS = 1000
+#: ``QUEUE_DELAYED_HORIZON_SECONDS`` when unset: delayed jobs due more than a
+#: minute ahead may leave the document for delayed segments (format 3), so a
+#: backlog of scheduled jobs or retry backoffs does not grow every commit.
+#: The engine's own default (0) keeps them in the document.
+DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS = 60.0
 
 #: The smallest default limit on a broker API request body (see :func:`default_max_request_bytes`).
 MIN_DEFAULT_REQUEST_BYTES = 4 * 1024 * 1024
@@ -160,10 +165,10 @@ def max_payload_bytes() -> int:
 
 def policy() -> Policy:
     """The engine policy the settings describe: :func:`lease_seconds`,
-    :func:`max_payload_bytes` and format 2's ``QUEUE_SEGMENT_JOBS``,
+    :func:`max_payload_bytes`, format 2's ``QUEUE_SEGMENT_JOBS``,
     ``QUEUE_HEAD_JOBS``, ``QUEUE_REFILL_BELOW`` and ``QUEUE_MERGE_JOBS``
-    (never below the segment size); the engine's defaults
-    for the rest.
+    (never below the segment size) and format 3's
+    ``QUEUE_DELAYED_HORIZON_SECONDS``; the engine's defaults for the rest.
 
     Brokers enforce it; clients (commands, workers, forms, the tasks backend)
     validate with it locally, so both agree. Raises ValueError for values the
@@ -177,6 +182,8 @@ def policy() -> Policy:
         head_jobs=int(getattr(settings, "QUEUE_HEAD_JOBS", DEFAULT_HEAD_JOBS)),
         refill_below=int(getattr(settings, "QUEUE_REFILL_BELOW", DEFAULT_REFILL_BELOW)),
         merge_jobs=max(segment_jobs, int(getattr(settings, "QUEUE_MERGE_JOBS", DEFAULT_MERGE_JOBS))),
+        delayed_horizon_seconds=float(getattr(settings, "QUEUE_DELAYED_HORIZON_SECONDS",
+                                              DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS)),
     )
 
 

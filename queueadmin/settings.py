@@ -60,6 +60,10 @@ QUEUE_REFILL_BELOW          format 2: read the next segment back when fewer
 QUEUE_MERGE_JOBS            format 2: small segments are merged into ones of
                             up to this many jobs, each with an id index
                             (16384)
+QUEUE_DELAYED_HORIZON_SECONDS
+                            format 3: delayed jobs due more than this far
+                            ahead move to delayed segment objects; 0 keeps
+                            them in queue.json (60)
 =========================== ====================================================
 """
 
@@ -86,6 +90,7 @@ from engine import (
 from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
     DEFAULT_HTTP_IDLE_SECONDS,
+    DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS,
     DEFAULT_QUEUE_SEGMENT_JOBS,
     DEFAULT_RESULT_TTL_SECONDS,
     DEFAULT_SAMPLE_SECONDS,
@@ -134,12 +139,14 @@ def env_int(name: str, default: int, *, minimum: int = 1) -> int:
     return value
 
 
-def env_seconds(name: str, default: float) -> float:
-    """Read a positive, finite number of seconds (e.g. "30" or "0.5").
+def env_seconds(name: str, default: float, *, zero: bool = False) -> float:
+    """Read a positive, finite number of seconds (e.g. "30" or "0.5"; with
+    ``zero``, "0" too, for a setting that 0 turns off).
 
     Unset or empty gives ``default``. Raises ImproperlyConfigured for
-    non-numbers, zero, negatives, NaN and infinity. Fractions are allowed so
-    tests and local failover drills can use sub-second intervals.
+    non-numbers, zero (unless allowed), negatives, NaN and infinity.
+    Fractions are allowed so tests and local failover drills can use
+    sub-second intervals.
     """
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -148,8 +155,9 @@ def env_seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ImproperlyConfigured(f"{name} must be a positive number of seconds, got {raw!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        kind = "a number of seconds, 0 or more" if zero else "a positive number of seconds"
+        raise ImproperlyConfigured(f"{name} must be {kind}, got {raw!r}")
     return value
 
 
@@ -345,6 +353,11 @@ QUEUE_REFILL_BELOW = env_int("QUEUE_REFILL_BELOW", min(DEFAULT_REFILL_BELOW, QUE
 # Small segments (under a quarter of this) are merged into segments of up to
 # this many jobs, each with an id index; the chaos harness lowers it to merge often.
 QUEUE_MERGE_JOBS = env_int("QUEUE_MERGE_JOBS", max(DEFAULT_MERGE_JOBS, QUEUE_SEGMENT_JOBS))
+# Format 3 (docs/format.md, "Delayed jobs beyond a window"): delayed jobs due
+# more than this far ahead leave queue.json for delayed segments once a queue
+# holds more than its share; 0 keeps them in the document (and format 2).
+QUEUE_DELAYED_HORIZON_SECONDS = env_seconds(
+    "QUEUE_DELAYED_HORIZON_SECONDS", DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS, zero=True)
 
 # A standby takes over once the document has been silent for the takeover
 # delay; if that is not longer than the leader's heartbeat, a healthy leader

@@ -211,7 +211,9 @@ def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
     if not p.removes or snapshot.next_pos is None:
         return
     p.before_pos = snapshot.next_pos
-    refs = snapshot.lanes.get(p.queue, [])
+    # Delayed segments too (format 3): every one the dry run sees holds only
+    # jobs placed before its next_pos, so the purge drops them all.
+    refs = [*snapshot.lanes.get(p.queue, []), *snapshot.delays.get(p.queue, [])]
     p.segment_jobs, p.segment_objects = snapshot.in_segments(p.queue), len(refs)
     if refs:
         p.notes.append(ngettext(
@@ -460,7 +462,8 @@ def _sealed_with_later(p: Plan, snapshot: Snapshot | None) -> bool:
     left whole. False when unknown."""
     if p.before_pos is None or snapshot is None:
         return False
-    return any(ref.front < p.before_pos <= ref.last_pos for ref in snapshot.lanes.get(p.queue, ()))
+    return any(ref.front < p.before_pos <= ref.last_pos for ref in snapshot.lanes.get(p.queue, ())) or any(
+        ref.min_pos < p.before_pos <= ref.max_pos for ref in snapshot.delays.get(p.queue, ()))
 
 
 def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
@@ -484,7 +487,8 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         # Placed after the dry run: in the document, or sealed into segments since.
         bound = p.before_pos
         later = sum(1 for j in snapshot.select(queue=p.queue, status="pending") if j.get("pos", 0) >= bound)
-        return later + sum(ref.remaining for ref in snapshot.lanes.get(p.queue, ()) if ref.front >= bound)
+        return (later + sum(ref.remaining for ref in snapshot.lanes.get(p.queue, ()) if ref.front >= bound)
+                + sum(ref.total for ref in snapshot.delays.get(p.queue, ()) if ref.min_pos >= bound))
     return sum(1 for job_id in now if job_id not in planned)
 
 

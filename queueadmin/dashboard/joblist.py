@@ -168,13 +168,14 @@ def segmented_queue(snapshot: Snapshot, filters: Mapping[str, str]) -> str | Non
     queue = filters.get("queue") or ""
     only = filters.get("status") == "pending" and not any(
         filters.get(name) for name in FILTERS if name not in ("queue", "status"))
-    return queue if only and queue in snapshot.lanes else None
+    return queue if only and (queue in snapshot.lanes or queue in snapshot.delays) else None
 
 
 def pending_blocks(snapshot: Snapshot, queue: str) -> list[segments.Block]:
     """``queue``'s pending jobs in FIFO order, as blocks (see
     :func:`.segments.fifo_blocks`): counts only, no I/O."""
-    return segments.fifo_blocks(snapshot.select(queue=queue, status="pending"), snapshot.lanes.get(queue, []))
+    return segments.fifo_blocks(snapshot.select(queue=queue, status="pending"), snapshot.lanes.get(queue, []),
+                                snapshot.delays.get(queue, []))
 
 
 def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
@@ -278,10 +279,11 @@ def find_job(snapshot: Snapshot, job_id: str) -> tuple[tuple[Doc, str] | None, s
     bound; also an error reading a segment, if one stopped the lookup, and
     the key of the segment the job was found in (None: not in one)."""
     found = snapshot.job(job_id)
-    if found is not None or not snapshot.lanes:
+    if found is not None or not (snapshot.lanes or snapshot.delays):
         return found, None, None
     try:
-        hit = segments.find_in_segments(job_id, snapshot.lanes, sealed_recently=snapshot.sealed_recently(job_id))
+        hit = segments.find_in_segments(job_id, snapshot.segment_refs(),
+                                        sealed_recently=snapshot.sealed_recently(job_id))
     except EngineError as exc:
         return None, segments.describe(exc), None
     return ((hit[0], "pending"), None, hit[2]) if hit is not None else (None, None, None)

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,8 @@ import orjson
 from engine import (
     DOCUMENT_KEY,
     JOB_LOOKUP_READS,
+    SEGMENT_KINDS,
+    DelayedRef,
     DocumentError,
     EngineError,
     IndexCache,
@@ -90,6 +92,35 @@ def lanes_of(header: Doc, *, key: str = DOCUMENT_KEY) -> dict[str, list[SegmentR
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise DocumentError(key, f"lanes.{queue}.segments[{i}]: not a segment reference ({exc!r})") from exc
     return lanes
+
+
+def delays_of(header: Doc, *, key: str = DOCUMENT_KEY) -> dict[str, list[DelayedRef]]:
+    """Per queue, its delayed segment references from a format-3
+    document's header (``lanes.<queue>.delayed``), in due order; queues
+    without any are left out. Raises DocumentError naming the field for a
+    reference that is not one; no I/O."""
+    delays: dict[str, list[DelayedRef]] = {}
+    raw = header.get("lanes") or {}
+    if not isinstance(raw, dict):
+        raise DocumentError(key, "lanes: expected an object")
+    for queue, lane in raw.items():
+        items = lane.get("delayed", []) if isinstance(lane, dict) else None
+        if not isinstance(items, list):
+            raise DocumentError(key, f"lanes.{queue}.delayed: expected a list of delayed segments")
+        for i, item in enumerate(items):
+            try:
+                if not isinstance(item["key"], str) or not isinstance(item["sha256"], str):
+                    raise TypeError("key and sha256 must be strings")
+                ref = DelayedRef(
+                    key=item["key"], total=int(item["total"]), size=int(item["size"]), sha256=item["sha256"],
+                    epoch=int(item.get("epoch") or 0), sealed_at=_moment(item.get("sealed_at")),
+                    first_due=_moment(item["first_due"]), last_due=_moment(item["last_due"]),
+                    min_pos=int(item["min_pos"]), max_pos=int(item["max_pos"]),
+                )
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise DocumentError(key, f"lanes.{queue}.delayed[{i}]: not a delayed segment ({exc!r})") from exc
+            delays.setdefault(queue, []).append(ref)
+    return delays
 
 
 def ref_of(item: Doc) -> SegmentRef:
@@ -147,7 +178,9 @@ class SegmentCache:
         if found is not None:
             return found
         store = store if store is not None else runtime.get_broker().store
-        items: list[Doc] = read_segment(store, ref)  # verified: size, SHA-256, shape
+        # Verified: size, SHA-256, shape. Of either kind: a queue's list pages
+        # into its delayed segments too, and a job page finds a job in one.
+        items: list[Doc] = read_segment(store, ref, kind=SEGMENT_KINDS)
         with self._lock:
             self.reads += 1
             if ref.key not in self._entries:
@@ -243,12 +276,15 @@ class Block:
     ref: SegmentRef | None = None
 
 
-def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef]) -> list[Block]:
+def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef],
+                delays: Sequence[DelayedRef] = ()) -> list[Block]:
     """A queue's pending jobs as blocks in FIFO order: the front (document
     jobs with ``pos`` below the first segment's ``front``), then each
     segment, each followed by the document's jobs whose ``pos`` lies between
-    it and the next one, and the tail last. ``pending_here`` are the queue's
-    pending jobs in the document, in ``pos`` order.
+    it and the next one, and the tail last; then (format 3) each delayed
+    segment, in due order, whose jobs are not due yet and wait outside the
+    FIFO order. ``pending_here`` are the queue's pending jobs in the
+    document, in ``pos`` order.
 
     Delayed jobs stay in the document whatever their ``pos``; one whose
     ``pos`` falls inside a segment's span is listed just after that segment
@@ -269,6 +305,7 @@ def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef]) -> list[Block]:
             i += 1
         if i > start:
             blocks.append(Block(i - start, items=pending_here[start:i]))
+    blocks.extend(Block(ref.total, ref=ref.as_segment()) for ref in delays)
     return blocks
 
 
@@ -399,6 +436,7 @@ __all__ = [
     "Block",
     "SegmentCache",
     "cache",
+    "delays_of",
     "describe",
     "fifo_blocks",
     "find_in_segments",

@@ -31,11 +31,12 @@ from engine import (
     FORMAT,
     FORMAT_SEGMENTS,
     DecodedDocument,
+    DelayedRef,
     DocumentError,
     SegmentRef,
     decode_document_json,
 )
-from queueadmin.dashboard.segments import lanes_of
+from queueadmin.dashboard.segments import delays_of, lanes_of
 
 Doc = dict[str, Any]
 
@@ -67,7 +68,8 @@ class QueueSummary:
     name: str
     #: Pending jobs: in the document and, in format 2, in segment objects.
     pending: int = 0
-    #: Of ``pending``, how many sit in segment objects (format 2).
+    #: Of ``pending``, how many sit in segment objects (format 2), delayed
+    #: segments included (format 3).
     in_segments: int = 0
     #: How many segment objects hold them.
     segments: int = 0
@@ -137,7 +139,8 @@ class Snapshot:
         self.broker: Doc = header.get("broker") or {"id": None, "url": None, "epoch": 0}
         #: Format 2: the ``pos`` the next job placed in the queue will get
         #: (every job placed before this version has a smaller one); None in format 1.
-        self.next_pos: int | None = header.get("next_pos") if header.get("format") == FORMAT_SEGMENTS else None
+        segmented = isinstance(header.get("format"), int) and header["format"] >= FORMAT_SEGMENTS
+        self.next_pos: int | None = header.get("next_pos") if segmented else None
         self._queues: dict[str, QueueSummary] | None = None
         self._by_id: dict[str, Doc] | None = None
         self._dead_by_id: dict[str, Doc] | None = None
@@ -148,8 +151,10 @@ class Snapshot:
         self._sealed: frozenset[str] | None = None
         #: Format 2: per queue, its segment references, oldest first (see
         #: :mod:`.segments`); empty in format 1.
-        self.lanes: dict[str, list[SegmentRef]] = (
-            lanes_of(header) if header.get("format") == FORMAT_SEGMENTS else {})
+        self.lanes: dict[str, list[SegmentRef]] = lanes_of(header) if segmented else {}
+        #: Format 3: per queue, its delayed segment references, in due order
+        #: (jobs not due yet, outside the FIFO order); empty before format 3.
+        self.delays: dict[str, list[DelayedRef]] = delays_of(header) if segmented else {}
 
     def at(self, taken_at: datetime) -> Snapshot:
         """The same version, as read again at ``taken_at``: the document is
@@ -192,7 +197,7 @@ class Snapshot:
         jobs refilled from a segment are appended to the list with their
         old, smaller ``pos``), the list order in format 1. Computed once."""
         if self._ordered is None:
-            if self.header.get("format") == FORMAT_SEGMENTS:
+            if self.next_pos is not None:  # format 2 or 3
                 self._ordered = sorted(self.jobs, key=lambda j: j.get("pos", 0))
             else:
                 self._ordered = self.jobs
@@ -208,9 +213,21 @@ class Snapshot:
 
     def in_segments(self, queue: str | None = None) -> int:
         """How many pending jobs of ``queue`` (default every queue) sit in
-        segment objects, from the references alone (no I/O)."""
+        segment objects, delayed ones included, from the references alone
+        (no I/O)."""
         lanes = self.lanes if queue is None else {queue: self.lanes.get(queue, [])}
-        return sum(ref.remaining for refs in lanes.values() for ref in refs)
+        delays = self.delays if queue is None else {queue: self.delays.get(queue, [])}
+        return (sum(ref.remaining for refs in lanes.values() for ref in refs)
+                + sum(ref.total for refs in delays.values() for ref in refs))
+
+    def segment_refs(self) -> dict[str, list[SegmentRef]]:
+        """Per queue, every segment a lookup by id may find a pending job in:
+        its segments, then its delayed ones (as ``DelayedRef.as_segment``
+        describes them). No I/O."""
+        refs = {queue: list(lane) for queue, lane in self.lanes.items()}
+        for queue, delays in self.delays.items():
+            refs.setdefault(queue, []).extend(ref.as_segment() for ref in delays)
+        return refs
 
     def select(self, *, queue: str | None = None, status: str | None = None) -> list[Doc]:
         """Jobs (or, for status ``dead``, dead letters) of ``queue`` with
@@ -275,6 +292,13 @@ class Snapshot:
             first = sortable(refs[0].oldest_enqueued_at.isoformat())
             if queue not in oldest or first < oldest[queue]:
                 oldest[queue] = first
+        for queue, delays in self.delays.items():
+            row = rows.get(queue) or rows.setdefault(queue, QueueSummary(name=queue))
+            held = sum(ref.total for ref in delays)
+            # Not due yet (they come back before they are): pending, not ready.
+            row.pending += held
+            row.in_segments += held
+            row.segments += len(delays)
         for queue, first in oldest.items():
             rows[queue].oldest_pending_at = moment(first)
         for letter in self.dead:
@@ -377,7 +401,7 @@ class Snapshot:
         if self._status_counts is None:
             counts: Counter[str] = Counter(j["status"] for j in self.jobs)
             counts["dead"] = len(self.dead)
-            if self.lanes:
+            if self.lanes or self.delays:
                 counts["pending"] += self.in_segments()
             self._status_counts = counts
         return Counter(self._status_counts)

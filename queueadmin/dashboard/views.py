@@ -58,7 +58,7 @@ def read_snapshot(request: HttpRequest, *, fresh_seconds: float | None = None) -
     except EngineError as exc:
         return render(request, "queueadmin/dashboard/unreadable.html",
                       {"error": exc, "kind": type(exc).__name__}, status=503)
-    segments.warm_soon(snapshot.lanes)
+    segments.warm_soon(snapshot.segment_refs())
     return snapshot
 
 

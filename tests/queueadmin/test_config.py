@@ -27,6 +27,7 @@ from engine import (
     open_store,
 )
 from queueadmin import config
+from queueadmin.settings import env_seconds
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
@@ -91,12 +92,14 @@ def test_policy_follows_the_lease_and_payload_settings(settings: SettingsWrapper
     settings.QUEUE_LEASE_SECONDS = 12.0
     settings.QUEUE_MAX_PAYLOAD_BYTES = 2048
     settings.QUEUE_SEGMENT_JOBS = 500
-    assert config.policy() == Policy(lease_seconds=12.0, max_payload_bytes=2048, segment_jobs=500)
+    assert config.policy() == Policy(lease_seconds=12.0, max_payload_bytes=2048, segment_jobs=500,
+                                     delayed_horizon_seconds=60)
     del settings.QUEUE_LEASE_SECONDS
     del settings.QUEUE_MAX_PAYLOAD_BYTES
     del settings.QUEUE_SEGMENT_JOBS
-    # The app runs format 2 unless told otherwise; the engine alone keeps format 1.
-    assert config.policy() == Policy(segment_jobs=config.DEFAULT_QUEUE_SEGMENT_JOBS) != Policy()
+    # The app runs formats 2 and 3 unless told otherwise; the engine alone keeps format 1.
+    assert config.policy() == Policy(segment_jobs=config.DEFAULT_QUEUE_SEGMENT_JOBS,
+                                     delayed_horizon_seconds=config.DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS) != Policy()
 
 
 def test_the_request_limit_without_its_setting_follows_the_payload_limit(settings: SettingsWrapper) -> None:
@@ -114,7 +117,7 @@ def test_broker_client_for_given_brokers(settings: SettingsWrapper) -> None:
         assert client.urls == ("http://node-a.test:8000",)
         assert client.store is None
         assert client.policy == Policy(lease_seconds=9.0, max_payload_bytes=4096,
-                                       segment_jobs=config.policy().segment_jobs)
+                                       segment_jobs=config.policy().segment_jobs, delayed_horizon_seconds=60)
 
 
 def test_broker_client_without_brokers_reads_the_leader_from_the_settings_store(settings: SettingsWrapper) -> None:
@@ -184,3 +187,34 @@ def test_policy_follows_the_merge_setting_never_below_the_segment_size(settings:
     assert config.policy().merge_jobs == 400
     settings.QUEUE_MERGE_JOBS = 10  # the engine refuses merge_jobs < segment_jobs: the segment size wins
     assert config.policy().merge_jobs == 50
+
+
+def test_policy_follows_the_delayed_horizon_and_0_turns_delayed_segments_off(settings: SettingsWrapper) -> None:
+    assert config.policy().delayed_horizon_seconds == config.DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS == 60
+    settings.QUEUE_DELAYED_HORIZON_SECONDS = 0.5
+    assert config.policy().delayed_horizon_seconds == 0.5
+    settings.QUEUE_DELAYED_HORIZON_SECONDS = 0
+    assert config.policy().delayed_horizon_seconds == 0
+    settings.QUEUE_DELAYED_HORIZON_SECONDS = -1
+    with pytest.raises(ValueError, match="delayed_horizon_seconds"):
+        config.policy()
+
+
+@pytest.mark.parametrize(("raw", "value"), [("0", 0.0), ("90", 90.0), ("0.25", 0.25)])
+def test_the_delayed_horizon_variable_takes_0_and_seconds(
+    monkeypatch: pytest.MonkeyPatch, raw: str, value: float,
+) -> None:
+    monkeypatch.setenv("QUEUE_DELAYED_HORIZON_SECONDS", raw)
+    assert env_seconds("QUEUE_DELAYED_HORIZON_SECONDS", 60, zero=True) == value
+
+
+@pytest.mark.parametrize("raw", ["-1", "nan", "inf", "soon"])
+def test_the_delayed_horizon_variable_refuses_what_is_no_number_of_seconds(
+    monkeypatch: pytest.MonkeyPatch, raw: str,
+) -> None:
+    monkeypatch.setenv("QUEUE_DELAYED_HORIZON_SECONDS", raw)
+    with pytest.raises(ImproperlyConfigured, match="QUEUE_DELAYED_HORIZON_SECONDS"):
+        env_seconds("QUEUE_DELAYED_HORIZON_SECONDS", 60, zero=True)
+    monkeypatch.setenv("QUEUE_DELAYED_HORIZON_SECONDS", "0")
+    with pytest.raises(ImproperlyConfigured, match="positive"):
+        env_seconds("QUEUE_DELAYED_HORIZON_SECONDS", 60)  # where 0 is not allowed, it is refused

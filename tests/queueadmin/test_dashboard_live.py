@@ -268,7 +268,7 @@ async def test_the_job_page_socket_follows_one_job(broker: Broker) -> None:
     ("data", "words"),
     [
         (b"{broken", "not valid JSON"),
-        (b'{"format": 3, "seq": 1}', "unsupported format version"),
+        (b'{"format": 4, "seq": 1}', "unsupported format version"),
         (b'{"format": 1, "seq": 1, "queues": {}, "dead": [], "jobs": [{"id": "a"}]}', "jobs[0]"),
         (b'{"hello": "world"}', "not a queueadmin document"),
     ],

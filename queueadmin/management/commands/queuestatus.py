@@ -42,15 +42,16 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     while the document's times come from the leader's clock. In format 2,
     ``in_segments`` counts a queue's pending jobs in segment objects (from
     the document's references: the objects are not read) and ``segments``
-    the objects; they are pending and were ready when sealed, but not in
-    ``ready``, which counts the document's jobs.
+    the objects; they are pending and were ready when sealed (format 3:
+    or not due yet, in delayed segments), but not in ``ready`` nor
+    ``delayed``, which count the document's jobs.
     """
     names = (set(state.queues) | {j.queue for j in state.jobs.values()} | {d.queue for d in state.dead.values()}
-             | set(state.lanes))
+             | set(state.lanes) | set(state.delays))
     queues: dict[str, dict[str, Any]] = {
         name: {"ready": 0, "delayed": 0, "running": 0, "dead": 0,
-               "in_segments": sum(ref.remaining for ref in state.lanes.get(name, ())),
-               "segments": len(state.lanes.get(name, ())),
+               "in_segments": sum(ref.remaining for ref in state.lanes.get(name, ())) + state.delayed_away(name),
+               "segments": len(state.lanes.get(name, ())) + len(state.delays.get(name, ())),
                "counters": counters_dict(state.queues.get(name) or QueueCounters())}
         for name in sorted(names)
     }
@@ -116,7 +117,7 @@ def render(status: dict[str, Any]) -> list[str]:
     queues = status["queues"]
     if queues:
         # Format 2: a column for the pending jobs in segment objects (format 1 has none).
-        now = ("ready", "in_segments", "delayed", "running", "dead") if status.get("format") == FORMAT_SEGMENTS \
+        now = ("ready", "in_segments", "delayed", "running", "dead") if status.get("format", 1) >= FORMAT_SEGMENTS \
             else ("ready", "delayed", "running", "dead")
         header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *COUNTER_LABELS]
         rows = [[name, *(str(q[k]) for k in now),
