@@ -291,7 +291,7 @@ def fifo_blocks(pending_here: list[Doc], refs: list[SegmentRef],
     (placing it exactly would mean reading the segment to count)."""
     blocks: list[Block] = []
     i = 0
-    bounds = [ref.front for ref in refs[1:]] + [None]
+    bounds = [ref.front for ref in refs[1:]] + [None] if refs else []  # (a queue may have delayed segments only)
     first = refs[0].front if refs else None
     start = i
     while i < len(pending_here) and (first is None or pending_here[i]["pos"] < first):

@@ -1,0 +1,112 @@
+"""The dashboard in format 3: counts, lists, job pages, the status command and
+purges with delayed jobs in delayed segment objects (``docs/dashboard.md``,
+"Segments").
+
+A real broker with tiny segments (10 jobs, 20 kept at the front) and a
+delayed horizon of a second seals delayed jobs due in an hour into delayed
+segments of a memory store; the pages are read as a user reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from io import StringIO
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from engine import Broker
+from queueadmin.dashboard import segments
+from queueadmin.models import AuditEntry
+from tests.queueadmin.dashboard_fixtures import confirm, preview, push
+from tests.queueadmin.test_dashboard_segments import document, every_pending, settle
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import Settings as SettingsWrapper
+
+HOUR = 3600
+
+
+@pytest.fixture
+def delayed_segments(settings: SettingsWrapper) -> Iterator[None]:
+    """Format 2 with segments of 10 jobs, 20 at the front, and delayed jobs
+    due more than a second ahead sealed past the share (set before the broker starts)."""
+    settings.QUEUE_SEGMENT_JOBS = 10
+    settings.QUEUE_HEAD_JOBS = 20
+    settings.QUEUE_REFILL_BELOW = 10
+    settings.QUEUE_DELAYED_HORIZON_SECONDS = 1.0
+    segments.cache.clear()
+    segments.ranged.clear()
+    yield
+    segments.cache.clear()
+    segments.ranged.clear()
+
+
+def delayed_refs(doc: dict[str, Any], queue: str = "q") -> list[dict[str, Any]]:
+    return doc.get("lanes", {}).get(queue, {}).get("delayed", [])  # type: ignore[no-any-return]
+
+
+def delayed_backlog(broker: Broker, n: int = 100) -> list[str]:
+    """Push ``n`` jobs due in an hour (payloads 0..n-1) and wait until all but 20 are sealed."""
+    ids = push(broker, "q", list(range(n)), delay_seconds=HOUR)
+    settle(broker, lambda doc: sum(ref["total"] for ref in delayed_refs(doc)) == n - 20,
+           what="the delayed jobs sealed")
+    return ids
+
+
+def test_counts_include_the_delayed_jobs_in_delayed_segments_as_pending_not_ready(
+        delayed_segments: None, broker: Broker, viewer: Client) -> None:
+    delayed_backlog(broker)
+    doc = document(broker.store)
+    assert doc["format"] == 3 and len(doc["jobs"]) == 20
+    response = viewer.get("/")
+    row = next(r for r in response.context["rows"] if r["q"].name == "q")
+    assert row["q"].pending == 100 and row["q"].ready == 0
+    assert row["q"].in_segments == 80 and row["q"].segments == len(delayed_refs(doc))
+    assert response.context["totals"]["pending"] == 100
+
+    out = StringIO()
+    call_command("queuestatus", "--json", stdout=out)
+    q = orjson.loads(out.getvalue())["queues"]["q"]
+    assert q["delayed"] == 20 and q["in_segments"] == 80 and q["ready"] == 0
+
+
+def test_a_queues_pending_list_ends_with_its_delayed_segments_in_due_order(
+        delayed_segments: None, broker: Broker, viewer: Client) -> None:
+    delayed_backlog(broker, 40)
+    push(broker, "q", ["now"])
+    # The document's jobs in FIFO order (the soonest-due share of the delayed
+    # ones, then the one pushed now), then the delayed segments' jobs, due later.
+    listed = every_pending(viewer)
+    assert listed[:21] == [*range(20), "now"] and sorted(listed[21:]) == list(range(20, 40))
+    rows = viewer.get("/jobs/", {"queue": "q", "status": "pending", "page": 1}).context["rows"]
+    sealed = {ref["key"] for ref in delayed_refs(document(broker.store))}
+    assert {row["segment"] for row in rows if row["segment"]} == sealed
+
+
+def test_a_job_page_finds_a_job_in_a_delayed_segment(
+        delayed_segments: None, broker: Broker, viewer: Client) -> None:
+    ids = delayed_backlog(broker)
+    response = viewer.get(f"/jobs/{ids[-1]}/")
+    assert response.status_code == 200 and response.context["found"]
+    assert response.context["in_segment"] and response.context["status"] == "pending"
+    assert "/q/delayed/" in response.context["in_segment"]
+    assert response.context["job"]["payload"] == 99 and response.context["job"]["not_before"]
+
+
+def test_a_purge_of_a_queues_pending_jobs_counts_and_drops_its_delayed_segments(
+        delayed_segments: None, broker: Broker, operator: Client) -> None:
+    delayed_backlog(broker)
+    dry = preview(operator, action="purge", queue="q", status="pending")
+    plan = dry.context["plan"]
+    assert plan.count == 100 and plan.segment_jobs == 80
+    seq = document(broker.store)["seq"]
+    done = confirm(operator, plan.token, reason="stale schedule", confirm_text="purge 100")
+    assert done.status_code == 302
+    doc = document(broker.store)
+    assert doc["seq"] == seq + 1 and "q" not in doc["lanes"] and doc["jobs"] == []
+    assert doc["queues"]["q"]["purged"] == 100
+    assert AuditEntry.objects.get(action="purge").count == 100
