@@ -37,6 +37,10 @@ from typing import Any
 from bench.facts import machine_facts
 from engine import MAX_DELAY_SECONDS
 
+#: The app's delayed horizon (``queueadmin.config.DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS``;
+#: the benchmark does not import Django): what a node runs unless told otherwise.
+APP_DELAYED_HORIZON_SECONDS = 60.0
+
 DEFAULT_SEGMENTS = (1024, 1000, 500)
 DEFAULT_DEPTHS = (0, 100_000, 1_000_000, 5_000_000)
 DEFAULT_QUEUES = (1, 10)
@@ -90,6 +94,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--delayed", type=float, default=0.0, metavar="SECONDS",
                         help="seed the backlog as delayed jobs, due in SECONDS: scheduled jobs, or retries waiting "
                              "for their backoff while a downstream service is down (default: 0, pending now)")
+    parser.add_argument("--delayed-horizon", type=float, default=APP_DELAYED_HORIZON_SECONDS,
+                        metavar="SECONDS",
+                        help="delayed jobs due further ahead go to delayed segments (format 3); 0 keeps them in the "
+                             f"document (default: {APP_DELAYED_HORIZON_SECONDS:g}, the app's)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
     if args.quick:
@@ -105,6 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--submitters and --workers must be >= 1, --duration > 0, --warmup and --latency >= 0")
     if not 0 <= args.delayed <= MAX_DELAY_SECONDS:
         parser.error(f"--delayed must be between 0 and {MAX_DELAY_SECONDS:g} seconds")
+    if not 0 <= args.delayed_horizon <= MAX_DELAY_SECONDS:
+        parser.error(f"--delayed-horizon must be between 0 and {MAX_DELAY_SECONDS:g} seconds")
     return args
 
 
@@ -248,7 +258,9 @@ def main(argv: list[str]) -> int:
           f"{args.submitters:,} push submitters, {args.workers:,} claim+complete workers; "
           f"warm-up {args.warmup:g} s then {args.duration:g} s per phase; heartbeat {args.heartbeat:g} s; "
           f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}"
-          + (f"; the backlog seeded as delayed jobs, due in {args.delayed:g} s" if args.delayed else ""))
+          + (f"; the backlog seeded as delayed jobs, due in {args.delayed:g} s, delayed horizon "
+             f"{args.delayed_horizon:g} s" + (" (off: format 2)" if not args.delayed_horizon else "")
+             if args.delayed else ""))
     print(flush=True)
     results = []
     for queues in args.queues:
@@ -256,7 +268,8 @@ def main(argv: list[str]) -> int:
             cfg = {"depth": depth, "queues": queues, "segments": list(args.segments), "latency": args.latency / 1000,
                    "bandwidth": args.bandwidth * 1e6, "submitters": args.submitters, "workers": args.workers,
                    "warmup": args.warmup, "duration": args.duration, "heartbeat": args.heartbeat,
-                   "takeover": max(10.0, 10 * args.heartbeat), "tmp": args.tmp, "delayed": args.delayed}
+                   "takeover": max(10.0, 10 * args.heartbeat), "tmp": args.tmp, "delayed": args.delayed,
+                   "delayed_horizon": args.delayed_horizon}
             print(f"[backlog] {queues} queue(s), depth {depth:,} ...", file=sys.stderr, flush=True)
             results.append(run_child(cfg))
     print(f"load average {os.getloadavg()[0]:.2f} at the end")

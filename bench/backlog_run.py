@@ -196,8 +196,10 @@ def _seed(broker: Broker, queues: list[str], depth: int, policy: Policy,
                 raise outcome
         # Let the keeper seal: never let the document grow past a few segments'
         # worth; a Tick makes it plan again when its last seal's own commit could not.
-        # (Delayed jobs are never sealed: docs/format.md, "Claims and FIFO".)
-        while policy.segment_jobs > 0 and not delayed and _doc_pending(broker) > ceiling:
+        # (Delayed jobs are sealed only into delayed segments, with a horizon:
+        # docs/format.md, "Delayed jobs beyond a window".)
+        sealable = not delayed or 0 < policy.delayed_horizon_seconds < delayed
+        while policy.segment_jobs > 0 and sealable and _doc_pending(broker) > ceiling:
             if _keeper_idle(broker):
                 committer.execute(Tick(), timeout=SETTLE_TIMEOUT_SECONDS)
             else:
@@ -332,7 +334,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     depth, nqueues = cfg["depth"], cfg["queues"]
     queues = [f"bench-{i}" for i in range(nqueues)]
     segment_jobs, head_jobs, refill_below = cfg["segments"]
-    policy = Policy(segment_jobs=segment_jobs, head_jobs=head_jobs, refill_below=refill_below)
+    policy = Policy(segment_jobs=segment_jobs, head_jobs=head_jobs, refill_below=refill_below,
+                    delayed_horizon_seconds=cfg.get("delayed_horizon") or 0.0)
     root = tempfile.mkdtemp(prefix="bench-backlog-", dir=cfg.get("tmp") or None)
     rss = RssSampler().start()
     baseline_rss = rss.now()
@@ -342,7 +345,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
                     heartbeat_seconds=cfg["heartbeat"], takeover_seconds=cfg["takeover"]).start()
     standby: Broker | None = None
     result: dict[str, Any] = {"depth": depth, "queues": nqueues, "segments": [segment_jobs, head_jobs, refill_below],
-                              "delayed": cfg.get("delayed") or 0.0}
+                              "delayed": cfg.get("delayed") or 0.0,
+                              "delayed_horizon": cfg.get("delayed_horizon") or 0.0}
     try:
         while leader.role != "leader":
             time.sleep(0.01)

@@ -21,7 +21,7 @@ def _keeper_idle(broker: Broker) -> bool:
     if keeper is None:
         return True
     with keeper._cond:
-        return not keeper._tasks and not keeper._busy and keeper._merge_slot is None
+        return not keeper._tasks and not keeper._busy and keeper._merge_slot is None and not keeper._delayed_busy
 
 
 def _settle(broker: Broker, policy: Policy) -> float:

@@ -53,6 +53,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="run format 2 with these QUEUE_SEGMENT_JOBS, QUEUE_HEAD_JOBS and QUEUE_REFILL_BELOW "
                              "(e.g. 5,10,5: small, so that sealing and refilling happen all the time), and add the "
                              "segment fault; default: the app's own settings")
+    parser.add_argument("--delayed-horizon", type=float, default=0.3, metavar="SECONDS",
+                        help="with --segments: QUEUE_DELAYED_HORIZON_SECONDS, delayed jobs due further ahead go to "
+                             "delayed segments (format 3); short, so the delays above are sealed (default 0.3; "
+                             "0: never)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and history here")
     parser.add_argument("--write-docs", action="store_true", help=f"write the figures to {DOCS}")
     parser.add_argument("--recheck", type=Path, action="append", default=[], metavar="WORKDIR",
@@ -70,6 +74,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
             parser.error("--segments takes three positive integers: SEGMENT_JOBS,HEAD_JOBS,REFILL_BELOW")
     if set(args.kinds) - set(ALL_KINDS) or not args.kinds:
         parser.error(f"--kinds takes a comma-separated list of {', '.join(ALL_KINDS)}")
+    if not 0 <= args.delayed_horizon < float("inf"):
+        parser.error("--delayed-horizon is a number of seconds, 0 or more")
     if not 0 <= args.delayed <= 1:
         parser.error("--delayed is a chance, between 0 and 1")
     if args.nodes < 2:
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
                           deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
                           purges=args.purges,
-                          segments=args.segments,
+                          segments=args.segments, delayed_horizon=args.delayed_horizon,
                           workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)

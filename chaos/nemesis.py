@@ -242,7 +242,10 @@ class Nemesis(threading.Thread):
         fault = self._begin("segment", None)
         try:
             doc = orjson.loads(self._raw_get() or b"{}")
-            keys = [lane["segments"][0]["key"] for lane in (doc.get("lanes") or {}).values() if lane["segments"]]
+            # The first segment of a lane, or its first delayed segment (format 3).
+            keys = [refs[0]["key"] for lane in (doc.get("lanes") or {}).values()
+                    for refs in (lane["segments"], lane.get("delayed") or []) if refs]
+            self.rng.shuffle(keys)
         except (ValueError, KeyError, TypeError, AttributeError):
             keys = []
         blob = self.store.get(keys[0]) if keys else None
@@ -275,7 +278,8 @@ class Nemesis(threading.Thread):
         """Keys the document in the store references now (empty if unreadable)."""
         try:
             doc = orjson.loads(self._raw_get() or b"{}")
-            return {ref["key"] for lane in (doc.get("lanes") or {}).values() for ref in lane["segments"]}
+            return {ref["key"] for lane in (doc.get("lanes") or {}).values()
+                    for ref in (*lane["segments"], *lane.get("delayed", ()))}
         except (ValueError, KeyError, TypeError, AttributeError):
             return set()
 

@@ -81,8 +81,8 @@ def text(outcome: Outcome) -> str:
     head = (f"chaos run: seed {o.seed}, {o.store} store, {o.nodes} nodes, {o.producers} producers, "
             f"{o.workers} workers, {outcome.seconds:.0f} s; kinds {','.join(o.kinds)}; odd strings {o.odd_strings:g}, "
             f"deep payloads {o.deep_payloads:g}, dropped answers {o.drop_answer:g}"
-            + (f"; format 2, segments {','.join(map(str, o.segments))} (segment, head, refill-below jobs)"
-               if o.segments else ""))
+            + (f"; format 2, segments {','.join(map(str, o.segments))} (segment, head, refill-below jobs), "
+               f"delayed horizon {o.delayed_horizon:g} s" if o.segments else ""))
     verdict = "all checks passed" if outcome.verdict.ok else f"CHECKS FAILED; history in {outcome.workdir}"
     return "\n".join([head, *figures_lines(outcome), *check_lines(outcome.verdict), verdict]) + "\n"
 

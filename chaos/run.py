@@ -53,6 +53,10 @@ class Options:
     purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
     # Format 2: (segment_jobs, head_jobs, refill_below) for every node; None: format 1.
     segments: tuple[int, int, int] | None = None
+    # Format 3, with ``segments``: delayed jobs due more than this many seconds
+    # ahead go to delayed segments (QUEUE_DELAYED_HORIZON_SECONDS). Short, so
+    # that the producers' delays of 0.5-4 s are sealed and come back.
+    delayed_horizon: float = 0.3
     workdir: Path | None = None
     keep: bool = False
     command: str = ""  # the command line that asked for this run, for the report
@@ -79,12 +83,14 @@ def run(options: Options, *, log: bool = True) -> Outcome:
     """Run once; returns the verdict (never raises for a failed check)."""
     workdir = options.workdir or Path(tempfile.mkdtemp(prefix=f"chaos-{options.store}-{options.seed}-"))
     history = History()
-    cluster = Cluster(workdir=workdir, store=options.store, size=options.nodes, env=segment_env(options.segments))
+    cluster = Cluster(workdir=workdir, store=options.store, size=options.nodes,
+                      env=segment_env(options.segments, options.delayed_horizon))
     say: Callable[..., None] = print if log else (lambda *a, **k: None)
     started = time.monotonic()
     try:
         say(f"chaos: seed {options.seed}, {options.store} store, {options.nodes} nodes"
-            + (f", segments {options.segments}" if options.segments else "") + f", in {workdir}")
+            + (f", segments {options.segments}, delayed horizon {options.delayed_horizon:g} s"
+               if options.segments else "") + f", in {workdir}")
         cluster.start()
         _wait_for_leader(cluster)
         _measure_idle(cluster, history, "before")
@@ -156,16 +162,18 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     history.event("drained")
 
 
-def segment_env(segments: tuple[int, int, int] | list[int] | None) -> dict[str, str]:
-    """The nodes' environment for format 2 (empty for format 1). Merges of
-    up to 8 segments' worth of jobs: seals of a few shares are then small
-    enough to be merged (with their id indexes) within a run, not only
-    past 16,384 jobs."""
+def segment_env(segments: tuple[int, int, int] | list[int] | None, delayed_horizon: float = 0.3) -> dict[str, str]:
+    """The nodes' environment for formats 2 and 3 (empty for format 1).
+    Merges of up to 8 segments' worth of jobs: seals of a few shares are
+    then small enough to be merged (with their id indexes) within a run,
+    not only past 16,384 jobs. Delayed jobs due more than
+    ``delayed_horizon`` seconds ahead go to delayed segments (0: never)."""
     if not segments:
         return {}
     segment_jobs, head_jobs, refill_below = segments
     return {"QUEUE_SEGMENT_JOBS": str(segment_jobs), "QUEUE_HEAD_JOBS": str(head_jobs),
-            "QUEUE_REFILL_BELOW": str(refill_below), "QUEUE_MERGE_JOBS": str(8 * segment_jobs)}
+            "QUEUE_REFILL_BELOW": str(refill_below), "QUEUE_MERGE_JOBS": str(8 * segment_jobs),
+            "QUEUE_DELAYED_HORIZON_SECONDS": str(delayed_horizon)}
 
 
 def _read_document(cluster: Cluster, *, segments: bool = False) -> dict[str, Any] | None:
@@ -198,7 +206,8 @@ def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
     problems: list[str] = []
     referenced: set[str] = set()
     for queue, lane in (doc.get("lanes") or {}).items():
-        for ref in lane.get("segments", []):
+        # Delayed segments (format 3) hold every job they were written with.
+        for ref in [*lane.get("segments", []), *({**r, "consumed": 0} for r in lane.get("delayed", []))]:
             referenced.add(ref["key"])
             try:
                 segment = store.get(ref["key"])
@@ -230,7 +239,7 @@ def _drain(cluster: Cluster) -> None:
     while time.monotonic() < deadline:
         doc = _read_document(cluster)
         if doc is not None and not doc.get("jobs") and not any(
-                lane.get("segments") for lane in (doc.get("lanes") or {}).values()):
+                lane.get("segments") or lane.get("delayed") for lane in (doc.get("lanes") or {}).values()):
             return
         time.sleep(0.5)
 

@@ -25,8 +25,9 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
         broker = doc.get("broker") or {}
         info = {"seq": int(doc["seq"]), "epoch": int(broker.get("epoch") or 0), "broker": broker.get("id"),
                 "writer": doc.get("writer")}
-        if "lanes" in doc:  # format 2
-            info["segments"] = [str(ref["key"]) for lane in doc["lanes"].values() for ref in lane["segments"]]
+        if "lanes" in doc:  # format 2 (and 3's delayed segments)
+            info["segments"] = [str(ref["key"]) for lane in doc["lanes"].values()
+                                for ref in (*lane["segments"], *lane.get("delayed", ()))]
         return info
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -12,8 +12,9 @@ queue, at most one of:
   the policy says, so that turning delayed segments off never strands jobs;
 * a :class:`~engine.lanetasks.DelayedSealTask` when the queue holds more
   delayed jobs in the document than its share of ``head_jobs``: those due
-  after ``now + delayed_horizon_seconds``, past the soonest-due share, in due
-  order, up to ``merge_jobs``, if they make at least a seal share.
+  after ``now + delayed_horizon_seconds`` (and never within two refill
+  leads), past the soonest-due share, in due order, up to ``merge_jobs``, if
+  they make at least a seal share.
 
 See docs/format.md, "Delayed jobs beyond a window". Every field it reads is
 the keeper's, declared below.
@@ -64,10 +65,15 @@ class DelayPlanning:
         if horizon <= 0 or self.policy.segment_jobs <= 0:
             return tasks
         planned = {task.queue for task in tasks}
+        # Never within two refill leads: a segment comes back a lead before
+        # its first job is due, and its jobs due within the next lead must not
+        # be sealed again at once (a horizon shorter than the lead made every
+        # landed version seal what the one before refilled).
+        beyond = now + timedelta(seconds=max(horizon, 2 * self.delayed_lead_seconds))
         for queue, count in state.delayed_entries().items():
             if queue in busy or queue in planned:
                 continue
-            task = self._delayed_seal_task(state, queue, count, shares, now + timedelta(seconds=horizon))
+            task = self._delayed_seal_task(state, queue, count, shares, beyond)
             if task is not None:
                 tasks.append(task)
         return tasks

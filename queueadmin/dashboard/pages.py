@@ -145,14 +145,25 @@ def large_document(snapshot: Snapshot) -> str:
         total = sum(n for n, _ in counts)
         return f"{total:,} {ngettext(one, many, total)} ({where})"
 
-    delayed = held("delayed job", "delayed jobs", lambda q: q.pending - q.ready)
-    ready = held("ready pending job", "ready pending jobs", lambda q: q.ready - q.in_segments)
+    # In the document only: those in segment objects (delayed ones too) cost a commit nothing.
+    delayed = held("delayed job", "delayed jobs", lambda q: q.pending - q.ready - q.delayed_away)
+    ready = held("ready pending job", "ready pending jobs", lambda q: q.ready - (q.in_segments - q.delayed_away))
     parts = [p for p in (delayed, ready, held("running job", "running jobs", lambda q: q.running),
                          held("dead letter", "dead letters", lambda q: q.dead)) if p]
     advice = []
     if delayed:
-        advice.append("delayed jobs (scheduled, or retries waiting out their backoff) are never moved to "
-                      "segment objects: look for a failing downstream service, or shorten the backoff")
+        horizon = config.policy().delayed_horizon_seconds
+        kind = "delayed jobs (scheduled, or retries waiting out their backoff)"
+        if snapshot.next_pos is None:
+            advice.append(f"{kind} stay in the document in format 1: set QUEUE_SEGMENT_JOBS, and "
+                          "QUEUE_DELAYED_HORIZON_SECONDS, to move those due later to delayed segment objects")
+        elif horizon <= 0:
+            advice.append(f"{kind} stay in the document with QUEUE_DELAYED_HORIZON_SECONDS=0: set it (60 s by "
+                          "default) to move those due later to delayed segment objects")
+        else:
+            advice.append(f"{kind} stay in the document up to each queue's share of QUEUE_HEAD_JOBS, and while due "
+                          f"within {horizon:g} s (QUEUE_DELAYED_HORIZON_SECONDS): look for a failing downstream "
+                          "service, or shorten the backoff")
     if ready and snapshot.next_pos is None:
         advice.append("format 1 keeps every pending job in the document: set QUEUE_SEGMENT_JOBS to move "
                       "backlogs into segment objects")

@@ -71,6 +71,8 @@ class QueueSummary:
     #: Of ``pending``, how many sit in segment objects (format 2), delayed
     #: segments included (format 3).
     in_segments: int = 0
+    #: Of ``in_segments``, how many sit in delayed segments (format 3: not due yet).
+    delayed_away: int = 0
     #: How many segment objects hold them.
     segments: int = 0
     #: Pending and claimable now (no not_before in the future).
@@ -298,6 +300,7 @@ class Snapshot:
             # Not due yet (they come back before they are): pending, not ready.
             row.pending += held
             row.in_segments += held
+            row.delayed_away = held
             row.segments += len(delays)
         for queue, first in oldest.items():
             rows[queue].oldest_pending_at = moment(first)

@@ -163,7 +163,7 @@ def test_the_job_page_it_times_reads_a_job_by_range_then_a_second_one_whole_then
 def test_a_delayed_backlog_is_seeded_due_later_and_labelled_so() -> None:
     """``--delayed``: the backlog is pushed through the same path, each job due
     in that many seconds (a backlog of retries waiting for their backoff);
-    delayed jobs stay in the document (docs/format.md, "Claims and FIFO"), so
+    with no delayed horizon, delayed jobs stay in the document (docs/format.md), so
     the seeding must not wait for them to be sealed. The table and the
     target lines say the depth was delayed."""
     policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10)
@@ -184,3 +184,30 @@ def test_a_delayed_backlog_is_seeded_due_later_and_labelled_so() -> None:
     rows = [_row(0, 1.5), {**_row(300, 2.0), "delayed": 3_600.0}]
     assert "| 1 | 300 delayed |" in table(rows).splitlines()[3]
     assert any("depth 300 delayed" in line for line in target_lines(rows, 0.05))
+
+
+def test_a_delayed_backlog_with_a_horizon_is_seeded_into_delayed_segments() -> None:
+    """``--delayed`` with the app's horizon (``--delayed-horizon``, 60 s by
+    default): the seeding waits for the delayed jobs past the front share to
+    be sealed into delayed segments, as it waits for pending ones, so every
+    phase starts with a small document."""
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, delayed_horizon_seconds=60)
+    broker = Broker(MemoryStore(), url="http://leader", policy=policy, heartbeat_seconds=60,
+                    takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        _seed(broker, ["q"], 300, policy, delayed=3_600)
+        state = broker.committer.state if broker.committer is not None else None
+        assert state is not None
+        assert state.pending("q") == 300 and state.pending_here["q"] == 20 and state.delayed_away("q") == 280
+    finally:
+        broker.stop(timeout=10)
+
+
+def test_the_benchmark_runs_the_apps_delayed_horizon_unless_told() -> None:
+    from bench.backlog import APP_DELAYED_HORIZON_SECONDS, parse_args
+    from queueadmin.config import DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS
+
+    assert APP_DELAYED_HORIZON_SECONDS == DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS
+    assert parse_args(["--delayed", "3600"]).delayed_horizon == APP_DELAYED_HORIZON_SECONDS
+    assert parse_args(["--delayed-horizon", "0"]).delayed_horizon == 0

@@ -1,4 +1,4 @@
-"""A stateful Hypothesis machine over format 2 (run by
+"""A stateful Hypothesis machine over formats 2 and 3 (run by
 ``tests/fuzz/test_fuzz_segments.py``; it lives here because it drives the
 lane keeper's internals, which only the engine's own tests may import): the pure transitions plus
 sealing and refilling, driven the way the leader's lane keeper drives them.
@@ -8,6 +8,8 @@ id it used before), claim (one or both queues), heartbeat, complete, fail
 (retry with backoff, or give up), requeue, purge (by id, whole queue and
 status), lease expiry and clock moves, and, between them, the lane keeper's
 work on a :class:`~engine.stores.memory.MemoryStore`: a seal or a refill
+(of a pending segment, or of a delayed one: format 3, delayed jobs due beyond
+a horizon of a second)
 planned by :class:`~engine.lanes.LaneKeeper` from the current state and run
 at once (it must be accepted), or planned now and run some steps later
 (stale: accepted only if still right, else refused changing nothing and its
@@ -16,7 +18,8 @@ committer runs them; keys a version stopped referencing are deleted after
 each step, as the committer reports them once a write landed.
 
 A small reference model knows, for each job, its status, attempts, FIFO
-place (``pos``) and whether it sits in a segment. After every step:
+place (``pos``) and whether it sits in a segment or a delayed segment. After
+every step:
 
 * every job is where the model says: in the document (status, attempts,
   pos) or in a segment object the document references (read back and
@@ -51,10 +54,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import engine.laneplans as laneplans_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
+from engine.delaysteps import read_delayed
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
 from engine.lanes import LaneKeeper
-from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares
+from engine.lanetasks import DelayedRefillTask, DelayedSealTask, MergeTask, RefillTask, SealTask, Shares
 from engine.lanetasks import last_key as _last_of
 from engine.ops import (
     PurgeOutcome,
@@ -77,7 +81,7 @@ KEY = "queue.json"
 WRITER = "fuzz-writer"
 # Small thresholds: seals and refills all the time.
 POLICY = Policy(max_attempts=3, dead_letter_limit=4, backoff_base_seconds=1, backoff_cap_seconds=4,
-                segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=40)
+                segment_jobs=3, head_jobs=2, refill_below=2, merge_jobs=40, delayed_horizon_seconds=1)
 EPOCH = 7
 # How long a step takes on the keeper's clock (see seconds): a claim a step
 # is 25 claims a second, so refills that follow claims get a boost.
@@ -98,6 +102,7 @@ class MJob:
     expires_at: datetime | None = None
     seconds: float = 0.0  # the lease's length
     in_segment: bool = False
+    in_delayed: bool = False  # in a delayed segment (format 3)
 
 
 def _counters() -> dict[str, Any]:
@@ -120,7 +125,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.left: set[str] = set()  # ids that left: a push of one within the window adds nothing
         self.next_pos = 0
         self.n = 0
-        self.stale: list[SealTask | RefillTask | MergeTask] = []
+        self.stale: list[SealTask | RefillTask | MergeTask | DelayedSealTask | DelayedRefillTask] = []
         self.dry_runs: dict[str, int] = {}  # queue -> the next pos a dry run of its pending jobs saw
         self.pipeline: SealTask | None = None  # a seal in flight (see pipelined_seal)
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
@@ -174,6 +179,7 @@ class SegmentMachine(RuleBasedStateMachine):
         self.keeper.committed(self.state)
         self.keeper._tasks.clear()
         self.keeper._busy.clear()
+        self.keeper._delayed_busy.clear()
         self.keeper._merge_slot = None
 
     def due_leases(self) -> bool:
@@ -223,7 +229,7 @@ class SegmentMachine(RuleBasedStateMachine):
                 continue
             front = self.frontier(queue)
             eligible += [(j.pos, j.id) for j in self.jobs.values()
-                         if j.queue == queue and j.status == "pending" and not j.in_segment
+                         if j.queue == queue and j.status == "pending" and not j.in_segment and not j.in_delayed
                          and (j.not_before is None or j.not_before <= self.now)
                          and (front is None or j.pos < front)]
         return [job_id for _, job_id in sorted(eligible)[:max_jobs]]
@@ -270,6 +276,9 @@ class SegmentMachine(RuleBasedStateMachine):
                         if merge is not None:
                             self.run_merge(merge, fresh=True)
                             worked = True
+                    for task in self.delay_tasks():
+                        self.run_delayed(task, fresh=True)
+                        worked = True
                     if not worked:
                         break
             finally:
@@ -280,6 +289,10 @@ class SegmentMachine(RuleBasedStateMachine):
             for queue in self.state.lanes:
                 assert self.state.front_ready(queue, self.now, shares.head) >= shares.refill, (
                     f"queue {queue} has segments but its front ran short and no refill was planned")
+            # Nor a delayed segment due within its lead: it came back in time.
+            lead = timedelta(seconds=self.keeper.delayed_lead_seconds)
+            for queue, refs in self.state.delays.items():
+                assert refs[0].first_due > self.now + lead, f"queue {queue}'s delayed segment was not refilled"
 
     @rule(auto=st.booleans())
     def keeper_follows_commits(self, auto: bool) -> None:
@@ -289,7 +302,7 @@ class SegmentMachine(RuleBasedStateMachine):
 
     # -- client operations ----------------------------------------------------------------------
 
-    @rule(queue=st.sampled_from(QUEUES), count=st.integers(1, 9), delay=st.sampled_from([0, 0, 0, 0, 1, 3]),
+    @rule(queue=st.sampled_from(QUEUES), count=st.integers(1, 9), delay=st.sampled_from([0, 0, 0, 0, 1, 3, 10]),
           again=st.booleans())
     def push(self, queue: str, count: int, delay: int, again: bool) -> None:
         ids = []
@@ -348,9 +361,10 @@ class SegmentMachine(RuleBasedStateMachine):
             found = keeper.lookup.find_pending(job_id, outcome.refs, reads=len(outcome.refs))
             event(f"get_job: sealed, {'found' if found is not None else 'gone'}")
             if found is None:
-                assert job is None or not job.in_segment, f"{job_id} is in a segment and was not found"
+                assert job is None or not (job.in_segment or job.in_delayed), f"{job_id} is in a segment, not found"
             else:
-                assert job is not None and job.in_segment and found[1] == job.pos, (job_id, found[1], job)
+                assert job is not None and (job.in_segment or job.in_delayed) and found[1] == job.pos, (
+                    job_id, found[1], job)
                 assert found[0].id == job_id and found[0].status == "pending"
             # Only segments without an index, or whose index may hold the id, were read.
             for _, ref in outcome.refs:
@@ -361,11 +375,12 @@ class SegmentMachine(RuleBasedStateMachine):
         elif isinstance(outcome, JobNotFound):
             event("get_job: not found")
             # Not looked for in segments: no segments, or the id finished recently.
-            assert job is None or not job.in_segment or job_id in self.state.finished, job
+            assert job is None or not (job.in_segment or job.in_delayed) or job_id in self.state.finished, job
             assert job_id not in self.dead
         else:
             event("get_job: in the document")
-            assert isinstance(outcome, dict) and outcome["id"] == job_id and (job is None or not job.in_segment)
+            assert isinstance(outcome, dict) and outcome["id"] == job_id and (
+                job is None or not (job.in_segment or job.in_delayed))
             assert outcome["status"] == (job.status if job is not None else "dead")
         self.after_step()
 
@@ -482,13 +497,19 @@ class SegmentMachine(RuleBasedStateMachine):
         if straddling is not None and straddling.front >= bound:
             straddling = None
         kept_from = straddling.front if straddling is not None else bound
+        # Delayed segments go whole when all their jobs are below the bound, else stay whole.
+        delays = self.state.delays.get(queue, [])
+        kept_delayed = {job.id for ref in delays if ref.max_pos >= bound
+                        for job, _ in read_delayed(self.store, queue, ref)}
+        kept_whole = straddling.key if straddling is not None else next(
+            (r.key for r in delays if r.min_pos < bound <= r.max_pos), None)
         gone = [j for j in self.jobs.values() if j.queue == queue and j.status == "pending" and j.pos < bound
-                and not (j.in_segment and j.pos >= kept_from)]
+                and not (j.in_segment and j.pos >= kept_from) and j.id not in kept_delayed]
         outcome = self.execute(purge_op(queue=queue, status="pending", before_pos=bound))
         assert isinstance(outcome, PurgeOutcome), outcome
-        assert outcome.kept_whole == (straddling.key if straddling is not None else None), (outcome, straddling)
+        assert outcome.kept_whole == kept_whole, (outcome, straddling, delays)
         assert outcome.count == len(gone), (outcome, sorted(j.id for j in gone))
-        assert set(outcome.ids) == {j.id for j in gone if not j.in_segment}
+        assert set(outcome.ids) == {j.id for j in gone if not (j.in_segment or j.in_delayed)}
         event(f"purge_bounded: {'a segment kept whole' if straddling is not None else 'nothing straddles'}")
         for job in gone:
             del self.jobs[job.id]
@@ -566,6 +587,55 @@ class SegmentMachine(RuleBasedStateMachine):
             assert (self.outcomes and isinstance(self.outcomes[-1], ValidationError)) or (
                 not self.outcomes and self.store.get(task.ref.key) is None), self.outcomes
         self.after_step()
+
+    def delay_tasks(self) -> list[DelayedSealTask | DelayedRefillTask]:
+        """The delayed seals and refills the keeper plans from the current state (format 3)."""
+        tasks = self.keeper._delay_tasks(self.state, self.shares(), set())
+        assert all(isinstance(t, DelayedSealTask | DelayedRefillTask) for t in tasks)
+        return tasks  # type: ignore[return-value]
+
+    def run_delayed(self, task: DelayedSealTask | DelayedRefillTask, *, fresh: bool) -> None:
+        """Run a delayed seal or refill as a keeper thread does; a fresh one must land."""
+        self.model_expire()
+        keeper = self.keeper
+        before = keeper.sealed_delayed, keeper.refilled_delayed, keeper.abandoned
+        self.outcomes.clear()
+        if isinstance(task, DelayedSealTask):
+            keeper._seal_delayed(task)
+            while keeper.reaper.delete_due():
+                pass
+            landed = keeper.sealed_delayed > before[0]
+            if landed:
+                for job_id, pos in task.jobs:
+                    job = self.jobs[job_id]
+                    assert job.status == "pending" and job.pos == pos and job.not_before is not None
+                    assert not job.in_segment and not job.in_delayed
+                    job.in_delayed = True
+            else:
+                assert keeper.abandoned > before[2], f"the delayed seal neither landed nor was refused: {self.outcomes}"
+        else:
+            back = {job.id for job, _ in read_delayed(self.store, task.queue, task.ref)} if self.store.get(
+                task.ref.key) is not None else set()
+            keeper._refill_delayed(task)
+            assert keeper.delayed_problems == {}, keeper.delayed_problems
+            landed = keeper.refilled_delayed > before[1]
+            if landed:
+                for job_id in back:
+                    job = self.jobs[job_id]
+                    assert job.in_delayed
+                    job.in_delayed = False
+        event(f"delayed {'seal' if isinstance(task, DelayedSealTask) else 'refill'} "
+              f"({'fresh' if fresh else 'stale'}): {'landed' if landed else 'refused'}")
+        assert landed or not fresh, f"a delayed task planned from the current state was refused: {self.outcomes}"
+        self.after_step()
+
+    @rule(again=st.booleans())
+    def delayed_work(self, again: bool) -> None:
+        """The keeper's delayed seals and refills, planned now and run now (and, with ``again``, once more later)."""
+        for task in self.delay_tasks():
+            if again:
+                self.stale.append(task)
+            self.run_delayed(task, fresh=True)
 
     @rule(queue=st.sampled_from(QUEUES), again=st.booleans())
     def seal(self, queue: str, again: bool) -> None:
@@ -666,9 +736,13 @@ class SegmentMachine(RuleBasedStateMachine):
         assert (self.keeper.sealed > sealed) == landed, "a seal behind a refused one landed"
         self.after_step()
 
-    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5), kind=st.sampled_from(["seal", "refill", "merge"]))
+    @rule(queue=st.sampled_from(QUEUES), want=st.integers(1, 5),
+          kind=st.sampled_from(["seal", "refill", "merge", "delayed"]))
     def plan_for_later(self, queue: str, want: int, kind: str) -> None:
         task: SealTask | RefillTask | MergeTask | None
+        if kind == "delayed":
+            self.stale.extend(self.delay_tasks())
+            return
         if kind == "seal":
             task = self.seal_task(queue)
         elif kind == "refill":
@@ -687,6 +761,8 @@ class SegmentMachine(RuleBasedStateMachine):
             self.run_seal(task, fresh=False)
         elif isinstance(task, RefillTask):
             self.run_refill(task, fresh=False)
+        elif isinstance(task, DelayedSealTask | DelayedRefillTask):
+            self.run_delayed(task, fresh=False)
         else:
             self.run_merge(task, fresh=False)
 
@@ -695,7 +771,7 @@ class SegmentMachine(RuleBasedStateMachine):
     @invariant()
     def jobs_are_where_the_model_says(self) -> None:
         state = self.state
-        in_doc = {j.id for j in self.jobs.values() if not j.in_segment}
+        in_doc = {j.id for j in self.jobs.values() if not j.in_segment and not j.in_delayed}
         assert set(state.jobs) == in_doc, f"document jobs differ: {set(state.jobs) ^ in_doc}"
         for job_id in in_doc:
             job, mine = state.jobs[job_id], self.jobs[job_id]
@@ -705,6 +781,26 @@ class SegmentMachine(RuleBasedStateMachine):
         assert list(state.dead) == list(self.dead)
         for queue in QUEUES:
             self.check_segments(queue)
+            self.check_delayed(queue)
+
+    def check_delayed(self, queue: str) -> None:
+        """The queue's delayed segments hold exactly the model's delayed jobs
+        out of the document, each at its pos with its not_before, in due
+        order, within its reference's bounds (read back and verified)."""
+        refs = self.state.delays.get(queue, [])
+        assert [(r.first_due, r.key) for r in refs] == sorted((r.first_due, r.key) for r in refs)
+        held: dict[str, tuple[int, datetime | None]] = {}
+        for ref in refs:
+            jobs = read_delayed(self.store, queue, ref)
+            dues = [job.not_before for job, _ in jobs]
+            assert dues == sorted(dues) and dues[0] == ref.first_due and dues[-1] == ref.last_due  # type: ignore[type-var]
+            assert min(p for _, p in jobs) == ref.min_pos and max(p for _, p in jobs) == ref.max_pos
+            for job, pos in jobs:
+                assert job.id not in held, f"{job.id} is in two delayed segments"
+                held[job.id] = (pos, job.not_before)
+        mine = {j.id: (j.pos, j.not_before) for j in self.jobs.values() if j.queue == queue and j.in_delayed}
+        assert held == mine, f"delayed segment jobs of {queue} differ from the model's"
+        assert not set(held) & (set(self.state.jobs) | set(self.state.dead))
 
     def check_segments(self, queue: str) -> None:
         refs = self.state.lanes.get(queue, [])
@@ -752,6 +848,7 @@ class SegmentMachine(RuleBasedStateMachine):
     @invariant()
     def the_store_holds_exactly_the_referenced_segments(self) -> None:
         referenced = {ref.key: ref for refs in self.state.lanes.values() for ref in refs}
+        referenced.update((ref.key, ref.as_segment()) for refs in self.state.delays.values() for ref in refs)
         assert set(self.store.list(segment_prefix(KEY))) == set(referenced)
         # Every referenced segment has its id index (seals and merges write
         # one; the machine's store never fails), and an index is only beside
@@ -766,7 +863,8 @@ class SegmentMachine(RuleBasedStateMachine):
             blob, data = self.store.get(key), self.store.get(segment)
             assert blob is not None and data is not None
             index = decode_index(ref, blob.data)
-            assert all(index.may_hold(item["id"]) for item in decode_segment(ref, data.data))
+            assert all(index.may_hold(item["id"])
+                       for item in decode_segment(ref, data.data, kind=("pending", "delayed")))
 
     @invariant()
     def encoding_round_trips(self) -> None:
@@ -774,6 +872,7 @@ class SegmentMachine(RuleBasedStateMachine):
         parsed = parse_document(KEY, data, policy=POLICY)
         assert list(parsed.jobs.items()) == list(self.state.jobs.items())
         assert parsed.pos == self.state.pos and parsed.next_pos == self.state.next_pos
+        assert parsed.delays == self.state.delays
         assert parsed.lanes == self.state.lanes and parsed.pending_here == {
             q: n for q, n in self.state.pending_here.items() if n}
         for queue in QUEUES:
@@ -782,5 +881,6 @@ class SegmentMachine(RuleBasedStateMachine):
         parsed.recent.pop()  # as it was before this commit, so encoding it adds the same entry again
         again = b"".join(parsed.encode(seq=self.state.seq + 1, writer=WRITER, now=self.now))
         assert again == data, "encoding the parsed document again gives other bytes"
-        assert orjson.loads(data)["format"] == 2
+        # Format 3 from the first delayed seal that landed on, and never back.
+        assert orjson.loads(data)["format"] == self.state.format == (3 if self.keeper.sealed_delayed else 2)
 

@@ -110,3 +110,17 @@ def test_a_purge_of_a_queues_pending_jobs_counts_and_drops_its_delayed_segments(
     assert doc["seq"] == seq + 1 and "q" not in doc["lanes"] and doc["jobs"] == []
     assert doc["queues"]["q"]["purged"] == 100
     assert AuditEntry.objects.get(action="purge").count == 100
+
+
+def test_the_large_document_alert_leaves_out_the_delayed_jobs_in_delayed_segments(
+        delayed_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from queueadmin.dashboard import pages
+    from queueadmin.dashboard.source import source
+    from tests.helpers import stored
+
+    delayed_backlog(broker)
+    monkeypatch.setattr(pages, "LARGE_DOCUMENT_BYTES", len(stored(broker.store)))
+    source.reset()
+    [alert] = [a.text for a in viewer.get("/").context["alerts"] if "every commit writes all of it" in a.text]
+    assert "20 delayed jobs (q 20)" in alert  # the 80 in delayed segments cost a commit nothing
+    assert "within 1 s (QUEUE_DELAYED_HORIZON_SECONDS)" in alert
