@@ -427,6 +427,8 @@ def _check_versions(history: History, verdict: Verdict) -> None:
     # Format 2: how much sealing the run saw (every key a version referenced).
     keys = [v.segments for v in history.versions if v.segments is not None]
     verdict.figures["segments_seen"] = len({key for refs in keys for key in refs})
+    # Format 3: of them, delayed segments (their keys' folder says so).
+    verdict.figures["delayed_segments_seen"] = len({key for refs in keys for key in refs if "/delayed/" in key})
     verdict.figures["most_segments_at_once"] = max((len(refs) for refs in keys), default=0)
 
 

@@ -39,7 +39,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"dead letters: {f['dead_letters']}; left pending or running: {f['left_pending_or_running']}; "
         f"completion unconfirmed (answer lost): {f['unconfirmed']}",
         f"acknowledged pushes lost: {f['lost']}",
-        f"format 2: segments referenced by the versions seen {f.get('segments_seen', 0)} (at most "
+        f"format 2: segments referenced by the versions seen {f.get('segments_seen', 0)} (delayed: "
+        f"{f.get('delayed_segments_seen', 0)}; at most "
         f"{f.get('most_segments_at_once', 0)} at once); left in segments {f.get('left_in_segments', 0)}; "
         f"segment objects left unreferenced at the end {f.get('unreferenced_segments', 0)}; "
         f"id indexes left without their segment {f.get('orphan_indexes', 0)}",

@@ -89,7 +89,7 @@ class LanePlanning:
 
     def _init_planning(self) -> None:
         """The writer thread's memos (see _refill_task, _seal_task and _plan)."""
-        self._front_counted: dict[str, tuple[int, int, int]] = {}
+        self._front_counted: dict[str, tuple[int, int, int, int]] = {}
         self._boost: dict[str, float] = {}  # queue -> how much deeper its front is kept (see MAX_FRONT_BOOST)
         self._paced: dict[str, tuple[float, int]] = {}  # queue -> (when its last refill was planned, front aimed for)
         self._seal_fruitless: dict[str, tuple[int, int]] = {}
@@ -239,6 +239,13 @@ class LanePlanning:
         threshold = int(shares.refill * self._boost.get(queue, 1.0))
         here, appended = state.pending_here.get(queue, 0), state.next_pos
         counted = self._front_counted.get(queue)
+        # A delayed refill (format 3) puts jobs back into ``pending_here``
+        # with their old pos, appending nothing: the bound below would take
+        # them for front jobs still there, and a front that claims emptied
+        # meanwhile went unrefilled (the segments machine). Count again then.
+        away = state.delayed_away(queue) if state.delays else 0
+        if counted is not None and counted[3] != away:
+            counted = None
         if counted is not None:
             # Each job that leaves the front (a claim, a purge, a move to the
             # back) takes one out of ``pending_here``; but jobs appended to
@@ -247,7 +254,7 @@ class LanePlanning:
             # difference alone let pushes that kept pace with claims hide a
             # front that ran dry: no refill, the queue stalled for good.
             # Still a lower bound on the front without walking it.
-            count, here_then, appended_then = counted
+            count, here_then, appended_then, _ = counted
             if count - max(0, here_then - here + appended - appended_then) >= threshold:
                 return None
         # Count up to twice the threshold: the bound then lasts about a
@@ -255,7 +262,7 @@ class LanePlanning:
         # walking the front again after every commit of a drain (~6 % of
         # the node's CPU under 64 single-job workers, a py-spy profile).
         ready = state.front_ready(queue, self.clock(), FRONT_COUNT_AHEAD * threshold)
-        self._front_counted[queue] = (ready, here, appended)
+        self._front_counted[queue] = (ready, here, appended, away)
         if ready >= threshold:
             return None
         del self._front_counted[queue]  # the refill changes the front: count again after it

@@ -12,6 +12,7 @@ its figures are in docs/reliability.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +25,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 SEED = 20261130
 
 
-def _run(store: str, kinds: list[str], workdir: Path) -> Outcome:
+def _run(store: str, kinds: list[str], workdir: Path, **more: Any) -> Outcome:
     # Each kind once, in a seeded order; the duration only caps a run that hangs.
     # One push in ten delayed: none may be leased before it is due.
-    options = Options(seed=SEED, duration=120, store=store, kinds=kinds, each=True, faults=len(kinds),
-                      workdir=workdir, delayed=0.1)
+    options = Options(**{"seed": SEED, "duration": 120, "store": store, "kinds": kinds, "each": True,
+                         "faults": len(kinds), "workdir": workdir, "delayed": 0.1, **more})
     outcome = run(options, log=False)
     report = text(outcome)
     print(report)
@@ -55,3 +56,13 @@ def test_chaos_on_gcs(tmp_path: Path) -> None:
 
 def test_chaos_on_azure(tmp_path: Path) -> None:
     _run("azure", ["kill", "lost", "delete"], tmp_path / "azure")
+
+
+def test_chaos_with_delayed_segments_on_a_folder(tmp_path: Path) -> None:
+    """Format 3 under faults: tiny segments and a short delayed horizon, half
+    the pushes delayed by 0.5-4 s, so delayed jobs are sealed into delayed
+    segments and refilled all through the run (the leader killed, a
+    segment deleted or altered): none lost, none leased early."""
+    outcome = _run("file", ["kill", "segment", "pause"], tmp_path / "file", segments=(3, 4, 2), delayed=0.5,
+                   pace=0.04, delayed_horizon=0.3)
+    assert outcome.verdict.figures["delayed_segments_seen"] > 0, text(outcome)

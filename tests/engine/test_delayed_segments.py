@@ -18,7 +18,7 @@ from engine.document import QueueState
 from engine.lanes import LaneKeeper
 from engine.ops import ForgetQueue, Purge, claim_op, complete_op, purge_op, push_op
 from engine.parsing import parse_document
-from engine.segments import segment_prefix
+from engine.segments import delayed_segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from tests.helpers import wait_for
 
@@ -301,3 +301,25 @@ def test_a_job_in_a_delayed_segment_is_found_by_id_and_purged_by_id(make_broker:
         broker.get_job(sealed)
     assert sealed not in {job.id for job, _ in read_delayed(store, "q", state_of(broker).delays["q"][0])}
     wait_for(lambda: old["key"] not in delayed_objects(store), what="the old object deleted after its grace")
+
+
+def test_a_new_leader_collects_an_older_leaders_orphan_delayed_segment_and_nothing_it_references(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = open_store("memory://")
+    first = leader(make_broker, store)
+    ids = push_delayed(first, 60, 3.0)
+    wait_for(lambda: bool(delayed_refs(store)), what="sealed")
+    epoch = document(store)["broker"]["epoch"]
+    due = due_times(store)
+    first.stop(timeout=10)
+    # What a leader leaves when it dies between writing a delayed segment and
+    # committing the SealDelayed that names it:
+    orphan = delayed_segment_key("queue.json", queue="q", epoch=epoch, first_pos=10**9)
+    store.put(orphan, b"{}")
+    referenced = {ref["key"] for ref in delayed_refs(store)}
+
+    second = leader(make_broker, store, url="http://b")
+    wait_for(lambda: orphan not in delayed_objects(store), timeout=20, what="the orphan collected")
+    assert referenced <= set(delayed_objects(store)) or not delayed_refs(store)  # kept until refilled
+    assert sorted(claim_all(second, 60, due)) == sorted(ids)
