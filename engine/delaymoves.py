@@ -19,6 +19,7 @@ from datetime import datetime
 
 from engine.document import QueueState
 from engine.errors import ValidationError
+from engine.lanemoves import restore_from_segment
 from engine.optypes import RefillDelayed, SealDelayed
 
 __all__ = ["refill_delayed", "seal_delayed"]
@@ -74,16 +75,9 @@ def refill_delayed(state: QueueState, op: RefillDelayed, now: datetime) -> int:
         raise ValidationError(f"queue {op.queue!r} no longer references the delayed segment {op.key}")
     if len(op.jobs) != ref.total:
         raise ValidationError(f"the delayed segment {op.key} holds {ref.total} jobs, the refill names {len(op.jobs)}")
-    restored = 0
     for job, pos in op.jobs:
         if job.queue != op.queue or job.status != "pending" or not ref.min_pos <= pos <= ref.max_pos:
             raise ValidationError(f"job {job.id!r} of the delayed segment {op.key} does not belong there")
-    for job, pos in op.jobs:
-        if job.id in state.jobs or job.id in state.dead or job.id in state.finished:
-            state.counters(op.queue).purged += 1
-            state.departed("purged", job, now)
-            continue
-        state.restore_job(job, pos)
-        restored += 1
+    restored = restore_from_segment(state, op.queue, op.jobs, now)
     state.drop_delayed(op.queue, (op.key,))
     return restored

@@ -24,12 +24,10 @@ from typing import Any
 import orjson
 
 from engine.errors import (
-    CommitterNotRunning,
     CommitterStopped,
     DocumentError,
     EngineError,
     NotLeader,
-    PreconditionFailed,
     SegmentUnreadable,
     StoreError,
     ValidationError,
@@ -50,7 +48,6 @@ from engine.segments import (
     digest,
     encode_segment,
     read_segment,
-    write_segment,
 )
 from engine.stores.base import ObjectStore
 
@@ -98,7 +95,8 @@ class DelaySteps:
     # The keeper's methods this half calls (engine.lanes).
     _unsubmitted: Callable[[str], None]
     _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
-    _holds: Callable[[str, bytes], bool]
+    _put_new: Callable[[str, str, bytes], bool]
+    _swap: Callable[[str, str, Callable[[], object]], bool]
 
     def _init_delay_steps(self) -> None:
         #: Per queue, why its next delayed segment cannot be read (I6), while it cannot.
@@ -119,12 +117,7 @@ class DelaySteps:
         first_pos = min(positions)
         key = delayed_segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos, keeper=self.tag)
         data = encode_segment(queue, first_pos, parts, kind=DELAYED_KIND)
-        try:
-            write_segment(self.store, key, data)
-        except StoreError as exc:
-            log.warning("queue %s: writing delayed segment %s failed: %s", queue, key, exc)
-            if not isinstance(exc, PreconditionFailed) or self._holds(key, data):
-                delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
+        if not self._put_new(queue, key, data):
             return None
         if self._stopping:  # a step-down while it was written
             self.abandoned += 1
@@ -164,22 +157,9 @@ class DelaySteps:
                                   last_due=task.last_due)
         if ref is None:
             return
-        key = ref.key
-        try:
-            self.execute(SealDelayed(queue=queue, ref=ref, jobs=task.jobs, parts=task.parts))
-        except CommitterNotRunning:
-            self._unsubmitted(key)
-            raise
-        except ValidationError:
-            # A job moved on since the plan (claimed when due, retried, purged):
-            # nothing references the object.
-            self.abandoned += 1
-            self.reaper.delete_segment(key)
-            return
-        except (NotLeader, CommitterStopped):
-            raise  # it may have landed before a takeover read the document: the next collector's
-        except EngineError as exc:
-            log.warning("queue %s: committing delayed segment %s: %s", queue, key, exc)
+        # Refused when a job moved on since the plan (claimed when due, retried, purged).
+        if not self._swap(queue, ref.key, lambda: self.execute(
+                SealDelayed(queue=queue, ref=ref, jobs=task.jobs, parts=task.parts))):
             return
         self.sealed_delayed += 1
         # After the commit, as a pending seal's: a lookup by id reads it then.

@@ -13,13 +13,15 @@ from :mod:`engine.transitions`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from engine.document import QueueState
 from engine.errors import ValidationError
+from engine.model import Job
 from engine.optypes import Merge, Refill, Seal
 
-__all__ = ["merge", "refill", "seal"]
+__all__ = ["merge", "refill", "restore_from_segment", "seal"]
 
 
 def seal(state: QueueState, op: Seal, now: datetime) -> int:
@@ -66,23 +68,33 @@ def refill(state: QueueState, op: Refill, now: datetime) -> int:
     if not refs or refs[0].key != op.key or refs[0].consumed != op.consumed:
         raise ValidationError(f"the first segment of queue {op.queue!r} changed since the refill began")
     ref = refs[0]
-    restored = 0
-    for job, pos in op.jobs:
-        # ``finished``: both copies were in segments (the re-push was sealed
-        # too), the first one came back and ran; without this check the id
-        # ran twice.
-        if job.id in state.jobs or job.id in state.dead or job.id in state.finished:
-            state.counters(op.queue).purged += 1
-            state.departed("purged", job, now)
-            continue
-        state.restore_job(job, pos)
-        restored += 1
+    restored = restore_from_segment(state, op.queue, op.jobs, now)
     consumed = op.consumed + len(op.jobs)
     if consumed >= ref.total or op.front is None or op.oldest is None:
         state.drop_refs(op.queue, 1)
     else:
         refs[0] = ref._replace(consumed=consumed, front=op.front, oldest_enqueued_at=op.oldest)
     state.dirty = True
+    return restored
+
+
+def restore_from_segment(state: QueueState, queue: str, jobs: Iterable[tuple[Job, int]], now: datetime) -> int:
+    """Put ``jobs`` (``(job, pos)``, read from a segment of ``queue``, pending
+    or delayed) back into the document at their ``pos``; returns how many
+    came back. A job whose id is in the document, the dead letters or the
+    ``finished`` window stays out, counted as purged: the other job with
+    that id (pushed again after this one left the ``sealed`` window) is the
+    newer. (``finished``: both copies were in segments, the re-push was
+    sealed too, and the first one came back and ran; without this check the
+    id ran twice.)"""
+    restored = 0
+    for job, pos in jobs:
+        if job.id in state.jobs or job.id in state.dead or job.id in state.finished:
+            state.counters(queue).purged += 1
+            state.departed("purged", job, now)
+            continue
+        state.restore_job(job, pos)
+        restored += 1
     return restored
 
 

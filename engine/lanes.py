@@ -398,6 +398,20 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             return False
         return blob is not None and blob.data == data
 
+    def _put_new(self, queue: str, key: str, data: bytes) -> bool:
+        """Create the segment object ``key`` of ``queue`` with ``data``
+        (``If-None-Match``). False if the write failed (logged): the object
+        is then deleted if it may have landed, since nothing references it
+        (a key that exists with other bytes is another object's, and left)."""
+        try:
+            write_segment(self.store, key, data)
+        except StoreError as exc:
+            log.warning("queue %s: writing segment %s failed: %s", queue, key, exc)
+            if not isinstance(exc, PreconditionFailed) or self._holds(key, data):
+                delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
+            return False
+        return True
+
     def _write_segment(
         self, task: SealTask | MergeTask, parts: Sequence[bytes], *, first_pos: int, last_pos: int,
         oldest: datetime,
@@ -410,12 +424,7 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         queue = task.queue
         key = segment_key(self.key, queue=queue, epoch=self.epoch, first_pos=first_pos, keeper=self.tag)
         data = encode_segment(queue, first_pos, parts)
-        try:
-            write_segment(self.store, key, data)
-        except StoreError as exc:
-            log.warning("queue %s: writing segment %s failed: %s", queue, key, exc)
-            if not isinstance(exc, PreconditionFailed) or self._holds(key, data):
-                delete_quietly(self.store, key)  # it may have landed (ambiguous); never referenced
+        if not self._put_new(queue, key, data):
             return None
         ref = SegmentRef(
             key=key, total=len(parts), consumed=0, front=first_pos, last_pos=last_pos, size=len(data),
@@ -452,21 +461,34 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             return None
         key = ref.key
         self._write_index(ref, parts)
+        landed = self._swap(queue, key, lambda: self._submit(
+            task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ()))))
+        return key if landed else None
+
+    def _swap(self, queue: str, key: str, commit: Callable[[], object]) -> bool:
+        """Run ``commit``, the operation that makes a version reference the
+        new segment ``key`` of ``queue`` (a Merge, a SealDelayed), and wait
+        for it. True once applied. Refused (ValidationError: the queue moved
+        on, a purge, a requeue, a refill): nothing references the object,
+        which is deleted; False. Refused at submission (CommitterNotRunning):
+        it is in no write, and the object is deleted before the error is
+        raised. NotLeader/CommitterStopped are raised, leaving the object
+        for the next leader's collector (the swap may have landed before the
+        takeover read the document). Any other EngineError (a commit
+        timeout) leaves it too, logged: if it did not land, a later leader
+        collects it; False."""
         try:
-            self._submit(task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ())))
+            commit()
         except CommitterNotRunning:
             self._unsubmitted(key)
             raise
         except ValidationError:
-            # The queue moved on (a purge, a requeue, a refill): nothing references the object.
             self.abandoned += 1
             self.reaper.delete_segment(key)
-            return None
+            return False
         except (NotLeader, CommitterStopped):
             raise
         except EngineError as exc:
-            # The outcome is unknown (a commit timeout): leave the object; if
-            # the swap did not land, a later leader collects it.
             log.warning("queue %s: committing segment %s: %s", queue, key, exc)
-            return None
-        return key
+            return False
+        return True

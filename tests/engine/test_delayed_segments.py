@@ -216,7 +216,7 @@ def test_a_missing_or_altered_delayed_segment_is_reported_and_never_dropped(
 ) -> None:
     store = open_store("memory://")
     broker = leader(make_broker, store)
-    push_delayed(broker, 60, 2.0)
+    push_delayed(broker, 60, 5.0)  # beyond two refill leads (2.1 s here): sealed
     wait_for(lambda: bool(delayed_refs(store)), what="sealed")
     ref = delayed_refs(store)[0]
     if damage == "missing":

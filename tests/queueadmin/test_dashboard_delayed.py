@@ -9,7 +9,6 @@ segments of a memory store; the pages are read as a user reads them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from io import StringIO
 from typing import TYPE_CHECKING, Any
 
@@ -19,30 +18,23 @@ from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker
-from queueadmin.dashboard import segments
 from queueadmin.models import AuditEntry
 from tests.queueadmin.dashboard_fixtures import confirm, preview, push
-from tests.queueadmin.test_dashboard_segments import document, every_pending, settle
+from tests.queueadmin.test_dashboard_segments import document, every_pending, settle, small_segments
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
 
+__all__ = ["small_segments"]  # a fixture this module's own builds on
 HOUR = 3600
 
 
 @pytest.fixture
-def delayed_segments(settings: SettingsWrapper) -> Iterator[None]:
+def delayed_segments(small_segments: None, settings: SettingsWrapper) -> None:
     """Format 2 with segments of 10 jobs, 20 at the front, and delayed jobs
-    due more than a second ahead sealed past the share (set before the broker starts)."""
-    settings.QUEUE_SEGMENT_JOBS = 10
-    settings.QUEUE_HEAD_JOBS = 20
-    settings.QUEUE_REFILL_BELOW = 10
+    due more than a second ahead (in practice, two refill leads) sealed past
+    the share (set before the broker starts)."""
     settings.QUEUE_DELAYED_HORIZON_SECONDS = 1.0
-    segments.cache.clear()
-    segments.ranged.clear()
-    yield
-    segments.cache.clear()
-    segments.ranged.clear()
 
 
 def delayed_refs(doc: dict[str, Any], queue: str = "q") -> list[dict[str, Any]]:
