@@ -295,6 +295,15 @@ class LanePlanning:
         jobs after it, and follows it (see ``_busy``)."""
         policy = self.policy
         here = state.pending_here.get(queue, 0)
+        fruitless = self._seal_fruitless.get(queue) if prev is None else None
+        if fruitless is not None and here < fruitless[0]:
+            # Jobs left the document since (claimed, purged, or delayed ones
+            # sealed into delayed segments): count the growth from here. Kept
+            # at its high-water mark, a memo taken while a seeded backlog of
+            # delayed jobs sat in the document held back the seals of the
+            # pushes after it until the document held as many again: 5.35 MB
+            # commits in ``python -m bench backlog --delayed 3600``.
+            self._seal_fruitless[queue] = fruitless = (here, fruitless[1])
         if policy.segment_jobs <= 0 or here < shares.head + shares.seal:
             return None
         # A plan that found too few jobs to seal (the rest are delayed, or in
@@ -303,7 +312,6 @@ class LanePlanning:
         # up, may find enough at once.) Not behind a seal in flight: its jobs
         # still count in ``here`` and leave when it lands, so a memo taken
         # then would hold back the first plan after it.
-        fruitless = self._seal_fruitless.get(queue) if prev is None else None
         if fruitless is not None and fruitless[1] <= shares.seal and here < fruitless[0] + max(1, shares.seal // 4):
             return None
         refs = state.lanes.get(queue)

@@ -169,3 +169,30 @@ def test_delayed_references_out_of_due_order_are_refused() -> None:
     doc["lanes"]["q"]["delayed"].reverse()
     with pytest.raises(DocumentError, match="due order"):
         parse_document("queue.json", orjson.dumps(doc), policy=POLICY)
+
+
+def test_a_seal_plan_found_fruitless_counts_growth_from_the_lowest_document_since() -> None:
+    """A queue whose document held many delayed jobs (none sealable into the
+    FIFO lane) memoizes a fruitless seal plan at that height; once they left
+    (here: purged; in the benchmark, sealed into delayed segments), ready
+    pushes past the front and a seal share must be sealed, not held back
+    until the document is as full again."""
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import Shares
+    from engine.ops import purge_op
+    from engine.stores import MemoryStore
+
+    policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10)
+    state = empty_state(policy=policy)
+    apply_batch(state, [], NOW)
+    apply(state, push_op("q", list(range(100)), policy=policy, delay_seconds=3600), NOW)
+    keeper = LaneKeeper(MemoryStore(), key="queue.json", policy=policy, execute=lambda op: None, epoch=1,
+                        clock=lambda: NOW, grace_seconds=0, collect_seconds=3600, retry_seconds=0)
+    shares = Shares.of(policy, 1)
+    assert keeper._seal_task(state, "q", shares) is None  # all delayed: fruitless, at 100 jobs here
+
+    apply(state, purge_op(queue="q", status="pending"), NOW)
+    assert keeper._seal_task(state, "q", shares) is None  # the version without them lands: nothing to seal
+    apply(state, push_op("q", list(range(40)), policy=policy), NOW)
+    task = keeper._seal_task(state, "q", shares)
+    assert task is not None and len(task.jobs) == 20  # the tail past the front of 20
