@@ -7,6 +7,8 @@ queue, at most one of:
 
 * a :class:`~engine.lanetasks.DelayedRefillTask` when the queue's first
   delayed segment (the one due first) is due within ``delayed_lead_seconds``
+  (its first jobs, at most the queue's front share; the others are written
+  to a new delayed segment in its place, refilled in turn)
   (the refill lead plus a heartbeat: an idle leader lands a version at least
   once a heartbeat, and plans only from landed versions). Planned whatever
   the policy says, so that turning delayed segments off never strands jobs;
@@ -58,7 +60,9 @@ class DelayPlanning:
         tasks: list[Task] = []
         for queue, refs in state.delays.items():
             if queue not in busy and refs[0].first_due <= due_by and self._delayed_retry_at.get(queue, 0.0) <= later:
-                tasks.append(DelayedRefillTask(queue, refs[0]))
+                # At most a front share a commit: a delayed segment of 16,384
+                # jobs coming back whole was a 7 MB commit.
+                tasks.append(DelayedRefillTask(queue, refs[0], take=shares.head))
         for queue in [q for q in self._delayed_fruitless if q not in state.queues]:
             del self._delayed_fruitless[queue]
         horizon = self.policy.delayed_horizon_seconds

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from engine.document import encode_job
 from engine.errors import (
     CommitterStopped,
     DocumentError,
@@ -185,13 +186,29 @@ class DelaySteps:
             self._delayed_retry_at[queue] = self.monotonic() + self.retry_seconds
             return
         self.delayed_problems.pop(queue, None)
-        try:
-            self.execute(RefillDelayed(queue=queue, key=ref.key, jobs=tuple(jobs)))
-        except ValidationError:
-            return  # the reference went since the plan (a purge): the next version plans again
-        except (NotLeader, CommitterStopped):
-            raise
-        except EngineError as exc:
-            log.warning("refilling queue %s from delayed segment %s: %s", queue, ref.key, exc)
+        back, others = jobs[:max(1, task.take)], jobs[max(1, task.take):]
+        if not others:
+            try:
+                self.execute(RefillDelayed(queue=queue, key=ref.key, jobs=tuple(back)))
+            except ValidationError:
+                return  # the reference went since the plan (a purge): the next version plans again
+            except (NotLeader, CommitterStopped):
+                raise
+            except EngineError as exc:
+                log.warning("refilling queue %s from delayed segment %s: %s", queue, ref.key, exc)
+                return
+            self.refilled_delayed += 1
             return
-        self.refilled_delayed += 1
+        # The others go to a new delayed segment in its place, swapped in the
+        # refill's own commit: a segment never changes, and one that came back
+        # whole (up to merge_jobs jobs) made a commit of several megabytes.
+        parts = [encode_job(job, pos) for job, pos in others]
+        dues = [job.not_before for job, _ in others if job.not_before is not None]
+        rest = self._write_delayed(queue, parts, [pos for _, pos in others], first_due=dues[0], last_due=dues[-1])
+        if rest is None:
+            self._delayed_retry_at[queue] = self.monotonic() + self.retry_seconds
+            return
+        if self._swap(queue, rest.key, lambda: self.execute(
+                RefillDelayed(queue=queue, key=ref.key, jobs=tuple(back), rest=rest))):
+            self.refilled_delayed += 1
+            self._write_index(rest.as_segment(), parts)

@@ -101,10 +101,13 @@ class DelayedSealTask:
 
 @dataclass(frozen=True, slots=True)
 class DelayedRefillTask:
-    """Bring every job of ``queue``'s delayed segment ``ref`` back into the document."""
+    """Bring the first ``take`` jobs (in due order) of ``queue``'s delayed
+    segment ``ref`` back into the document, and the others, if any, into a
+    new delayed segment in its place."""
 
     queue: str
     ref: DelayedRef
+    take: int
 
 
 Task = SealTask | RefillTask | MergeTask | WarmTask | DelayedSealTask | DelayedRefillTask

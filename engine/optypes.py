@@ -284,14 +284,17 @@ class SealDelayed:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RefillDelayed:
     """The leader's own (format 3, see :mod:`engine.lanes`): put ``jobs``
-    (``(job, pos)`` pairs), every job of ``queue``'s delayed segment
-    ``key``, back into the document with their ``pos`` and ``not_before``,
-    and drop the reference. Refused, changing nothing, unless the queue
-    still references ``key``."""
+    (``(job, pos)`` pairs), the first jobs (in due order) of ``queue``'s
+    delayed segment ``key``, back into the document with their ``pos`` and
+    ``not_before``, and swap the reference for ``rest``: a delayed segment
+    already written with the others, or None when ``jobs`` are all of them.
+    Refused, changing nothing, unless the queue still references ``key``
+    and ``jobs`` and ``rest`` account for every job of it."""
 
     queue: str
     key: str
     jobs: tuple[tuple[Job, int], ...]
+    rest: DelayedRef | None = None
 
 
 Operation = (

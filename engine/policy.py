@@ -76,9 +76,9 @@ class Policy:
       queue's delayed jobs in the document pass its share of ``head_jobs``,
       those due more than this many seconds ahead move to *delayed
       segments* (objects in due order, outside the FIFO order), and come
-      back whole a refill lead before the first of them is due. 0 (the
-      default) keeps delayed jobs in the document and writes format 2 (see
-      docs/format.md, "Delayed jobs beyond a window").
+      back, a front share a commit, a refill lead before the first of them
+      is due. 0 (the default) keeps delayed jobs in the document and writes
+      format 2 (see docs/format.md, "Delayed jobs beyond a window").
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

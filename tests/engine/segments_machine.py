@@ -614,8 +614,9 @@ class SegmentMachine(RuleBasedStateMachine):
             else:
                 assert keeper.abandoned > before[2], f"the delayed seal neither landed nor was refused: {self.outcomes}"
         else:
-            back = {job.id for job, _ in read_delayed(self.store, task.queue, task.ref)} if self.store.get(
-                task.ref.key) is not None else set()
+            # The first ``take`` jobs in due order come back; the others go to a new delayed segment.
+            back = {job.id for job, _ in read_delayed(self.store, task.queue, task.ref)[:max(1, task.take)]} \
+                if self.store.get(task.ref.key) is not None else set()
             keeper._refill_delayed(task)
             assert keeper.delayed_problems == {}, keeper.delayed_problems
             landed = keeper.refilled_delayed > before[1]

@@ -196,3 +196,22 @@ def test_a_seal_plan_found_fruitless_counts_growth_from_the_lowest_document_sinc
     apply(state, push_op("q", list(range(40)), policy=policy), NOW)
     task = keeper._seal_task(state, "q", shares)
     assert task is not None and len(task.jobs) == 20  # the tail past the front of 20
+
+
+def test_a_delayed_refill_brings_back_the_first_jobs_and_swaps_in_the_rest_in_one_commit() -> None:
+    state, ids = delayed()
+    jobs = tuple((state.jobs[i], state.pos[i]) for i in ids[10:])
+    op = seal_of(state, ids[10:])
+    apply(state, op, NOW)
+    rest = op.ref._replace(key="queue.json.seg/q/delayed/e1-p15-cc-kbb.json", total=15,
+                           min_pos=jobs[5][1], max_pos=jobs[-1][1])
+    before = encoded(state)
+    for bad in (rest._replace(total=14), rest._replace(min_pos=op.ref.min_pos - 1), rest._replace(key=op.ref.key)):
+        with pytest.raises(ValidationError):
+            apply(state, RefillDelayed(queue="q", key=op.ref.key, jobs=jobs[:5], rest=bad), NOW)
+        assert encoded(state) == before
+
+    assert apply(state, RefillDelayed(queue="q", key=op.ref.key, jobs=jobs[:5], rest=rest), NOW) == 5
+    assert state.delays == {"q": [rest]} and state.dropped_segments == [op.ref.key]
+    assert all(job_id in state.jobs for job_id in ids[10:15]) and not any(job_id in state.jobs for job_id in ids[15:])
+    assert state.pending("q") == 30 and state.delayed_away("q") == 15

@@ -323,3 +323,19 @@ def test_a_new_leader_collects_an_older_leaders_orphan_delayed_segment_and_nothi
     wait_for(lambda: orphan not in delayed_objects(store), timeout=20, what="the orphan collected")
     assert referenced <= set(delayed_objects(store)) or not delayed_refs(store)  # kept until refilled
     assert sorted(claim_all(second, 60, due)) == sorted(ids)
+
+
+def test_a_large_delayed_segment_comes_back_a_front_share_at_a_time(make_broker: Callable[..., Broker]) -> None:
+    """A refill brings back at most the queue's front share (20 here) and
+    writes the others to a new delayed segment in its place, in the same
+    commit: a delayed segment of 16,384 jobs coming back whole would be a
+    commit of several megabytes."""
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = push_delayed(broker, 100, 4.0)
+    wait_for(lambda: [ref["total"] for ref in delayed_refs(store)] == [80], what="sealed in one delayed segment")
+    due = due_times(store)
+    seen = claim_all(broker, 100, due)
+    assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
+    assert keeper_of(broker).refilled_delayed == 4  # 80 jobs, 20 a refill
+    wait_for(lambda: not delayed_objects(store), what="every delayed object deleted once used")
