@@ -21,9 +21,9 @@ from datetime import datetime
 from engine.document import QueueState
 from engine.errors import ValidationError
 from engine.lanemoves import restore_from_segment
-from engine.optypes import RefillDelayed, SealDelayed
+from engine.optypes import MergeDelayed, RefillDelayed, SealDelayed
 
-__all__ = ["refill_delayed", "seal_delayed"]
+__all__ = ["merge_delayed", "refill_delayed", "seal_delayed"]
 
 
 def seal_delayed(state: QueueState, op: SealDelayed, now: datetime) -> int:
@@ -90,3 +90,24 @@ def refill_delayed(state: QueueState, op: RefillDelayed, now: datetime) -> int:
     if rest is not None:
         state.add_delayed_ref(op.queue, rest)
     return restored
+
+
+def merge_delayed(state: QueueState, op: MergeDelayed, now: datetime) -> int:
+    """Replace the delayed segment references ``op.keys`` of ``op.queue`` by
+    ``op.ref`` (see :class:`~engine.ops.MergeDelayed`); returns how many went.
+    Raises ValidationError, changing nothing, unless each is still
+    referenced and ``op.ref`` holds exactly their jobs: their total, and
+    their due times and pos within its bounds, with the bounds met."""
+    refs = {ref.key: ref for ref in state.delays.get(op.queue, ())}
+    merged = [refs.get(key) for key in op.keys]
+    if len(set(op.keys)) < 2 or any(ref is None for ref in merged) or op.ref.key in refs:
+        raise ValidationError(f"the delayed segments of queue {op.queue!r} changed since the merge began")
+    run = [ref for ref in merged if ref is not None]
+    new = op.ref
+    if (new.total != sum(ref.total for ref in run) or new.first_due != min(ref.first_due for ref in run)
+            or new.last_due != max(ref.last_due for ref in run) or new.min_pos != min(ref.min_pos for ref in run)
+            or new.max_pos != max(ref.max_pos for ref in run)):
+        raise ValidationError(f"the merged delayed segment of queue {op.queue!r} does not describe its parts")
+    state.drop_delayed(op.queue, op.keys)
+    state.add_delayed_ref(op.queue, new)
+    return len(run)

@@ -16,7 +16,12 @@ queue, at most one of:
   delayed jobs in the document than its share of ``head_jobs``: those due
   after ``now + delayed_horizon_seconds`` (and never within two refill
   leads), past the soonest-due share, in due order, up to ``merge_jobs``, if
-  they make at least a seal share.
+  they make at least a seal share;
+* a :class:`~engine.lanetasks.DelayedMergeTask` when a queue has a run of
+  adjacent (in due order) small delayed segments, none due within the
+  horizon, that together make a segment of up to ``merge_jobs`` jobs: each
+  delayed reference costs every commit about 330 bytes, and seals under a
+  burst of pushes, or over many queues, make small ones.
 
 See docs/format.md, "Delayed jobs beyond a window". Every field it reads is
 the keeper's, declared below.
@@ -28,8 +33,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from engine.document import QueueState
-from engine.lanetasks import DelayedRefillTask, DelayedSealTask, Shares, Task
+from engine.laneplans import MAX_MERGE_RUN
+from engine.lanetasks import DelayedMergeTask, DelayedRefillTask, DelayedSealTask, Shares, Task
 from engine.policy import Policy
+from engine.segments import DelayedRef
 
 __all__ = ["DelayPlanning"]
 
@@ -50,6 +57,8 @@ class DelayPlanning:
         # quarter of a seal share. Time only brings jobs closer to due, so a
         # fruitless plan stays fruitless until delayed jobs arrive.
         self._delayed_fruitless: dict[str, int] = {}
+        # Per queue, the shape of its delayed references when a scan last found nothing to merge.
+        self._delayed_merge_none: dict[str, tuple[int, str, str]] = {}
 
     def _delay_tasks(self, state: QueueState, shares: Shares, busy: set[str]) -> list[Task]:
         """The delayed refills and seals to run after the landed ``state``;
@@ -80,7 +89,42 @@ class DelayPlanning:
             task = self._delayed_seal_task(state, queue, count, shares, beyond)
             if task is not None:
                 tasks.append(task)
+                planned.add(queue)
+        for queue in [q for q in self._delayed_merge_none if q not in state.delays]:
+            del self._delayed_merge_none[queue]
+        for queue, refs in state.delays.items():
+            if queue not in busy and queue not in planned and len(refs) >= 2:
+                merge = self._delayed_merge_task(queue, refs, beyond)
+                if merge is not None:
+                    tasks.append(merge)
         return tasks
+
+    def _delayed_merge_task(self, queue: str, refs: list[DelayedRef], beyond: datetime) -> DelayedMergeTask | None:
+        """The first run of adjacent small delayed segments of ``queue``, none
+        due before ``beyond`` (a merged segment due soon would come back a
+        share at a time, its rest written again each time), that is full
+        enough to merge: up to ``merge_jobs`` jobs, the last run only once
+        the next reference ends it (it may still grow), as pending merges."""
+        shape = (len(refs), refs[0].key, refs[-1].key)
+        if self._delayed_merge_none.get(queue) == shape:
+            return None  # only a seal, a refill, a purge or a merge changes it, and each changes the shape
+        limit = self.policy.merge_jobs
+        small = max(1, limit // 4)
+        run: list[DelayedRef] = []
+        total = 0
+        for ref in refs:
+            fits = ref.total < small and ref.first_due > beyond
+            if fits and total + ref.total <= limit and len(run) < MAX_MERGE_RUN:
+                run.append(ref)
+                total += ref.total
+                if len(run) >= MAX_MERGE_RUN:  # long enough, as for pending merges
+                    return DelayedMergeTask(queue, tuple(run))
+                continue
+            if len(run) >= 2:  # this reference ends the run
+                return DelayedMergeTask(queue, tuple(run))
+            run, total = ([ref], ref.total) if fits else ([], 0)
+        self._delayed_merge_none[queue] = shape  # the last run may still grow
+        return None
 
     def _delayed_seal_task(
         self, state: QueueState, queue: str, count: int, shares: Shares, beyond: datetime,

@@ -34,10 +34,10 @@ from engine.errors import (
     ValidationError,
 )
 from engine.lanecache import HeldSegments
-from engine.lanetasks import DelayedRefillTask, DelayedSealTask, id_prefix
+from engine.lanetasks import DelayedMergeTask, DelayedRefillTask, DelayedSealTask, id_prefix
 from engine.lookup import one_job
 from engine.model import Job
-from engine.optypes import Excision, RefillDelayed, SealDelayed
+from engine.optypes import Excision, MergeDelayed, RefillDelayed, SealDelayed
 from engine.parsing import parse_segment_jobs
 from engine.reaper import SegmentReaper
 from engine.segments import (
@@ -93,6 +93,7 @@ class DelaySteps:
     _referenced: frozenset[str] | None
     _stopping: bool
     _held: HeldSegments
+    _merging: threading.Lock
     # The keeper's methods this half calls (engine.lanes).
     _unsubmitted: Callable[[str], None]
     _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
@@ -106,6 +107,7 @@ class DelaySteps:
         #: Counters for tests, benchmarks and health pages.
         self.sealed_delayed = 0
         self.refilled_delayed = 0
+        self.merged_delayed = 0
 
     def _write_delayed(
         self, queue: str, parts: Sequence[bytes], positions: Sequence[int], *, first_due: datetime,
@@ -212,3 +214,27 @@ class DelaySteps:
                 RefillDelayed(queue=queue, key=ref.key, jobs=tuple(back), rest=rest))):
             self.refilled_delayed += 1
             self._write_index(rest.as_segment(), parts)
+
+    def _merge_delayed(self, task: DelayedMergeTask) -> None:
+        """Read the task's delayed segments, write their jobs as one, in due
+        order, and commit the MergeDelayed that swaps the references. One
+        merge at a time for the whole keeper, pending or delayed: each holds
+        up to ``merge_jobs`` jobs in memory."""
+        queue = task.queue
+        with self._merging:
+            try:
+                jobs = [pair for ref in task.refs for pair in read_delayed(self.store, queue, ref)]
+            except (SegmentUnreadable, StoreError) as exc:
+                # Not urgent: the refill of that segment reports a lasting problem.
+                log.warning("merging delayed segments of queue %s: %s", queue, exc)
+                return
+            jobs.sort(key=lambda pair: (pair[0].not_before, pair[1]))
+            parts = [encode_job(job, pos) for job, pos in jobs]
+            dues = [job.not_before for job, _ in jobs if job.not_before is not None]
+            ref = self._write_delayed(queue, parts, [pos for _, pos in jobs], first_due=dues[0], last_due=dues[-1])
+            if ref is None:
+                return
+            keys = tuple(r.key for r in task.refs)
+            if self._swap(queue, ref.key, lambda: self.execute(MergeDelayed(queue=queue, keys=keys, ref=ref))):
+                self.merged_delayed += 1
+                self._write_index(ref.as_segment(), parts)

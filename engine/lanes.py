@@ -79,7 +79,16 @@ from engine.idindex import (
 from engine.lanecache import HeldSegments
 from engine.laneplans import LanePlanning
 from engine.lanesteps import LaneSteps
-from engine.lanetasks import DelayedRefillTask, DelayedSealTask, MergeTask, RefillTask, SealTask, Task, WarmTask
+from engine.lanetasks import (
+    DelayedMergeTask,
+    DelayedRefillTask,
+    DelayedSealTask,
+    MergeTask,
+    RefillTask,
+    SealTask,
+    Task,
+    WarmTask,
+)
 from engine.lookup import SegmentLookup
 from engine.ops import Operation
 from engine.policy import Policy
@@ -301,6 +310,8 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
                     self._seal_delayed(task)
                 elif isinstance(task, DelayedRefillTask):
                     self._refill_delayed(task)
+                elif isinstance(task, DelayedMergeTask):
+                    self._merge_delayed(task)
                 self.reaper.delete_due()
                 self.reaper.collect()
             except (NotLeader, CommitterStopped):

@@ -110,7 +110,15 @@ class DelayedRefillTask:
     take: int
 
 
-Task = SealTask | RefillTask | MergeTask | WarmTask | DelayedSealTask | DelayedRefillTask
+@dataclass(frozen=True, slots=True)
+class DelayedMergeTask:
+    """Merge the adjacent (in due order) small delayed segments ``refs`` of ``queue`` into one."""
+
+    queue: str
+    refs: tuple[DelayedRef, ...]
+
+
+Task = SealTask | RefillTask | MergeTask | WarmTask | DelayedSealTask | DelayedRefillTask | DelayedMergeTask
 
 
 def id_prefix(job_id: str) -> bytes:

@@ -28,6 +28,7 @@ __all__ = [
     "GetJob",
     "Heartbeat",
     "Merge",
+    "MergeDelayed",
     "NewJob",
     "Operation",
     "Purge",
@@ -297,6 +298,19 @@ class RefillDelayed:
     rest: DelayedRef | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MergeDelayed:
+    """The leader's own (format 3, see :mod:`engine.lanes`): replace the
+    delayed segment references ``keys`` of ``queue`` by ``ref``, one delayed
+    segment already written with all their jobs, in due order. Refused,
+    changing nothing, unless every one is still referenced and ``ref``
+    describes them together (jobs, due times and pos bounds)."""
+
+    queue: str
+    keys: tuple[str, ...]
+    ref: DelayedRef
+
+
 Operation = (
     Push
     | Claim
@@ -316,4 +330,5 @@ Operation = (
     | Merge
     | SealDelayed
     | RefillDelayed
+    | MergeDelayed
 )

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from engine.delaymoves import refill_delayed, seal_delayed
+from engine.delaymoves import merge_delayed, refill_delayed, seal_delayed
 from engine.document import QueueState, encode_dead, encode_job
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
 from engine.lanemoves import merge, refill, seal
@@ -44,6 +44,7 @@ from engine.optypes import (
     GetJob,
     Heartbeat,
     Merge,
+    MergeDelayed,
     Operation,
     Purge,
     Push,
@@ -70,6 +71,7 @@ __all__ = [
     "get_job",
     "heartbeat",
     "merge",
+    "merge_delayed",
     "purge",
     "push",
     "refill",
@@ -182,6 +184,7 @@ _TRANSITIONS: dict[type, Any] = {
     Merge: merge,
     SealDelayed: seal_delayed,
     RefillDelayed: refill_delayed,
+    MergeDelayed: merge_delayed,
 }
 
 

@@ -52,13 +52,22 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+import engine.delayplans as delayplans_module
 import engine.laneplans as laneplans_module
 from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
 from engine.delaysteps import read_delayed
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
 from engine.lanes import LaneKeeper
-from engine.lanetasks import DelayedRefillTask, DelayedSealTask, MergeTask, RefillTask, SealTask, Shares
+from engine.lanetasks import (
+    DelayedMergeTask,
+    DelayedRefillTask,
+    DelayedSealTask,
+    MergeTask,
+    RefillTask,
+    SealTask,
+    Shares,
+)
 from engine.lanetasks import last_key as _last_of
 from engine.ops import (
     PurgeOutcome,
@@ -125,7 +134,8 @@ class SegmentMachine(RuleBasedStateMachine):
         self.left: set[str] = set()  # ids that left: a push of one within the window adds nothing
         self.next_pos = 0
         self.n = 0
-        self.stale: list[SealTask | RefillTask | MergeTask | DelayedSealTask | DelayedRefillTask] = []
+        self.stale: list[SealTask | RefillTask | MergeTask | DelayedSealTask | DelayedRefillTask
+                         | DelayedMergeTask] = []
         self.dry_runs: dict[str, int] = {}  # queue -> the next pos a dry run of its pending jobs saw
         self.pipeline: SealTask | None = None  # a seal in flight (see pipelined_seal)
         self.outcomes: list[Any] = []  # what execute() answered, for the rule that called it
@@ -176,7 +186,8 @@ class SegmentMachine(RuleBasedStateMachine):
             assert self.keeper.reaper.delete_segment(key)  # and its id index (engine.idindex)
         # The keeper learns of each landed version (its planned tasks are
         # dropped: this machine runs the keeper's steps itself).
-        self.keeper.committed(self.state)
+        with mock.patch.object(delayplans_module, "MAX_MERGE_RUN", 2):  # as delay_tasks plans (its memo)
+            self.keeper.committed(self.state)
         self.keeper._tasks.clear()
         self.keeper._busy.clear()
         self.keeper._delayed_busy.clear()
@@ -588,17 +599,20 @@ class SegmentMachine(RuleBasedStateMachine):
                 not self.outcomes and self.store.get(task.ref.key) is None), self.outcomes
         self.after_step()
 
-    def delay_tasks(self) -> list[DelayedSealTask | DelayedRefillTask]:
-        """The delayed seals and refills the keeper plans from the current state (format 3)."""
-        tasks = self.keeper._delay_tasks(self.state, self.shares(), set())
-        assert all(isinstance(t, DelayedSealTask | DelayedRefillTask) for t in tasks)
+    def delay_tasks(self) -> list[DelayedSealTask | DelayedRefillTask | DelayedMergeTask]:
+        """The delayed seals, refills and merges the keeper plans from the current
+        state (format 3); merges with runs of two small delayed segments enough,
+        as for pending merges (see merge_task)."""
+        with mock.patch.object(delayplans_module, "MAX_MERGE_RUN", 2):
+            tasks = self.keeper._delay_tasks(self.state, self.shares(), set())
+        assert all(isinstance(t, DelayedSealTask | DelayedRefillTask | DelayedMergeTask) for t in tasks)
         return tasks  # type: ignore[return-value]
 
-    def run_delayed(self, task: DelayedSealTask | DelayedRefillTask, *, fresh: bool) -> None:
+    def run_delayed(self, task: DelayedSealTask | DelayedRefillTask | DelayedMergeTask, *, fresh: bool) -> None:
         """Run a delayed seal or refill as a keeper thread does; a fresh one must land."""
         self.model_expire()
         keeper = self.keeper
-        before = keeper.sealed_delayed, keeper.refilled_delayed, keeper.abandoned
+        before = keeper.sealed_delayed, keeper.refilled_delayed, keeper.abandoned, keeper.merged_delayed
         self.outcomes.clear()
         if isinstance(task, DelayedSealTask):
             keeper._seal_delayed(task)
@@ -613,6 +627,11 @@ class SegmentMachine(RuleBasedStateMachine):
                     job.in_delayed = True
             else:
                 assert keeper.abandoned > before[2], f"the delayed seal neither landed nor was refused: {self.outcomes}"
+        elif isinstance(task, DelayedMergeTask):
+            keeper._merge_delayed(task)
+            while keeper.reaper.delete_due():
+                pass
+            landed = keeper.merged_delayed > before[3]  # the same jobs, in one segment: the invariants check it
         else:
             # The first ``take`` jobs in due order come back; the others go to a new delayed segment.
             back = {job.id for job, _ in read_delayed(self.store, task.queue, task.ref)[:max(1, task.take)]} \
@@ -625,7 +644,8 @@ class SegmentMachine(RuleBasedStateMachine):
                     job = self.jobs[job_id]
                     assert job.in_delayed
                     job.in_delayed = False
-        event(f"delayed {'seal' if isinstance(task, DelayedSealTask) else 'refill'} "
+        kind = {DelayedSealTask: "seal", DelayedRefillTask: "refill", DelayedMergeTask: "merge"}[type(task)]
+        event(f"delayed {kind} "
               f"({'fresh' if fresh else 'stale'}): {'landed' if landed else 'refused'}")
         assert landed or not fresh, f"a delayed task planned from the current state was refused: {self.outcomes}"
         self.after_step()
@@ -762,7 +782,7 @@ class SegmentMachine(RuleBasedStateMachine):
             self.run_seal(task, fresh=False)
         elif isinstance(task, RefillTask):
             self.run_refill(task, fresh=False)
-        elif isinstance(task, DelayedSealTask | DelayedRefillTask):
+        elif isinstance(task, DelayedSealTask | DelayedRefillTask | DelayedMergeTask):
             self.run_delayed(task, fresh=False)
         else:
             self.run_merge(task, fresh=False)

@@ -215,3 +215,27 @@ def test_a_delayed_refill_brings_back_the_first_jobs_and_swaps_in_the_rest_in_on
     assert state.delays == {"q": [rest]} and state.dropped_segments == [op.ref.key]
     assert all(job_id in state.jobs for job_id in ids[10:15]) and not any(job_id in state.jobs for job_id in ids[15:])
     assert state.pending("q") == 30 and state.delayed_away("q") == 15
+
+
+def test_a_delayed_merge_swaps_the_references_for_one_that_describes_them_all() -> None:
+    from engine.ops import MergeDelayed
+
+    state, ids = delayed()
+    one = seal_of(state, ids[10:20], key="queue.json.seg/q/delayed/a.json")
+    apply(state, one, NOW)
+    two = seal_of(state, ids[20:], key="queue.json.seg/q/delayed/b.json")
+    apply(state, two, NOW)
+    merged = one.ref._replace(key="queue.json.seg/q/delayed/m.json", total=20, min_pos=one.ref.min_pos,
+                              max_pos=two.ref.max_pos, last_due=two.ref.last_due)
+    keys = (one.ref.key, two.ref.key)
+    before = encoded(state)
+    for bad_keys, bad in (((one.ref.key,), merged), (keys, merged._replace(total=19)),
+                          (keys, merged._replace(max_pos=merged.max_pos + 1)),
+                          ((one.ref.key, "queue.json.seg/q/delayed/gone.json"), merged)):
+        with pytest.raises(ValidationError):
+            apply(state, MergeDelayed(queue="q", keys=bad_keys, ref=bad), NOW)
+        assert encoded(state) == before
+
+    assert apply(state, MergeDelayed(queue="q", keys=keys, ref=merged), NOW) == 2
+    assert state.delays == {"q": [merged]} and sorted(state.dropped_segments) == sorted(keys)
+    assert state.pending("q") == 30 and state.delayed_away("q") == 20
