@@ -60,9 +60,13 @@ class DelayPlanning:
         # Per queue, the shape of its delayed references when a scan last found nothing to merge.
         self._delayed_merge_none: dict[str, tuple[int, str, str]] = {}
 
-    def _delay_tasks(self, state: QueueState, shares: Shares, busy: set[str]) -> list[Task]:
-        """The delayed refills and seals to run after the landed ``state``;
-        ``busy``: queues with a delayed task planned or running."""
+    def _delay_tasks(self, state: QueueState, shares: Shares, busy: set[str], *, merging: bool = False) -> list[Task]:
+        """The delayed refills, seals and merges to run after the landed
+        ``state``; ``busy``: queues with a delayed task planned or running;
+        ``merging``: a delayed merge is planned or running (one at a time for
+        the whole keeper, as pending merges: each waits for the keeper's one
+        merge lock on a thread of its own, and ten queues' merges queued at
+        once held ten of its threads while seals waited)."""
         now = self.clock()
         due_by = now + timedelta(seconds=self.delayed_lead_seconds)
         later = self.monotonic()
@@ -93,10 +97,13 @@ class DelayPlanning:
         for queue in [q for q in self._delayed_merge_none if q not in state.delays]:
             del self._delayed_merge_none[queue]
         for queue, refs in state.delays.items():
+            if merging:
+                break
             if queue not in busy and queue not in planned and len(refs) >= 2:
                 merge = self._delayed_merge_task(queue, refs, beyond)
                 if merge is not None:
                     tasks.append(merge)
+                    merging = True
         return tasks
 
     def _delayed_merge_task(self, queue: str, refs: list[DelayedRef], beyond: datetime) -> DelayedMergeTask | None:

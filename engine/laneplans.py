@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from engine.document import QueueState
-from engine.lanetasks import MergeTask, RefillTask, SealTask, Shares, Task, WarmTask, last_key
+from engine.lanetasks import DelayedMergeTask, MergeTask, RefillTask, SealTask, Shares, Task, WarmTask, last_key
 from engine.policy import Policy
 from engine.reaper import SegmentReaper
 from engine.segments import SegmentRef, newest_first
@@ -80,7 +80,7 @@ class LanePlanning:
     _busy: dict[str, Task]
     _delayed_busy: dict[str, Task]
     delayed_problems: dict[str, str]
-    _delay_tasks: Callable[[QueueState, Shares, set[str]], list[Task]]
+    _delay_tasks: Callable[..., list[Task]]
     _applied: dict[str, Callable[[QueueState], bool]]
     _merge_slot: MergeTask | None
     _merge_applied: Callable[[QueueState], bool] | None
@@ -144,6 +144,7 @@ class LanePlanning:
             merge_free = landed and (self._merge_slot is None or (
                 self._merge_applied is not None and self._merge_applied(state)))
             delayed_busy = set(self._delayed_busy)
+            delayed_merging = any(isinstance(t, DelayedMergeTask) for t in self._delayed_busy.values())
         for queue in queues:
             task: Task | None
             if queue in behind:
@@ -163,7 +164,7 @@ class LanePlanning:
                 task = self._refill_task(state, queue, now, shares) or self._seal_task(state, queue, shares)
             if task is not None:
                 tasks.append(task)
-        delayed = self._delay_tasks(state, shares, delayed_busy) if landed else []
+        delayed = self._delay_tasks(state, shares, delayed_busy, merging=delayed_merging) if landed else []
         merge = None
         if merge_free:
             for queue, refs in state.lanes.items():

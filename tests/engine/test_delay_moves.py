@@ -239,3 +239,32 @@ def test_a_delayed_merge_swaps_the_references_for_one_that_describes_them_all() 
     assert apply(state, MergeDelayed(queue="q", keys=keys, ref=merged), NOW) == 2
     assert state.delays == {"q": [merged]} and sorted(state.dropped_segments) == sorted(keys)
     assert state.pending("q") == 30 and state.delayed_away("q") == 20
+
+
+def test_one_delayed_merge_is_planned_at_a_time_for_the_whole_keeper() -> None:
+    """Each merge waits for the keeper's one merge lock on a thread of its own:
+    ten queues' merges planned at once held ten of its 16 threads while the
+    seals of pushes waited for one."""
+    from unittest import mock
+
+    import engine.delayplans as delayplans
+    from engine.lanes import LaneKeeper
+    from engine.lanetasks import DelayedMergeTask, Shares
+    from engine.stores import MemoryStore
+
+    policy = Policy(segment_jobs=3, head_jobs=2, refill_below=1, merge_jobs=12, delayed_horizon_seconds=60)
+    state = empty_state(policy=policy)
+    apply_batch(state, [], NOW)
+    for queue in ("a", "b"):
+        for n in range(3):  # three small delayed segments a queue, due in an hour
+            ids: list[str] = apply(state, push_op(queue, [1, 2], ids=[f"{queue}{n}x", f"{queue}{n}y"], policy=policy,
+                                                  delay_seconds=3600 + n), NOW)
+            op = seal_of(state, ids, key=f"queue.json.seg/{queue}/delayed/e1-p{n}-aa-kbb.json")
+            apply(state, SealDelayed(queue=queue, ref=op.ref, jobs=op.jobs, parts=op.parts), NOW)
+    keeper = LaneKeeper(MemoryStore(), key="queue.json", policy=policy, execute=lambda op: None, epoch=1,
+                        clock=lambda: NOW, grace_seconds=0, collect_seconds=3600, retry_seconds=0)
+    shares = Shares.of(policy, 2)
+    with mock.patch.object(delayplans, "MAX_MERGE_RUN", 2):  # each queue's first two make a run
+        merges = [t for t in keeper._delay_tasks(state, shares, set()) if isinstance(t, DelayedMergeTask)]
+        assert len(merges) == 1 and len(merges[0].refs) == 2
+        assert keeper._delay_tasks(state, shares, set(), merging=True) == []
