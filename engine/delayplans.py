@@ -114,7 +114,10 @@ class DelayPlanning:
         the next reference ends it (it may still grow), as pending merges."""
         shape = (len(refs), refs[0].key, refs[-1].key)
         if self._delayed_merge_none.get(queue) == shape:
-            return None  # only a seal, a refill, a purge or a merge changes it, and each changes the shape
+            # Seals, refills, merges and purges of a queue change the shape. What
+            # it misses (a reference in the middle written again by a purge by
+            # id, time bringing one within the horizon) only delays a merge.
+            return None
         limit = self.policy.merge_jobs
         small = max(1, limit // 4)
         run: list[DelayedRef] = []
