@@ -72,9 +72,16 @@ class DelayPlanning:
         later = self.monotonic()
         tasks: list[Task] = []
         for queue, refs in state.delays.items():
-            if queue not in busy and refs[0].first_due <= due_by and self._delayed_retry_at.get(queue, 0.0) <= later:
-                # At most a front share a commit: a delayed segment of 16,384
-                # jobs coming back whole was a 7 MB commit.
+            if queue in busy or refs[0].first_due > due_by or self._delayed_retry_at.get(queue, 0.0) > later:
+                continue
+            # Only while fewer than a front share of the queue's jobs due by
+            # then are here, and at most a share at a time: a delayed segment
+            # of 16,384 jobs coming back whole was a 7 MB commit, and a batch
+            # due at once (a newsletter, a retry storm's backoff running out)
+            # came back a share every landed version until the document held
+            # all of it. So jobs due together wait in their segment, in due
+            # order, until claims make room.
+            if state.delayed_due(queue, due_by, shares.head) < shares.head:
                 tasks.append(DelayedRefillTask(queue, refs[0], take=shares.head))
         for queue in [q for q in self._delayed_fruitless if q not in state.queues]:
             del self._delayed_fruitless[queue]

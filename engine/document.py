@@ -50,6 +50,10 @@ RECENT_COMMITS = 32
 _DUMPS_OPTS = orjson.OPT_UTC_Z
 
 
+# Promoted delayed entries a queue keeps before its list is first compacted.
+_PROMOTED_MIN_CAP = 1024
+
+
 class QueueState:
     """One version of the queue document, with claim and expiry indexes.
 
@@ -103,6 +107,12 @@ class QueueState:
         # when a job changes; they are checked and dropped when popped.
         self._ready: dict[str, list[tuple[int, str]]] = {}
         self._delayed: dict[str, list[tuple[datetime, int, str]]] = {}
+        # Per queue, (pos, id) of delayed jobs moved from the delayed index to
+        # the ready one when they came due (they keep their not_before until
+        # claimed), and the length past which the list is compacted: read by
+        # delayed_due, which the keeper's delayed refill asks.
+        self._promoted: dict[str, list[tuple[int, str]]] = {}
+        self._promoted_cap: dict[str, int] = {}
         self._leases: list[tuple[datetime, str, str]] = []  # (expires_at, job id, token)
 
     # -- reading -------------------------------------------------------------
@@ -397,6 +407,55 @@ class QueueState:
             job = self._is_current(job_id, pos)
             if job is not None and job.not_before == not_before:
                 heapq.heappush(self._ready.setdefault(queue, []), (pos, job_id))
+                promoted = self._promoted.setdefault(queue, [])
+                promoted.append((pos, job_id))
+                if len(promoted) > self._promoted_cap.get(queue, _PROMOTED_MIN_CAP):
+                    self._live_promoted(queue)  # amortized O(1) a promotion
+
+    def _live_promoted(self, queue: str) -> list[tuple[int, str]]:
+        """The queue's promoted delayed jobs still pending here with their
+        delay (claims, retries and requeues make entries stale), after
+        dropping the stale entries and setting the next compaction at twice
+        what is left. O(entries)."""
+        live = [(pos, job_id) for pos, job_id in self._promoted.get(queue, ())
+                if (job := self._is_current(job_id, pos)) is not None and job.not_before is not None]
+        if live:
+            self._promoted[queue] = live
+        else:
+            self._promoted.pop(queue, None)
+        self._promoted_cap[queue] = max(_PROMOTED_MIN_CAP, 2 * len(live))
+        return live
+
+    def delayed_due(self, queue: str, by: datetime, limit: int) -> int:
+        """How many of the queue's pending jobs in the document have a delay
+        that is due by ``by``, counted up to ``limit``: those already due and
+        waiting for their FIFO turn, and those still in the delayed index.
+        Walks the promoted entries (about what it counts: a bound on them is
+        what the caller keeps) and at most ``2 * limit + 64`` delayed-index
+        entries from the heap's root; past that budget it answers ``limit``
+        (an overestimate, never an underestimate). Changes no job."""
+        if limit <= 0:
+            return 0
+        seen = {job_id for _, job_id in self._live_promoted(queue)}
+        heap = self._delayed.get(queue)
+        if not heap:
+            return min(len(seen), limit)
+        budget = 2 * limit + 64
+        frontier = [(heap[0], 0)]  # the heap's smallest entries, found from its root
+        while frontier and len(seen) < limit:
+            (not_before, pos, job_id), i = heapq.heappop(frontier)
+            if not_before > by:
+                break  # popped in order: every entry left is due later
+            budget -= 1
+            if budget < 0:
+                return limit
+            job = self._is_current(job_id, pos)
+            if job is not None and job.not_before == not_before:
+                seen.add(job_id)  # a set: the index may hold an entry twice
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return min(len(seen), limit)
 
     def claimable(self, queue: str, now: datetime, limit: int) -> int:
         """How many jobs of ``queue`` a claim at ``now`` could lease, counted up

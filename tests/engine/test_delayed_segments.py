@@ -219,16 +219,20 @@ def test_a_missing_or_altered_delayed_segment_is_reported_and_never_dropped(
     push_delayed(broker, 60, 5.0)  # beyond two refill leads (2.1 s here): sealed
     wait_for(lambda: bool(delayed_refs(store)), what="sealed")
     ref = delayed_refs(store)[0]
+    due = due_times(store)
     if damage == "missing":
         store.delete(ref["key"])
     else:
         store.put(ref["key"], b'{"format": 2, "kind": "delayed", "jobs": []}')
 
+    # The 20 kept in the document, due with the segment's, fill the queue's
+    # share: the segment is read once claims make room for it.
+    claim_all(broker, 20, due)
     wait_for(lambda: "q" in broker.segment_problems, timeout=10, what="the problem reported")
     assert ref["key"] in broker.segment_problems["q"]
     time.sleep(0.3)  # several heartbeats: the reference stays, and so do its jobs' counts
     assert [r["key"] for r in delayed_refs(store)] == [ref["key"]]
-    assert state_of(broker).pending("q") == 60 - 20 + 20
+    assert state_of(broker).pending("q") == 60 - 20
     if damage == "altered":
         altered = store.get(ref["key"])
         assert altered is not None and altered.data == b'{"format": 2, "kind": "delayed", "jobs": []}'
@@ -364,3 +368,25 @@ def test_small_delayed_segments_are_merged_and_keep_every_job(make_broker: Calla
     assert state_of(broker).pending("q") == len(ids)
     wait_for(lambda: sorted(ref["key"] for ref in delayed_refs(store)) == sorted(delayed_objects(store)),
              what="the merged-away objects deleted after their grace")
+
+
+def test_delayed_jobs_that_come_due_together_wait_in_their_segment_until_claims_make_room(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A batch due at once (a newsletter scheduled for 9:00, a retry storm's
+    backoff running out) comes back only as claims make room: the queue's
+    due delayed jobs in the document stay within about two front shares,
+    however many are due, as pending jobs stay within the front. Without the
+    bound every landed version brought another share back, and a backlog due
+    at once filled the document with all of it."""
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = push_delayed(broker, 400, 3.0)
+    wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) >= 300, what="sealed")
+    due = due_times(store)
+    time.sleep(max(0.0, (max(due.values()) - datetime.now(UTC)).total_seconds()) + 3.0)  # all due, none claimed
+    held = len(state_of(broker).jobs)
+    assert held <= 2 * DELAYS.head_jobs + DELAYS.segment_jobs, f"{held} jobs back in the document"
+    seen = claim_all(broker, 400, due)
+    assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
+    wait_for(lambda: not delayed_objects(store), what="every delayed object deleted once used")

@@ -264,3 +264,23 @@ def test_claimable_counts_up_to_its_limit_and_due_times_come_earliest_first() ->
     assert state.due_times("q", 3) == [now + timedelta(seconds=s) for s in (10, 20, 30)]
     assert state.next_due() == {"q": now + timedelta(seconds=10)}
     assert state.claimable("q", now + timedelta(seconds=25), 10) == 4  # two became due
+
+
+def test_delayed_due_counts_jobs_due_here_promoted_or_not_and_forgets_those_claimed() -> None:
+    state = empty_state(policy=POLICY)
+    now = utc_now()
+    apply(state, push_op("q", list(range(3)), policy=POLICY), now)  # never delayed: not counted
+    for delay in (5, 5, 10, 60):
+        apply(state, push_op("q", [delay], policy=POLICY, delay_seconds=delay), now)
+    soon = now + timedelta(seconds=11)
+    assert state.delayed_due("q", soon, 10) == 3  # 60 s is later
+    assert state.delayed_due("q", soon, 2) == 2
+    assert state.delayed_due("q", now + timedelta(seconds=61), 10) == 4
+    assert state.delayed_due("nope", soon, 10) == 0
+    # Come due and promoted by a claim that takes only the three ready ones:
+    # the two waiting for their FIFO turn still count.
+    apply(state, claim_op("w", ["q"], policy=POLICY, max_jobs=3), now + timedelta(seconds=6))
+    assert state.delayed_due("q", soon, 10) == 3
+    apply(state, claim_op("w", ["q"], policy=POLICY, max_jobs=2), now + timedelta(seconds=6))
+    assert state.delayed_due("q", soon, 10) == 1  # claimed: no longer here with a delay
+    assert state.delayed_due("q", now + timedelta(seconds=61), 10) == 2
