@@ -14,8 +14,9 @@ queue, at most one of:
   the policy says, so that turning delayed segments off never strands jobs;
 * a :class:`~engine.lanetasks.DelayedSealTask` when the queue holds more
   delayed jobs in the document than its share of ``head_jobs``: those due
-  after ``now + delayed_horizon_seconds`` (and never within two refill
-  leads), past the soonest-due share, in due order, up to ``merge_jobs``, if
+  after ``now + delayed_horizon_seconds`` (after two refill leads once it
+  holds more than ``PRESSED_SHARES`` shares; never within two leads), past
+  the soonest-due share, in due order, up to ``merge_jobs``, if
   they make at least a seal share;
 * a :class:`~engine.lanetasks.DelayedMergeTask` when a queue has a run of
   adjacent (in due order) small delayed segments, none due within the
@@ -38,7 +39,14 @@ from engine.lanetasks import DelayedMergeTask, DelayedRefillTask, DelayedSealTas
 from engine.policy import Policy
 from engine.segments import DelayedRef
 
-__all__ = ["DelayPlanning"]
+__all__ = ["PRESSED_SHARES", "DelayPlanning"]
+
+# A queue whose delayed-index entries in the document exceed this many front
+# shares seals its delayed jobs due beyond two refill leads, not only those
+# beyond the horizon: the document then holds about this many shares of
+# delayed jobs at most (4,000 jobs, about 1.7 MB, at a share of 1,000), plus
+# those due within two leads.
+PRESSED_SHARES = 4
 
 
 class DelayPlanning:
@@ -93,11 +101,17 @@ class DelayPlanning:
         # its first job is due, and its jobs due within the next lead must not
         # be sealed again at once (a horizon shorter than the lead made every
         # landed version seal what the one before refilled).
-        beyond = now + timedelta(seconds=max(horizon, 2 * self.delayed_lead_seconds))
+        soon = now + timedelta(seconds=2 * self.delayed_lead_seconds)
+        beyond = max(soon, now + timedelta(seconds=horizon))
         for queue, count in state.delayed_entries().items():
             if queue in busy or queue in planned:
                 continue
-            task = self._delayed_seal_task(state, queue, count, shares, beyond)
+            # Past PRESSED_SHARES front shares of delayed jobs here the horizon
+            # gives way to the two leads: a batch pushed due within the
+            # horizon (100,000 reminders due in 30 s) otherwise stayed whole
+            # in the document, every commit writing it, until claimed.
+            cutoff = soon if count > PRESSED_SHARES * shares.head else beyond
+            task = self._delayed_seal_task(state, queue, count, shares, cutoff)
             if task is not None:
                 tasks.append(task)
                 planned.add(queue)

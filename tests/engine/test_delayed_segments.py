@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -390,3 +391,21 @@ def test_delayed_jobs_that_come_due_together_wait_in_their_segment_until_claims_
     seen = claim_all(broker, 400, due)
     assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
     wait_for(lambda: not delayed_objects(store), what="every delayed object deleted once used")
+
+
+def test_a_batch_pushed_due_within_the_horizon_leaves_the_document_when_it_is_large(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """The horizon spares jobs due soon a seal and a refill, but not a batch
+    of them: past four front shares the queue's delayed jobs due beyond two
+    refill leads are sealed too, and still come back on time."""
+    store = open_store("memory://")
+    broker = leader(make_broker, store, policy=replace(DELAYS, delayed_horizon_seconds=60.0))
+    few = push_delayed(broker, 4 * DELAYS.head_jobs, 5.0)  # as many as four shares: kept
+    time.sleep(0.3)  # heartbeats: nothing sealed
+    assert not delayed_refs(store)
+    ids = few + push_delayed(broker, 300, 5.0, start=len(few))
+    wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) >= 300, what="sealed within the horizon")
+    assert sum(1 for job in document(store)["jobs"] if job.get("not_before")) <= 4 * DELAYS.head_jobs
+    seen = claim_all(broker, len(ids), due_times(store))
+    assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
