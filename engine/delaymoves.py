@@ -62,10 +62,10 @@ def seal_delayed(state: QueueState, op: SealDelayed, now: datetime) -> int:
 def refill_delayed(state: QueueState, op: RefillDelayed, now: datetime) -> int:
     """Put the first jobs of the delayed segment ``op.key`` back into the
     document with their ``pos`` and ``not_before``, and swap the reference
-    for ``op.rest`` (the others, written again) or drop it (see
+    for ``op.rests`` (the others, written again) or drop it (see
     :class:`~engine.ops.RefillDelayed`); returns how many came back.
     Raises ValidationError, changing nothing, unless the queue still
-    references it and the jobs and ``rest`` are all of its jobs.
+    references it and the jobs and ``rests`` are all of its jobs.
 
     As for a pending refill, a job whose id is in the document, the dead
     letters or the ``finished`` window (a push reused the id after it left
@@ -75,19 +75,24 @@ def refill_delayed(state: QueueState, op: RefillDelayed, now: datetime) -> int:
     ref = next((r for r in refs if r.key == op.key), None)
     if ref is None:
         raise ValidationError(f"queue {op.queue!r} no longer references the delayed segment {op.key}")
-    rest = op.rest
-    if not op.jobs or len(op.jobs) + (rest.total if rest is not None else 0) != ref.total:
+    rests = op.rests
+    left = sum(rest.total for rest in rests)
+    if not op.jobs or len(op.jobs) + left != ref.total:
         raise ValidationError(f"the delayed segment {op.key} holds {ref.total} jobs, the refill names "
-                              f"{len(op.jobs)} and a rest of {rest.total if rest is not None else 0}")
-    if rest is not None and (rest.key == op.key or not ref.min_pos <= rest.min_pos <= rest.max_pos <= ref.max_pos
-                             or not ref.first_due <= rest.first_due <= rest.last_due <= ref.last_due):
-        raise ValidationError(f"the rest of the delayed segment {op.key} is not a part of it")
+                              f"{len(op.jobs)} and a rest of {left}")
+    keys = {rest.key for rest in rests}
+    if len(keys) < len(rests) or op.key in keys or any(r.key in keys for r in refs):
+        raise ValidationError(f"the rest of the delayed segment {op.key} names a key twice")
+    for rest in rests:
+        if (not ref.min_pos <= rest.min_pos <= rest.max_pos <= ref.max_pos
+                or not ref.first_due <= rest.first_due <= rest.last_due <= ref.last_due):
+            raise ValidationError(f"the rest of the delayed segment {op.key} is not a part of it")
     for job, pos in op.jobs:
         if job.queue != op.queue or job.status != "pending" or not ref.min_pos <= pos <= ref.max_pos:
             raise ValidationError(f"job {job.id!r} of the delayed segment {op.key} does not belong there")
     restored = restore_from_segment(state, op.queue, op.jobs, now)
     state.drop_delayed(op.queue, (op.key,))
-    if rest is not None:
+    for rest in rests:
         state.add_delayed_ref(op.queue, rest)
     return restored
 

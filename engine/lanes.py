@@ -476,10 +476,11 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             task, swap(ref), lambda state: any(r.key == key for r in state.lanes.get(queue, ()))))
         return key if landed else None
 
-    def _swap(self, queue: str, key: str, commit: Callable[[], object]) -> bool:
+    def _swap(self, queue: str, key: str, commit: Callable[[], object], *, also: Sequence[str] = ()) -> bool:
         """Run ``commit``, the operation that makes a version reference the
-        new segment ``key`` of ``queue`` (a Merge, a SealDelayed), and wait
-        for it. True once applied. Refused (ValidationError: the queue moved
+        new segment ``key`` of ``queue`` (a Merge, a SealDelayed), and the
+        new segments ``also`` with it (a RefillDelayed's rests, each treated
+        as ``key``), and wait for it. True once applied. Refused (ValidationError: the queue moved
         on, a purge, a requeue, a refill): nothing references the object,
         which is deleted; False. Refused at submission (CommitterNotRunning):
         it is in no write, and the object is deleted before the error is
@@ -491,11 +492,13 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         try:
             commit()
         except CommitterNotRunning:
-            self._unsubmitted(key)
+            for each in (key, *also):
+                self._unsubmitted(each)
             raise
         except ValidationError:
-            self.abandoned += 1
-            self.reaper.delete_segment(key)
+            for each in (key, *also):
+                self.abandoned += 1
+                self.reaper.delete_segment(each)
             return False
         except (NotLeader, CommitterStopped):
             raise

@@ -287,15 +287,18 @@ class RefillDelayed:
     """The leader's own (format 3, see :mod:`engine.lanes`): put ``jobs``
     (``(job, pos)`` pairs), the first jobs (in due order) of ``queue``'s
     delayed segment ``key``, back into the document with their ``pos`` and
-    ``not_before``, and swap the reference for ``rest``: a delayed segment
-    already written with the others, or None when ``jobs`` are all of them.
-    Refused, changing nothing, unless the queue still references ``key``
-    and ``jobs`` and ``rest`` account for every job of it."""
+    ``not_before``, and swap the reference for ``rests``: delayed segments
+    already written with the others, in due order (none when ``jobs`` are
+    all of them; the part already due split into segments of a front share,
+    so that the next refills read one share and write nothing). Refused,
+    changing nothing, unless the queue still references ``key``, each rest
+    is a new key within its bounds, and ``jobs`` and ``rests`` account for
+    every job of it."""
 
     queue: str
     key: str
     jobs: tuple[tuple[Job, int], ...]
-    rest: DelayedRef | None = None
+    rests: tuple[DelayedRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

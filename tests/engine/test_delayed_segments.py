@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, DocumentError, JobNotFound, Policy, SegmentUnreadable
+from engine import Broker, DocumentError, JobNotFound, MemoryStore, Policy, SegmentUnreadable, StoreUnavailable
 from engine.delaysteps import read_delayed
 from engine.document import QueueState
 from engine.lanes import LaneKeeper
@@ -388,7 +388,11 @@ def test_delayed_jobs_that_come_due_together_wait_in_their_segment_until_claims_
     time.sleep(max(0.0, (max(due.values()) - datetime.now(UTC)).total_seconds()) + 3.0)  # all due, none claimed
     held = len(state_of(broker).jobs)
     assert held <= 2 * DELAYS.head_jobs + DELAYS.segment_jobs, f"{held} jobs back in the document"
-    seen = claim_all(broker, 400, due)
+    seen = claim_all(broker, DELAYS.head_jobs, due)
+    # The next refill wrote the due rest as segments of a share: each later
+    # one reads a share and writes nothing.
+    wait_for(lambda: max(ref["total"] for ref in delayed_refs(store)) <= DELAYS.head_jobs, what="the rest split")
+    seen |= claim_all(broker, 400 - len(seen), due)
     assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
     wait_for(lambda: not delayed_objects(store), what="every delayed object deleted once used")
 
@@ -409,3 +413,42 @@ def test_a_batch_pushed_due_within_the_horizon_leaves_the_document_when_it_is_la
     assert sum(1 for job in document(store)["jobs"] if job.get("not_before")) <= 4 * DELAYS.head_jobs
     seen = claim_all(broker, len(ids), due_times(store))
     assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
+
+
+class FailsOneDelayedWrite(MemoryStore):
+    """A memory store whose ``nth`` write of a delayed segment (id indexes
+    aside), counted from ``arm()``, fails before landing, as a timeout would."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__()
+        self.nth, self.count, self.armed, self.failed = nth, 0, False, False
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if self.armed and key.startswith(segment_prefix("queue.json")) and "/delayed/" in key:
+            self.count += 1
+            if self.count == self.nth:
+                self.failed = True
+                raise StoreUnavailable("injected: put timed out before landing")
+        return super().put(key, data, **kwargs)
+
+
+def test_a_refill_whose_rest_fails_to_write_deletes_what_it_wrote_and_tries_again(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A refill writes a due rest as several segments at once; when one
+    write fails, the others are deleted (nothing names them) and the refill
+    is tried again: every job comes back once, and no object is left."""
+    store = FailsOneDelayedWrite(nth=3)
+    broker = leader(make_broker, store)
+    ids = push_delayed(broker, 200, 3.0)
+    wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) == 180, what="sealed")
+    due = due_times(store)
+    store.arm()
+    time.sleep(max(0.0, (max(due.values()) - datetime.now(UTC)).total_seconds()) + 0.5)
+    seen = claim_all(broker, 200, due)
+    assert store.failed
+    assert sorted(seen) == sorted(ids) and all(claimed_at >= when for claimed_at, when in seen.values())
+    wait_for(lambda: not delayed_objects(store), what="every delayed object deleted, the failed refill's too")
