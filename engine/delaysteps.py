@@ -20,7 +20,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import orjson
 
@@ -56,6 +57,8 @@ from engine.stores.base import ObjectStore
 __all__ = ["DelaySteps", "read_delayed"]
 
 log = logging.getLogger("engine.lanes")  # where the lane keeper logs
+
+_T = TypeVar("_T")
 
 # A refill of a segment whose rest is due writes that rest as segments of a
 # front share, at most this many (16,384 jobs at a share of 1,000)...
@@ -228,9 +231,9 @@ class DelaySteps:
                 RefillDelayed(queue=queue, key=ref.key, jobs=tuple(back), rests=tuple(r for r, _ in rests))),
                 also=[r.key for r, _ in rests[1:]]):
             self.refilled_delayed += 1
-            for rest, parts in rests:
-                if len(parts) > take:  # a share comes back whole soon: a lookup reads it
-                    self._write_index(rest.as_segment(), parts)
+            # Each with its id index, as any segment: without one, a lookup
+            # of an id no segment holds would read all of them.
+            self._in_parallel([partial(self._write_index, rest.as_segment(), parts) for rest, parts in rests])
 
     def _write_rests(
         self, queue: str, others: list[tuple[Job, int]], take: int,
@@ -257,11 +260,7 @@ class DelaySteps:
             return self._write_delayed(queue, encoded[index], [pos for _, pos in group],
                                        first_due=_due(group[0][0]), last_due=_due(group[-1][0]))
 
-        if len(groups) == 1:
-            written = [write(0)]
-        else:
-            with ThreadPoolExecutor(max_workers=min(MAX_REFILL_WRITERS, len(groups))) as pool:
-                written = list(pool.map(write, range(len(groups))))
+        written = self._in_parallel([partial(write, index) for index in range(len(groups))])
         if any(ref is None for ref in written):
             for ref in written:
                 if ref is not None:
@@ -269,6 +268,15 @@ class DelaySteps:
                     self.reaper.delete_segment(ref.key)
             return None
         return [(ref, parts) for ref, parts in zip(written, encoded, strict=True) if ref is not None]
+
+    @staticmethod
+    def _in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
+        """The results of ``calls``, in order, run MAX_REFILL_WRITERS at a
+        time (store writes, which wait on the network, not the GIL)."""
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        with ThreadPoolExecutor(max_workers=min(MAX_REFILL_WRITERS, len(calls))) as pool:
+            return list(pool.map(lambda call: call(), calls))
 
     def _merge_delayed(self, task: DelayedMergeTask) -> None:
         """Read the task's delayed segments, write their jobs as one, in due
