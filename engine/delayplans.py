@@ -129,8 +129,8 @@ class DelayPlanning:
 
     def _delayed_merge_task(self, queue: str, refs: list[DelayedRef], beyond: datetime) -> DelayedMergeTask | None:
         """The first run of adjacent small delayed segments of ``queue``, none
-        due before ``beyond`` (a merged segment due soon would come back a
-        share at a time, its rest written again each time), that is full
+        due before ``beyond`` (a merged segment due soon would be written
+        again at once, as share-sized segments, by its first refill), that is full
         enough to merge: up to ``merge_jobs`` jobs, the last run only once
         the next reference ends it (it may still grow), as pending merges."""
         shape = (len(refs), refs[0].key, refs[-1].key)
