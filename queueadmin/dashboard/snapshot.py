@@ -71,8 +71,13 @@ class QueueSummary:
     #: Of ``pending``, how many sit in segment objects (format 2), delayed
     #: segments included (format 3).
     in_segments: int = 0
-    #: Of ``in_segments``, how many sit in delayed segments (format 3: not due yet).
+    #: Of ``in_segments``, how many sit in delayed segments (format 3).
     delayed_away: int = 0
+    #: Of ``delayed_away``, how many are due (counted in ``ready``): those of
+    #: delayed segments whose last job is due. A batch due at once waits there
+    #: until claims make room in the document; a segment only partly due
+    #: counts as not due (its jobs' times are not read), so this is a floor.
+    due_away: int = 0
     #: How many segment objects hold them.
     segments: int = 0
     #: Pending and claimable now (no not_before in the future).
@@ -155,7 +160,8 @@ class Snapshot:
         #: :mod:`.segments`); empty in format 1.
         self.lanes: dict[str, list[SegmentRef]] = lanes_of(header) if segmented else {}
         #: Format 3: per queue, its delayed segment references, in due order
-        #: (jobs not due yet, outside the FIFO order); empty before format 3.
+        #: (jobs due later, or due together past a share of the front, outside
+        #: the FIFO order); empty before format 3.
         self.delays: dict[str, list[DelayedRef]] = delays_of(header) if segmented else {}
 
     def at(self, taken_at: datetime) -> Snapshot:
@@ -297,10 +303,15 @@ class Snapshot:
         for queue, delays in self.delays.items():
             row = rows.get(queue) or rows.setdefault(queue, QueueSummary(name=queue))
             held = sum(ref.total for ref in delays)
-            # Not due yet (they come back before they are): pending, not ready.
+            # Most are not due yet (they come back before they are); those
+            # due together past a share of the front wait for claims to make
+            # room (docs/format.md, "Refill (delayed)"): due, so ready.
+            due = sum(ref.total for ref in delays if ref.last_due <= self.taken_at)
             row.pending += held
+            row.ready += due
             row.in_segments += held
             row.delayed_away = held
+            row.due_away = due
             row.segments += len(delays)
         for queue, first in oldest.items():
             rows[queue].oldest_pending_at = moment(first)

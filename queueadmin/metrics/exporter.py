@@ -152,7 +152,12 @@ class QueueCollector(Collector):
             "pending": GaugeMetricFamily(
                 "queueadmin_queue_pending", "Pending jobs (ready or delayed).", labels=["queue"]
             ),
-            "ready": GaugeMetricFamily("queueadmin_queue_ready", "Pending jobs claimable now.", labels=["queue"]),
+            "ready": GaugeMetricFamily(
+                "queueadmin_queue_ready",
+                "Pending jobs that are due: claimable now, or due together and waiting in a delayed segment "
+                "for claims to make room.",
+                labels=["queue"],
+            ),
             "running": GaugeMetricFamily("queueadmin_queue_running", "Jobs leased to a worker.", labels=["queue"]),
             "dead": GaugeMetricFamily("queueadmin_queue_dead_letters", "Jobs in the dead letters.", labels=["queue"]),
         }

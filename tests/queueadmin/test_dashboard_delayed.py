@@ -116,3 +116,31 @@ def test_the_large_document_alert_leaves_out_the_delayed_jobs_in_delayed_segment
     [alert] = [a.text for a in viewer.get("/").context["alerts"] if "every commit writes all of it" in a.text]
     assert "20 delayed jobs (q 20)" in alert  # the 80 in delayed segments cost a commit nothing
     assert "within 1 s (QUEUE_DELAYED_HORIZON_SECONDS)" in alert
+
+
+def test_jobs_due_in_delayed_segments_count_as_ready_and_not_in_the_document(
+        delayed_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs due together past a share of the front wait in their delayed
+    segment until claims make room (docs/format.md, "Refill (delayed)"): once
+    due they are ready, and the large-document alert still counts only what
+    the document holds. The page is read two hours on, the jobs due in one."""
+    from datetime import datetime, timedelta
+
+    from queueadmin.dashboard import pages
+    from queueadmin.dashboard import source as source_module
+    from tests.helpers import stored
+
+    class TwoHoursOn(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(hours=2)
+
+    delayed_backlog(broker)
+    monkeypatch.setattr(source_module, "datetime", TwoHoursOn)
+    monkeypatch.setattr(pages, "LARGE_DOCUMENT_BYTES", len(stored(broker.store)))
+    source_module.source.reset()
+    response = viewer.get("/")
+    row = next(r for r in response.context["rows"] if r["q"].name == "q")
+    assert row["q"].pending == 100 and row["q"].ready == 100 and row["q"].due_away == 80
+    [alert] = [a.text for a in response.context["alerts"] if "every commit writes all of it" in a.text]
+    assert "20 ready pending jobs (q 20)" in alert and "delayed job" not in alert
