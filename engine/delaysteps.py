@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -57,8 +57,6 @@ from engine.stores.base import ObjectStore
 __all__ = ["DelaySteps", "read_delayed"]
 
 log = logging.getLogger("engine.lanes")  # where the lane keeper logs
-
-_T = TypeVar("_T")
 
 # A refill of a segment whose rest is due writes that rest as segments of a
 # front share, at most this many (16,384 jobs at a share of 1,000)...
@@ -270,12 +268,13 @@ class DelaySteps:
         return [(ref, parts) for ref, parts in zip(written, encoded, strict=True) if ref is not None]
 
     @staticmethod
-    def _in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T]:
+    def _in_parallel[T](calls: Sequence[Callable[[], T]]) -> list[T]:
         """The results of ``calls``, in order, run MAX_REFILL_WRITERS at a
         time (store writes, which wait on the network, not the GIL)."""
         if len(calls) <= 1:
             return [call() for call in calls]
-        with ThreadPoolExecutor(max_workers=min(MAX_REFILL_WRITERS, len(calls))) as pool:
+        workers = min(MAX_REFILL_WRITERS, len(calls))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="delayed-rest") as pool:
             return list(pool.map(lambda call: call(), calls))
 
     def _merge_delayed(self, task: DelayedMergeTask) -> None:

@@ -23,6 +23,7 @@ import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -52,6 +53,19 @@ _DUMPS_OPTS = orjson.OPT_UTC_Z
 
 # Promoted delayed entries a queue keeps before its list is first compacted.
 _PROMOTED_MIN_CAP = 1024
+
+
+def _in_order[E: tuple[Any, ...]](heap: list[E]) -> Iterator[E]:
+    """The entries of ``heap`` (a heapq list), smallest first, found from its
+    root: taking the first k costs O(k log k), whatever the heap's size. The
+    heap must not change while this is read."""
+    frontier = [(heap[0], 0)] if heap else []
+    while frontier:
+        entry, i = heapq.heappop(frontier)
+        yield entry
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
 
 
 class QueueState:
@@ -437,24 +451,16 @@ class QueueState:
         if limit <= 0:
             return 0
         seen = {job_id for _, job_id in self._live_promoted(queue)}
-        heap = self._delayed.get(queue)
-        if not heap:
-            return min(len(seen), limit)
         budget = 2 * limit + 64
-        frontier = [(heap[0], 0)]  # the heap's smallest entries, found from its root
-        while frontier and len(seen) < limit:
-            (not_before, pos, job_id), i = heapq.heappop(frontier)
-            if not_before > by:
-                break  # popped in order: every entry left is due later
+        for not_before, pos, job_id in _in_order(self._delayed.get(queue, [])):
+            if len(seen) >= limit or not_before > by:
+                break  # in order: every entry left is due later
             budget -= 1
             if budget < 0:
                 return limit
             job = self._is_current(job_id, pos)
             if job is not None and job.not_before == not_before:
                 seen.add(job_id)  # a set: the index may hold an entry twice
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < len(heap):
-                    heapq.heappush(frontier, (heap[child], child))
         return min(len(seen), limit)
 
     def claimable(self, queue: str, now: datetime, limit: int) -> int:
@@ -506,18 +512,9 @@ class QueueState:
         """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
         first, in O(limit log limit) whatever the backlog. Entries may be stale
         (the job changed since): each one is a wake-up that may find nothing."""
-        heap = self._delayed.get(queue)
-        if not heap or limit <= 0:
+        if limit <= 0:
             return []
-        times: list[datetime] = []
-        frontier = [(heap[0], 0)]  # a heap's smallest entries, found from its root
-        while frontier and len(times) < limit:
-            (not_before, _, _), i = heapq.heappop(frontier)
-            times.append(not_before)
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < len(heap):
-                    heapq.heappush(frontier, (heap[child], child))
-        return times
+        return [not_before for not_before, _, _ in islice(_in_order(self._delayed.get(queue, [])), limit)]
 
     def next_due(self) -> dict[str, datetime]:
         """Per queue with delayed jobs, the earliest not_before indexed (it may
