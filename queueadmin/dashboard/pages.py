@@ -146,9 +146,8 @@ def large_document(snapshot: Snapshot) -> str:
         return f"{total:,} {ngettext(one, many, total)} ({where})"
 
     # In the document only: those in segment objects (delayed ones too) cost a commit nothing.
-    delayed = held("delayed job", "delayed jobs", lambda q: q.pending - (q.ready - q.due_away) - q.delayed_away)
-    ready = held("ready pending job", "ready pending jobs",
-                 lambda q: q.ready - q.due_away - (q.in_segments - q.delayed_away))
+    delayed = held("delayed job", "delayed jobs", lambda q: q.delayed_here)
+    ready = held("ready pending job", "ready pending jobs", lambda q: q.ready_here)
     parts = [p for p in (delayed, ready, held("running job", "running jobs", lambda q: q.running),
                          held("dead letter", "dead letters", lambda q: q.dead)) if p]
     advice = []

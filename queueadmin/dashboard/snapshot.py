@@ -80,7 +80,8 @@ class QueueSummary:
     due_away: int = 0
     #: How many segment objects hold them.
     segments: int = 0
-    #: Pending and claimable now (no not_before in the future).
+    #: Pending and due (no not_before in the future): in the document, in
+    #: segments, and ``due_away``.
     ready: int = 0
     running: int = 0
     dead: int = 0
@@ -90,6 +91,16 @@ class QueueSummary:
     purged: int = 0
     paused: bool = False
     oldest_pending_at: datetime | None = None
+
+    @property
+    def ready_here(self) -> int:
+        """Of ``ready``, how many are in the document (what every commit writes)."""
+        return self.ready - self.due_away - (self.in_segments - self.delayed_away)
+
+    @property
+    def delayed_here(self) -> int:
+        """Pending jobs in the document that are not due yet."""
+        return self.pending - self.in_segments - self.ready_here
 
 
 @dataclass(slots=True, kw_only=True)
