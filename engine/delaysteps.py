@@ -111,6 +111,7 @@ class DelaySteps:
     _held: HeldSegments
     _merging: threading.Lock
     # The keeper's methods this half calls (engine.lanes).
+    _count: Callable[[str], None]
     _unsubmitted: Callable[[str], None]
     _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
     _put_new: Callable[[str, str, bytes], bool]
@@ -139,7 +140,7 @@ class DelaySteps:
         if not self._put_new(queue, key, data):
             return None
         if self._stopping:  # a step-down while it was written
-            self.abandoned += 1
+            self._count("abandoned")
             delete_quietly(self.store, key)
             return None
         return DelayedRef(
@@ -180,7 +181,7 @@ class DelaySteps:
         if not self._swap(queue, ref.key, lambda: self.execute(
                 SealDelayed(queue=queue, ref=ref, jobs=task.jobs, parts=task.parts))):
             return
-        self.sealed_delayed += 1
+        self._count("sealed_delayed")
         # After the commit, as a pending seal's: a lookup by id reads it then.
         self._write_index(ref.as_segment(), task.parts)
 
@@ -216,7 +217,7 @@ class DelaySteps:
             except EngineError as exc:
                 log.warning("refilling queue %s from delayed segment %s: %s", queue, ref.key, exc)
                 return
-            self.refilled_delayed += 1
+            self._count("refilled_delayed")
             return
         # The others go to new delayed segments in its place, swapped in the
         # refill's own commit: a segment never changes, and one that came back
@@ -228,7 +229,7 @@ class DelaySteps:
         if self._swap(queue, rests[0][0].key, lambda: self.execute(
                 RefillDelayed(queue=queue, key=ref.key, jobs=tuple(back), rests=tuple(r for r, _ in rests))),
                 also=[r.key for r, _ in rests[1:]]):
-            self.refilled_delayed += 1
+            self._count("refilled_delayed")
             # Each with its id index, as any segment: without one, a lookup
             # of an id no segment holds would read all of them.
             self._in_parallel([partial(self._write_index, rest.as_segment(), parts) for rest, parts in rests])
@@ -262,7 +263,7 @@ class DelaySteps:
         if any(ref is None for ref in written):
             for ref in written:
                 if ref is not None:
-                    self.abandoned += 1
+                    self._count("abandoned")
                     self.reaper.delete_segment(ref.key)
             return None
         return [(ref, parts) for ref, parts in zip(written, encoded, strict=True) if ref is not None]
@@ -298,5 +299,5 @@ class DelaySteps:
                 return
             keys = tuple(r.key for r in task.refs)
             if self._swap(queue, ref.key, lambda: self.execute(MergeDelayed(queue=queue, keys=keys, ref=ref))):
-                self.merged_delayed += 1
+                self._count("merged_delayed")
                 self._write_index(ref.as_segment(), parts)

@@ -179,6 +179,10 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         self.refilled = 0
         self.abandoned = 0
         self.merged = 0
+        # The keeper's threads (and a refill's parallel writers) count at
+        # once: ``+=`` on an attribute is not atomic, and the tests decide on
+        # these counts (a seal that neither landed nor was refused).
+        self._counting = threading.Lock()
         self._cond = threading.Condition()
         self._tasks: list[Task] = []
         # Queues with a task planned or running. Once the task's operation is
@@ -353,12 +357,18 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             if self._merge_slot is task:
                 self._merge_slot = self._merge_applied = None
 
+    def _count(self, counter: str) -> None:
+        """Add one to the counter named ``counter`` (``sealed``,
+        ``abandoned``, …), from any of the keeper's threads."""
+        with self._counting:
+            setattr(self, counter, getattr(self, counter) + 1)
+
     def _unsubmitted(self, key: str) -> None:
         """The swap naming ``key`` was refused at submission, so it is in no
         write (a fenced leader whose segment write returned late): delete the
         object now. Left, it waited for a later leader's collector pass, an
         hour on an idle one."""
-        self.abandoned += 1
+        self._count("abandoned")
         self.reaper.delete_segment(key)
 
     def _write_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> None:
@@ -448,7 +458,7 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             # the document, and these must not be sealed before them (I7). Or
             # this keeper stopped (a step-down) while the segment was written.
             # Either way nothing was submitted: no version can name the object.
-            self.abandoned += 1
+            self._count("abandoned")
             delete_quietly(self.store, key)
             return None
         return ref
@@ -497,7 +507,7 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             raise
         except ValidationError:
             for each in (key, *also):
-                self.abandoned += 1
+                self._count("abandoned")
                 self.reaper.delete_segment(each)
             return False
         except (NotLeader, CommitterStopped):

@@ -67,6 +67,7 @@ class LaneSteps:
     _held: HeldSegments
     _merging: threading.Lock
     # The keeper's methods this half calls (engine.lanes).
+    _count: Callable[[str], None]
     _finished: Callable[[Task], None]
     _unsubmitted: Callable[[str], None]
     _write_index: Callable[[SegmentRef, Sequence[bytes]], None]
@@ -131,10 +132,10 @@ class LaneSteps:
         it did not land, a later leader collects it."""
         try:
             if not isinstance(outcome, BaseException):
-                self.sealed += 1
+                self._count("sealed")
                 self._held.keep(key, task.parts)
             elif isinstance(outcome, ValidationError):
-                self.abandoned += 1
+                self._count("abandoned")
                 self.reaper.delete_now(key)
             elif not isinstance(outcome, (NotLeader, CommitterStopped)):
                 log.warning("queue %s: committing segment %s: %s", task.queue, key, outcome)
@@ -183,7 +184,7 @@ class LaneSteps:
         except EngineError as exc:
             log.warning("refilling queue %s from %s: %s", queue, ref.key, exc)
             return
-        self.refilled += 1
+        self._count("refilled")
 
     def _merge(self, task: MergeTask) -> None:
         with self._merging:
@@ -208,7 +209,7 @@ class LaneSteps:
             task, parts, first_pos=first.front, last_pos=task.refs[-1].last_pos, oldest=first.oldest_enqueued_at,
             swap=lambda ref: Merge(queue=task.queue, keys=keys, ref=ref),
         ) is not None:
-            self.merged += 1
+            self._count("merged")
 
     def _submit(self, task: RefillTask | MergeTask, op: Operation, applied: Callable[[QueueState], bool]) -> None:
         """Run ``op`` through the committer for ``task`` and wait for it;

@@ -230,8 +230,8 @@ class SegmentReaper:
                 continue
             self._held.forget(key)
             if self.delete_segment(key):
-                self.deleted += 1
-                with self._cond:
+                with self._cond:  # deletions run on several keeper threads at once
+                    self.deleted += 1
                     self._known.discard(key)
             else:
                 self.dropped([key])  # try again after another grace
