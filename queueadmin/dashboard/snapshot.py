@@ -91,6 +91,12 @@ class QueueSummary:
     purged: int = 0
     paused: bool = False
     oldest_pending_at: datetime | None = None
+    #: When the next of its jobs not due yet comes due, as far as the
+    #: document shows: the earliest future ``not_before`` of its jobs in the
+    #: document, and the ``first_due`` of its delayed segments not due yet.
+    #: A delayed segment already partly due may hold one due sooner (its
+    #: jobs' times are not read). None when nothing waits to come due.
+    next_due_at: datetime | None = None
 
     @property
     def ready_here(self) -> int:
@@ -283,6 +289,7 @@ class Snapshot:
         # version would cost more than everything else here together.
         now = sortable(self.taken_at.isoformat())
         oldest: dict[str, str] = {}
+        next_due: dict[str, str] = {}
         for job in self.jobs:
             queue = job["queue"]
             row = rows.get(queue) or rows.setdefault(queue, QueueSummary(name=queue))
@@ -291,8 +298,11 @@ class Snapshot:
                 continue
             row.pending += 1
             not_before = job.get("not_before")
-            if not_before is None or sortable(not_before) <= now:
+            due = None if not_before is None else sortable(not_before)
+            if due is None or due <= now:
                 row.ready += 1
+            elif queue not in next_due or due < next_due[queue]:
+                next_due[queue] = due
             enqueued = sortable(job["enqueued_at"])
             if queue not in oldest or enqueued < oldest[queue]:
                 oldest[queue] = enqueued
@@ -324,8 +334,15 @@ class Snapshot:
             row.delayed_away = held
             row.due_away = due
             row.segments += len(delays)
+            # In due order: the first not due yet is the soonest of them.
+            coming = next((sortable(ref.first_due.isoformat()) for ref in delays
+                           if ref.first_due > self.taken_at), None)
+            if coming is not None and (queue not in next_due or coming < next_due[queue]):
+                next_due[queue] = coming
         for queue, first in oldest.items():
             rows[queue].oldest_pending_at = moment(first)
+        for queue, first in next_due.items():
+            rows[queue].next_due_at = moment(first)
         for letter in self.dead:
             row = rows.get(letter["queue"]) or rows.setdefault(letter["queue"], QueueSummary(name=letter["queue"]))
             row.dead += 1

@@ -201,3 +201,34 @@ def test_a_job_page_opened_by_its_url_reads_its_job_of_the_segment_by_range(
         expect(page.get_by_test_id("segment-error")).to_contain_text("SHA-256")
         expect(page.locator("main")).not_to_contain_text(f'"n": {forged}')
     assert cluster.document()["lanes"]["backlog"]["segments"][2] == ref
+
+
+@pytest.fixture
+def delayed_node(cluster_factory: Callable[..., Cluster]) -> tuple[Cluster, Node]:
+    """Tiny segments, and delayed jobs due more than a second ahead sealed
+    into delayed segments (format 3) past the front share."""
+    return with_operator(cluster_factory(**SEGMENT_ENV, QUEUE_DELAYED_HORIZON_SECONDS="1"))
+
+
+def test_the_queue_page_says_when_the_next_job_comes_due_and_moves_on_live(
+        browser: Browser, delayed_node: tuple[Cluster, Node]) -> None:
+    """Twenty jobs due in a few seconds stay in the document (the front
+    share), eighty due in an hour go to delayed segments. The queue page
+    first names the twenty's time; once they are due, without a reload, the
+    first delayed segment's, an hour on."""
+    cluster, server = delayed_node
+    push(server, "later", [{"n": n} for n in range(20)], delay_seconds=6)
+    push(server, "later", [{"n": n} for n in range(20, 100)], delay_seconds=3600)
+    deadline = time.monotonic() + 30
+    while sum(ref["total"] for ref in cluster.document().get("lanes", {}).get("later", {}).get("delayed", [])) < 80:
+        assert time.monotonic() < deadline, "the jobs due in an hour were not sealed"
+        time.sleep(0.1)
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/queues/later/")
+        expect(page.get_by_test_id("pending")).to_contain_text("100")
+        next_due = page.get_by_test_id("next-due")
+        expect(next_due).to_contain_text(re.compile(r"\(in \d(\.\d)? s\)"))
+        shot(page, "queue-next-due")
+        # Due now: the live update (a heartbeat's commit at the latest) names the delayed segment's time.
+        expect(next_due).to_contain_text(re.compile(r"\(in (59|60) min\)"), timeout=15_000)
+        expect(page.get_by_test_id("pending")).to_contain_text("(20 ready)")

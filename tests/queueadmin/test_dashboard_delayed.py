@@ -144,3 +144,46 @@ def test_jobs_due_in_delayed_segments_count_as_ready_and_not_in_the_document(
     assert row["q"].pending == 100 and row["q"].ready == 100 and row["q"].due_away == 80
     [alert] = [a.text for a in response.context["alerts"] if "every commit writes all of it" in a.text]
     assert "20 ready pending jobs (q 20)" in alert and "delayed job" not in alert
+
+
+def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_delayed_segment(
+        delayed_segments: None, broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator whose queue holds jobs that are not due yet (scheduled, or
+    retries waiting out their backoff) sees when the next one comes due: 20
+    due in ten minutes stay in the document (the front share), 80 due in an
+    hour go to delayed segments. Read now, the next is in the document; read
+    half an hour on, when those 20 are due, it is the first delayed segment's."""
+    from datetime import datetime, timedelta
+
+    from queueadmin.dashboard import source as source_module
+
+    push(broker, "q", list(range(20)), delay_seconds=600)
+    push(broker, "q", list(range(20, 100)), delay_seconds=HOUR)
+    settle(broker, lambda doc: sum(ref["total"] for ref in delayed_refs(doc)) == 80, what="the later 80 sealed")
+    doc = document(broker.store)
+    soonest_here = min(datetime.fromisoformat(job["not_before"]) for job in doc["jobs"])
+    soonest_away = min(datetime.fromisoformat(ref["first_due"]) for ref in delayed_refs(doc))
+    assert soonest_here + timedelta(minutes=49) < soonest_away  # the 20 due soon stayed in the document
+
+    page = viewer.get("/queues/q/")
+    assert page.context["q"].next_due_at == soonest_here
+    assert b'data-testid="next-due"' in page.content and b"(in 10 min)" in page.content
+
+    class HalfAnHourOn(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(minutes=30)
+
+    monkeypatch.setattr(source_module, "datetime", HalfAnHourOn)
+    source_module.source.reset()
+    page = viewer.get("/queues/q/")
+    assert page.context["q"].ready == 20 and page.context["q"].next_due_at == soonest_away
+    assert b"(in 30 min)" in page.content
+
+
+def test_the_queue_page_says_nothing_comes_due_when_every_job_is_due(
+        delayed_segments: None, broker: Broker, viewer: Client) -> None:
+    push(broker, "q", list(range(5)))
+    page = viewer.get("/queues/q/")
+    assert page.context["q"].pending == 5 and page.context["q"].next_due_at is None
+    assert b"Next due" not in page.content
