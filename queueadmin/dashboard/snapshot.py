@@ -298,11 +298,11 @@ class Snapshot:
                 continue
             row.pending += 1
             not_before = job.get("not_before")
-            due = None if not_before is None else sortable(not_before)
-            if due is None or due <= now:
+            due_at = None if not_before is None else sortable(not_before)
+            if due_at is None or due_at <= now:
                 row.ready += 1
-            elif queue not in next_due or due < next_due[queue]:
-                next_due[queue] = due
+            elif queue not in next_due or due_at < next_due[queue]:
+                next_due[queue] = due_at
             enqueued = sortable(job["enqueued_at"])
             if queue not in oldest or enqueued < oldest[queue]:
                 oldest[queue] = enqueued
