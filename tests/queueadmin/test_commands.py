@@ -66,10 +66,13 @@ def test_queuestatus_shows_leader_counts_and_leases(store: FileStore) -> None:
     assert lines[0] == f"document  file://{store.root}/{KEY}  ({size} bytes, seq 7)"
     assert lines[1] == "leader    node-1  http://127.0.0.1:8766  epoch 1"
     header, emails, reports = lines[3].split(), lines[4].split(), lines[5].split()
-    assert header == ["queue", "ready", "delayed", "running", "dead",
+    assert header == ["queue", "ready", "delayed", "running", "dead", "next", "due",
                       "pushed", "completed", "failed", "died", "purged", "dropped"]
-    assert emails == ["emails", "1", "1", "1", "0", "3", "0", "0", "0", "0", "0"]
-    assert reports == ["reports", "0", "0", "0", "1", "1", "0", "1", "1", "0", "0"]
+    # The delayed job comes due in an hour; nothing waits in reports.
+    assert emails[:5] + emails[7:] == ["emails", "1", "1", "1", "0", "3", "0", "0", "0", "0", "0"]
+    assert emails[5] == "in" and emails[6] in ("59m59s", "59m58s", "1h00m")
+    assert reports == ["reports", "0", "0", "0", "1", "-", "1", "0", "1", "1", "0", "0"]
+    assert "next due: when the next job not due yet comes due" in out
     lease_at = lines.index("running leases: 1")
     assert lines[lease_at + 1].split() == ["job", "queue", "worker", "attempt", "claimed", "heartbeat", "left"]
     row = lines[lease_at + 2].split()
@@ -86,6 +89,8 @@ def test_queuestatus_json(store: FileStore) -> None:
     assert status["seq"] == 7 and status["size"] == len(store.get(KEY).data)  # type: ignore[union-attr]
     assert status["queues"]["emails"]["ready"] == 1 and status["queues"]["reports"]["dead"] == 1
     assert status["queues"]["reports"]["counters"]["failed"] == 1
+    assert 3590 < status["queues"]["emails"]["next_due_seconds"] <= 3600 and status["queues"]["emails"]["next_due"]
+    assert status["queues"]["reports"]["next_due"] is None and status["queues"]["reports"]["next_due_seconds"] is None
     [lease] = status["leases"]
     assert (lease["id"], lease["worker"], lease["attempt"]) == (ids["running"], "worker-1", 1)
     assert 0 <= lease["age_seconds"] < 10 and 50 < lease["left_seconds"] <= 60

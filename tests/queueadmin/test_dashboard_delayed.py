@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from engine import Broker
+from engine import Broker, Policy, parse_document
 from queueadmin.models import AuditEntry
 from tests.queueadmin.dashboard_fixtures import confirm, preview, push
 from tests.queueadmin.test_dashboard_segments import document, every_pending, settle, small_segments
@@ -179,6 +179,13 @@ def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_
     page = viewer.get("/queues/q/")
     assert page.context["q"].ready == 20 and page.context["q"].next_due_at == soonest_away
     assert b"(in 30 min)" in page.content
+    # manage.py queuestatus says the same, from the same document.
+    from queueadmin.management.commands.queuestatus import summarize
+    from tests.helpers import stored
+
+    state = parse_document("queue.json", stored(broker.store), policy=Policy())
+    assert summarize(state, now=soonest_here - timedelta(minutes=1))["queues"]["q"]["next_due"] == soonest_here
+    assert summarize(state, now=soonest_here + timedelta(minutes=1))["queues"]["q"]["next_due"] == soonest_away
 
 
 def test_the_queue_page_says_nothing_comes_due_when_every_job_is_due(

@@ -44,7 +44,11 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     the document's references: the objects are not read) and ``segments``
     the objects; they are pending and were ready when sealed (format 3:
     or not due yet, in delayed segments), but not in ``ready`` nor
-    ``delayed``, which count the document's jobs.
+    ``delayed``, which count the document's jobs. ``next_due`` is when the
+    queue's next job not due yet comes due (its ``next_due_seconds`` from
+    ``now``): the earliest of the document's delayed jobs and of the first
+    delayed segment not due yet (a segment already partly due is not read
+    for it); None when every pending job is due.
     """
     names = (set(state.queues) | {j.queue for j in state.jobs.values()} | {d.queue for d in state.dead.values()}
              | set(state.lanes) | set(state.delays))
@@ -52,6 +56,8 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
         name: {"ready": 0, "delayed": 0, "running": 0, "dead": 0,
                "in_segments": sum(ref.remaining for ref in state.lanes.get(name, ())) + state.delayed_away(name),
                "segments": len(state.lanes.get(name, ())) + len(state.delays.get(name, ())),
+               # In due order: the first delayed segment not due yet is the soonest of them.
+               "next_due": next((ref.first_due for ref in state.delays.get(name, ()) if ref.first_due > now), None),
                "counters": counters_dict(state.queues.get(name) or QueueCounters())}
         for name in sorted(names)
     }
@@ -59,7 +65,12 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     for job in state.jobs.values():
         row = queues[job.queue]
         if job.lease is None:
-            row["delayed" if job.not_before is not None and job.not_before > now else "ready"] += 1
+            if job.not_before is not None and job.not_before > now:
+                row["delayed"] += 1
+                if row["next_due"] is None or job.not_before < row["next_due"]:
+                    row["next_due"] = job.not_before
+            else:
+                row["ready"] += 1
             continue
         row["running"] += 1
         lease = job.lease
@@ -73,6 +84,8 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
         })
     for dead in state.dead.values():
         queues[dead.queue]["dead"] += 1
+    for row in queues.values():
+        row["next_due_seconds"] = None if row["next_due"] is None else (row["next_due"] - now).total_seconds()
     return {
         "format": state.format,
         "seq": state.seq,
@@ -81,6 +94,10 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
         "queues": queues,
         "leases": leases,
     }
+
+
+def _next_due(seconds: float | None) -> str:
+    return "-" if seconds is None else f"in {_duration(seconds)}"
 
 
 def _duration(seconds: float) -> str:
@@ -119,14 +136,17 @@ def render(status: dict[str, Any]) -> list[str]:
         # Format 2: a column for the pending jobs in segment objects (format 1 has none).
         now = ("ready", "in_segments", "delayed", "running", "dead") if status.get("format", 1) >= FORMAT_SEGMENTS \
             else ("ready", "delayed", "running", "dead")
-        header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *COUNTER_LABELS]
+        due = any(q.get("next_due_seconds") is not None for q in queues.values())
+        header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *(["next due"] if due else []), *COUNTER_LABELS]
         rows = [[name, *(str(q[k]) for k in now),
+                 *([_next_due(q.get("next_due_seconds"))] if due else []),
                  *(str(q["counters"][k]) for k in COUNTERS)] for name, q in queues.items()]
         lines += _table(header, rows)
         lines.append("(ready to dead: in the document now" + (", segments: pending jobs in segment objects"
                                                            if "in_segments" in now else "")
                      + "; pushed to dropped: counters since the queue began; "
-                     "died: moved to the dead letters, dropped: dead letters dropped from a full list)")
+                     "died: moved to the dead letters, dropped: dead letters dropped from a full list"
+                     + ("; next due: when the next job not due yet comes due" if due else "") + ")")
     else:
         lines.append("no queues yet")
     leases = status["leases"]
