@@ -203,7 +203,8 @@ def run(cfg: NetworkConfig, out: Callable[[str], None] = print) -> int:
     out(LEGEND)
     out("")
     out("targets (this 2-core machine):")
-    out("\n".join(target_lines(outcome.rows, file_store=FILE_STORE, latency_store=store_label("latency", cfg))))
+    out("\n".join(target_lines(outcome.rows, file_store=FILE_STORE, latency_store=store_label("latency", cfg),
+                                latency_ms=cfg.latency * 1000)))
     out("")
     out("checks:")
     out("\n".join(outcome.checks) if outcome.checks else "(no drain runs: nothing to check)")

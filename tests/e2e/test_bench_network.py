@@ -99,3 +99,30 @@ def test_the_one_job_per_request_target_reads_both_protocols_and_names_the_one_i
     assert line([drained("unbatched", 450, 105.0), drained("single", 780, 134.6)]).endswith(
         "780 jobs/s, p99 134.6 ms (64 slots, single) — MISS")
     assert line([drained("unbatched", 450, 105.0)]).endswith("450 jobs/s, p99 105.0 ms (64 slots, unbatched) — MISS")
+
+
+def test_a_push_target_no_broker_could_meet_on_the_latency_store_says_so() -> None:
+    """64 clients, each push answered only once its 50 ms write has landed,
+    send at most 1,280 pushes a second: against a trivial app of 3,000
+    requests a second that is 0.43, under the 0.50 target, whatever the
+    broker does. Against 2,000 it is 0.64: the target is then within reach,
+    and the line says nothing more."""
+    def rows(limit_rps: float) -> list[Row]:
+        return [Row(store="—", kind="limit", width=64, requests=int(limit_rps), seconds=1.0),
+                Row(store="memory+50ms", kind="push", width=64, requests=700, jobs=700, seconds=1.0,
+                    limit_ratio=700 / limit_rps),
+                Row(store="file://", kind="push", width=64, requests=1800, jobs=1800, seconds=1.0,
+                    limit_ratio=1800 / limit_rps)]
+
+    def push_lines(limit_rps: float, latency_ms: float | None = 50) -> list[str]:
+        return [line for line in target_lines(rows(limit_rps), file_store="file://", latency_store="memory+50ms",
+                                               latency_ms=latency_ms) if line.startswith("- push")]
+
+    latency, file_line = push_lines(3000)
+    assert latency.startswith("- push, 64 clients, memory+50ms: >= 0.50 of the trivial app: 0.23 — MISS (out of reach")
+    assert "64 ÷ 50 ms = 1,280 pushes/s, 0.43 of the trivial app)" in latency
+    assert file_line.endswith("0.60 — PASS")  # the file store's line is judged as before
+    latency, _ = push_lines(2000)
+    assert latency.endswith("0.35 — MISS")  # within reach: 1,280 is 0.64 of 2,000
+    latency, _ = push_lines(3000, latency_ms=None)
+    assert latency.endswith("0.23 — MISS")
