@@ -179,6 +179,18 @@ def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_
     page = viewer.get("/queues/q/")
     assert page.context["q"].ready == 20 and page.context["q"].next_due_at == soonest_away
     assert b"(in 30 min)" in page.content
+
+    class TwoHoursOn(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(hours=2)
+
+    # Everything due: a delayed segment due in the past names no time, and the page says none.
+    monkeypatch.setattr(source_module, "datetime", TwoHoursOn)
+    source_module.source.reset()
+    page = viewer.get("/queues/q/")
+    assert page.context["q"].ready == 100 and page.context["q"].next_due_at is None
+    assert b'data-testid="next-due"' not in page.content
     # manage.py queuestatus says the same, from the same document.
     from queueadmin.management.commands.queuestatus import summarize
     from tests.helpers import stored
@@ -186,6 +198,7 @@ def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_
     state = parse_document("queue.json", stored(broker.store), policy=Policy())
     assert summarize(state, now=soonest_here - timedelta(minutes=1))["queues"]["q"]["next_due"] == soonest_here
     assert summarize(state, now=soonest_here + timedelta(minutes=1))["queues"]["q"]["next_due"] == soonest_away
+    assert summarize(state, now=soonest_away + timedelta(hours=1))["queues"]["q"]["next_due"] is None
 
 
 def test_the_queue_page_says_nothing_comes_due_when_every_job_is_due(
