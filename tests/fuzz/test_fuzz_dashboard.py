@@ -115,19 +115,24 @@ page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "pa
 
 
 @settings(max_examples=scaled(40))
-@given(spec=queue_specs, payload=odd_payloads, job_id=odd_job_ids, params=page_params)
+@given(spec=queue_specs, payload=odd_payloads, job_id=odd_job_ids, params=page_params,
+       delay=st.sampled_from([0, 0.001, 3600, 31622400]))
 def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[str, str, str]], payload: Any,
-                      job_id: str, params: dict[str, str]) -> None:
-    """Every page renders whatever the queue holds; every job has a reachable page (defects 6, 7)."""
+                      job_id: str, params: dict[str, str], delay: float) -> None:
+    """Every page renders whatever the queue holds; every job has a reachable page (defects 6, 7). A job
+    pushed due later (up to the longest delay a push takes) has its queue page say when it comes due."""
     with nodes.fresh() as broker:
-        build(broker, spec)
-        body = json_text({"queue": "q", "jobs": [{"id": job_id, "payload": payload}]}).encode()
+        made = build(broker, spec)
+        body = json_text({"queue": "q", "jobs": [{"id": job_id, "payload": payload, "delay_seconds": delay}]}).encode()
         answer = call("POST", "/api/v1/jobs", body, headers=AUTH)
         check_answer(answer, "push")
         query = "?" + urlencode(params) if params else ""
-        for path in ("/", "/jobs/" + query, "/workers/", "/dead/", "/document/", "/audit/" + query):
+        for path in ("/", "/jobs/" + query, "/workers/", "/dead/", "/document/", "/audit/" + query, "/queues/q/",
+                     "/queues/r/"):
             response = page(operator_client, path)
             assert response.status_code == 200, f"GET {path}: {response.status_code}"
+            if path == "/queues/q/" and delay >= 3600 and answer.status == 201 and job_id not in made:
+                assert b'data-testid="next-due"' in response.content, f"a job due in {delay} s: no next due"
         for shown in statuses(broker):
             path = dashboard_job_path(shown)
             response = page(operator_client, path)
