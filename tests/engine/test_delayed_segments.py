@@ -353,7 +353,15 @@ def test_small_delayed_segments_are_merged_and_keep_every_job(make_broker: Calla
     store = open_store("memory://")
     broker = leader(make_broker, store, Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=100,
                                                delayed_horizon_seconds=1))
-    ids = [job_id for n in range(12) for job_id in push_delayed(broker, 12, 3600 + n, start=12 * n)]
+    ids: list[str] = []
+    for n in range(12):
+        ids += push_delayed(broker, 12, 3600 + n, start=12 * n)
+        if len(ids) - 20 >= 10:
+            # A trickle: each push sealed before the next, so every seal is small. Pushed
+            # faster than the keeper seals, a seal took two or three pushes (not small), and
+            # a run of small ones could end the list, waiting to grow: no merge (1 run in 8).
+            wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) == len(ids) - 20,
+                     what="the push sealed but the soonest-due share")
     wait_for(lambda: keeper_of(broker).merged_delayed >= 1, what="a merge of small delayed segments")
     wait_for(lambda: not keeper_of(broker)._delayed_busy, what="the keeper idle")
     refs = delayed_refs(store)
