@@ -360,7 +360,8 @@ def test_small_delayed_segments_are_merged_and_keep_every_job(make_broker: Calla
             # A trickle: each push sealed before the next, so every seal is small. Pushed
             # faster than the keeper seals, a seal took two or three pushes (not small), and
             # a run of small ones could end the list, waiting to grow: no merge (1 run in 8).
-            wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) == len(ids) - 20,
+            sealed = len(ids) - 20
+            wait_for(lambda sealed=sealed: sum(ref["total"] for ref in delayed_refs(store)) == sealed,
                      what="the push sealed but the soonest-due share")
     wait_for(lambda: keeper_of(broker).merged_delayed >= 1, what="a merge of small delayed segments")
     wait_for(lambda: not keeper_of(broker)._delayed_busy, what="the keeper idle")
