@@ -75,6 +75,9 @@ class ActionSpec:
     forgets: bool = False
     #: With the scope of a queue alone, the status of that queue's jobs it acts on.
     queue_status: str = ""
+    #: It moves jobs back to pending in their own queues: the dry run says
+    #: which of those queues would not run them soon (paused, or no worker).
+    to_pending: bool = False
     #: What it did, formatted with ``n`` (jobs acted on) and ``queue``: a str, or a
     #: lazy ngettext keyed on ``n``.
     done: Any = ""
@@ -111,6 +114,7 @@ class AuditEntry(models.Model):
                         "of them.",
             operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
             leaves_out="pending",
+            to_pending=True,
             done=ngettext_lazy("requeued %(n)d job", "requeued %(n)d jobs", "n"),
         ), "requeue"
         PURGE = "purge", ActionSpec(
@@ -129,6 +133,7 @@ class AuditEntry(models.Model):
                         "nothing else.",
             operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
             queue_status="dead",
+            to_pending=True,
             done=ngettext_lazy("redrove %(n)d dead letter back to pending",
                                "redrove %(n)d dead letters back to pending", "n"),
         ), "redrive"

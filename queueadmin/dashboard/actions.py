@@ -27,6 +27,7 @@ references in the same commit.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -40,7 +41,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import joblist, segments
+from queueadmin.dashboard import joblist, pages, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -80,6 +81,9 @@ class Plan:
     sample: list[Doc] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What would keep the jobs it moves back to pending from running soon
+    #: (see :func:`fill_effects`); for the dry-run page only, like ``sample``.
+    effects: list[str] = field(default_factory=list)
     key: str = ""
     token: str = ""
 
@@ -202,6 +206,8 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     fill_sample(p, snapshot)
     if not p.count:
         p.problems.append("Nothing matches: no job would change.")
+    else:
+        fill_effects(p, snapshot)
     return p
 
 
@@ -308,6 +314,36 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
             return
         start = ref.consumed
         p.sample.extend(dict(j, status="pending") for j in jobs[start:start + SAMPLE_SIZE - len(p.sample)])
+
+
+def fill_effects(p: Plan, snapshot: Snapshot) -> None:
+    """For an action that moves jobs back to pending (requeue, redrive):
+    name each queue they go back to that would not run them soon, as of
+    ``snapshot``: a paused queue, or one on which no worker has been seen
+    for :data:`.pages.WORKERS_QUIET_SECONDS` (the overview's warning, by
+    the same rule). The action still runs; the operator decides."""
+    p.effects = []
+    if not p.spec.to_pending:
+        return
+    # Requeue and redrive leave pending jobs out, so each of the plan's jobs
+    # is running or dead: in the document, where its queue is one lookup.
+    going: Counter[str] = Counter()
+    for job_id in p.ids:
+        if (found := snapshot.job(job_id)) is not None:
+            going[found[0]["queue"]] += 1
+    activity = pages.queue_worker_activity(snapshot)
+    for queue, n in sorted(going.items()):
+        jobs = ngettext("%(n)d job goes", "%(n)d jobs go", n) % {"n": n}
+        summary = snapshot.queues.get(queue)
+        if summary is not None and summary.paused:
+            p.effects.append(f"Queue {queue} is paused: the {jobs} back to it and wait{'s' if n == 1 else ''} "
+                             "there until it is resumed.")
+        seen = activity.get(queue)
+        quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()
+        if quiet is None or quiet > pages.WORKERS_QUIET_SECONDS:
+            since = "" if quiet is None else f" for {quiet:.0f} s"
+            p.effects.append(f"No worker has been seen on queue {queue}{since}: the {jobs} back to it and "
+                             f"wait{'s' if n == 1 else ''} for one (manage.py queueworker --queue {queue}).")
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,7 +273,9 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         errors.append(f"This {'removes' if plan.removes else 'moves'} {plan.count} jobs: type “{phrase}” to confirm.")
     if errors:
         with contextlib.suppress(EngineError):  # unreadable now: the panel shows the count without a sample
-            actions.fill_sample(plan, source.current())
+            current = source.current()
+            actions.fill_sample(plan, current)
+            actions.fill_effects(plan, current)
         return render(request, template, {"plan": plan, "next": destination, "errors": errors, "reason": reason,
                                           "typed_over": actions.TYPED_CONFIRM_OVER}, status=422)
     if not plans.consume(plan):

@@ -136,15 +136,25 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
     api(server, "POST", f"/api/v1/jobs/{job['id']}/complete", {"lease": job["lease"]})
 
     with signed_in(browser, server) as page:
+        # The queue is paused first: the dry run says where the jobs would wait.
+        page.goto(f"{server.url}/")
+        page.locator('tr[data-row="redo"]').get_by_role("button", name="Pause").click()
+        run_action(page, "hold redo while it is fixed")
+        expect(page.locator(".msg")).to_have_text("Paused redo.")
+
         # Every dead job of one queue, across its error groups.
         page.goto(f"{server.url}/dead/")
         shot(page, "dead-letters-bulk")
         page.get_by_role("button", name="Requeue every dead job of redo").click()
         expect(page.get_by_test_id("plan-count")).to_have_text("3 jobs would be moved back to pending.")
+        expect(page.get_by_test_id("plan-effect")).to_have_text(
+            "Queue redo is paused: the 3 jobs go back to it and wait there until it is resumed.")
+        shot(page, "dead-letters-redrive-paused")
         run_action(page, "redo after the fix")
         expect(page.locator(".msg")).to_have_text("Redrove 3 dead letters back to pending.")
         now = statuses(cluster)
         assert [now[i] for i in redo] == ["pending"] * 3 and now[keep] == "dead"
+        assert cluster.document()["queues"]["redo"]["paused"] is True
 
         # Forget: offered only for queues with no jobs.
         page.goto(f"{server.url}/")

@@ -11,12 +11,14 @@ with its dry run (I9) is tested in test_dashboard_plans.py.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from engine import Broker, NotLeader, ObjectStore
 from engine.ops import claim_op, pause_op
+from queueadmin import runtime
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
@@ -479,3 +481,79 @@ def test_a_submit_the_broker_refuses_is_shown_inline_and_audited_as_failed(
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.outcome, entry.count) == ("submit", "failed", 1)
     assert stored(store) == before
+
+
+# -- where requeued jobs go ---------------------------------------------------------------------------
+
+
+def _minutes_on(monkeypatch: pytest.MonkeyPatch, minutes: float) -> None:
+    """The dashboard's clock (its snapshots' ``taken_at``) and this node's
+    record of the workers it has seen ``minutes`` ahead."""
+    from datetime import datetime, timedelta
+
+    from queueadmin.dashboard import source as source_module
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(minutes=minutes)
+
+    monkeypatch.setattr(source_module, "datetime", Later)
+    monkeypatch.setattr(runtime, "datetime", Later)
+    source_module.source.reset()
+
+
+def effects(response: Any) -> list[str]:
+    return [re.sub(r"\s+", " ", e) for e in re.findall(r'data-testid="plan-effect">([^<]*)<',
+                                                         response.content.decode())]
+
+
+def test_a_redrive_dry_run_says_the_queue_it_goes_back_to_is_paused_and_has_no_worker(
+        broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator redriving dead letters into a paused queue that no worker
+    has drained for two minutes is told both before confirming; the action
+    still runs, and the jobs wait in the queue as the dry run said."""
+    bad = [kill(broker, "emails", error=f"SMTPError: refused {n}") for n in range(3)]
+    broker.execute(pause_op("emails"))
+    key = group_key("emails", error_signature("SMTPError: refused 0"))
+
+    # Just failed: a worker was on the queue a moment ago, so only the pause is said.
+    dry = preview(operator, action="redrive", group=key)
+    assert effects(dry) == ["Queue emails is paused: the 3 jobs go back to it and wait there until it is resumed."]
+
+    _minutes_on(monkeypatch, 2)
+    dry = preview(operator, action="redrive", group=key)
+    assert effects(dry) == [
+        "Queue emails is paused: the 3 jobs go back to it and wait there until it is resumed.",
+        "No worker has been seen on queue emails for 120 s: the 3 jobs go back to it and wait for one "
+        "(manage.py queueworker --queue emails).",
+    ]
+    assert dry.context["plan"].runnable
+    assert confirm(operator, dry.context["plan"].token, reason="smtp fixed").status_code == 302
+    found = statuses(store)
+    assert [found[i] for i in bad] == ["pending"] * 3
+    assert broker.execute(claim_op("w", ["emails"], policy=broker.policy)) == []  # still paused
+
+
+def test_a_requeue_across_queues_names_only_the_queue_that_would_not_run_its_job(
+        broker: Broker, operator: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    quiet = kill(broker, "reports")
+    busy = kill(broker, "emails")
+    _minutes_on(monkeypatch, 5)
+    runtime.seen_workers.note("w-emails", ["emails"])  # five minutes on: emails has a worker, reports none
+
+    dry = preview(operator, action="requeue", ids=f"{quiet}\n{busy}")
+    assert dry.context["plan"].count == 2
+    assert effects(dry) == [
+        "No worker has been seen on queue reports for 300 s: the 1 job goes back to it and waits for one "
+        "(manage.py queueworker --queue reports).",
+    ]
+
+
+def test_a_purge_dry_run_names_no_destination(broker: Broker, operator: Client,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = kill(broker, "emails")
+    broker.execute(pause_op("emails"))
+    _minutes_on(monkeypatch, 2)
+    dry = preview(operator, action="purge", ids=dead)
+    assert dry.context["plan"].count == 1 and effects(dry) == [] and dry.context["plan"].effects == []
