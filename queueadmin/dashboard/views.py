@@ -110,7 +110,19 @@ def _queue(snapshot: Snapshot, request: HttpRequest, name: str) -> dict[str, Any
         "resolution": pages.age_text(step),
         "sample_seconds": history.seconds_per_step(history.RAW),
         "charts": history.charts(name, span.key, snapshot.taken_at),
+        "paused_by": last_pause(name) if q is not None and q.paused else None,
     }
+
+
+def last_pause(queue: str) -> AuditEntry | None:
+    """The audited pause that holds ``queue`` paused, as far as the audit log
+    knows: its latest successful pause or resume, when that is a pause. None
+    when it is a resume, or there is none: the queue was paused by code (the
+    engine's ``QueueClient.pause``), which is not audited."""
+    entry = (AuditEntry.objects.filter(queue=queue, outcome=AuditEntry.Outcome.OK,
+                                       action__in=(AuditEntry.Action.PAUSE, AuditEntry.Action.RESUME))
+             .order_by("-created_at", "-id").first())
+    return entry if entry is not None and entry.action == AuditEntry.Action.PAUSE else None
 
 
 def job_actions(job_id: str) -> list[AuditEntry]:

@@ -141,6 +141,8 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
         page.locator('tr[data-row="redo"]').get_by_role("button", name="Pause").click()
         run_action(page, "hold redo while it is fixed")
         expect(page.locator(".msg")).to_have_text("Paused redo.")
+        page.goto(f"{server.url}/queues/redo/")
+        expect(page.get_by_test_id("paused-by")).to_contain_text("“hold redo while it is fixed”")
 
         # Every dead job of one queue, across its error groups.
         page.goto(f"{server.url}/dead/")

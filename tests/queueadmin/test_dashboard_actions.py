@@ -270,6 +270,37 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pause", "resume"]
 
 
+def queue_page(client: Client) -> Any:
+    """The queue page of ``q`` from the latest version (not the source's cached one)."""
+    from queueadmin.dashboard.source import source
+
+    source.reset()
+    return client.get("/queues/q/")
+
+
+def test_the_queue_page_says_who_paused_it_and_why_when_the_audit_log_knows(
+        broker: Broker, operator: Client, viewer: Client, store: ObjectStore) -> None:
+    push(broker, "q", [1])
+    assert act(operator, action="pause", queue="q", reason="deploying the parser").status_code == 302
+    page = queue_page(viewer)
+    assert page.context["paused_by"] == AuditEntry.objects.get(action="pause")
+    said = re.search(r'data-testid="paused-by">(.*?)</span>', page.content.decode(), re.S)
+    assert said is not None and said.group(1).startswith("by operator at <time")
+    assert said.group(1).endswith("“deploying the parser”")
+
+    # Resumed from the dashboard, then paused by code: not audited, so no name is given.
+    assert act(operator, action="resume", queue="q", reason="deployed").status_code == 302
+    assert b'data-testid="paused-by"' not in queue_page(viewer).content
+    broker.execute(pause_op("q"))
+    page = queue_page(viewer)
+    assert page.context["q"].paused and page.context["paused_by"] is None
+    assert b"paused</span>" in page.content and b'data-testid="paused-by"' not in page.content
+    # A pause of another queue names no one here.
+    push(broker, "other", [1])
+    assert act(operator, action="pause", queue="other", reason="x").status_code == 302
+    assert queue_page(viewer).context["paused_by"] is None
+
+
 def test_the_audit_log_shows_no_job_count_for_pause_and_resume_and_plural_counts_for_jobs(
     broker: Broker, operator: Client, store: ObjectStore
 ) -> None:
