@@ -19,4 +19,5 @@ urlpatterns = [
     path("submit/", views.submit, name="submit"),
     path("actions/", views.action, name="action"),
     path("audit/", views.audit, name="audit"),
+    path("audit/export/", views.audit_export, name="audit-export"),
 ]

@@ -11,21 +11,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.models import User
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
-from queueadmin.dashboard import actions, joblist, pages, plans, segments
+from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, segments
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -44,7 +48,7 @@ class SignedInRequest(HttpRequest):
     user: User
 
 
-def dashboard_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def dashboard_page[R: HttpResponseBase](view: Callable[..., R]) -> Callable[..., R]:
     """Login, then the view permission (403 without it, not a login loop)."""
     return login_required(permission_required(VIEW, raise_exception=True)(view))
 
@@ -311,19 +315,8 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
 @require_safe
 @dashboard_page
 def audit(request: HttpRequest) -> HttpResponse:
-    entries = AuditEntry.objects.all()
-    filters = {name: (request.GET.get(name) or "").strip() for name in ("action", "outcome", "user", "queue", "job")}
-    if filters["action"]:
-        entries = entries.filter(action=filters["action"])
-    if filters["outcome"]:
-        entries = entries.filter(outcome=filters["outcome"])
-    if filters["user"]:
-        entries = entries.filter(username=filters["user"])
-    if filters["queue"]:
-        entries = entries.filter(queue=filters["queue"])
-    if filters["job"]:
-        entries = entries.filter(jobs__job_id=filters["job"])
-    page = Paginator(entries.distinct(), AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    entries, filters = auditlog.filtered(request.GET)
+    page = Paginator(entries, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     rows = [{"entry": e, "ids": [j.job_id for j in e.jobs.all()[:20]]} for e in page.object_list]
     return render(request, "queueadmin/dashboard/audit.html", {
         "page": page,
@@ -332,4 +325,22 @@ def audit(request: HttpRequest) -> HttpResponse:
         "query_base": urlencode({k: v for k, v in filters.items() if v}),
         "action_choices": AuditEntry.Action.values,
         "usernames": AuditEntry.objects.order_by().values_list("username", flat=True).distinct(),
+        "formats": list(auditlog.FORMATS),
     })
+
+
+@require_safe
+@dashboard_page
+def audit_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Every entry the audit page's filters select, as CSV (``?format=csv``,
+    the default) or JSON (``?format=json``), streamed (see :mod:`.auditlog`)."""
+    kind = request.GET.get("format") or "csv"
+    if kind not in auditlog.FORMATS:
+        return HttpResponse(f"Unknown export format {kind!r}: use one of {', '.join(auditlog.FORMATS)}.\n",
+                            status=400, content_type="text/plain; charset=utf-8")
+    entries, _ = auditlog.filtered(request.GET)
+    body = auditlog.stream(entries, kind, asynchronous=isinstance(request, ASGIRequest))
+    response = StreamingHttpResponse(body, content_type=auditlog.FORMATS[kind])
+    stamp = timezone.now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    response["Content-Disposition"] = f'attachment; filename="queueadmin-audit-{stamp}.{kind}"'
+    return response

@@ -13,7 +13,11 @@ The fixtures (``browser``, ``node``) and helpers are in tests/e2e/browser.py.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,6 +186,21 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
 
         page.goto(f"{server.url}/audit/")
         expect(page.locator("tr[data-entry]").filter(has_text="the gone queue was renamed")).to_contain_text("forget")
+
+        # The export, streamed by daphne: every entry the page lists, each with every job id.
+        with page.expect_download() as download:
+            page.get_by_test_id("audit-export").get_by_role("link", name="CSV").click()
+        assert re.fullmatch(r"queueadmin-audit-\d{8}T\d{6}Z\.csv", download.value.suggested_filename)
+        rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
+        assert [(r["action"], r["reason"], r["outcome"]) for r in rows] == [
+            ("forget", "cleanup", "failed"), ("forget", "the gone queue was renamed", "ok"),
+            ("redrive", "redo after the fix", "ok"), ("pause", "hold redo while it is fixed", "ok")]
+        assert sorted(rows[2]["job_ids"].split(" ")) == sorted(redo)
+        page.goto(f"{server.url}/audit/?action=redrive")
+        with page.expect_download() as download:
+            page.get_by_test_id("audit-export").get_by_role("link", name="JSON").click()
+        [redrive] = json.loads(Path(download.value.path()).read_text())
+        assert redrive["reason"] == "redo after the fix" and sorted(redrive["job_ids"]) == sorted(redo)
 
 
 def test_bulk_controls_fit_a_phone(browser: Browser, node: tuple[Cluster, Node]) -> None:

@@ -86,6 +86,7 @@ def _ready(port: int) -> bool:
 
 
 SCRIPT = textwrap.dedent('''
+    import json
     import re
     import time
     from django.db import connection
@@ -118,6 +119,10 @@ SCRIPT = textwrap.dedent('''
     assert "requeue by pg-admin" in page and "stored in postgres" in page
     audit = client.get("/audit/", {"job": job_id}).content.decode()
     assert "stored in postgres" in audit
+    # The export's query (distinct entries, by a job's id, newest first) on PostgreSQL.
+    export = client.get("/audit/export/", {"job": job_id, "format": "json"})
+    [record] = json.loads(b"".join(export.streaming_content))
+    assert (record["reason"], record["job_ids"]) == ("stored in postgres", [job_id]), record
     runtime.stop_broker()
     print("postgres ok")
 ''')
