@@ -357,15 +357,23 @@ class Outcome:
 
 def execute(op: Operation) -> tuple[Any, int | None, str]:
     """Run ``op`` on this node's broker, or, when this node is a standby, on
-    the leader it names (:mod:`.forward`). Returns the outcome, the seq after
-    it, and where it ran ("" here, else " on the leader <url>"). Raises the
-    broker's EngineError."""
+    the leader it names (:mod:`.forward`); in a process that runs no broker
+    (``manage.py queueaction``), on the leader the latest document names.
+    Returns the outcome, the seq after it, and where it ran ("" here, else
+    " on the leader <url>"). Raises the broker's EngineError."""
     broker = runtime.get_broker()
     try:
         return broker.execute(op), broker.seq, ""
     except NotLeader as exc:
         leader = exc.leader_url
-        if not leader or leader == broker.url:
+        if broker.role == "stopped":
+            # Never started here, so it names no leader of its own; and the
+            # leader's URL may be this process's configured one (a command run
+            # beside the node, with its settings): that node is another process.
+            leader = leader or source.current(fresh_seconds=0).broker.get("url")
+        elif leader == broker.url:
+            raise
+        if not leader:
             raise
         result, seq = forward.forward(op, leader)
         return result, seq, f" on the leader {leader}"

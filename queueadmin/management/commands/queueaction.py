@@ -1,0 +1,133 @@
+"""``manage.py queueaction``: an operator action from a shell or a deploy
+script, with the dashboard's dry run, permissions, conditional run and audit.
+
+It is the dashboard's action path (:mod:`queueadmin.dashboard.actions`)
+without the browser: the same scopes (:class:`~queueadmin.dashboard.forms.ActionForm`),
+a dry run against the latest document, a run that acts on the dry run's jobs
+only and only in the status it saw (I9), and an :class:`~queueadmin.models.AuditEntry`
+once the broker answered, in the name of ``--user``, who needs the same
+permissions as on the dashboard. This process runs no broker: the run is
+signed and sent to the leader the document names, as a standby's dashboard
+sends it (``/api/v1/operator``), so the nodes' ``DJANGO_SECRET_KEY`` must be
+set here too.
+
+Exit status: 0 when the action ran (or, for pause and resume, when the queue
+already was as asked), 1 otherwise: a refused or invalid request, nothing to
+act on, a run not confirmed, or a run the broker refused.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import orjson
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from engine import EngineError
+from queueadmin.dashboard import actions
+from queueadmin.dashboard.forms import ACTIONS, ActionForm
+from queueadmin.dashboard.source import source
+from queueadmin.dashboard.views import VIEW
+from queueadmin.models import AuditEntry
+
+PREVIEW_CHARS = 60
+
+
+class Command(BaseCommand):
+    help = ("Requeue, purge, redrive, pause, resume or forget, as on the dashboard: a dry run first, then (after "
+            "--yes or a typed confirmation) a run on exactly the dry run's jobs, audited in the name of --user.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("action", choices=ACTIONS)
+        scope = parser.add_argument_group("what it acts on (one scope, as the action allows)")
+        scope.add_argument("--ids", nargs="+", default=[], metavar="ID", help="selected jobs (requeue, purge)")
+        scope.add_argument("--queue", default="", help="a queue: pause, resume, forget, redrive its dead letters; "
+                                                      "with --status, purge its jobs in that status")
+        scope.add_argument("--status", default="", choices=["", "pending", "running", "dead"])
+        scope.add_argument("--group", default="", help="a dead-letter group's key, as in the dead letters page's "
+                                                       "links (redrive, purge)")
+        scope.add_argument("--filter", default="", metavar="QUERY",
+                           help="every job the jobs list's filter matches, as its query string, e.g. "
+                                "'queue=orders&status=dead&error=KeyError' (requeue, purge)")
+        parser.add_argument("--user", required=True, help="the Django user it is done and audited as; needs the "
+                                                          "dashboard's view permission and the action's")
+        parser.add_argument("--reason", required=True, help="why: goes into the audit log")
+        parser.add_argument("--dry-run", action="store_true", help="show what it would do, and stop")
+        parser.add_argument("--yes", action="store_true", help="run without asking, after the dry run")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        form = ActionForm({"action": options["action"], "ids": " ".join(options["ids"]), "queue": options["queue"],
+                           "status": options["status"], "group": options["group"], "filter": options["filter"]})
+        if not form.is_valid():
+            errors = [str(e) for e in form.non_field_errors()]
+            errors += [f"--{name}: {e}" for name, field_errors in form.errors.items() if name != "__all__"
+                       for e in field_errors]
+            raise CommandError(" ".join(errors))
+        action = AuditEntry.Action(options["action"])
+        user = self._user(options["user"], action)
+        reason = options["reason"].strip()
+        if not reason:
+            raise CommandError("Write a reason (--reason): it goes into the audit log.")
+        try:
+            snapshot = source.current(fresh_seconds=0)
+        except EngineError as exc:
+            raise CommandError(f"The document cannot be read, so nothing was planned: {type(exc).__name__}: "
+                               f"{exc}") from exc
+        plan = actions.plan(snapshot, form.cleaned_data)
+        self._show(plan)
+        if not plan.runnable:
+            if plan.toggles and plan.problems == [plan.spec.needless % {"queue": plan.queue}]:
+                return  # already as asked: a deploy script's pause may run twice
+            raise CommandError("Nothing to run; nothing was changed.")
+        if options["dry_run"]:
+            self.stdout.write("Dry run only (--dry-run): nothing was changed.")
+            return
+        if not options["yes"]:
+            self._confirm(plan)
+        outcome = actions.run(plan, user=user, reason=reason)
+        if not outcome.ok:
+            raise CommandError(outcome.message)
+        self.stdout.write(outcome.message)
+
+    def _user(self, name: str, action: AuditEntry.Action) -> Any:
+        try:
+            user = get_user_model().objects.get(username=name)
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"No user named {name!r}: the action is done and audited in a user's name "
+                               "(manage.py createsuperuser, or the admin)") from None
+        missing = [perm for perm in (VIEW, action.permission) if not user.has_perm(perm)]
+        if not user.is_active or missing:
+            why = "is not active" if not user.is_active else f"lacks {', '.join(missing)}"
+            raise CommandError(f"User {name!r} {why}: {action.value} is refused and nothing was changed.")
+        return user
+
+    def _show(self, plan: actions.Plan) -> None:
+        out = self.stdout.write
+        out(f"{plan.action.title()}{' · ' + plan.queue if plan.queue else ''}: dry run against seq {plan.seq}, "
+            f"{plan.target}.")
+        if not plan.toggles and not plan.forgets:
+            count = plan.count
+            out(f"{count} job{'' if count == 1 else 's'} would be "
+                f"{'removed for good' if plan.removes else 'moved back to pending'}.")
+            for job in plan.sample:
+                payload = orjson.dumps(job.get("payload")).decode()
+                if len(payload) > PREVIEW_CHARS:
+                    payload = payload[:PREVIEW_CHARS - 1] + "…"
+                out(f"  {job['id']}  {job.get('queue', '')}  {job.get('status', '')}  {payload}")
+            if plan.more:
+                out(f"  … and {plan.more} more.")
+        for line in (*plan.notes, *plan.effects, *plan.problems):
+            out(f"! {line}")
+
+    def _confirm(self, plan: actions.Plan) -> None:
+        phrase = plan.confirm_phrase or "yes"
+        if not sys.stdin.isatty():
+            raise CommandError("Not run: nothing was changed. Run it again with --yes to confirm (the dry run is "
+                               "above), or from a terminal to be asked.")
+        self.stdout.write(f"Type {phrase!r} to run it: ", ending="")
+        self.stdout.flush()
+        answer = sys.stdin.readline().strip()
+        if answer != phrase:
+            raise CommandError("Not confirmed: nothing was changed.")
