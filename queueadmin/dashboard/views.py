@@ -162,7 +162,7 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
         if isinstance(snapshot, HttpResponse):
             return snapshot
         context = page.build(snapshot, request, **kwargs)
-        context.update(live_page=name, here=request.get_full_path())
+        context.update(live_page=name, live_partials=" ".join(page.partials), here=request.get_full_path())
         return render(request, page.template, context)
 
     view.__name__ = view.__qualname__ = name

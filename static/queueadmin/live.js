@@ -14,6 +14,13 @@
 // to 10 s, and closes while the tab is hidden (it reconnects, and catches
 // up, on return). After each update the event "queueadmin:updated" is sent
 // on the updated element, for ui.js (times, phone labels).
+//
+// Where websockets do not get through (a proxy that refuses the upgrade),
+// the socket fails before it ever opens. After FALLBACK_AFTER such failures
+// in a row the page polls instead: it reads itself over plain HTTP every
+// POLL_MS, takes the same fragments (the body's data-live-partials) from the
+// fresh page and applies them as a socket update would, and keeps trying the
+// socket now and then (every 60 s at most); once one opens, polling stops.
 (function () {
   "use strict";
   const body = document.body;
@@ -25,6 +32,11 @@
   let socket = null;
   let timer = null; // a pending reconnect
   let stopped = false; // signed out or not allowed: reconnecting would not help
+  const FALLBACK_AFTER = 3;
+  const POLL_MS = 5000;
+  const partials = (body.dataset.livePartials || "").split(" ").filter(Boolean);
+  let failures = 0; // sockets closed before they opened, in a row
+  let poller = null; // the polling interval, while polling
 
   function setState(state, text) {
     if (!badge) return;
@@ -185,13 +197,75 @@
     }
   });
 
+  // -- polling, when the socket cannot open ----------------------------------
+  function poll() {
+    fetch(location.href, { credentials: "same-origin", cache: "no-store" })
+      .then((response) => {
+        const url = new URL(response.url);
+        if (response.redirected && url.pathname.indexOf("/login") !== -1) throw new Error("signed out");
+        if (response.status === 403) throw new Error("not allowed");
+        if (!response.ok) throw new Error("HTTP " + response.status);
+        return response.text();
+      })
+      .then((html) => {
+        if (!poller) return; // the socket opened meanwhile: its updates win
+        const page = new DOMParser().parseFromString(html, "text/html");
+        const fragments = {};
+        for (const id of partials) {
+          const el = page.getElementById(id);
+          if (el) fragments[id] = el.outerHTML;
+        }
+        asOf = new Date();
+        apply(fragments);
+        setState("polling", "polling every " + POLL_MS / 1000 + " s (no websocket)");
+      })
+      .catch((error) => {
+        if (error.message === "signed out" || error.message === "not allowed") {
+          stopPolling();
+          stopped = true;
+          if (timer) { clearTimeout(timer); timer = null; }
+          setState("offline", error.message === "signed out" ? "signed out: reload to sign in" : "not allowed");
+        } else if (error instanceof TypeError) {
+          // The server itself is unreachable (a restart, say), not only its
+          // websockets: back to the socket's quick reconnects, which poll
+          // again after FALLBACK_AFTER failures if only the socket stays shut.
+          stopPolling();
+          failures = 0;
+          delay = 1000;
+          if (!socket) {
+            if (timer) clearTimeout(timer);
+            timer = setTimeout(() => { timer = null; connect(); }, delay);
+          }
+          setState("reconnecting", "reconnecting…");
+        } else {
+          setState("reconnecting", "polling: the page answered " + error.message);
+        }
+      });
+  }
+  function startPolling() {
+    if (poller || stopped || partials.length === 0) return;
+    poller = setInterval(poll, POLL_MS);
+    poll();
+  }
+  function stopPolling() {
+    if (poller) { clearInterval(poller); poller = null; }
+  }
+
   // -- the socket ------------------------------------------------------------
   function connect() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const path = encodeURIComponent(location.pathname + location.search);
-    socket = new WebSocket(scheme + "//" + location.host + "/ws/dashboard/?path=" + path);
-    setState("connecting", "connecting…");
-    socket.onopen = () => { delay = 1000; setState("live", "live"); };
+    let opened = false;
+    try {
+      socket = new WebSocket(scheme + "//" + location.host + "/ws/dashboard/?path=" + path);
+    } catch (error) { // no WebSocket at all, or a URL the browser refuses
+      socket = null;
+      failures = FALLBACK_AFTER;
+      startPolling();
+      return;
+    }
+    if (!poller) setState("connecting", "connecting…");
+    socket.onopen = () => { opened = true; failures = 0; stopPolling(); delay = 1000; setState("live", "live"); };
     socket.onmessage = (event) => {
       const msg = JSON.parse(event.data);
       asOf = msg.as_of ? new Date(msg.as_of) : new Date();
@@ -213,16 +287,21 @@
         setState("offline", event.code === 4401 ? "signed out: reload to sign in" : "not allowed");
         return;
       }
-      setState("reconnecting", "reconnecting…");
+      failures = opened ? 0 : failures + 1;
+      if (failures >= FALLBACK_AFTER) startPolling();
+      if (!poller) setState("reconnecting", "reconnecting…");
       timer = setTimeout(() => { timer = null; connect(); }, delay);
-      delay = Math.min(delay * 2, 10000);
+      delay = Math.min(delay * 2, poller ? 60000 : 10000);
     };
   }
   document.addEventListener("visibilitychange", () => {
     if (document.hidden) {
+      stopPolling();
       if (socket) socket.close(1000);
+      if (!socket && timer) { clearTimeout(timer); timer = null; setState("paused", "paused while hidden"); }
     } else if (!socket && !timer && !stopped) {
       delay = 1000;
+      if (failures >= FALLBACK_AFTER) startPolling();
       connect();
     }
   });
