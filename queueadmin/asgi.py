@@ -25,7 +25,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import config, edge, probes, runtime  # noqa: E402
+from queueadmin import config, edge, mount, probes, runtime  # noqa: E402
 from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
@@ -65,14 +65,21 @@ async def http_application(scope: Scope, receive: Receive, send: Send) -> None:
     the engine underneath. ``/livez`` and ``/readyz`` to the health probes
     (queueadmin.probes), and ``/metrics`` to the Prometheus exporter
     (queueadmin.metrics.exporter), also before Django. Everything else (the dashboard, sign-in, the
-    admin, static files) to Django's full stack, unchanged."""
-    if scope["path"].startswith(API_PREFIX):
-        await api_app.application(scope, receive, send)
-    elif scope["path"] == metrics_exporter.PATH:
+    admin, static files) to Django's full stack, unchanged. Under a path
+    prefix (queueadmin.mount), the same paths below it."""
+    path = scope["path"]
+    prefix = mount.script_prefix(scope.get("root_path"))
+    if prefix:
+        # Served under a prefix (queueadmin.mount): these route by the path
+        # below it; Django finds its own.
+        path = mount.local_path(path, prefix)
+    if path.startswith(API_PREFIX):
+        await api_app.application(scope if not prefix else {**scope, "path": path}, receive, send)
+    elif path == metrics_exporter.PATH:
         # Prometheus scrapes with a bearer token, like the API: no Django stack either.
-        await metrics_exporter.application(scope, receive, send)
-    elif scope["path"] in probes.PATHS:
-        await probes.application(scope, receive, send)
+        await metrics_exporter.application(scope if not prefix else {**scope, "path": path}, receive, send)
+    elif path in probes.PATHS:
+        await probes.application(scope if not prefix else {**scope, "path": path}, receive, send)
     else:
         await django_asgi_app(scope, receive, send)
 
@@ -82,7 +89,8 @@ application = ProtocolTypeRouter(
         # Static files are served by ServeStatic's middleware inside Django.
         "http": http_application,
         # Websockets: only this site's own pages (scheme, host and port), then
-        # attach the session user.
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # attach the session user; routed below the site's prefix, if any.
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(mount.MountedWebsockets(URLRouter(websocket_urlpatterns)))),
     }
 )

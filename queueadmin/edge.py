@@ -62,7 +62,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from django.conf import settings
 from twisted.web import http
 
-from queueadmin import config
+from queueadmin import config, mount
 from queueadmin.api.auth import refusal_without_io
 from queueadmin.api.errors import ApiError, encode_json, too_large
 from queueadmin.api.routing import PREFIX as API_PREFIX
@@ -149,7 +149,12 @@ class EdgeRequest(WebRequest):  # type: ignore[misc]
         # The request line is parsed, but Request.method/path are only set once
         # the body is in; HTTPChannel keeps them meanwhile.
         target = bytes(getattr(channel, "_path", b"") or b"").decode("latin-1")
-        path = unquote(urlsplit(target).path)
+        # Under a path prefix (queueadmin.mount), by the path below it, as the
+        # application routes it: daphne's --root-path, or a proxy's header.
+        root = self.requestHeaders.getRawHeaders(b"Daphne-Root-Path", [None])[0]
+        root_path = unquote(root.decode("ascii", "replace")) if root is not None else \
+            getattr(getattr(channel.factory, "server", None), "root_path", "")
+        path = mount.local_path(unquote(urlsplit(target).path), mount.script_prefix(root_path))
         method = bytes(getattr(channel, "_command", b"") or b"").decode("latin-1")
         authorization = self.requestHeaders.getRawHeaders(b"Authorization", [None])[0]
         try:

@@ -44,10 +44,10 @@ from django.contrib.auth.context_processors import PermWrapper
 from django.http import HttpRequest, QueryDict
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, resolve, set_script_prefix
 
 from engine import EngineError
-from queueadmin import config, runtime
+from queueadmin import config, mount, runtime
 from queueadmin.dashboard import sessions
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -90,8 +90,12 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         target = urlsplit((query.get("path") or [""])[0])
+        # The page's path as the browser has it, under the site's prefix if
+        # it is served under one (queueadmin.mount): resolved below it, and
+        # links in the fragments rendered under it.
+        self.script_prefix = mount.script_prefix(self.scope.get("root_path"))
         try:
-            match = resolve(target.path)
+            match = resolve(mount.local_path(target.path, self.script_prefix))
         except Resolver404:
             match = None
         if match is None or match.namespace != "dashboard" or match.url_name not in LIVE_PAGES:
@@ -189,6 +193,9 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def _render(self, snapshot: Snapshot) -> dict[str, str]:
+        # Django sets the script prefix per request, for the request's thread;
+        # this is a database thread, rendering for this socket.
+        set_script_prefix(self.script_prefix + "/")
         context = self.page.build(snapshot, self.params, **self.kwargs)
         context.update(user=self.user, perms=PermWrapper(self.user), csrf_token=self.csrf_token, here=self.here)
         return {name: render_to_string(f"{self.page.template}#{name}", context) for name in self.page.partials}

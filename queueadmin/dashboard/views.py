@@ -162,7 +162,10 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
         if isinstance(snapshot, HttpResponse):
             return snapshot
         context = page.build(snapshot, request, **kwargs)
-        context.update(live_page=name, live_partials=" ".join(page.partials), here=request.get_full_path())
+        # The socket's path under the site's prefix, if any (queueadmin.mount).
+        socket = request.META.get("SCRIPT_NAME", "").rstrip("/") + "/ws/dashboard/"
+        context.update(live_page=name, live_partials=" ".join(page.partials), live_socket=socket,
+                       here=request.get_full_path())
         return render(request, page.template, context)
 
     view.__name__ = view.__qualname__ = name

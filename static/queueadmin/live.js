@@ -1,4 +1,5 @@
-// Live updates for dashboard pages, over /ws/dashboard/ (queueadmin/dashboard/consumers.py).
+// Live updates for dashboard pages, over /ws/dashboard/ (queueadmin/dashboard/consumers.py; under the
+// site's path prefix when it has one: the body's data-live-socket).
 //
 // The server sends redrawn fragments ({"fragments": {id: html}}); each is
 // morphed into the element with that id (idiomorph, vendored), with no page
@@ -257,7 +258,8 @@
     const path = encodeURIComponent(location.pathname + location.search);
     let opened = false;
     try {
-      socket = new WebSocket(scheme + "//" + location.host + "/ws/dashboard/?path=" + path);
+      socket = new WebSocket(scheme + "//" + location.host + (body.dataset.liveSocket || "/ws/dashboard/") +
+        "?path=" + path);
     } catch (error) { // no WebSocket at all, or a URL the browser refuses
       socket = null;
       failures = FALLBACK_AFTER;

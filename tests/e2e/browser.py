@@ -78,13 +78,14 @@ def _sqlite_path(cluster: Cluster) -> Path | None:
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
-def with_operator(cluster: Cluster) -> tuple[Cluster, Node]:
-    """Migrate ``cluster``'s database, add the superuser the browser signs in as, and return it with a node.
-    A fresh SQLite database is a copy of the session's first one made this way."""
+def with_operator(cluster: Cluster, **node_options: Any) -> tuple[Cluster, Node]:
+    """Migrate ``cluster``'s database, add the superuser the browser signs in as, and return it with a node
+    (started with ``node_options``, see Cluster.node). A fresh SQLite database is a copy of the session's first
+    one made this way."""
     db = _sqlite_path(cluster)
     if db is not None and _Template.path is not None and not db.exists():
         shutil.copyfile(_Template.path, db)
-        return cluster, cluster.node()
+        return cluster, cluster.node(**node_options)
     migrate = cluster.manage("migrate", "--noinput")
     assert migrate.returncode == 0, migrate.stderr.decode()
     made = subprocess.run(
@@ -100,7 +101,7 @@ def with_operator(cluster: Cluster) -> tuple[Cluster, Node]:
         shutil.copyfile(db, template)
         atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
         _Template.path = template
-    return cluster, cluster.node()
+    return cluster, cluster.node(**node_options)
 
 
 @contextmanager

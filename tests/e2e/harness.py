@@ -40,10 +40,12 @@ class Node:
     port: int
     log: Path
     proc: subprocess.Popen[bytes]
+    #: The path prefix it serves under (daphne's --root-path), or "".
+    root: str = ""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self.root}"
 
     def health(self) -> dict[str, Any] | None:
         try:
@@ -82,13 +84,16 @@ class Cluster:
         self.processes.append((name, proc, log))
         return proc, log
 
-    def node(self, port: int | None = None, **env: str) -> Node:
-        """Start a node and wait until it answers health (leader or standby)."""
+    def node(self, port: int | None = None, *, root: str = "", **env: str) -> Node:
+        """Start a node and wait until it answers health (leader or standby);
+        ``root``: serve under that path prefix (daphne's --root-path), as behind
+        a proxy that keeps the prefix."""
         port = port or free_port()
-        node_env = {**self.env, "QUEUE_ADVERTISE_URL": f"http://127.0.0.1:{port}", **env}
-        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "queueadmin.asgi:application"]
+        node_env = {**self.env, "QUEUE_ADVERTISE_URL": f"http://127.0.0.1:{port}{root}", **env}
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                *(["--root-path", root] if root else []), "queueadmin.asgi:application"]
         proc, log = self._spawn(f"node-{port}", argv, node_env)
-        node = Node(port=port, log=log, proc=proc)
+        node = Node(port=port, log=log, proc=proc, root=root)
         wait_for(lambda: node.health() is not None or proc.poll() is not None, 30, f"node {port} to answer")
         assert proc.poll() is None, log.read_text(errors="replace")
         return node
