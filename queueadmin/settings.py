@@ -51,6 +51,12 @@ QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
 QUEUE_METRICS_SAMPLE_SECONDS
                             how often the leader records the metrics history
                             for the charts, seconds (10)
+QUEUE_ENVIRONMENT           a name the dashboard shows in a badge on every
+                            page and in its tabs' titles, e.g. production
+                            (unset: none)
+QUEUE_ENVIRONMENT_COLOR     the badge's colour, #rgb or #rrggbb (red for a
+                            name starting "prod", amber for "stag", green for
+                            "dev", "test" or "local", else blue)
 QUEUE_SEGMENT_JOBS          format 2: jobs per sealed segment object; 0 keeps
                             format 1 (1000)
 QUEUE_HEAD_JOBS             format 2: pending jobs a queue keeps in queue.json
@@ -273,6 +279,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "queueadmin.dashboard.context.environment",
             ],
         },
     },
@@ -343,6 +350,15 @@ QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS
 QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
 # The leader records a point of the metrics history this often (queueadmin.metrics.sampler).
 QUEUE_METRICS_SAMPLE_SECONDS = env_seconds("QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS)
+# Which deployment an operator is looking at (queueadmin.dashboard.context):
+# a production dashboard must not pass for a staging one.
+QUEUE_ENVIRONMENT = env_str("QUEUE_ENVIRONMENT")
+if QUEUE_ENVIRONMENT is not None and (len(QUEUE_ENVIRONMENT) > 40 or not QUEUE_ENVIRONMENT.isprintable()):
+    raise ImproperlyConfigured(f"QUEUE_ENVIRONMENT must be at most 40 printable characters, got {QUEUE_ENVIRONMENT!r}")
+QUEUE_ENVIRONMENT_COLOR = env_str("QUEUE_ENVIRONMENT_COLOR")
+if QUEUE_ENVIRONMENT_COLOR is not None and not re.fullmatch(r"#(?:[0-9a-fA-F]{3}){1,2}", QUEUE_ENVIRONMENT_COLOR):
+    raise ImproperlyConfigured(f"QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828 or #c22, "
+                               f"got {QUEUE_ENVIRONMENT_COLOR!r}")
 
 # Format 2 (docs/format.md): a backlog beyond each queue's first
 # QUEUE_HEAD_JOBS pending jobs moves to segment objects of QUEUE_SEGMENT_JOBS

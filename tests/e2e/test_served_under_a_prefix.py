@@ -29,8 +29,9 @@ ROOT = "/queueadmin"
 def test_the_api_and_the_dashboard_work_under_a_path_prefix(browser: Browser,
                                                              cluster_factory: Callable[..., Cluster]) -> None:
     # A small request limit: a body over it is refused by daphne before it is read (queueadmin.edge).
-    cluster, server = with_operator(cluster_factory(QUEUE_MAX_PAYLOAD_BYTES="1000",
-                                                    QUEUE_MAX_REQUEST_BYTES="100000"), root=ROOT)
+    # And an environment badge (queueadmin/dashboard/context.py), seen in the browser below.
+    cluster, server = with_operator(cluster_factory(QUEUE_MAX_PAYLOAD_BYTES="1000", QUEUE_MAX_REQUEST_BYTES="100000",
+                                                    QUEUE_ENVIRONMENT="staging"), root=ROOT)
     assert server.url.endswith(ROOT)
     wait_for(lambda: server.role() == "leader", 15, "the node to lead")
 
@@ -66,6 +67,9 @@ def test_the_api_and_the_dashboard_work_under_a_path_prefix(browser: Browser,
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/")
         expect(page).to_have_url(f"{server.url}/login/?next={ROOT}/")
+        expect(page.get_by_test_id("environment")).to_have_text("staging")
+        expect(page.get_by_test_id("environment")).to_have_css("background-color", "rgb(178, 106, 0)")
+        expect(page).to_have_title("[staging] Sign in · queueadmin")
         page.get_by_label("Username").fill(USER)
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()

@@ -71,6 +71,9 @@ def test_values_from_the_environment() -> None:
         ({"QUEUE_HTTP_IDLE_SECONDS": "0"}, "QUEUE_HTTP_IDLE_SECONDS must be a positive number"),
         ({"CSRF_TRUSTED_ORIGINS": "queue.example.com"}, "CSRF_TRUSTED_ORIGINS must list origins"),
         ({"CSRF_TRUSTED_ORIGINS": "https://queue.example.com/dashboard"}, "CSRF_TRUSTED_ORIGINS must list origins"),
+        ({"QUEUE_ENVIRONMENT": "p" * 41}, "QUEUE_ENVIRONMENT must be at most 40 printable characters"),
+        ({"QUEUE_ENVIRONMENT_COLOR": "red"}, "QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828"),
+        ({"QUEUE_ENVIRONMENT_COLOR": "#12345"}, "QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828"),
     ],
 )
 def test_bad_values_stop_start_up_with_a_clear_error(env: dict[str, str], message: str) -> None:
