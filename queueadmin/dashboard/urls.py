@@ -13,6 +13,7 @@ urlpatterns = [
     path("queues/<str:name>/", views.queue, name="queue"),
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/<str:job_id>/", views.job, name="job"),
+    path("jobs/<str:job_id>/payload.json", views.job_payload, name="job-payload"),
     path("workers/", views.workers, name="workers"),
     path("dead/", views.dead, name="dead"),
     path("document/", views.document, name="document"),

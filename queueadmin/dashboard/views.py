@@ -15,6 +15,7 @@ from datetime import UTC
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.models import User
@@ -330,6 +331,30 @@ def audit(request: HttpRequest) -> HttpResponse:
         "usernames": AuditEntry.objects.order_by().values_list("username", flat=True).distinct(),
         "formats": list(auditlog.FORMATS),
     })
+
+
+@require_safe
+@dashboard_page
+def job_payload(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The whole payload of a job in the queue (in the document, or in a
+    segment object, found as its page finds it) as a JSON download: its page
+    shows the first :data:`.pages.RAW_LIMIT_BYTES` of it. 404, in words, for
+    a job that is not in the queue (a finished job's record keeps only the
+    start of its payload)."""
+    snapshot = read_snapshot(request)
+    if isinstance(snapshot, HttpResponse):
+        return snapshot
+    found, segment_error, _ = joblist.find_job(snapshot, job_id)
+    if found is None:
+        why = (f"it could not be looked for in the segment objects ({segment_error})" if segment_error else
+               "it is not in the queue now (it finished, was purged, or never existed)")
+        return HttpResponse(f"No payload to download for job {job_id}: {why}.\n", status=404,
+                            content_type="text/plain; charset=utf-8")
+    response = HttpResponse(orjson.dumps(found[0].get("payload"), option=orjson.OPT_INDENT_2),
+                            content_type="application/json")
+    # The id matched the engine's id rule to be found: safe in a header.
+    response["Content-Disposition"] = f'attachment; filename="job-{job_id}-payload.json"'
+    return response
 
 
 @require_safe

@@ -14,6 +14,9 @@ tests/e2e/conftest.py makes the fixtures visible to every browser test file.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import Browser, expect
 
@@ -41,6 +44,11 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         page.get_by_test_id("created-id").click()
         status = page.get_by_test_id("job-status")
         expect(status).to_have_text("pending")
+        # Its whole payload, as a download.
+        with page.expect_download() as download:
+            page.get_by_test_id("payload-download").click()
+        assert download.value.suggested_filename == f"job-{job_id}-payload.json"
+        assert json.loads(Path(download.value.path()).read_text()) == {"seconds": 3, "fail_rate": 0}
         # A marker that a reload would wipe: the page must update in place.
         page.evaluate("window.__stillTheSamePage = true")
 
