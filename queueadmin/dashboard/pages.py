@@ -398,8 +398,10 @@ def workers(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def dead(snapshot: Snapshot) -> dict[str, Any]:
+    retrying = snapshot.retry_groups()
     return {"snapshot": snapshot, "groups": snapshot.dead_groups(), "total": len(snapshot.dead),
-            "queues": [q for q in snapshot.queues.values() if q.dead]}
+            "queues": [q for q in snapshot.queues.values() if q.dead],
+            "retrying": retrying, "retrying_total": sum(g.count for g in retrying)}
 
 
 # -- raw document ------------------------------------------------------------------------------

@@ -139,6 +139,26 @@ class DeadGroup:
         return len(self.ids)
 
 
+@dataclass(frozen=True, slots=True)
+class RetryGroup:
+    """Jobs of one queue still in the document, pending or running again,
+    whose last attempt failed with the same error signature: what is failing
+    now, before it reaches the dead letters."""
+
+    queue: str
+    signature: str
+    ids: tuple[str, ...]
+    #: How many of them are running again now (the rest wait, most for their backoff).
+    running: int
+    #: When the latest of their failed attempts ended (None: no attempt recorded).
+    last_failed_at: datetime | None
+    sample_error: str
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
 class Snapshot:
     """A decoded, read-only version of the queue document.
 
@@ -170,6 +190,7 @@ class Snapshot:
         self._dead_by_id: dict[str, Doc] | None = None
         self._workers: dict[str, WorkerSummary] | None = None
         self._dead_groups: list[DeadGroup] | None = None
+        self._retry_groups: list[RetryGroup] | None = None
         self._status_counts: Counter[str] | None = None
         self._ordered: Sequence[Doc] | None = None
         self._sealed: frozenset[str] | None = None
@@ -189,6 +210,7 @@ class Snapshot:
         again = Snapshot(self.header, self.jobs, self.dead, etag=self.etag, size=self.size, taken_at=taken_at)
         again._by_id, again._dead_by_id = self._by_id, self._dead_by_id
         again._dead_groups, again._status_counts = self._dead_groups, self._status_counts
+        again._retry_groups = self._retry_groups
         again._ordered, again._sealed = self._ordered, self._sealed
         return again
 
@@ -434,6 +456,30 @@ class Snapshot:
                 sample_error=letters[-1].get("error") or "",
             ))
         return sorted(groups, key=lambda g: (-g.count, g.queue, g.signature))
+
+    def retry_groups(self) -> list[RetryGroup]:
+        """Jobs in the document that failed and will be tried again (pending or
+        running, with a last error), grouped by queue and error signature,
+        largest group first (computed once). Jobs waiting in segment objects
+        are not read: retries whose backoff reaches past the delayed horizon
+        are counted in the queue's totals, not here."""
+        if self._retry_groups is None:
+            grouped: dict[tuple[str, str], list[Doc]] = {}
+            for job in self.jobs:
+                error = job.get("last_error")
+                if error and job["status"] in ("pending", "running"):
+                    grouped.setdefault((job["queue"], error_signature(error)), []).append(job)
+            groups = []
+            for (queue, signature), jobs in grouped.items():
+                ended = [moment(job["history"][-1].get("ended_at")) for job in jobs if job.get("history")]
+                groups.append(RetryGroup(
+                    queue=queue, signature=signature, ids=tuple(job["id"] for job in jobs),
+                    running=sum(1 for job in jobs if job["status"] == "running"),
+                    last_failed_at=max((e for e in ended if e is not None), default=None),
+                    sample_error=jobs[-1]["last_error"],
+                ))
+            self._retry_groups = sorted(groups, key=lambda g: (-g.count, g.queue, g.signature))
+        return self._retry_groups
 
     def dead_group(self, key: str) -> DeadGroup | None:
         return next((g for g in self.dead_groups() if g.key == key), None)

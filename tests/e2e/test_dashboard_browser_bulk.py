@@ -138,6 +138,11 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
     push(server, "racy", [1])
     [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": ["racy"]}).json()["jobs"]
     api(server, "POST", f"/api/v1/jobs/{job['id']}/complete", {"lease": job["lease"]})
+    # Two jobs failing and retrying (in ten minutes): "Failing now", not dead.
+    push(server, "flaky", [1, 2], max_attempts=3)
+    for job in api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": ["flaky"], "max_jobs": 2}).json()["jobs"]:
+        api(server, "POST", f"/api/v1/jobs/{job['id']}/fail",
+            {"lease": job["lease"], "error": "ConnectionError: reset by 10.0.0.7", "retry_in_seconds": 600})
 
     with signed_in(browser, server) as page:
         # The queue is paused first: the dry run says where the jobs would wait.
@@ -150,6 +155,9 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
 
         # Every dead job of one queue, across its error groups.
         page.goto(f"{server.url}/dead/")
+        retrying = page.get_by_test_id("retrying")
+        expect(retrying).to_contain_text("2 jobs retrying")
+        expect(retrying.locator("article")).to_contain_text("flaky: ConnectionError: reset by N.N")
         shot(page, "dead-letters-bulk")
         page.get_by_role("button", name="Requeue every dead job of redo").click()
         expect(page.get_by_test_id("plan-count")).to_have_text("3 jobs would be moved back to pending.")
