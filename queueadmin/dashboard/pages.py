@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -292,6 +292,44 @@ def _action_events(actions: list[Any]) -> list[Event]:
 
 #: How each way of finishing shows: its badge tone.
 FINISHED_TONES = {"completed": "ok", "purged": "warn", "dropped": "bad"}
+
+
+@dataclass(frozen=True, slots=True)
+class CloneSource:
+    """The submit form's fields from job ``job_id`` (``initial``), or None
+    with ``problem`` saying why it cannot be cloned."""
+
+    job_id: str
+    initial: dict[str, Any] | None
+    problem: str = ""
+
+
+def clone_source(job_id: str) -> CloneSource:
+    """What "Clone as new job" fills the submit form with: the queue, the
+    payload (pretty-printed) and the max attempts of ``job_id``, found in the
+    queue (the document, or a segment object) or, once it left, in its
+    finished-job record while that keeps the whole payload."""
+    try:
+        found, segment_error, _ = find_job(source.current(), job_id)
+    except EngineError as exc:
+        found, segment_error = None, f"the queue document cannot be read ({type(exc).__name__}: {exc})"
+    if found is not None:
+        item = found[0]
+        return CloneSource(job_id, {"queue": item["queue"], "max_attempts": item.get("max_attempts"),
+                                    "payload": orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode(),
+                                    "delay_seconds": 0, "reason": f"clone of job {job_id}"})
+    try:
+        row = find(job_id, retention_seconds=config.finished_retention_seconds(), now=datetime.now(UTC))
+    except DatabaseError as exc:
+        return CloneSource(job_id, None, f"the records of finished jobs cannot be read ({exc})")
+    if row is not None and not row.payload_cut:
+        return CloneSource(job_id, {"queue": row.queue, "max_attempts": row.max_attempts,
+                                    "payload": pretty_payload(row), "delay_seconds": 0,
+                                    "reason": f"clone of job {job_id}"})
+    if row is not None:
+        return CloneSource(job_id, None, "its record keeps only the start of its payload")
+    return CloneSource(job_id, None, segment_error or "it is neither in the queue nor among the jobs that "
+                                                      "finished within the retention")
 
 
 def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, Any]:

@@ -192,6 +192,13 @@ def submit(request: HttpRequest) -> HttpResponse:
     form = SubmitForm(request.POST or None)
     created = None
     again = False
+    clone = None
+    if request.method != "POST" and request.GET.get("from"):
+        # "Clone as new job": the form filled in from a job; submitting it
+        # makes a new job with its own id, after the operator's edits.
+        clone = pages.clone_source(request.GET["from"])
+        if clone.initial is not None:
+            form = SubmitForm(initial=clone.initial)
     if request.method == "POST":
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
@@ -217,8 +224,8 @@ def submit(request: HttpRequest) -> HttpResponse:
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
-    return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit},
-                  status=status)
+    return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit,
+                                      "clone": clone}, status=status)
 
 
 # -- actions ------------------------------------------------------------------------------------

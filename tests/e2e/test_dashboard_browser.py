@@ -99,6 +99,18 @@ def test_an_operator_follows_a_job_live_and_requeues_a_dead_one(browser: Browser
         statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
         assert statuses[dead_id] == "pending"
 
+        # Clone it as a new job, edited: a second job, the first one untouched.
+        page.get_by_test_id("clone-job").click()
+        expect(page.get_by_test_id("clone-note")).to_contain_text(f"A copy of job {dead_id}")
+        expect(page.locator("#id_max_attempts")).to_have_value("1")
+        page.locator("#id_payload").fill('{"fail": false, "seconds": 0}')
+        page.get_by_role("button", name="Submit").click()
+        clone_id = page.get_by_test_id("created-id").inner_text()
+        assert clone_id != dead_id
+        payloads = {j["id"]: j["payload"] for j in cluster.document()["jobs"]}
+        assert payloads[clone_id] == {"fail": False, "seconds": 0}
+        assert payloads[dead_id] == {"fail": True, "seconds": 0}
+
         page.goto(f"{server.url}/jobs/")
         shot(page, "jobs")
         page.goto(f"{server.url}/audit/")
