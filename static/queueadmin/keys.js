@@ -4,6 +4,9 @@
 //              go to the jobs page and focus it there)
 //   j / k      move the highlighted row down / up in the page's tables
 //   Enter      open the highlighted row (its first link)
+//   x          select or unselect the highlighted row (the jobs page)
+//   r / p      requeue / purge the selected rows: opens the action's dry
+//              run, exactly as its button does (nothing runs without it)
 //   g then o, j, w, d, a, s
 //              go to Overview, Jobs, Workers, Dead letters, Audit log, Submit
 //   ?          show or hide this list; Esc closes it
@@ -56,6 +59,21 @@
     if (link) link.click();
   }
 
+  // -- selection (the jobs page) ----------------------------------------------------
+  function toggleSelected() {
+    const tr = highlighted();
+    const box = tr && tr.querySelector("input[data-select]");
+    if (!box) return;
+    box.checked = !box.checked;
+    box.dispatchEvent(new Event("change", { bubbles: true })); // live.js counts the selection
+  }
+  // The selection form's own button: its dry run, its permission (a button
+  // the operator may not use is not on the page), and nothing if none is selected.
+  function actOnSelection(action) {
+    const button = document.querySelector('#selection button[name=action][value="' + action + '"]');
+    if (button && !button.disabled) button.click();
+  }
+
   // -- search and pages ------------------------------------------------------------
   function searchField() {
     return document.querySelector("form[role=search] input:not([type=hidden])");
@@ -80,6 +98,9 @@
     ["/", "Focus the search"],
     ["j / k", "Next / previous row"],
     ["Enter", "Open the highlighted row"],
+    ["x", "Select or unselect the highlighted row"],
+    ["r", "Requeue the selected rows (dry run first)"],
+    ["p", "Purge the selected rows (dry run first)"],
     ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"],
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
     ["?", "Show or hide this list"],
@@ -141,6 +162,9 @@
           open();
         }
         break;
+      case "x": event.preventDefault(); toggleSelected(); break;
+      case "r": event.preventDefault(); actOnSelection("requeue"); break;
+      case "p": event.preventDefault(); actOnSelection("purge"); break;
       case "g": goPending = now; break;
       case "?": event.preventDefault(); help(); break;
       default: break;

@@ -354,6 +354,41 @@ def test_keyboard_shortcuts_move_open_search_and_go_but_never_while_typing(
             expect(page).to_have_url(f"{server.url}{path}")
 
 
+def test_keyboard_triage_selects_rows_and_opens_the_dry_run_of_an_action(
+    browser: Browser, node: tuple[Cluster, Node]
+) -> None:
+    cluster, server = node
+    dead = [kill(server, "triage") for _ in range(3)]
+    with signed_in(browser, server) as page:
+        page.goto(f"{server.url}/jobs/?queue=triage&status=dead")
+        rows = page.locator("#live-jobs tbody tr[data-job-id]")
+        expect(rows).to_have_count(3)
+        page.keyboard.press("r")  # nothing selected: nothing opens
+        expect(page.get_by_test_id("plan-count")).to_have_count(0)
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        expect(page.get_by_text("2 selected")).to_be_visible()
+        page.keyboard.press("x")  # again: unselected
+        expect(page.get_by_text("1 selected")).to_be_visible()
+        page.keyboard.press("k")
+        page.keyboard.press("j")
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        expect(page.get_by_text("2 selected")).to_be_visible()
+        chosen = [rows.nth(0).get_attribute("data-job-id"), rows.nth(2).get_attribute("data-job-id")]
+        page.keyboard.press("r")
+        expect(page.get_by_test_id("plan-count")).to_have_text("2 jobs would be moved back to pending.")
+        page.get_by_test_id("reason").fill("keyboard triage")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator(".msg")).to_have_text("Requeued 2 jobs.")
+        statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
+        assert sorted(i for i in dead if statuses.get(i) == "pending") == sorted(chosen)
+        page.keyboard.press("?")
+        expect(page.locator("dialog.keys-help")).to_contain_text("Purge the selected rows (dry run first)")
+
+
 def test_the_overview_warns_of_a_large_document_and_says_what_holds_it(
         browser: Browser, cluster_factory: Callable[..., Cluster]) -> None:
     """20,000 jobs scheduled an hour ahead stay in queue.json on a node with
