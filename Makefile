@@ -83,6 +83,9 @@ run: $(RUN_STAMP)
 	mkdir -p var
 	@# A local API token, made once and kept in var/ (export QUEUE_API_TOKEN to use your own).
 	@test -s var/api-token || $(PY) -c 'import secrets; print(secrets.token_urlsafe(24))' > var/api-token
+	@# And a secret key (export DJANGO_SECRET_KEY to use your own): operator actions forwarded to the
+	@# leader, from a standby's dashboard or manage.py queueaction, are signed with it, never with the dev key.
+	@test -s var/secret-key || (umask 077; $(PY) -c 'import secrets; print(secrets.token_urlsafe(50))' > var/secret-key)
 	QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" $(PY) manage.py migrate --noinput
 	@QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" $(PY) manage.py demo --logins
 	@echo "queueadmin is up at http://127.0.0.1:$(PORT)/  (Ctrl-C stops the app, the demo worker and the demo jobs)"
@@ -92,6 +95,7 @@ run: $(RUN_STAMP)
 	@# worker's running jobs finish first; set -m makes the script a foreground
 	@# job of its own, so the Ctrl-C reaches it and not make, which exits 0.
 	export QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-$$(cat var/api-token)}" \
+	  DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-$$(cat var/secret-key)}" \
 	  QUEUE_ADVERTISE_URL="$${QUEUE_ADVERTISE_URL:-http://127.0.0.1:$(PORT)}"; \
 	set -m; scripts/run-demo.sh $(VENV)/bin $(PORT); \
 	: "not exec'd by bash as the last command: it must be a job of its own"

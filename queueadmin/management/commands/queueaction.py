@@ -19,7 +19,7 @@ act on, a run not confirmed, or a run the broker refused.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from django.contrib.auth import get_user_model
@@ -36,6 +36,9 @@ PREVIEW_CHARS = 60
 
 
 class Command(BaseCommand):
+    # It needs neither the task backend nor its API token (the run is signed
+    # and sent to the leader): the system checks would only warn about those.
+    requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
     help = ("Requeue, purge, redrive, pause, resume or forget, as on the dashboard: a dry run first, then (after "
             "--yes or a typed confirmation) a run on exactly the dry run's jobs, audited in the name of --user.")
 
