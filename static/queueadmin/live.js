@@ -11,7 +11,9 @@
 // A fragment marked data-freeze-when-selected is held back while the
 // operator has rows selected in it, so rows never move under the cursor:
 // the page shows "N new — show" instead, and applies it on click or when
-// the selection is cleared. The socket reconnects by itself, backing off up
+// the selection is cleared. "Pause updates" in the header (or the f key)
+// holds every fragment the same way, whatever is selected, until "Resume"
+// applies them. The socket reconnects by itself, backing off up
 // to 10 s, and closes while the tab is hidden (it reconnects, and catches
 // up, on return). After each update the event "queueadmin:updated" is sent
 // on the updated element, for ui.js (times, phone labels).
@@ -141,10 +143,29 @@
     syncSelection();
   }
 
+  let frozen = false; // the operator paused updates
+  const freezeButton = document.querySelector("[data-freeze-toggle]");
+  function showFrozen() {
+    if (!freezeButton) return;
+    freezeButton.setAttribute("aria-pressed", frozen ? "true" : "false");
+    freezeButton.textContent = !frozen ? "Pause updates" :
+      "Resume updates" + (held.size ? " (" + held.size + " held)" : "");
+  }
+  function setFrozen(on) {
+    frozen = on;
+    if (!frozen) {
+      // Through apply() again: a table with rows selected stays held.
+      const pending = Object.fromEntries(held);
+      held.clear();
+      apply(pending);
+    }
+    showFrozen();
+  }
+
   function apply(fragments) {
     for (const [id, html] of Object.entries(fragments)) {
       const el = document.getElementById(id);
-      if (el && el.hasAttribute("data-freeze-when-selected") && selected(el).length) {
+      if (frozen || (el && el.hasAttribute("data-freeze-when-selected") && selected(el).length)) {
         held.set(id, html);
       } else {
         held.delete(id);
@@ -152,6 +173,7 @@
       }
     }
     showHeld();
+    showFrozen();
   }
 
   // -- selection (jobs page) -------------------------------------------------
@@ -163,7 +185,7 @@
     form.querySelector("[data-selection-count]").textContent = ids.length + " selected";
     form.querySelectorAll("[data-needs-selection]").forEach((b) => { b.disabled = ids.length === 0; });
     syncSelectAll();
-    if (ids.length === 0 && held.size) applyHeld();
+    if (ids.length === 0 && held.size && !frozen) applyHeld();
   }
 
   // The header's "select all on this page" box: checked when every row is,
@@ -187,6 +209,7 @@
     }
   });
   document.addEventListener("click", (event) => {
+    if (event.target.closest("[data-freeze-toggle]")) { setFrozen(!frozen); return; }
     const target = event.target.closest("[data-show-pending], [data-close-panel]");
     if (!target) return;
     if (target.matches("[data-show-pending]")) {
@@ -306,6 +329,14 @@
       if (failures >= FALLBACK_AFTER) startPolling();
       connect();
     }
+  });
+  // f: pause or resume updates (never while typing; keys.js lists it).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "f" || event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target instanceof Element && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    if (document.querySelector("dialog[open]")) return;
+    event.preventDefault();
+    setFrozen(!frozen);
   });
   syncSelection();
   connect();
