@@ -9,7 +9,7 @@
 //              run, exactly as its button does (nothing runs without it)
 //   g then o, j, w, d, a, s
 //              go to Overview, Jobs, Workers, Dead letters, Audit log, Submit
-//   f          pause or resume live updates (live.js handles it)
+//   f          freeze or unfreeze live updates (live.js handles it)
 //   ?          show or hide this list; Esc closes it
 //
 // Keys never fire while the operator types in a field, or with Ctrl, Alt
@@ -104,7 +104,7 @@
     ["p", "Purge the selected rows (dry run first)"],
     ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"],
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
-    ["f", "Pause or resume live updates"],
+    ["f", "Freeze or unfreeze live updates"],
     ["?", "Show or hide this list"],
   ];
   function help() {

@@ -11,8 +11,8 @@
 // A fragment marked data-freeze-when-selected is held back while the
 // operator has rows selected in it, so rows never move under the cursor:
 // the page shows "N new — show" instead, and applies it on click or when
-// the selection is cleared. "Pause updates" in the header (or the f key)
-// holds every fragment the same way, whatever is selected, until "Resume"
+// the selection is cleared. "Freeze" in the header (or the f key) holds
+// every fragment the same way, whatever is selected, until "Unfreeze"
 // applies them. The socket reconnects by itself, backing off up
 // to 10 s, and closes while the tab is hidden (it reconnects, and catches
 // up, on return). After each update the event "queueadmin:updated" is sent
@@ -148,8 +148,7 @@
   function showFrozen() {
     if (!freezeButton) return;
     freezeButton.setAttribute("aria-pressed", frozen ? "true" : "false");
-    freezeButton.textContent = !frozen ? "Pause updates" :
-      "Resume updates" + (held.size ? " (" + held.size + " held)" : "");
+    freezeButton.textContent = !frozen ? "Freeze" : "Unfreeze" + (held.size ? " (" + held.size + " held)" : "");
   }
   function setFrozen(on) {
     frozen = on;

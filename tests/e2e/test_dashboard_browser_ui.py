@@ -389,27 +389,27 @@ def test_keyboard_triage_selects_rows_and_opens_the_dry_run_of_an_action(
         expect(page.locator("dialog.keys-help")).to_contain_text("Purge the selected rows (dry run first)")
 
 
-def test_an_operator_pauses_live_updates_to_read_and_resumes_them(
+def test_an_operator_freezes_live_updates_to_read_and_unfreezes_them(
     browser: Browser, node: tuple[Cluster, Node]
 ) -> None:
     _, server = node
     with signed_in(browser, server) as page:
         toggle = page.locator("[data-freeze-toggle]")
-        expect(toggle).to_have_text("Pause updates")
+        expect(toggle).to_have_text("Freeze")
         toggle.click()
         expect(toggle).to_have_attribute("aria-pressed", "true")
         push(server, "while-paused", [1])
         # The update arrives and is held: the button counts it, the page does not change.
-        expect(toggle).to_have_text(re.compile(r"Resume updates \(\d+ held\)"), timeout=10_000)
+        expect(toggle).to_have_text(re.compile(r"Unfreeze \(\d+ held\)"), timeout=10_000)
         expect(page.locator('tr[data-row="while-paused"]')).to_have_count(0)
         toggle.click()
         expect(page.locator('tr[data-row="while-paused"]')).to_be_visible()
-        expect(toggle).to_have_text("Pause updates")
+        expect(toggle).to_have_text("Freeze")
         # The f key does the same; typing an f in a field does not.
         page.keyboard.press("f")
         expect(toggle).to_have_attribute("aria-pressed", "true")
         push(server, "by-key", [1])
-        expect(toggle).to_have_text(re.compile(r"Resume updates \(\d+ held\)"), timeout=10_000)
+        expect(toggle).to_have_text(re.compile(r"Unfreeze \(\d+ held\)"), timeout=10_000)
         page.keyboard.press("f")
         expect(page.locator('tr[data-row="by-key"]')).to_be_visible()
         page.keyboard.press("/")  # the jobs page's search field
