@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import AsyncIterator, Iterator, Mapping
-from datetime import UTC
+from datetime import UTC, date, datetime, time, timedelta
 
 import orjson
 from asgiref.sync import sync_to_async
@@ -26,8 +26,9 @@ from queueadmin.models import AuditEntry
 
 __all__ = ["CHUNK", "COLUMNS", "FILTERS", "FORMATS", "filtered", "record", "stream"]
 
-#: The page's filters: query parameter names, each matched exactly.
-FILTERS = ("action", "outcome", "user", "queue", "job")
+#: The page's filters: query parameter names, each matched exactly, but
+#: ``since`` and ``until``: UTC dates (YYYY-MM-DD), both days included.
+FILTERS = ("action", "outcome", "user", "queue", "job", "since", "until")
 #: The export's formats: ``?format=`` to content type.
 FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 #: An export's fields, in the CSV's column order (``job_ids``: space-separated there, a list in JSON).
@@ -38,11 +39,27 @@ CHUNK = 500
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+def _day(value: str) -> date | None:
+    try:
+        return date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
 def filtered(params: Mapping[str, str]) -> tuple[QuerySet[AuditEntry], dict[str, str]]:
     """The entries ``params`` (a query string's values) select, newest first,
-    and the filters as read (stripped; "" for none)."""
+    and the filters as read (stripped; "" for none, and for a date that is
+    not one: that filter is then dropped, never guessed at)."""
     filters = {name: (params.get(name) or "").strip() for name in FILTERS}
     entries = AuditEntry.objects.all()
+    for name in ("since", "until"):
+        day = _day(filters[name])
+        if day is None:
+            filters[name] = ""
+            continue
+        start = datetime.combine(day, time.min, tzinfo=UTC)
+        entries = entries.filter(created_at__gte=start) if name == "since" else \
+            entries.filter(created_at__lt=start + timedelta(days=1))
     if filters["action"]:
         entries = entries.filter(action=filters["action"])
     if filters["outcome"]:

@@ -128,3 +128,28 @@ def test_the_export_needs_a_login_and_the_view_permission_and_a_known_format(bro
     assert unknown.status_code == 400 and b"Unknown export format 'xlsx'" in unknown.content
     assert b"secret reason" not in unknown.content
     assert operator.post("/audit/export/").status_code == 405
+
+
+def test_the_page_and_the_export_filter_by_utc_dates_both_days_included(broker: Broker, operator: Client) -> None:
+    from datetime import UTC, datetime
+
+    push(broker, "q", [1])
+    for reason in ("first", "second", "third"):
+        act(operator, action="pause" if reason != "second" else "resume", queue="q", reason=reason)
+    days = {"first": datetime(2026, 11, 1, 23, 59, tzinfo=UTC), "second": datetime(2026, 11, 2, 0, 0, tzinfo=UTC),
+            "third": datetime(2026, 11, 3, 12, 0, tzinfo=UTC)}
+    for reason, when in days.items():
+        AuditEntry.objects.filter(reason=reason).update(created_at=when)
+
+    def reasons(query: str) -> list[str]:
+        return [r["reason"] for r in csv_rows(export(operator, query))]
+
+    assert reasons("since=2026-11-02") == ["third", "second"]
+    assert reasons("until=2026-11-02") == ["second", "first"]
+    assert reasons("since=2026-11-02&until=2026-11-02") == ["second"]
+    assert reasons("since=not-a-date") == ["third", "second", "first"]  # dropped, not guessed at
+    page = operator.get("/audit/?since=2026-11-03")
+    assert [row["entry"].reason for row in page.context["rows"]] == ["third"]
+    assert page.context["filters"]["since"] == "2026-11-03"
+    assert "since=2026-11-03&amp;format=csv" in page.content.decode()
+    assert operator.get("/audit/?until=nope").context["filters"]["until"] == ""
