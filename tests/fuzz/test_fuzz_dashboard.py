@@ -108,9 +108,10 @@ odd_payloads = st.one_of(
 odd_job_ids = st.one_of(st.sampled_from([".", "..", "...", "-", "a.", "x" * 200, ":", "_"]),
                         st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True))
 page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "page", "action", "outcome", "user",
-                                               "job", "worker", "error", "sort"]),
+                                               "job", "worker", "error", "sort", "since", "until", "format"]),
                               st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300, "w-fuzz",
-                                                         "boom", "age", "-attempts"]),
+                                                         "boom", "age", "-attempts", "2026-12-04", "0000-01-01",
+                                                         "9999-12-31", "csv", "json"]),
                                         st.text(max_size=10)), max_size=3)
 
 
@@ -133,12 +134,27 @@ def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[st
             assert response.status_code == 200, f"GET {path}: {response.status_code}"
             if path == "/queues/q/" and delay >= 3600 and answer.status == 201 and job_id not in made:
                 assert b'data-testid="next-due"' in response.content, f"a job due in {delay} s: no next due"
+        # The audit log's export takes the page's filters: CSV or JSON, or 400 for another format.
+        export = page(operator_client, "/audit/export/" + query)
+        if (params.get("format") or "csv") in ("csv", "json"):
+            assert export.status_code == 200, f"GET /audit/export/{query}: {export.status_code}"
+            data = b"".join(export.streaming_content)
+            if params.get("format") == "json":
+                orjson.loads(data)
+        else:
+            assert export.status_code == 400 and b"Unknown export format" in export.content
         for shown in statuses(broker):
             path = dashboard_job_path(shown)
             response = page(operator_client, path)
             assert response.status_code == 200, f"job {shown!r}: GET {path} answered {response.status_code}"
             assert f"<code>{shown}</code>" in response.content.decode(), \
                 f"job {shown!r}: GET {path} shows another page"
+            # Its whole payload downloads, as JSON, and it can be cloned.
+            download = page(operator_client, path + "payload.json")
+            assert download.status_code == 200, f"job {shown!r}: its payload download answered {download.status_code}"
+            orjson.loads(download.content)
+            clone = page(operator_client, "/submit/?" + urlencode({"from": shown}))
+            assert clone.status_code == 200 and b'data-testid="clone-note"' in clone.content
 
 
 # -- submit ------------------------------------------------------------------------------------
