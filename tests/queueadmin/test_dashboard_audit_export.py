@@ -148,6 +148,7 @@ def test_the_page_and_the_export_filter_by_utc_dates_both_days_included(broker: 
     assert reasons("until=2026-11-02") == ["second", "first"]
     assert reasons("since=2026-11-02&until=2026-11-02") == ["second"]
     assert reasons("since=not-a-date") == ["third", "second", "first"]  # dropped, not guessed at
+    assert reasons("since=0001-01-01&until=9999-12-31") == ["third", "second", "first"]  # the ends of the calendar
     page = operator.get("/audit/?since=2026-11-03")
     assert [row["entry"].reason for row in page.context["rows"]] == ["third"]
     assert page.context["filters"]["since"] == "2026-11-03"
