@@ -143,7 +143,7 @@
     syncSelection();
   }
 
-  let frozen = false; // the operator paused updates
+  let frozen = false; // the operator froze updates (Freeze, or f)
   const freezeButton = document.querySelector("[data-freeze-toggle]");
   function showFrozen() {
     if (!freezeButton) return;
@@ -329,7 +329,7 @@
       connect();
     }
   });
-  // f: pause or resume updates (never while typing; keys.js lists it).
+  // f: freeze or unfreeze updates (never while typing; keys.js lists it).
   document.addEventListener("keydown", (event) => {
     if (event.key !== "f" || event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.target instanceof Element && event.target.closest("input, textarea, select, [contenteditable]")) return;
