@@ -116,6 +116,19 @@ def api_token() -> str | None:
     return token
 
 
+def environment_name() -> str | None:
+    """``QUEUE_ENVIRONMENT``: the deployment's name the dashboard shows in its
+    badge (queueadmin.dashboard.context); None when unset."""
+    name: str | None = getattr(settings, "QUEUE_ENVIRONMENT", None)
+    return name or None
+
+
+def environment_color() -> str | None:
+    """``QUEUE_ENVIRONMENT_COLOR``: the badge's colour; None: chosen by the name."""
+    color: str | None = getattr(settings, "QUEUE_ENVIRONMENT_COLOR", None)
+    return color or None
+
+
 def metrics_token() -> str | None:
     """``QUEUE_METRICS_TOKEN``: a bearer token that reads ``/metrics`` (and
     nothing else), besides the API tokens; None (also when absent) when unset."""

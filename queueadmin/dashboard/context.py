@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.http import HttpRequest
+
+from queueadmin import config
 
 __all__ = ["Environment", "color_for", "environment"]
 
@@ -31,7 +32,7 @@ def color_for(name: str) -> str:
 
 def environment(request: HttpRequest) -> dict[str, Environment | None]:
     """``environment``: the ``QUEUE_ENVIRONMENT`` badge, or None when unset."""
-    name = getattr(settings, "QUEUE_ENVIRONMENT", None)
-    if not name:
+    name = config.environment_name()
+    if name is None:
         return {"environment": None}
-    return {"environment": Environment(name, getattr(settings, "QUEUE_ENVIRONMENT_COLOR", None) or color_for(name))}
+    return {"environment": Environment(name, config.environment_color() or color_for(name))}
