@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -133,3 +134,19 @@ def make_token(name: str) -> tuple[ApiToken, str]:
     token = row.issue()
     row.save()
     return row, token
+
+
+def clock_ahead(monkeypatch: pytest.MonkeyPatch, ahead: timedelta) -> None:
+    """The dashboard's clock (its snapshots' ``taken_at``) and this node's
+    record of the workers it has seen, ``ahead`` of real time; the source
+    reads afresh. The broker keeps real time."""
+    from queueadmin.dashboard import source as source_module
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + ahead
+
+    monkeypatch.setattr(source_module, "datetime", Later)
+    monkeypatch.setattr(runtime, "datetime", Later)
+    source_module.source.reset()

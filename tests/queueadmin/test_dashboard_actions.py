@@ -11,6 +11,7 @@ with its dry run (I9) is tested in test_dashboard_plans.py.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +24,16 @@ from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from queueadmin.models import AuditEntry, AuditJob
 from tests.helpers import document, stored
-from tests.queueadmin.dashboard_fixtures import act, client_for, confirm, kill, make_user, preview, push
+from tests.queueadmin.dashboard_fixtures import (
+    act,
+    client_for,
+    clock_ahead,
+    confirm,
+    kill,
+    make_user,
+    preview,
+    push,
+)
 
 
 def statuses(store: ObjectStore) -> dict[str, str]:
@@ -517,23 +527,6 @@ def test_a_submit_the_broker_refuses_is_shown_inline_and_audited_as_failed(
 # -- where requeued jobs go ---------------------------------------------------------------------------
 
 
-def _minutes_on(monkeypatch: pytest.MonkeyPatch, minutes: float) -> None:
-    """The dashboard's clock (its snapshots' ``taken_at``) and this node's
-    record of the workers it has seen ``minutes`` ahead."""
-    from datetime import datetime, timedelta
-
-    from queueadmin.dashboard import source as source_module
-
-    class Later(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return datetime.now(tz) + timedelta(minutes=minutes)
-
-    monkeypatch.setattr(source_module, "datetime", Later)
-    monkeypatch.setattr(runtime, "datetime", Later)
-    source_module.source.reset()
-
-
 def effects(response: Any) -> list[str]:
     return [re.sub(r"\s+", " ", e) for e in re.findall(r'data-testid="plan-effect">([^<]*)<',
                                                          response.content.decode())]
@@ -552,7 +545,7 @@ def test_a_redrive_dry_run_says_the_queue_it_goes_back_to_is_paused_and_has_no_w
     dry = preview(operator, action="redrive", group=key)
     assert effects(dry) == ["Queue emails is paused: the 3 jobs go back to it and wait there until it is resumed."]
 
-    _minutes_on(monkeypatch, 2)
+    clock_ahead(monkeypatch, timedelta(minutes=2))
     dry = preview(operator, action="redrive", group=key)
     assert effects(dry) == [
         "Queue emails is paused: the 3 jobs go back to it and wait there until it is resumed.",
@@ -570,7 +563,7 @@ def test_a_requeue_across_queues_names_only_the_queue_that_would_not_run_its_job
         broker: Broker, operator: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     quiet = kill(broker, "reports")
     busy = kill(broker, "emails")
-    _minutes_on(monkeypatch, 5)
+    clock_ahead(monkeypatch, timedelta(minutes=5))
     runtime.seen_workers.note("w-emails", ["emails"])  # five minutes on: emails has a worker, reports none
 
     dry = preview(operator, action="requeue", ids=f"{quiet}\n{busy}")
@@ -585,6 +578,6 @@ def test_a_purge_dry_run_names_no_destination(broker: Broker, operator: Client,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     dead = kill(broker, "emails")
     broker.execute(pause_op("emails"))
-    _minutes_on(monkeypatch, 2)
+    clock_ahead(monkeypatch, timedelta(minutes=2))
     dry = preview(operator, action="purge", ids=dead)
     assert dry.context["plan"].count == 1 and effects(dry) == [] and dry.context["plan"].effects == []

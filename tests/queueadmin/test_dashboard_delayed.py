@@ -19,7 +19,7 @@ from django.test import Client
 
 from engine import Broker, Policy, parse_document
 from queueadmin.models import AuditEntry
-from tests.queueadmin.dashboard_fixtures import confirm, preview, push
+from tests.queueadmin.dashboard_fixtures import clock_ahead, confirm, preview, push
 from tests.queueadmin.test_dashboard_segments import document, every_pending, settle, small_segments
 
 if TYPE_CHECKING:
@@ -124,21 +124,15 @@ def test_jobs_due_in_delayed_segments_count_as_ready_and_not_in_the_document(
     segment until claims make room (docs/format.md, "Refill (delayed)"): once
     due they are ready, and the large-document alert still counts only what
     the document holds. The page is read two hours on, the jobs due in one."""
-    from datetime import datetime, timedelta
+    from datetime import timedelta
 
     from queueadmin.dashboard import pages
-    from queueadmin.dashboard import source as source_module
     from tests.helpers import stored
 
-    class TwoHoursOn(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return datetime.now(tz) + timedelta(hours=2)
 
     delayed_backlog(broker)
-    monkeypatch.setattr(source_module, "datetime", TwoHoursOn)
     monkeypatch.setattr(pages, "LARGE_DOCUMENT_BYTES", len(stored(broker.store)))
-    source_module.source.reset()
+    clock_ahead(monkeypatch, timedelta(hours=2))
     response = viewer.get("/")
     row = next(r for r in response.context["rows"] if r["q"].name == "q")
     assert row["q"].pending == 100 and row["q"].ready == 100 and row["q"].due_away == 80
@@ -155,7 +149,6 @@ def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_
     half an hour on, when those 20 are due, it is the first delayed segment's."""
     from datetime import datetime, timedelta
 
-    from queueadmin.dashboard import source as source_module
 
     push(broker, "q", list(range(20)), delay_seconds=600)
     push(broker, "q", list(range(20, 100)), delay_seconds=HOUR)
@@ -169,25 +162,15 @@ def test_the_queue_page_says_when_the_next_job_comes_due_from_the_document_or_a_
     assert page.context["q"].next_due_at == soonest_here
     assert b'data-testid="next-due"' in page.content and b"(in 10 min)" in page.content
 
-    class HalfAnHourOn(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return datetime.now(tz) + timedelta(minutes=30)
 
-    monkeypatch.setattr(source_module, "datetime", HalfAnHourOn)
-    source_module.source.reset()
+    clock_ahead(monkeypatch, timedelta(minutes=30))
     page = viewer.get("/queues/q/")
     assert page.context["q"].ready == 20 and page.context["q"].next_due_at == soonest_away
     assert b"(in 30 min)" in page.content
 
-    class TwoHoursOn(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return datetime.now(tz) + timedelta(hours=2)
 
     # Everything due: a delayed segment due in the past names no time, and the page says none.
-    monkeypatch.setattr(source_module, "datetime", TwoHoursOn)
-    source_module.source.reset()
+    clock_ahead(monkeypatch, timedelta(hours=2))
     page = viewer.get("/queues/q/")
     assert page.context["q"].ready == 100 and page.context["q"].next_due_at is None
     assert b'data-testid="next-due"' not in page.content
