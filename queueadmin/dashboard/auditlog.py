@@ -134,17 +134,28 @@ _WRITER = csv.writer(_Line())
 _CSV_HEADER: str = _WRITER.writerow(COLUMNS)
 
 
-def _csv_rows(rows: list[dict[str, object]]) -> str:
-    out = []
-    for row in rows:
-        ids = row["job_ids"]
-        assert isinstance(ids, list)
-        out.append(_WRITER.writerow([_cell(" ".join(ids) if name == "job_ids" else row[name]) for name in COLUMNS]))
-    return "".join(out)
+def _csv_line(row: dict[str, object]) -> str:
+    ids = row["job_ids"]
+    assert isinstance(ids, list)
+    return _WRITER.writerow([_cell(" ".join(ids) if name == "job_ids" else row[name]) for name in COLUMNS])
 
 
-def _json_rows(rows: list[dict[str, object]], *, first: bool) -> bytes:
-    return (b"" if first else b",\n") + b",\n".join(orjson.dumps(row) for row in rows)
+class _Encoder:
+    """One export's bytes, a chunk of entries at a time: its head, each
+    chunk's rows (a JSON array's commas between chunks too), its tail."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.head = _CSV_HEADER.encode() if kind == "csv" else b"["
+        self.tail = b"" if kind == "csv" else b"]\n"
+        self._first = True
+
+    def chunk(self, rows: list[dict[str, object]]) -> bytes:
+        if self.kind == "csv":
+            return "".join(map(_csv_line, rows)).encode()
+        data = (b"" if self._first else b",\n") + b",\n".join(orjson.dumps(row) for row in rows)
+        self._first = False
+        return data
 
 
 def stream(entries: QuerySet[AuditEntry], kind: str, *, asynchronous: bool) -> Iterator[bytes] | AsyncIterator[bytes]:
@@ -153,27 +164,19 @@ def stream(entries: QuerySet[AuditEntry], kind: str, *, asynchronous: bool) -> I
     (daphne), which would otherwise read a sync one whole before sending
     it, and a sync one for WSGI (and Django's test client)."""
     if asynchronous:
-        return _astream(entries, kind)
-    return _stream(entries, kind)
+        return _astream(entries, _Encoder(kind))
+    return _stream(entries, _Encoder(kind))
 
 
-def _stream(entries: QuerySet[AuditEntry], kind: str) -> Iterator[bytes]:
-    yield _CSV_HEADER.encode() if kind == "csv" else b"["
-    first = True
-    for rows in _batches(entries):
-        if rows:
-            yield _csv_rows(rows).encode() if kind == "csv" else _json_rows(rows, first=first)
-            first = False
-    if kind == "json":
-        yield b"]\n"
+def _stream(entries: QuerySet[AuditEntry], out: _Encoder) -> Iterator[bytes]:
+    yield out.head
+    yield from (out.chunk(rows) for rows in _batches(entries) if rows)
+    yield out.tail
 
 
-async def _astream(entries: QuerySet[AuditEntry], kind: str) -> AsyncIterator[bytes]:
-    yield _CSV_HEADER.encode() if kind == "csv" else b"["
-    first = True
+async def _astream(entries: QuerySet[AuditEntry], out: _Encoder) -> AsyncIterator[bytes]:
+    yield out.head
     async for rows in _abatches(entries):
         if rows:
-            yield _csv_rows(rows).encode() if kind == "csv" else _json_rows(rows, first=first)
-            first = False
-    if kind == "json":
-        yield b"]\n"
+            yield out.chunk(rows)
+    yield out.tail
