@@ -137,7 +137,8 @@ _CSV_HEADER: str = _WRITER.writerow(COLUMNS)
 def _csv_line(row: dict[str, object]) -> str:
     ids = row["job_ids"]
     assert isinstance(ids, list)
-    return _WRITER.writerow([_cell(" ".join(ids) if name == "job_ids" else row[name]) for name in COLUMNS])
+    line: str = _WRITER.writerow([_cell(" ".join(ids) if name == "job_ids" else row[name]) for name in COLUMNS])
+    return line
 
 
 class _Encoder:
