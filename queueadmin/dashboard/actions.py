@@ -370,7 +370,9 @@ def execute(op: Operation) -> tuple[Any, int | None, str]:
             # Never started here, so it names no leader of its own; and the
             # leader's URL may be this process's configured one (a command run
             # beside the node, with its settings): that node is another process.
-            leader = leader or source.current(fresh_seconds=0).broker.get("url")
+            # The version the dry run just read names it (the source's cached
+            # one, no second read); a leader that moved since answers not_leader.
+            leader = leader or source.current().broker.get("url")
         elif leader == broker.url:
             raise
         if not leader:

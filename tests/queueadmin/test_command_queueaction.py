@@ -137,3 +137,21 @@ def test_the_dry_run_says_where_requeued_jobs_would_wait(broker: Broker, ops: st
     run("pause", "--queue", "emails", "--user", ops, "--reason", "smtp down", "--yes")
     out = run("requeue", "--ids", dead, "--user", ops, "--reason", "r", "--dry-run")
     assert "! Queue emails is paused: the 1 job goes back to it and waits there until it is resumed." in out
+
+
+def test_an_unreadable_document_plans_nothing_and_is_never_overwritten(
+        broker: Broker, store: ObjectStore, ops: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """I6: a queue.json that does not parse stops the command with the reason; it writes nothing and audits
+    nothing. As the command runs: in a process whose broker never started, which reads the store."""
+    from queueadmin import runtime
+    from queueadmin.dashboard.source import source
+
+    push(broker, "q", [1])
+    store.put("queue.json", b'{"format": 2, "seq": ')
+    stopped = runtime.build_broker()  # the same memory store, by its name in the settings
+    assert stopped.role == "stopped" and stopped.store.get("queue.json") is not None
+    monkeypatch.setattr(runtime, "get_broker", lambda: stopped)
+    source.reset()
+    with pytest.raises(CommandError, match="The document cannot be read, so nothing was planned"):
+        run("pause", "--queue", "q", "--user", ops, "--reason", "r", "--yes")
+    assert stored(store) == b'{"format": 2, "seq": ' and not AuditEntry.objects.exists()
