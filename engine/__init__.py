@@ -97,6 +97,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
+from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, schedule
 from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
@@ -112,6 +113,7 @@ from engine.workeroptions import (
 __all__ = [
     "API_PREFIX",
     "DEFAULT_ACK_LINGER_SECONDS",
+    "DEFAULT_CATCH_UP_SECONDS",
     "DEFAULT_DELAYED_HORIZON_SECONDS",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_HEAD_JOBS",
@@ -180,6 +182,8 @@ __all__ = [
     "QueueState",
     "RangedFinds",
     "Readiness",
+    "Schedule",
+    "ScheduleMark",
     "SegmentRef",
     "SegmentUnreadable",
     "StoreConfigError",
@@ -208,6 +212,7 @@ __all__ = [
     "ranged_job",
     "read_marker",
     "read_segment",
+    "schedule",
     "shared_index_cache",
     "utc_now",
 ]

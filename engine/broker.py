@@ -62,10 +62,11 @@ from engine.laneplans import REFILL_LEAD_SECONDS
 from engine.lanes import LaneKeeper
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
-from engine.ops import Operation, Purge, TakeOver, Tick, get_job_op
+from engine.ops import FireSchedules, Operation, Purge, TakeOver, Tick, get_job_op
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
+from engine.schedules import Schedule, fire_op
 from engine.stores.base import ObjectStore
 from engine.transitions import apply
 from engine.waiters import WaitingClaims
@@ -112,9 +113,13 @@ class Broker:
         monotonic: Callable[[], float] = time.monotonic,
         on_commit: Callable[[QueueState], None] | None = None,
         on_departures: Callable[[list[Departure]], None] | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         if not 0 < heartbeat_seconds < takeover_seconds:
             raise ValueError("need 0 < heartbeat_seconds < takeover_seconds")
+        names = [item.name for item in schedules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schedule names must be unique, got {names}")
         self.store = store
         self.url = url
         self.key = key
@@ -129,6 +134,13 @@ class Broker:
         #: commit removed (see :class:`~engine.model.Departure`). Runs on the
         #: writer thread: it must only hand them over, never block.
         self.on_departures = on_departures
+        #: Recurring jobs this node fires while it leads (engine.schedules).
+        self.schedules = list(schedules)
+        # While leading: when this node began (a schedule without a mark fires
+        # ticks from then on), and per schedule the latest tick a landed commit
+        # of this leadership handled, so a heartbeat submits only new ticks.
+        self._leading_since = clock()
+        self._schedule_ticks: dict[str, datetime] = {}
         #: Long-poll claims waiting for work on this node (woken by its commits).
         self.waiters = WaitingClaims(clock=clock)
         self.role: Role = "stopped"
@@ -364,7 +376,7 @@ class Broker:
             try:
                 if self.role == "leader":
                     self._heartbeat()
-                    self._wake.wait(self.heartbeat_seconds)
+                    self._wake.wait(self._leader_wait())
                     continue
                 last_etag, changed_at = self._watch(last_etag, changed_at)
             except Exception:  # a bug: log it and keep the node alive (I8)
@@ -486,6 +498,8 @@ class Broker:
         except NotLeader:
             return
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
+        self._leading_since = self.clock()
+        self._schedule_ticks = {}
         self._keeper = LaneKeeper(
             self.store, key=self.key, policy=self.policy,
             execute=lambda op: committer.execute(op, timeout=self.takeover_seconds),
@@ -573,15 +587,61 @@ class Broker:
             committer.stop(drain=False, error=error or NotLeader(self.leader.url), timeout=self.heartbeat_seconds)
         self._wake.set()
 
+    def _due_schedules(self) -> tuple[FireSchedules | None, dict[str, datetime]]:
+        """The schedule ticks to fire with this heartbeat (engine.schedules);
+        a bug there is logged and must not stop the heartbeat."""
+        if not self.schedules:
+            return None, {}
+        try:
+            return fire_op(self.schedules, self._schedule_ticks, now=self.clock(), since=self._leading_since)
+        except Exception:
+            log.exception("broker %s: finding the due schedule ticks failed", self.id)
+            return None, {}
+
+    def _schedules_handled(self, ticks: dict[str, datetime], outcomes: Any) -> None:
+        """Remember what a landed FireSchedules handled, and log it."""
+        if isinstance(outcomes, BaseException):
+            log.warning("broker %s: firing schedules failed: %s", self.id, outcomes)
+            return
+        self._schedule_ticks.update(ticks)
+        for (name, tick), outcome in zip(ticks.items(), outcomes, strict=True):
+            if outcome == "missed":
+                log.warning("schedule %s: the tick of %s is too late to fire (catch_up_seconds)", name,
+                            tick.isoformat())
+            elif outcome is not None:
+                log.info("schedule %s: tick of %s %s", name, tick.isoformat(), outcome)
+
+    def _leader_wait(self) -> float:
+        """How long the leader sleeps before its next heartbeat: a heartbeat,
+        or less when a schedule's next tick comes sooner (it fires on time)."""
+        wait = self.heartbeat_seconds
+        if self.schedules:
+            now = self.clock()
+            try:
+                due = [t for t in (item.next_due(now) for item in self.schedules) if t is not None]
+            except Exception:
+                log.exception("broker %s: finding the next schedule tick failed", self.id)
+                due = []
+            if due:
+                # A hair after the tick, so that the clock has passed it.
+                wait = min(wait, max((min(due) - now).total_seconds() + 0.005, 0.005))
+        return wait
+
     def _heartbeat(self) -> None:
         committer = self._committer
         if committer is None:
             self.role = "standby"
             return
         try:
+            fire, ticks = self._due_schedules()
             # Never wait forever (I8): by takeover_seconds without a landed
             # write a standby may have taken over, so stop acknowledging.
-            committer.execute(Tick(), timeout=self.takeover_seconds)
+            # Due schedule ticks ride the heartbeat's own commit.
+            results = committer.execute_many([fire, Tick()] if fire else [Tick()], timeout=self.takeover_seconds)
+            if isinstance(results[-1], BaseException):
+                raise results[-1]
+            if fire is not None:
+                self._schedules_handled(ticks, results[0])
             self._unreadable = None
             self._store_ok_at = self.monotonic()
         except (NotLeader, CommitterStopped):

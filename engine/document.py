@@ -31,6 +31,7 @@ import orjson
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.schedules import ScheduleMark
 from engine.segments import DelayedRef, SegmentRef
 from engine.sequence import EncodedSequence
 
@@ -102,6 +103,8 @@ class QueueState:
         # Ids sealed into segments recently: pushes retried with them are
         # answered without a second job (bounded like ``finished``).
         self.sealed = FinishedIds()
+        # Per schedule, the latest tick handled (engine.schedules); in any format.
+        self.schedules: dict[str, ScheduleMark] = {}
         # Keys of segments the state stopped referencing since the last
         # encoding: deleted once the version without them has landed.
         self.dropped_segments: list[str] = []
@@ -556,6 +559,8 @@ class QueueState:
         if self.segmented:
             header["next_pos"] = self.next_pos
             header["lanes"] = {name: self._lane_dict(name) for name in sorted({*self.lanes, *self.delays})}
+        if self.schedules:
+            header["schedules"] = {name: schedule_dict(mark) for name, mark in sorted(self.schedules.items())}
         # The dedup window goes into the first part, with the header: readers
         # that decode the parts one by one (the dashboard) expect the first
         # part to be the header and the next one to open the dead letters.
@@ -590,6 +595,11 @@ class QueueState:
         self.etag = None
         self.recent.append((writer, seq))
         self.dirty = False
+
+
+def schedule_dict(mark: ScheduleMark) -> dict[str, Any]:
+    """``schedules.<name>``: the latest tick handled, how, and the job it pushed."""
+    return {"tick": mark.tick, "outcome": mark.outcome, "job": mark.job, "at": mark.at}
 
 
 def counters_dict(c: QueueCounters) -> dict[str, int | bool]:

@@ -24,6 +24,7 @@ __all__ = [
     "Excision",
     "Expire",
     "Fail",
+    "FireSchedules",
     "ForgetQueue",
     "GetJob",
     "Heartbeat",
@@ -38,6 +39,7 @@ __all__ = [
     "Refill",
     "RefillDelayed",
     "Requeue",
+    "ScheduleFire",
     "Seal",
     "SealDelayed",
     "SetPaused",
@@ -203,6 +205,28 @@ class Tick:
     when nothing else changed, so standbys see the leader is alive."""
 
 
+class ScheduleFire(NamedTuple):
+    """One schedule's tick in a :class:`FireSchedules`: the job it pushes to
+    ``queue``, unless ``tick`` is more than ``catch_up_seconds`` old."""
+
+    name: str
+    tick: datetime
+    queue: str
+    job: NewJob
+    catch_up_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FireSchedules:
+    """The leader's due schedule ticks (:mod:`engine.schedules`). Each fires
+    only if the document's mark for its schedule is before its tick; a
+    schedule without a mark fires a tick at or after ``since`` (when the
+    leader began leading) and only registers an earlier one."""
+
+    fires: tuple[ScheduleFire, ...]
+    since: datetime
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TakeOver:
     """Name ``broker_id`` as the leader, one epoch above ``epoch`` (the epoch
@@ -327,6 +351,7 @@ Operation = (
     | ForgetQueue
     | GetJob
     | Tick
+    | FireSchedules
     | TakeOver
     | Seal
     | Refill

@@ -20,6 +20,7 @@ from engine.errors import DocumentError
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.schedules import ScheduleMark
 from engine.segments import DelayedRef, SegmentRef
 
 
@@ -192,6 +193,7 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
         )
 
     _finished(r, raw.get("finished", []), state.finished, "finished")
+    _schedules(r, r.obj(raw.get("schedules", {}), "schedules"), state)
     segmented = raw["format"] >= FORMAT_SEGMENTS
     if segmented:
         state.format = raw["format"]
@@ -314,6 +316,23 @@ def _delayed_refs(r: _Reader, lane: Mapping[str, Any], where: str, *, allowed: b
             r.fail(rw, f"the delayed segment {ref.key} is referenced twice")
         refs.append(ref)
     return refs
+
+
+_OUTCOMES = ("registered", "fired", "missed")
+
+
+def _schedules(r: _Reader, raw: Mapping[str, Any], state: QueueState) -> None:
+    """``schedules``: per schedule, its mark (:mod:`engine.schedules`)."""
+    for name, value in raw.items():
+        where = f"schedules.{name}"
+        mark = r.obj(value, where)
+        outcome = r.field(mark, "outcome", where)
+        if outcome not in _OUTCOMES:
+            r.fail(f"{where}.outcome", f"expected one of {', '.join(_OUTCOMES)}, got {outcome!r}")
+        job = r.text(mark, "job", where, optional=True)
+        if (job is None) != (outcome != "fired"):
+            r.fail(f"{where}.job", "a fired tick names its job, and only a fired one")
+        state.schedules[name] = ScheduleMark(r.moment(mark, "tick", where), outcome, job, r.moment(mark, "at", where))
 
 
 def _finished(r: _Reader, groups: Any, window: FinishedIds, name: str) -> None:

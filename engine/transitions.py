@@ -40,6 +40,7 @@ from engine.optypes import (
     Complete,
     Expire,
     Fail,
+    FireSchedules,
     ForgetQueue,
     GetJob,
     Heartbeat,
@@ -58,6 +59,7 @@ from engine.optypes import (
     Tick,
 )
 from engine.purging import purge, still_expected
+from engine.schedulemoves import fire_schedules
 from engine.segments import newest_first
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "complete",
     "expire",
     "fail",
+    "fire_schedules",
     "forget_queue",
     "get_job",
     "heartbeat",
@@ -178,6 +181,7 @@ _TRANSITIONS: dict[type, Any] = {
     ForgetQueue: forget_queue,
     GetJob: get_job,
     Tick: tick,
+    FireSchedules: fire_schedules,
     TakeOver: take_over,
     Seal: seal,
     Refill: refill,

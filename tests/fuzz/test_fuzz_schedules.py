@@ -1,0 +1,132 @@
+"""A stateful Hypothesis machine over recurring jobs (engine.schedules).
+
+Leaders come and go at random moments; each heartbeat may land, be lost
+(its commit never happens), or land late; a fenced leader may re-apply a
+stale fire after newer ones landed; a node that does not know schedules
+may rewrite the document without the marks. After every step it checks:
+
+* **at most once**: no tick's job is ever pushed twice, the queue's
+  ``pushed`` counter equals the jobs the marks say fired, and every pushed
+  job is a tick of its schedule;
+* **ticks only move forward**: a mark's tick never goes back;
+* **on time**: after a heartbeat lands, each schedule's mark is the latest
+  tick due at that moment (fired, or missed when it came too late, or
+  registered when it came before the leader began), so a failover never
+  skips a tick that was due when the new leader's first commit landed;
+* the marks survive ``encode`` and ``parse_document`` unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from engine import Policy, QueueState, parse_document, schedule
+from engine.ops import FireSchedules
+from engine.schedules import fire_op
+from engine.transitions import apply_batch
+from tests.fuzz.profiles import scaled
+
+START = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)  # the night Paris moves its clocks forward
+POLICY = Policy()
+SCHEDULES = (
+    schedule("often", queue="q", payload=1, policy=POLICY, every_seconds=7, catch_up_seconds=20),
+    schedule("hourly", queue="q", payload=2, policy=POLICY, cron="30 * * * *", timezone="Europe/Paris",
+             catch_up_seconds=600),
+    schedule("night", queue="r", payload=3, policy=POLICY, cron="30 2 * * *", timezone="Europe/Paris"),
+)
+
+
+class ScheduleMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = QueueState(policy=POLICY)
+        self.now = START
+        self.since = START
+        self.handled: dict[str, datetime] = {}  # the current leader's memo
+        self.stale: list[FireSchedules] = []  # fires a fenced leader may still re-apply
+        self.seen_ids: set[str] = set()
+        self.last_ticks: dict[str, datetime] = {}
+
+    def _apply(self, op: FireSchedules, at: datetime) -> list[object]:
+        before = set(self.state.jobs)
+        [outcomes] = apply_batch(self.state, [op], at)
+        new = set(self.state.jobs) - before
+        assert not new & self.seen_ids, f"a tick was pushed twice: {sorted(new & self.seen_ids)}"
+        self.seen_ids |= new
+        return outcomes  # type: ignore[no-any-return]
+
+    @rule(seconds=st.floats(min_value=0.1, max_value=900))
+    def time_passes(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    @rule(lands=st.booleans())
+    def heartbeat(self, lands: bool) -> None:
+        op, ticks = fire_op(list(SCHEDULES), self.handled, now=self.now, since=self.since)
+        if op is None:
+            return
+        self.stale.append(op)
+        if not lands:
+            return  # the write failed: nothing handled, the next heartbeat tries again
+        self._apply(op, self.now)
+        self.handled.update(ticks)
+        for item in SCHEDULES:
+            due = item.latest_due(self.now)
+            mark = self.state.schedules[item.name]
+            assert mark.tick == due, (item.name, mark, due)
+            if mark.outcome == "fired":
+                assert mark.job == item.job_id(due)
+                assert (self.now - due).total_seconds() <= item.catch_up_seconds
+            elif mark.outcome == "registered":
+                assert due < self.since
+
+    @rule()
+    def failover(self) -> None:
+        self.handled = {}
+        self.since = self.now
+
+    @precondition(lambda self: self.stale)
+    @rule(data=st.data())
+    def fenced_leader_reapplies_an_old_fire(self, data: st.DataObject) -> None:
+        self._apply(data.draw(st.sampled_from(self.stale)), self.now)
+
+    @rule()
+    def an_old_node_leads_for_a_while(self) -> None:
+        """It rewrites the document without the marks; leading again, a node
+        that knows schedules starts from nothing."""
+        self.state.schedules.clear()
+        self.last_ticks.clear()
+        self.failover()
+
+    @invariant()
+    def at_most_once_and_forward(self) -> None:
+        fired_ids = {j.id for j in self.state.jobs.values()}
+        assert all(any(i == item.job_id(item.latest_due(datetime.fromisoformat(_tick(i))) or START)
+                       for item in SCHEDULES) for i in fired_ids)
+        assert sum(c.pushed for c in self.state.queues.values()) == len(self.seen_ids)
+        for name, mark in self.state.schedules.items():
+            if name in self.last_ticks:
+                assert mark.tick >= self.last_ticks[name]
+            self.last_ticks[name] = mark.tick
+
+    @invariant()
+    def marks_round_trip(self) -> None:
+        if not self.state.schedules:
+            return
+        self.state.dirty = True
+        data = b"".join(self.state.encode(seq=self.state.seq + 1, writer="w", now=self.now))
+        self.state.encoded(seq=self.state.seq + 1, writer="w")
+        assert parse_document("queue.json", data, policy=POLICY).schedules == self.state.schedules
+
+
+def _tick(job_id: str) -> str:
+    """The tick a scheduled job's id names, as ISO 8601."""
+    stamp = job_id.rsplit(":", 1)[1]
+    return datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
+
+
+ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(60))
+test_schedules = ScheduleMachine.TestCase
