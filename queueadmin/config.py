@@ -31,6 +31,7 @@ from engine import (
     BrokerClient,
     ObjectStore,
     Policy,
+    Schedule,
     open_store,
 )
 
@@ -198,6 +199,15 @@ def policy() -> Policy:
         delayed_horizon_seconds=float(getattr(settings, "QUEUE_DELAYED_HORIZON_SECONDS",
                                               DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS)),
     )
+
+
+def schedules() -> list[Schedule]:
+    """``QUEUE_SCHEDULES``: the recurring jobs the leader fires, built by
+    :func:`queueadmin.recurring.build` with :func:`policy` (none when absent).
+    Raises ImproperlyConfigured naming a bad entry."""
+    from queueadmin.recurring import build  # imports the tasks' modules, so only once apps are ready
+
+    return build(getattr(settings, "QUEUE_SCHEDULES", None), policy=policy())
 
 
 def finished_retention_seconds() -> float:

@@ -166,6 +166,7 @@ def build_broker() -> Broker:
         on_commit=commits.notify,
         # Jobs leaving the document are recorded off the commit path (queueadmin.history).
         on_departures=recorder.offer,
+        schedules=config.schedules(),
     )
 
 

@@ -70,11 +70,15 @@ QUEUE_DELAYED_HORIZON_SECONDS
                             format 3: delayed jobs due more than this far
                             ahead move to delayed segment objects; 0 keeps
                             them in queue.json (60)
+QUEUE_SCHEDULES             recurring jobs, as a JSON object of name to
+                            schedule (README, "Recurring jobs"); usually set
+                            in a settings module instead (none)
 =========================== ====================================================
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -192,6 +196,21 @@ def env_str(name: str) -> str | None:
     """Read an optional string; unset or blank gives None."""
     raw = os.environ.get(name, "").strip()
     return raw or None
+
+
+def env_json_object(name: str) -> dict[str, object] | None:
+    """Read an optional JSON object; unset or blank gives None. Raises
+    ImproperlyConfigured for anything else."""
+    raw = env_str(name)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 def env_http_url(name: str) -> str | None:
@@ -359,6 +378,9 @@ QUEUE_ENVIRONMENT_COLOR = env_str("QUEUE_ENVIRONMENT_COLOR")
 if QUEUE_ENVIRONMENT_COLOR is not None and not re.fullmatch(r"#(?:[0-9a-fA-F]{3}){1,2}", QUEUE_ENVIRONMENT_COLOR):
     raise ImproperlyConfigured(f"QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828 or #c22, "
                                f"got {QUEUE_ENVIRONMENT_COLOR!r}")
+
+# Recurring jobs (queueadmin.recurring): checked when the broker is built.
+QUEUE_SCHEDULES = env_json_object("QUEUE_SCHEDULES")
 
 # Format 2 (docs/format.md): a backlog beyond each queue's first
 # QUEUE_HEAD_JOBS pending jobs moves to segment objects of QUEUE_SEGMENT_JOBS

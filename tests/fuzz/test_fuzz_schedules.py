@@ -77,11 +77,13 @@ class ScheduleMachine(RuleBasedStateMachine):
             due = item.latest_due(self.now)
             mark = self.state.schedules[item.name]
             assert mark.tick == due, (item.name, mark, due)
+            # Judged when the mark was set, which may be an earlier commit
+            # (a fenced leader's, say) than this heartbeat's.
+            late = (mark.at - mark.tick).total_seconds() > item.catch_up_seconds
             if mark.outcome == "fired":
-                assert mark.job == item.job_id(due)
-                assert (self.now - due).total_seconds() <= item.catch_up_seconds
-            elif mark.outcome == "registered":
-                assert due < self.since
+                assert mark.job == item.job_id(due) and not late
+            elif mark.outcome == "missed":
+                assert late
 
     @rule()
     def failover(self) -> None:
@@ -128,5 +130,5 @@ def _tick(job_id: str) -> str:
     return datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
 
 
-ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(60))
+ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(300))
 test_schedules = ScheduleMachine.TestCase
