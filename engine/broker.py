@@ -382,7 +382,8 @@ class Broker:
             except Exception:  # a bug: log it and keep the node alive (I8)
                 log.exception("broker %s: control step failed unexpectedly", self.id)
                 self.last_error = "the control loop failed unexpectedly; see the log"
-            self._wake.wait(self.poll_seconds)
+            # Just took over: the first heartbeat comes sooner if a schedule's tick does.
+            self._wake.wait(min(self.poll_seconds, self._leader_wait()) if self.role == "leader" else self.poll_seconds)
 
     @property
     def poll_seconds(self) -> float:
@@ -608,8 +609,9 @@ class Broker:
             if outcome == "missed":
                 log.warning("schedule %s: the tick of %s is too late to fire (catch_up_seconds)", name,
                             tick.isoformat())
-            elif outcome is not None:
-                log.info("schedule %s: tick of %s %s", name, tick.isoformat(), outcome)
+            elif outcome is not None:  # a schedule every second must not flood the log
+                log.log(logging.DEBUG if outcome == "fired" else logging.INFO, "schedule %s: tick of %s %s",
+                        name, tick.isoformat(), outcome)
 
     def _leader_wait(self) -> float:
         """How long the leader sleeps before its next heartbeat: a heartbeat,

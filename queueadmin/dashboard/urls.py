@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/", views.job, name="job"),
     path("jobs/<str:job_id>/payload.json", views.job_payload, name="job-payload"),
     path("workers/", views.workers, name="workers"),
+    path("schedules/", views.schedules, name="schedules"),
     path("dead/", views.dead, name="dead"),
     path("document/", views.document, name="document"),
     path("submit/", views.submit, name="submit"),

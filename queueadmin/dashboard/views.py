@@ -31,6 +31,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
 from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, segments
+from queueadmin.dashboard import schedules as schedule_rows
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
@@ -149,6 +150,8 @@ LIVE_PAGES: dict[str, LivePage] = {
     "workers": LivePage("queueadmin/dashboard/workers.html", _snapshot_only(pages.workers), ("live-workers",)),
     "dead": LivePage("queueadmin/dashboard/dead.html", _snapshot_only(pages.dead), ("live-dead",)),
     "document": LivePage("queueadmin/dashboard/document.html", _snapshot_only(pages.document), ("live-document",)),
+    "schedules": LivePage("queueadmin/dashboard/schedules.html", _snapshot_only(schedule_rows.schedules),
+                          ("live-schedules",)),
 }
 
 
@@ -180,6 +183,7 @@ job = live_view("job")
 workers = live_view("workers")
 dead = live_view("dead")
 document = live_view("document")
+schedules = live_view("schedules")
 
 
 # -- submit -----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@
 //   x          select or unselect the highlighted row (the jobs page)
 //   r / p      requeue / purge the selected rows: opens the action's dry
 //              run, exactly as its button does (nothing runs without it)
-//   g then o, j, w, d, a, s
-//              go to Overview, Jobs, Workers, Dead letters, Audit log, Submit
+//   g then o, j, w, c, d, a, s
+//              go to Overview, Jobs, Workers, Schedules (cron), Dead letters, Audit log, Submit
 //   f          freeze or unfreeze live updates (live.js handles it)
 //   ?          show or hide this list; Esc closes it
 //
@@ -102,7 +102,7 @@
     ["x", "Select or unselect the highlighted row"],
     ["r", "Requeue the selected rows (dry run first)"],
     ["p", "Purge the selected rows (dry run first)"],
-    ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"],
+    ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"], ["g c", "Schedules"],
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
     ["f", "Freeze or unfreeze live updates"],
     ["?", "Show or hide this list"],
@@ -149,7 +149,7 @@
     const now = Date.now();
     if (goPending && now - goPending < GO_TIMEOUT_MS) {
       goPending = 0;
-      if ("ojwdas".includes(event.key) && event.key.length === 1) { event.preventDefault(); go(event.key); }
+      if ("ojwcdas".includes(event.key) && event.key.length === 1) { event.preventDefault(); go(event.key); }
       return;
     }
     goPending = 0;

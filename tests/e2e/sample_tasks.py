@@ -75,3 +75,9 @@ def plain_function(x: int) -> int:
 
 
 not_a_task = 42
+
+
+@task(takes_context=True)
+def record_run(context: TaskContext) -> None:
+    """Records the id of the job it runs as (a schedule's job id names its tick)."""
+    _record(id=context.task_result.id, attempt=context.attempt, pid=os.getpid())

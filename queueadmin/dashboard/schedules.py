@@ -1,0 +1,68 @@
+"""What the schedules page shows: each recurring job (``QUEUE_SCHEDULES``)
+beside the mark the document keeps for it (engine.schedules).
+
+The definitions are this node's (its broker's); the marks are the
+document's, written by whichever node led. A mark without a definition here
+is listed too: another node's setting, or a schedule since removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine import Schedule
+from queueadmin import config, runtime
+from queueadmin.dashboard.snapshot import Snapshot, moment
+
+# A tick this much later than due, past the heartbeat that should fire it,
+# and still not handled, is worth a warning: no leader is firing it.
+LATE_GRACE_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRow:
+    """One schedule on the page. ``schedule`` is None for a mark this node
+    has no definition of; ``mark_*`` are None before the first commit."""
+
+    name: str
+    schedule: Schedule | None
+    description: str
+    next_tick: datetime | None
+    mark_tick: datetime | None
+    mark_outcome: str | None
+    mark_job: str | None
+    mark_at: datetime | None
+    overdue: datetime | None  # the first tick no commit has handled, once late
+
+
+def schedules(snapshot: Snapshot) -> dict[str, Any]:
+    """The page's context: one row per configured schedule, in the setting's
+    order, then the document's marks without a definition here."""
+    now = snapshot.taken_at
+    marks: dict[str, Any] = snapshot.header.get("schedules") or {}
+    late_after = timedelta(seconds=config.heartbeat_seconds() + LATE_GRACE_SECONDS)
+    rows = []
+    defined = runtime.get_broker().schedules
+    for item in defined:
+        mark = marks.get(item.name) or {}
+        tick = moment(mark.get("tick"))
+        # The first tick the mark does not cover yet: late once a heartbeat
+        # and a grace have passed since it came due.
+        waiting = item.next_due(tick) if tick is not None else item.latest_due(now)
+        overdue = waiting if waiting is not None and now - waiting > late_after else None
+        rows.append(_row(item.name, item, item.describe(), item.next_due(now), mark, overdue))
+    known = {item.name for item in defined}
+    for name, mark in sorted(marks.items()):
+        if name not in known:
+            rows.append(_row(name, None, "Not configured on this node", None, mark, None))
+    return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
+            "heartbeat_seconds": config.heartbeat_seconds()}
+
+
+def _row(name: str, item: Schedule | None, description: str, next_tick: datetime | None,
+         mark: dict[str, Any], overdue: datetime | None) -> ScheduleRow:
+    return ScheduleRow(name=name, schedule=item, description=description, next_tick=next_tick,
+                       mark_tick=moment(mark.get("tick")), mark_outcome=mark.get("outcome"),
+                       mark_job=mark.get("job"), mark_at=moment(mark.get("at")), overdue=overdue)
