@@ -15,6 +15,7 @@ queues) on a fresh broker and signs in as an operator with every permission.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -25,8 +26,8 @@ from django.test import Client
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from engine import Broker
-from engine.ops import claim_op, fail_op, push_op
+from engine import Broker, Policy, schedule
+from engine.ops import FireSchedules, claim_op, fail_op, push_op
 from queueadmin.dashboard.forms import ACTIONS
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from tests.fuzz.asgi_driver import call, client_path, job_path
@@ -37,6 +38,7 @@ from tests.fuzz.profiles import scaled
 from tests.fuzz.strategies import json_text, nested
 
 PAGE_SECONDS = 10.0
+RECURRING = schedule("fuzz-every-minute", queue="q", payload={"n": 1}, policy=Policy(), every_seconds=60)
 ERRORS = ("boom", "bang 42")
 
 # (queue, fate, error) per job: fate is the status the job ends in.
@@ -128,8 +130,12 @@ def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[st
         answer = call("POST", "/api/v1/jobs", body, headers=AUTH)
         check_answer(answer, "push")
         query = "?" + urlencode(params) if params else ""
+        # A schedule's mark that no definition on this node explains (the schedules page lists it).
+        tick = RECURRING.latest_due(datetime.now(UTC))
+        assert tick is not None
+        broker.execute(FireSchedules(fires=(RECURRING.fire(tick),), since=tick))
         for path in ("/", "/jobs/" + query, "/workers/", "/dead/", "/document/", "/audit/" + query, "/queues/q/",
-                     "/queues/r/"):
+                     "/queues/r/", "/schedules/"):
             response = page(operator_client, path)
             assert response.status_code == 200, f"GET {path}: {response.status_code}"
             if path == "/queues/q/" and delay >= 3600 and answer.status == 201 and job_id not in made:

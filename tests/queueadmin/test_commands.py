@@ -21,8 +21,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, Worker, utc_now
-from engine.ops import TakeOver
+from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, Worker, schedule, utc_now
+from engine.ops import FireSchedules, TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
 from tests.helpers import KEY
@@ -94,6 +94,25 @@ def test_queuestatus_json(store: FileStore) -> None:
     [lease] = status["leases"]
     assert (lease["id"], lease["worker"], lease["attempt"]) == (ids["running"], "worker-1", 1)
     assert 0 <= lease["age_seconds"] < 10 and 50 < lease["left_seconds"] <= 60
+
+
+def test_queuestatus_lists_each_schedules_last_tick(store: FileStore) -> None:
+    client = DirectClient(store)
+    nightly = schedule("nightly", queue="reports", payload={}, policy=Policy(), cron="0 3 * * *")
+    ping = schedule("ping", queue="pings", payload=1, policy=Policy(), every_seconds=60)
+    now = utc_now()
+    night, minute = nightly.latest_due(now), ping.latest_due(now)
+    assert night is not None and minute is not None
+    client.execute(FireSchedules(fires=(nightly.fire(night), ping.fire(minute)), since=minute))
+    out, _ = run("queuestatus")
+    lines = out.splitlines()
+    at = lines.index("schedules: 2")
+    assert lines[at + 1].split() == ["schedule", "last", "tick", "outcome", "job"]
+    assert lines[at + 2].split()[0] == "nightly" and lines[at + 2].split()[-2:] == ["registered", "-"]
+    assert lines[at + 3].split()[0] == "ping" and lines[at + 3].split()[-2:] == ["fired", ping.job_id(minute)]
+    status = orjson.loads(run("queuestatus", "--json")[0])
+    assert status["schedules"]["ping"]["job"] == ping.job_id(minute) and status["schedules"]["ping"]["age_seconds"] < 60
+    assert status["schedules"]["nightly"]["outcome"] == "registered"
 
 
 def test_queuestatus_reports_an_expired_lease_and_no_leader(store: FileStore) -> None:

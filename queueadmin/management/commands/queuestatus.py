@@ -93,6 +93,10 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
         "leader": {"id": state.broker.id, "url": state.broker.url, "epoch": state.broker.epoch},
         "queues": queues,
         "leases": leases,
+        # Recurring jobs: the latest tick each schedule's leader handled (engine.schedules).
+        "schedules": {name: {"tick": mark.tick, "outcome": mark.outcome, "job": mark.job, "at": mark.at,
+                             "age_seconds": (now - mark.tick).total_seconds()}
+                      for name, mark in sorted(state.schedules.items())},
     }
 
 
@@ -161,13 +165,19 @@ def render(status: dict[str, Any]) -> list[str]:
         ]
         lines += _table(["job", "queue", "worker", "attempt", "claimed", "heartbeat", "left"], rows, left=3)
         lines.append("(times against this machine's clock; the leader's clock stamped the leases)")
+    schedules = status.get("schedules") or {}
+    if schedules:
+        rows = [[name, f"{mark['tick']:%Y-%m-%d %H:%M:%S}Z ({_duration(mark['age_seconds'])} ago)", mark["outcome"],
+                 mark["job"] or "-"] for name, mark in schedules.items()]
+        lines += ["", f"schedules: {len(schedules)}", *_table(["schedule", "last tick", "outcome", "job"], rows,
+                                                               left=4)]
     return lines
 
 
 class Command(BaseCommand):
     help = (
-        "Show the queue document at QUEUE_STORE_URL: the leader, seq, counts per queue, and the running "
-        "leases with their age. Reads the store directly and never writes."
+        "Show the queue document at QUEUE_STORE_URL: the leader, seq, counts per queue, the running "
+        "leases with their age, and each schedule's last tick. Reads the store directly and never writes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
