@@ -27,6 +27,11 @@ url="http://127.0.0.1:$port"
 # Two malloc arenas: the README's advice for nodes ("Deploying"; docs/benchmark.md).
 export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 
+# A recurring demo job every 30 s (README, "Recurring jobs"); an exported
+# QUEUE_SCHEDULES replaces it ("" for none).
+demo_schedules='{"demo-report": {"every_seconds": 30, "queue": "demo", "payload": {"task": "scheduled-report", "seconds": 1, "fail_rate": 0}}}'
+export QUEUE_SCHEDULES="${QUEUE_SCHEDULES-$demo_schedules}"
+
 set -m
 "$bin/daphne" --access-log "${ACCESS_LOG:-var/access.log}" -b 127.0.0.1 -p "$port" queueadmin.asgi:application &
 app=$!
