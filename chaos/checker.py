@@ -37,6 +37,10 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   pause.
 * ``document`` — the nemesis found no re-created deleted document (I10) and
   no overwritten unreadable one (I6).
+* ``schedules`` — in the versions the watcher saw, a schedule's marked tick
+  never goes back (I3, I5), and it moves on every period: a stall longer
+  than the period and a slack is allowed only while a fault, or the
+  recovery after one (``recovery_cap_seconds``), lasts.
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
   the cluster healed, a node led before each idle measurement.
 """
@@ -46,6 +50,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from chaos.history import Call, Fault, History
@@ -71,6 +76,10 @@ class Limits:
     recovery_cap_seconds: float = 20.0
     idle_cpu_share: float = IDLE_CPU_SHARE
     idle_requests_per_heartbeat: float = IDLE_REQUESTS_PER_HEARTBEAT
+    #: The nodes' schedule's period (chaos.cluster.SCHEDULES), and how much
+    #: longer than it a mark may take to move on with no fault about.
+    schedule_seconds: float = 2.0
+    schedule_slack_seconds: float = 3.0
 
 
 @dataclass(slots=True)
@@ -128,6 +137,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_lookups(calls, verdict)
     _check_idle(history, limits, verdict)
     _check_recovery(history, limits, verdict)
+    _check_schedules(history, limits, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
     verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
     return verdict
@@ -552,6 +562,31 @@ def _check_recovery(history: History, limits: Limits, verdict: Verdict) -> None:
     verdict.figures["store_faults_injected"] = dict(history.store_faults)
     verdict.figures["recovery_worst_seconds"] = round(max(times), 2) if times else None
     verdict.figures["recovery_median_seconds"] = round(statistics.median(times), 2) if times else None
+
+
+def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None:
+    problems = []
+    moves: dict[str, list[tuple[float, str]]] = defaultdict(list)  # per schedule: (when seen, tick) as it moved
+    for version in history.versions:
+        if version.source != "store" or not version.schedules:
+            continue
+        for name, tick in version.schedules.items():
+            seen = moves[name]
+            # Ticks are written alike ("2026-12-04T02:10:00Z"): text order is time order.
+            if seen and tick < seen[-1][1]:
+                problems.append(f"schedule {name}: its mark went back from {seen[-1][1]} to {tick} "
+                                f"at seq {version.seq}")
+            elif not seen or tick != seen[-1][1]:
+                seen.append((version.at, tick))
+    windows = [(f.start, (f.end or f.start) + limits.recovery_cap_seconds) for f in history.faults]
+    longest = limits.schedule_seconds + limits.schedule_slack_seconds
+    for name, seen in moves.items():
+        for (before, tick), (after, _) in pairwise(seen):
+            if after - before > longest and not any(start < after and before < end for start, end in windows):
+                problems.append(f"schedule {name}: no tick after {tick} for {after - before:.1f}s "
+                                f"(from {before:.3f}), with no fault about")
+    verdict.failures["schedules"] = problems
+    verdict.figures["schedule_ticks_seen"] = sum(len(seen) for seen in moves.values())
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

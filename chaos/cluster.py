@@ -44,6 +44,13 @@ MIGRATE_TIMEOUT_SECONDS = 120.0
 SECRET_KEY = "chaos-secret-key-not-for-production-0123456789"
 HEARTBEAT_SECONDS = 0.25
 TAKEOVER_SECONDS = 2.0
+#: A recurring job on every node (README, "Recurring jobs"), on a queue no
+#: client claims from: its mark must only move forward, and stall only while
+#: a fault lasts (chaos.checker, ``schedules``).
+SCHEDULE_NAME = "chaos-tick"
+SCHEDULE_SECONDS = 2
+SCHEDULE_QUEUE = "chaos-ticks"
+SCHEDULES = {SCHEDULE_NAME: {"every_seconds": SCHEDULE_SECONDS, "queue": SCHEDULE_QUEUE, "payload": {"tick": True}}}
 LEASE_SECONDS = 4.0
 NODE_START_TIMEOUT = 60.0
 MOTO_REGION = "us-east-1"
@@ -255,6 +262,7 @@ class Cluster:
             QUEUE_TAKEOVER_SECONDS=str(TAKEOVER_SECONDS),
             QUEUE_LEASE_SECONDS=str(LEASE_SECONDS),
             QUEUE_BROKER_AUTOSTART="true",
+            QUEUE_SCHEDULES=orjson.dumps(SCHEDULES).decode(),
         )
         env.update(extra)
         env.update(self.env)

@@ -63,6 +63,7 @@ class Version:
     role: str | None = None  # from health answers
     pid: int | None = None  # the node process that answered (health)
     segments: list[str] | None = None  # format 2: the segment keys the version references (store)
+    schedules: dict[str, str] | None = None  # each schedule's marked tick, as written (store)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -17,7 +17,7 @@ import orjson
 
 from chaos import clients
 from chaos.checker import Limits, Verdict, check, recovered_after
-from chaos.cluster import HEARTBEAT_SECONDS, Cluster, cpu_seconds
+from chaos.cluster import HEARTBEAT_SECONDS, SCHEDULE_QUEUE, SCHEDULE_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.purger import Purger
@@ -27,7 +27,7 @@ from engine.stores import ObjectStore
 
 DRAIN_TIMEOUT_SECONDS = 90.0
 LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
-                recovery_cap_seconds=RECOVERY_CAP_SECONDS)
+                recovery_cap_seconds=RECOVERY_CAP_SECONDS, schedule_seconds=SCHEDULE_SECONDS)
 IDLE_SECONDS = 3.0  # twelve heartbeats
 SETTLE_TIMEOUT_SECONDS = 30.0
 
@@ -234,12 +234,14 @@ def _add_segment_jobs(store: ObjectStore, doc: dict[str, Any]) -> None:
 
 def _drain(cluster: Cluster) -> None:
     """Wait until no job is pending or running (the workers finish them),
-    in the document or in segments."""
+    in the document or in segments; the schedule's queue, which no client
+    claims from, aside."""
     deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         doc = _read_document(cluster)
-        if doc is not None and not doc.get("jobs") and not any(
-                lane.get("segments") or lane.get("delayed") for lane in (doc.get("lanes") or {}).values()):
+        if doc is not None and not any(j.get("queue") != SCHEDULE_QUEUE for j in doc.get("jobs", ())) and not any(
+                lane.get("segments") or lane.get("delayed")
+                for queue, lane in (doc.get("lanes") or {}).items() if queue != SCHEDULE_QUEUE):
             return
         time.sleep(0.5)
 

@@ -19,12 +19,15 @@ HEALTH_POLL_SECONDS = 0.25
 
 
 def describe_document(data: bytes) -> dict[str, Any] | None:
-    """seq, epoch, broker id and writer of a document's bytes; None if they don't parse."""
+    """seq, epoch, broker id and writer of a document's bytes, its segment
+    keys and its schedules' marked ticks; None if they don't parse."""
     try:
         doc = orjson.loads(data)
         broker = doc.get("broker") or {}
         info = {"seq": int(doc["seq"]), "epoch": int(broker.get("epoch") or 0), "broker": broker.get("id"),
                 "writer": doc.get("writer")}
+        if doc.get("schedules"):
+            info["schedules"] = {str(name): str(mark["tick"]) for name, mark in doc["schedules"].items()}
         if "lanes" in doc:  # format 2 (and 3's delayed segments)
             info["segments"] = [str(ref["key"]) for lane in doc["lanes"].values()
                                 for ref in (*lane["segments"], *lane.get("delayed", ()))]

@@ -246,6 +246,34 @@ def test_no_recovery_and_no_takeover_during_a_long_pause_are_flagged() -> None:
     assert verdict.figures["recovery_median_seconds"] == 7
 
 
+def _marks(r: Recorder, ticks: list[tuple[float, str]]) -> None:
+    """Store versions seen at ``at`` (seconds) whose schedule mark is ``tick`` (its seconds past 02:10)."""
+    for seq, (at, second) in enumerate(ticks, start=10):
+        r.history.versions.append(Version(at=at, source="store", seq=seq, epoch=2, broker="b2", writer="b2",
+                                          digest=f"m{seq}", schedules={"tick": f"2026-12-04T02:10:{second}Z"}))
+
+
+def test_a_schedule_mark_that_goes_back_or_stalls_without_a_fault_is_flagged() -> None:
+    r = clean()
+    # Every 2 s, then a 9 s stall (no fault), then back from :14 to :12.
+    _marks(r, [(100, "00"), (102, "02"), (104, "04"), (113, "14"), (113.1, "12")])
+    verdict = check(r.final(jobs=["j2", "j3"]), Limits(schedule_seconds=2, schedule_slack_seconds=3))
+    problems = verdict.failures["schedules"]
+    assert len(problems) == 2, problems
+    assert "went back from 2026-12-04T02:10:14Z to 2026-12-04T02:10:12Z at seq 14" in problems[0]
+    assert "no tick after 2026-12-04T02:10:04Z for 9.0s" in problems[1]
+
+
+def test_a_schedule_stall_during_a_fault_or_its_recovery_is_allowed() -> None:
+    r = clean()
+    _marks(r, [(100, "00"), (102, "02"), (112, "12"), (114, "14")])
+    r.history.faults = [Fault(kind="kill", node=NODE_A, start=103, end=104, recovered_at=106)]
+    verdict = check(r.final(jobs=["j2", "j3"]), Limits(schedule_seconds=2, schedule_slack_seconds=3,
+                                                        recovery_cap_seconds=20))
+    assert verdict.failures["schedules"] == []
+    assert verdict.figures["schedule_ticks_seen"] == 4
+
+
 def test_document_events_are_flagged() -> None:
     r = clean()
     r.history.event("I10: a node re-created the deleted document")
