@@ -20,5 +20,12 @@ class QueueadminConfig(AppConfig):
         # reports a misconfigured TASKS backend (no I/O happens until a check runs).
         import django.tasks.checks  # noqa: F401
 
+        # manage.py check reports a bad QUEUE_SCHEDULES entry (no I/O).
+        from django.core import checks
+
+        from queueadmin.recurring import check_schedules
+
+        checks.register(check_schedules)
+
         # Connects the sign-out signal to the live sockets (no I/O until it fires).
         import queueadmin.dashboard.sessions  # noqa: F401

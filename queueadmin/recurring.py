@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from engine import DEFAULT_CATCH_UP_SECONDS, Policy, Schedule, ValidationError, schedule
 
-__all__ = ["build"]
+__all__ = ["build", "check_schedules"]
 
 _TIMING = {"cron", "every_seconds", "timezone", "catch_up_seconds", "max_attempts"}
 _PLAIN = _TIMING | {"queue", "payload"}
@@ -103,3 +104,15 @@ def _task_job(entry: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     except TypeError as exc:
         raise ImproperlyConfigured(f"{where}: the task's arguments are not JSON values: {exc}") from exc
     return task.queue_name, payload
+
+
+def check_schedules(**kwargs: Any) -> list[checks.CheckMessage]:
+    """The system check (``manage.py check``): a bad ``QUEUE_SCHEDULES``
+    entry is an error there, as it stops a node from starting."""
+    from queueadmin import config  # config imports this module
+
+    try:
+        config.schedules()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), hint='See the README, "Recurring jobs".', id="queueadmin.E001")]
+    return []

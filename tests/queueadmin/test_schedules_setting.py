@@ -84,3 +84,14 @@ def test_the_environment_variable_is_a_json_object(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("QUEUE_SCHEDULES", "[1]")
     with pytest.raises(ImproperlyConfigured, match="QUEUE_SCHEDULES must be a JSON object, got list"):
         env_json_object("QUEUE_SCHEDULES")
+
+
+def test_manage_py_check_reports_a_bad_entry(settings: SettingsWrapper, db: None) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.QUEUE_SCHEDULES = {"a": {"cron": "every day", "queue": "q", "payload": 1}}
+    with pytest.raises(SystemCheckError, match=r"queueadmin.E001.*QUEUE_SCHEDULES\['a'\]: schedule 'a': bad cron"):
+        call_command("check")
+    settings.QUEUE_SCHEDULES = {"a": {"cron": "0 3 * * *", "queue": "q", "payload": 1}}
+    call_command("check")
