@@ -130,7 +130,11 @@ class Schedule:
         if self.every_seconds is not None:
             return f"Every {self.every_seconds} s"
         assert self.cron is not None
-        return f"{CronSim(self.cron, datetime.now(UTC)).explain()} ({self.timezone})"
+        try:
+            words = CronSim(self.cron, datetime.now(UTC)).explain()
+        except Exception:  # explain() is cronsim's extra: a page must not fail on it
+            words = self.cron
+        return f"{words} ({self.timezone})"
 
     def job_id(self, tick: datetime) -> str:
         """The id of the job the tick pushes: the same on every node."""

@@ -41,24 +41,34 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
     """The page's context: one row per configured schedule, in the setting's
     order, then the document's marks without a definition here."""
     now = snapshot.taken_at
-    marks: dict[str, Any] = snapshot.header.get("schedules") or {}
-    late_after = timedelta(seconds=config.heartbeat_seconds() + LATE_GRACE_SECONDS)
+    marks = marks_of(snapshot)
     rows = []
     defined = runtime.get_broker().schedules
     for item in defined:
         mark = marks.get(item.name) or {}
-        tick = moment(mark.get("tick"))
-        # The first tick the mark does not cover yet: late once a heartbeat
-        # and a grace have passed since it came due.
-        waiting = item.next_due(tick) if tick is not None else item.latest_due(now)
-        overdue = waiting if waiting is not None and now - waiting > late_after else None
-        rows.append(_row(item.name, item, item.describe(), item.next_due(now), mark, overdue))
+        rows.append(_row(item.name, item, item.describe(), item.next_due(now), mark,
+                         overdue_tick(item, moment(mark.get("tick")), now)))
     known = {item.name for item in defined}
     for name, mark in sorted(marks.items()):
         if name not in known:
             rows.append(_row(name, None, "Not configured on this node", None, mark, None))
     return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
             "heartbeat_seconds": config.heartbeat_seconds()}
+
+
+def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
+    """The document's marks by schedule name, as written (engine.schedules)."""
+    marks: dict[str, dict[str, Any]] = snapshot.header.get("schedules") or {}
+    return marks
+
+
+def overdue_tick(item: Schedule, marked: datetime | None, now: datetime) -> datetime | None:
+    """The first tick of ``item`` the mark (``marked``, None: none yet) does
+    not cover, once it is late: more than a heartbeat and
+    :data:`LATE_GRACE_SECONDS` past. None when no tick is late."""
+    waiting = item.next_due(marked) if marked is not None else item.latest_due(now)
+    late_after = timedelta(seconds=config.heartbeat_seconds() + LATE_GRACE_SECONDS)
+    return waiting if waiting is not None and now - waiting > late_after else None
 
 
 def _row(name: str, item: Schedule | None, description: str, next_tick: datetime | None,

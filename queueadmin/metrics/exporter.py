@@ -40,7 +40,8 @@ from queueadmin import config, runtime
 from queueadmin.api.auth import check_token
 from queueadmin.api.errors import ApiError
 from queueadmin.api.http import ClientGone, Receive, Request, Scope, Send
-from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.schedules import marks_of, overdue_tick
+from queueadmin.dashboard.snapshot import Snapshot, moment
 from queueadmin.dashboard.source import source
 from queueadmin.metrics.requests import bound_label, registry
 
@@ -74,6 +75,7 @@ class QueueCollector(Collector):
         if snapshot is not None:
             yield from self._document(snapshot)
             yield from self._queues(snapshot)
+            yield from self._schedules(broker, snapshot)
             workers = GaugeMetricFamily(
                 "queueadmin_workers_seen",
                 "Workers seen in the last 15 minutes: holding leases, ending attempts, or asking this node for work.",
@@ -194,6 +196,33 @@ class QueueCollector(Collector):
         yield paused
         yield oldest
         yield from counters.values()
+
+
+    def _schedules(self, broker: Broker, snapshot: Snapshot) -> Iterator[Metric]:
+        """Recurring jobs: each mark's tick, and how late this node's
+        schedules are (the Schedules page's rule, dashboard.schedules)."""
+        marks = marks_of(snapshot)
+        last = GaugeMetricFamily(
+            "queueadmin_schedule_last_tick_timestamp_seconds",
+            "The latest tick of the schedule that a commit handled (Unix time), fired, missed or registered.",
+            labels=["schedule", "outcome"],
+        )
+        for name, mark in sorted(marks.items()):
+            tick = moment(mark.get("tick"))
+            if tick is not None:
+                last.add_metric([name, str(mark.get("outcome"))], tick.timestamp())
+        yield last
+        overdue = GaugeMetricFamily(
+            "queueadmin_schedule_overdue_seconds",
+            "How long ago the first tick of this node's schedule that no commit handled came due, once later "
+            "than a heartbeat and 5 s; 0 when none is late.",
+            labels=["schedule"],
+        )
+        now = datetime.now(UTC)
+        for item in broker.schedules:
+            late = overdue_tick(item, moment((marks.get(item.name) or {}).get("tick")), now)
+            overdue.add_metric([item.name], (now - late).total_seconds() if late is not None else 0.0)
+        yield overdue
 
 
 def _histogram(name: str, text: str, buckets: Buckets) -> HistogramMetricFamily:

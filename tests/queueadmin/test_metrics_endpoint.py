@@ -3,6 +3,7 @@ application daphne serves, with the token, after real API traffic."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -11,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine import Broker
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
+from queueadmin.metrics import exporter
 from tests.helpers import wait_for
 from tests.queueadmin.api_client import Client
 
@@ -193,3 +195,36 @@ def test_the_oldest_pending_age_keeps_growing_while_the_document_does_not_change
     monkeypatch.setattr(exporter, "datetime", Later)
     # The same version, served from the dashboard's cache: the job is an hour older all the same.
     assert value(scrape(), "queueadmin_queue_oldest_pending_age_seconds", queue="mail") >= 3600
+
+
+def test_each_schedules_last_tick_and_how_late_it_is(settings: SettingsWrapper, request: pytest.FixtureRequest,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.QUEUE_SCHEDULES = {
+        "tick": {"every_seconds": 1, "queue": "ticks", "payload": 1},
+        "nightly": {"cron": "0 3 * * *", "queue": "reports", "payload": 1},
+    }
+    broker: Broker = request.getfixturevalue("node")
+    wait_for(lambda: broker.committer is not None and broker.committer.state is not None
+             and broker.committer.state.schedules.get("tick", None) is not None
+             and broker.committer.state.schedules["tick"].outcome == "fired", timeout=10)
+    source.reset()
+    samples = scrape()
+    mark = broker.committer.state.schedules["nightly"]  # type: ignore[union-attr]
+    assert value(samples, "queueadmin_schedule_last_tick_timestamp_seconds", schedule="nightly",
+                 outcome="registered") == mark.tick.timestamp()
+    assert value(samples, "queueadmin_schedule_overdue_seconds", schedule="nightly") == 0
+    assert value(samples, "queueadmin_schedule_overdue_seconds", schedule="tick") == 0
+    # The leader stops, its ticks with it. Ten minutes on (more than this
+    # test's two-minute heartbeat and the grace), the tick after the mark is late.
+    broker.stop()
+    ahead = timedelta(minutes=10)
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.now(tz) + ahead
+
+    monkeypatch.setattr(exporter, "datetime", Later)
+    late = value(scrape(), "queueadmin_schedule_overdue_seconds", schedule="tick")
+    assert 590 < late < 610
+    assert value(scrape(), "queueadmin_schedule_overdue_seconds", schedule="nightly") == 0
