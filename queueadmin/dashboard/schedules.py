@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from engine import Schedule
 from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Snapshot, moment
@@ -54,6 +56,19 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
             rows.append(_row(name, None, "Not configured on this node", None, mark, None))
     return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
             "heartbeat_seconds": config.heartbeat_seconds()}
+
+
+def run_now_initial(name: str) -> dict[str, Any] | None:
+    """What "Run now" fills the submit form with: the job this node's
+    schedule ``name`` pushes at each tick (queue, payload, max attempts);
+    None when this node has no such schedule. Submitting it is an audited
+    submit, of a job with its own id, outside the schedule's ticks."""
+    item = next((s for s in runtime.get_broker().schedules if s.name == name), None)
+    if item is None:
+        return None
+    return {"queue": item.queue, "max_attempts": item.max_attempts, "delay_seconds": 0,
+            "payload": orjson.dumps(orjson.loads(item.payload), option=orjson.OPT_INDENT_2).decode(),
+            "reason": f"schedule {name}, run now"}
 
 
 def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:

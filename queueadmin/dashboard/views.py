@@ -197,7 +197,15 @@ def submit(request: HttpRequest) -> HttpResponse:
     created = None
     again = False
     clone = None
-    if request.method != "POST" and request.GET.get("from"):
+    run_now: dict[str, Any] | None = None
+    if request.method != "POST" and request.GET.get("schedule"):
+        # "Run now" on the schedules page: the schedule's job, to push once more.
+        name = request.GET["schedule"]
+        initial = schedule_rows.run_now_initial(name)
+        run_now = {"name": name, "known": initial is not None}
+        if initial is not None:
+            form = SubmitForm(initial=initial)
+    elif request.method != "POST" and request.GET.get("from"):
         # "Clone as new job": the form filled in from a job; submitting it
         # makes a new job with its own id, after the operator's edits.
         clone = pages.clone_source(request.GET["from"])
@@ -229,7 +237,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
     return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit,
-                                      "clone": clone}, status=status)
+                                      "clone": clone, "run_now": run_now}, status=status)
 
 
 # -- actions ------------------------------------------------------------------------------------

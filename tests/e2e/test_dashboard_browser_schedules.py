@@ -1,6 +1,7 @@
 """The Schedules page in Chromium, on a real daphne node scheduling a job
 every two seconds: reached with ``g`` then ``c``, its last tick moves on live
-(no reload), and the job a tick pushed opens from its link."""
+(no reload), the job a tick pushed opens from its link, and "Run now" pushes
+the schedule's job once more through the submit form."""
 
 from __future__ import annotations
 
@@ -41,4 +42,13 @@ def test_the_schedules_page_follows_the_ticks_live_and_links_their_jobs(
         link.click()
         expect(page).to_have_url(f"{server.url}/jobs/{job_id}/")
         expect(page.locator("h1")).to_contain_text(job_id[:16])
+
+        page.goto(f"{server.url}/schedules/")
+        page.locator('tr[data-schedule="every-two"] [data-testid="run-now"]').click()
+        expect(page.locator('[data-testid="run-now-note"]')).to_contain_text("every-two")
+        expect(page.locator("#id_queue")).to_have_value("ticks")
+        page.get_by_role("button", name="Submit").click()
+        created = page.locator('[data-testid="created-id"]')
+        expect(created).to_be_visible()
+        assert not created.inner_text().startswith("schedule:")
         assert errors == []

@@ -101,3 +101,32 @@ def test_the_page_needs_a_login_and_the_view_permission(broker: Broker, client: 
 def test_the_navigation_links_the_page_with_its_key(broker: Broker, viewer: Client) -> None:
     html = viewer.get("/").content.decode()
     assert '<a href="/schedules/" data-go="c"' in html
+
+
+def test_run_now_opens_the_submit_form_with_the_schedules_job_and_pushes_it_once(
+    scheduled: Broker, operator: Client, viewer: Client,
+) -> None:
+    assert b'data-testid="run-now"' not in viewer.get("/schedules/").content  # read-only staff
+    page = operator.get("/schedules/").content.decode()
+    assert 'href="/submit/?schedule=nightly" data-testid="run-now"' in page
+
+    form = operator.get("/submit/?schedule=nightly")
+    assert b'data-testid="run-now-note"' in form.content
+    initial = form.context["form"].initial
+    assert (initial["queue"], orjson.loads(initial["payload"]), initial["reason"]) == (
+        "reports", {}, "schedule nightly, run now")
+    fields = {name: form.context["form"][name].value() for name in form.context["form"].fields}
+    done = operator.post("/submit/", {k: v for k, v in fields.items() if v is not None})
+    assert done.status_code == 200 and done.context["created"]
+    created = done.context["created"]
+    assert not created.startswith("schedule:")  # its own id: the ticks go on as before
+    from queueadmin.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action=AuditEntry.Action.SUBMIT)
+    assert entry.queue == "reports" and entry.reason == "schedule nightly, run now"
+    assert created in {j["id"] for j in orjson.loads(scheduled.store.get(scheduled.key).data)["jobs"]}  # type: ignore[union-attr]
+
+
+def test_run_now_of_a_schedule_this_node_lacks_says_so(scheduled: Broker, operator: Client) -> None:
+    page = operator.get("/submit/?schedule=gone")
+    assert page.status_code == 200 and b"This node has no schedule named gone." in page.content
