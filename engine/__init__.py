@@ -97,7 +97,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
-from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, schedule
+from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, fire_op, schedule
 from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
@@ -201,6 +201,7 @@ __all__ = [
     "decode_payload",
     "default_heartbeat_interval",
     "empty_state",
+    "fire_op",
     "initialise",
     "marker_key",
     "new_job_id",

@@ -24,9 +24,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import Policy, QueueState, parse_document, schedule
+from engine import Policy, QueueState, fire_op, parse_document, schedule
 from engine.ops import FireSchedules
-from engine.schedules import fire_op
 from engine.transitions import apply_batch
 from tests.fuzz.profiles import scaled
 
