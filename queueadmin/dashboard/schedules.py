@@ -72,8 +72,21 @@ def run_now_initial(name: str) -> dict[str, Any] | None:
 
 
 def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
-    """The document's marks by schedule name, as written (engine.schedules)."""
-    marks: dict[str, dict[str, Any]] = snapshot.header.get("schedules") or {}
+    """The document's marks by schedule name, as written (engine.schedules).
+    A malformed one is left out: the engine refuses such a document (I6) and
+    the overview says so; this page still shows the rest."""
+    raw = snapshot.header.get("schedules")
+    if not isinstance(raw, dict):
+        return {}
+    marks = {}
+    for name, mark in raw.items():
+        try:
+            if isinstance(mark, dict) and moment(mark.get("tick")) is not None and (
+                    mark.get("job") is None or (isinstance(mark["job"], str) and "/" not in mark["job"])):
+                moment(mark.get("at"))
+                marks[str(name)] = mark
+        except (TypeError, ValueError):
+            continue
     return marks
 
 

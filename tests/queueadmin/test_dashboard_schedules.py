@@ -130,3 +130,18 @@ def test_run_now_opens_the_submit_form_with_the_schedules_job_and_pushes_it_once
 def test_run_now_of_a_schedule_this_node_lacks_says_so(scheduled: Broker, operator: Client) -> None:
     page = operator.get("/submit/?schedule=gone")
     assert page.status_code == 200 and b"This node has no schedule named gone." in page.content
+
+
+def test_malformed_marks_are_left_out_of_the_page() -> None:
+    """The engine refuses such a document (I6); the dashboard reads it leniently."""
+    from queueadmin.dashboard.schedules import marks_of
+    from queueadmin.dashboard.snapshot import Snapshot
+
+    good = {"tick": "2026-12-04T02:10:00Z", "outcome": "fired", "job": "j1", "at": "2026-12-04T02:10:00Z"}
+    header = {"format": 1, "seq": 1, "queues": {}, "schedules": {
+        "good": good, "list": [1], "no-tick": {"outcome": "missed"}, "bad-time": {**good, "tick": "yesterday"},
+        "bad-at": {**good, "at": 7}, "slash": {**good, "job": "a/b"}}}
+    snapshot = Snapshot(header, [], [], etag=None, size=0, taken_at=datetime.now(UTC))
+    assert list(marks_of(snapshot)) == ["good"]
+    assert marks_of(Snapshot({**header, "schedules": [1, 2]}, [], [], etag=None, size=0,
+                             taken_at=datetime.now(UTC))) == {}
