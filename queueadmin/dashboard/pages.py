@@ -23,6 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.joblist import find_job, task_call
+from queueadmin.dashboard.schedules import pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
@@ -217,7 +218,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
     # (the audit entry is written just after the commit, so it sorts later).
     submitted = next((a for a in actions if a.action == "submit" and a.outcome == "ok"), None)
     actions = [a for a in actions if a is not submitted]
-    who = f" by {submitted.username}" if submitted is not None else ""
+    who = f" by {submitted.username}" if submitted is not None else pushed_by(job_id)
     events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
                                  f"enqueued on {item['queue']}{who}", submitted.reason if submitted else None)]
     events.extend(attempt_events(item.get("history") or ()))
@@ -352,7 +353,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, An
         purge = None
     submitted = next((a for a in actions if a.action == "submit" and a.outcome == "ok"), None)
     others = [a for a in actions if a is not submitted and a is not purge]
-    who = f" by {submitted.username}" if submitted is not None else ""
+    who = f" by {submitted.username}" if submitted is not None else pushed_by(row.job_id)
     events = [Event(row.enqueued_at, "enqueued", f"enqueued on {row.queue}{who}",
                     submitted.reason if submitted else None)]
     events.extend(attempt_events(row.history))

@@ -9,7 +9,7 @@ is listed too: another node's setting, or a schedule since removed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -56,6 +56,20 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
             rows.append(_row(name, None, "Not configured on this node", None, mark, None))
     return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
             "heartbeat_seconds": config.heartbeat_seconds()}
+
+
+def pushed_by(job_id: str) -> str:
+    """" by schedule <name>, its tick of <time>" when ``job_id`` is a tick's
+    job (its id names both, engine.schedules); "" otherwise."""
+    prefix, _, rest = job_id.partition(":")
+    name, _, stamp = rest.rpartition(":")
+    if prefix != "schedule" or not name:
+        return ""
+    try:
+        tick = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return ""
+    return f" by schedule {name}, its tick of {tick:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def run_now_initial(name: str) -> dict[str, Any] | None:

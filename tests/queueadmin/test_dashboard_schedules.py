@@ -57,8 +57,11 @@ def test_the_page_lists_each_schedule_with_its_next_tick_and_the_job_its_last_ti
     html = page.content.decode()
     assert f'href="/jobs/{tick.mark_job}/"' in html and "0 3 * * *" in html
     assert page.context["overdue"] == 0 and "past due" not in html
-    # The job it links to is on its queue.
-    assert viewer.get(f"/jobs/{tick.mark_job}/").status_code == 200
+    # The job it links to says which schedule pushed it, and for which tick.
+    job_page = viewer.get(f"/jobs/{tick.mark_job}/")
+    assert job_page.status_code == 200
+    assert f"enqueued on ticks by schedule tick, its tick of {tick.mark_tick:%Y-%m-%d %H:%M:%S} UTC" in (
+        job_page.content.decode())
 
 
 def test_a_tick_past_due_that_no_commit_handled_is_flagged(
@@ -145,3 +148,14 @@ def test_malformed_marks_are_left_out_of_the_page() -> None:
     assert list(marks_of(snapshot)) == ["good"]
     assert marks_of(Snapshot({**header, "schedules": [1, 2]}, [], [], etag=None, size=0,
                              taken_at=datetime.now(UTC))) == {}
+
+
+@pytest.mark.parametrize(("job_id", "said"), [
+    ("schedule:nightly-report:20261204T020000Z", " by schedule nightly-report, its tick of 2026-12-04 02:00:00 UTC"),
+    ("schedule:a.b:20261204T020000Z", " by schedule a.b, its tick of 2026-12-04 02:00:00 UTC"),
+    ("schedule::20261204T020000Z", ""), ("schedule:x:2026", ""), ("job-1", ""), ("schedule", ""),
+])
+def test_a_ticks_job_names_its_schedule(job_id: str, said: str) -> None:
+    from queueadmin.dashboard.schedules import pushed_by
+
+    assert pushed_by(job_id) == said
