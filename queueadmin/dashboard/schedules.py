@@ -54,8 +54,7 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
     for name, mark in sorted(marks.items()):
         if name not in known:
             rows.append(_row(name, None, "Not configured on this node", None, mark, None))
-    return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
-            "heartbeat_seconds": config.heartbeat_seconds()}
+    return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None)}
 
 
 def pushed_by(job_id: str) -> str:

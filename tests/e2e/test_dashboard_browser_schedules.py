@@ -11,7 +11,7 @@ import orjson
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.browser import signed_in, with_operator
+from tests.e2e.browser import shot, signed_in, with_operator
 from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +38,7 @@ def test_the_schedules_page_follows_the_ticks_live_and_links_their_jobs(
         expect(link).not_to_have_text(first, timeout=10_000)
         assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # no reload
         expect(row.locator(".badge.ok")).to_have_text("fired")
+        shot(page, "schedules")
         job_id = link.inner_text()
         link.click()
         expect(page).to_have_url(f"{server.url}/jobs/{job_id}/")
