@@ -180,6 +180,9 @@ def schedule(
             CronSim(cron, datetime.now(zone))
         except CronSimError as exc:
             raise ValidationError(f"schedule {name!r}: bad cron expression {cron!r}: {exc}") from exc
+    elif timezone != "UTC":
+        # Ticks every N seconds count from the Unix epoch, in no zone: a zone here is a mistake.
+        raise ValidationError(f"schedule {name!r}: timezone applies to cron schedules only, got {timezone!r}")
     elif isinstance(every_seconds, bool) or not isinstance(every_seconds, int) or not (
         1 <= every_seconds <= MAX_EVERY_SECONDS
     ):
@@ -198,7 +201,7 @@ def schedule(
     except ValidationError as exc:
         raise ValidationError(f"schedule {name!r}: {exc}") from exc
     return Schedule(name=name, queue=queue, payload=encoded, cron=cron, every_seconds=every_seconds,
-                    timezone=timezone if cron is not None else "UTC", max_attempts=attempts,
+                    timezone=timezone, max_attempts=attempts,
                     catch_up_seconds=float(catch_up_seconds))
 
 

@@ -53,6 +53,7 @@ def step(state: QueueState, schedules: list[Schedule], handled: dict[str, dateti
     ({"cron": "0 0 30 2 *"}, "bad cron expression"),
     ({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
     ({"cron": "0 3 * * *", "timezone": ""}, "unknown time zone"),
+    ({"every_seconds": 5, "timezone": "Europe/Paris"}, "timezone applies to cron schedules only"),
     ({"every_seconds": 5, "catch_up_seconds": -1}, "catch_up_seconds must be a number >= 0"),
     ({"every_seconds": 5, "max_attempts": 0}, "max_attempts must be an integer from 1 to 1000"),
 ])
