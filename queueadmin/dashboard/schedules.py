@@ -86,8 +86,8 @@ def run_now_initial(name: str) -> dict[str, Any] | None:
 
 def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     """The document's marks by schedule name, as written (engine.schedules).
-    A malformed one is left out: the engine refuses such a document (I6) and
-    the overview says so; this page still shows the rest."""
+    A malformed one is left out: the engine refuses such a document (I6),
+    and this page still shows the rest."""
     raw = snapshot.header.get("schedules")
     if not isinstance(raw, dict):
         return {}
