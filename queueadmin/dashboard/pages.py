@@ -23,7 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.joblist import find_job, task_call
-from queueadmin.dashboard.schedules import pushed_by
+from queueadmin.dashboard.schedules import late_schedules, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
@@ -124,6 +124,7 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
                                    f"{config.takeover_seconds():g} s."))
     if snapshot.size >= LARGE_DOCUMENT_BYTES:
         found.append(Alert("warn", large_document(snapshot)))
+    found.extend(Alert("warn", text) for text in late_schedules(snapshot))
     for q in snapshot.queues.values():
         if q.paused:
             waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}

@@ -103,6 +103,21 @@ def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     return marks
 
 
+def late_schedules(snapshot: Snapshot) -> list[str]:
+    """The overview's warnings: one per schedule of this node with a tick
+    late (:func:`overdue_tick`), saying what to check."""
+    now = snapshot.taken_at
+    marks = marks_of(snapshot)
+    found = []
+    for item in runtime.get_broker().schedules:
+        late = overdue_tick(item, moment((marks.get(item.name) or {}).get("tick")), now)
+        if late is not None:
+            found.append(f"Schedule {item.name}: its tick of {late:%Y-%m-%d %H:%M:%S} UTC has not been pushed, "
+                         f"{(now - late).total_seconds():.0f} s on. Is a leader running, with this schedule in its "
+                         "QUEUE_SCHEDULES?")
+    return found
+
+
 def overdue_tick(item: Schedule, marked: datetime | None, now: datetime) -> datetime | None:
     """The first tick of ``item`` the mark (``marked``, None: none yet) does
     not cover, once it is late: more than a heartbeat and

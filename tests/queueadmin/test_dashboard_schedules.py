@@ -57,6 +57,7 @@ def test_the_page_lists_each_schedule_with_its_next_tick_and_the_job_its_last_ti
     html = page.content.decode()
     assert f'href="/jobs/{tick.mark_job}/"' in html and "0 3 * * *" in html
     assert page.context["overdue"] == 0 and "past due" not in html
+    assert not [a for a in viewer.get("/").context["alerts"] if a.text.startswith("Schedule ")]
     # The job it links to says which schedule pushed it, and for which tick.
     job_page = viewer.get(f"/jobs/{tick.mark_job}/")
     assert job_page.status_code == 200
@@ -76,6 +77,11 @@ def test_a_tick_past_due_that_no_commit_handled_is_flagged(
     # Every second: its first tick after the mark, a day ago, is the one late.
     assert rows["tick"].overdue is not None and rows["tick"].overdue <= rows["tick"].mark_tick + timedelta(seconds=1)
     assert page.context["overdue"] == 2 and "2 schedules have a tick past due" in page.content.decode()
+    # The overview warns too, naming the tick.
+    alerts = [a.text for a in viewer.get("/").context["alerts"]]
+    night = rows["nightly"].overdue
+    assert f"Schedule nightly: its tick of {night:%Y-%m-%d %H:%M:%S} UTC has not been pushed" in " ".join(alerts)
+    assert sum(text.startswith("Schedule ") for text in alerts) == 2
 
 
 def test_a_mark_without_a_definition_here_is_listed(scheduled: Broker, viewer: Client) -> None:
