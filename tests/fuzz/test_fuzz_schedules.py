@@ -14,20 +14,31 @@ may rewrite the document without the marks. After every step it checks:
   registered when it came before the leader began), so a failover never
   skips a tick that was due when the new leader's first commit landed;
 * the marks survive ``encode`` and ``parse_document`` unchanged.
+
+Two more tests throw inputs at the parts a leader's heartbeat and a node's
+start-up run: cron expressions in time zones with daylight saving (the tick
+at or before now and the next one agree: no tick between them, each a tick
+of the other), and whatever ``QUEUE_SCHEDULES`` holds (a list of schedules,
+or ImproperlyConfigured, never another exception).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from hypothesis import settings
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import Policy, QueueState, fire_op, parse_document, schedule
+from engine import Policy, QueueState, ValidationError, fire_op, parse_document, schedule
 from engine.ops import FireSchedules
 from engine.transitions import apply_batch
+from queueadmin.recurring import build
 from tests.fuzz.profiles import scaled
+from tests.fuzz.strategies import hostile_text, json_values
 
 START = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)  # the night Paris moves its clocks forward
 POLICY = Policy()
@@ -131,3 +142,64 @@ def _tick(job_id: str) -> str:
 
 ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(300))
 test_schedules = ScheduleMachine.TestCase
+
+
+# Fields that cronsim takes, and zones with odd daylight saving (half hours, a
+# 30-minute shift, the southern hemisphere, a zone that left DST).
+_CRON = st.tuples(
+    st.sampled_from(["*", "0", "30", "*/15", "59", "0,30", "15-45/10"]),
+    st.sampled_from(["*", "0", "1", "2", "3", "*/3", "1-3", "23"]),
+    st.sampled_from(["*", "1", "15", "29", "31", "L", "LW", "1-7"]),
+    st.sampled_from(["*", "2", "3", "10", "11", "3,10"]),
+    st.sampled_from(["*", "0", "1", "5", "MON-FRI", "5#2", "0L"]),
+).map(" ".join)
+_ZONES = ["Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "America/Santiago",
+          "Asia/Tehran", "America/St_Johns", "UTC"]
+
+
+@settings(settings.default, max_examples=scaled(500))
+@given(cron=st.one_of(_CRON, st.text(max_size=30)), zone=st.one_of(st.sampled_from(_ZONES), st.text(max_size=12)),
+       now=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2040, 1, 1), timezones=st.just(UTC)))
+def test_cron_ticks_agree_forward_and_backward(cron: str, zone: str, now: datetime) -> None:
+    try:
+        item = schedule("x", queue="q", payload=1, policy=POLICY, cron=cron, timezone=zone)
+    except ValidationError:
+        return
+    item.describe()
+    last, upcoming = item.latest_due(now), item.next_due(now)
+    if last is not None:
+        after = item.next_due(last)
+        assert last <= now and after is not None and after > now, (cron, zone, now, last, after)
+    if upcoming is not None:
+        assert upcoming > now and item.latest_due(upcoming) == upcoming, (cron, zone, now, upcoming)
+
+
+_KEYS = st.sampled_from(["cron", "every_seconds", "timezone", "catch_up_seconds", "max_attempts", "queue", "payload",
+                         "task", "args", "kwargs", "other"])
+_VALUES = st.one_of(json_values, st.sampled_from(
+    ["0 3 * * *", "61 * * * *", "Europe/Paris", "q", "tests.e2e.sample_tasks.add", "os.path", "no.such.task", 5, 0,
+     -1, 1e308, float("inf"), float("nan")]))
+
+
+# Entries shaped like the README's (a plain job, or a task), with any value in
+# any optional key, so that most reach the engine's checks; and any dict.
+_TIMING = dict.fromkeys(("cron", "every_seconds", "timezone", "catch_up_seconds", "max_attempts"), _VALUES)
+_ENTRIES = st.one_of(
+    st.dictionaries(_KEYS, _VALUES, max_size=6),
+    st.fixed_dictionaries({"queue": _VALUES, "payload": _VALUES}, optional=_TIMING),
+    st.fixed_dictionaries({"task": _VALUES}, optional={**_TIMING, "args": _VALUES, "kwargs": _VALUES}),
+)
+
+
+@pytest.mark.django_db
+@settings(settings.default, max_examples=scaled(500))
+@given(raw=st.one_of(json_values, st.dictionaries(st.one_of(hostile_text, st.just("ok-name")), _ENTRIES,
+                                                  max_size=3)))
+def test_any_setting_builds_schedules_or_is_refused_by_name(raw: Any) -> None:
+    try:
+        built = build(raw, policy=POLICY)
+    except ImproperlyConfigured as exc:
+        assert str(exc).startswith("QUEUE_SCHEDULES"), exc
+        return
+    assert isinstance(raw, dict) or raw is None
+    assert [item.name for item in built] == list(raw or {})
