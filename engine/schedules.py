@@ -37,6 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -69,6 +70,8 @@ _NAME_RULE = "1-100 of letters, digits, '_', '.' or '-', starting with a letter 
 # cronsim steps in whole seconds at most; a microsecond past ``now`` makes a
 # tick exactly at ``now`` count as due (its reverse iteration is exclusive).
 _JUST_AFTER = timedelta(microseconds=1)
+# The most forward steps latest_due takes past cronsim's reverse answer (see there).
+_WALK_STEPS = 100_000
 
 ScheduleOutcome = Literal["registered", "fired", "missed"]
 
@@ -112,6 +115,17 @@ class Schedule:
             tick = next(CronSim(self.cron, (now + _JUST_AFTER).astimezone(ZoneInfo(self.timezone)), reverse=True))
         except StopIteration:
             return None
+        # The forward iteration defines the ticks (next_due); the reverse one
+        # can fall short of them: around Australia/Lord_Howe's half-hour
+        # daylight-saving change, "* 0 1-7 10 *" went back from January to
+        # 00:29 on the first Sunday of October, past its ticks up to 00:59
+        # (found by tests/fuzz/test_fuzz_schedules.py). So walk forward from
+        # its answer to the last tick at or before now (one step, usually);
+        # bounded, so that a far-off answer can only make a tick late.
+        for later in islice(CronSim(self.cron, tick), _WALK_STEPS):
+            if later > now:
+                break
+            tick = later
         return tick.astimezone(UTC)
 
     def next_due(self, after: datetime) -> datetime | None:

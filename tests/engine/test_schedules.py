@@ -106,6 +106,17 @@ def test_a_cron_tick_in_the_hour_that_repeats_when_clocks_go_back_fires_once() -
     assert sorted(t for t in ticks if t is not None and t >= day_start) == [datetime(2026, 10, 25, 0, 30, tzinfo=UTC)]
 
 
+def test_the_latest_tick_is_one_the_forward_ticks_reach_across_a_half_hour_daylight_saving_change() -> None:
+    """cronsim's reverse iteration skips 00:30-00:59 on 2029-10-07 in
+    Australia/Lord_Howe (found by the fuzz); the forward one does not."""
+    item = schedule("lh", queue="q", payload=1, policy=POLICY, cron="* 0 1-7 10 *", timezone="Australia/Lord_Howe")
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    last = item.latest_due(now)
+    assert last == datetime(2029, 10, 6, 14, 29, tzinfo=UTC)  # 00:59 at +10:30
+    after = item.next_due(last)
+    assert after is not None and after > now
+
+
 # -- the transition ------------------------------------------------------------------
 
 
