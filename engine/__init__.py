@@ -97,7 +97,7 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
-from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, fire_op, schedule
+from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, fire_op, schedule, tick_of
 from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
@@ -215,5 +215,6 @@ __all__ = [
     "read_segment",
     "schedule",
     "shared_index_cache",
+    "tick_of",
     "utc_now",
 ]

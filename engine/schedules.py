@@ -57,6 +57,7 @@ __all__ = [
     "ScheduleOutcome",
     "fire_op",
     "schedule",
+    "tick_of",
 ]
 
 #: How late a tick may still fire (one hour): a nightly report still runs
@@ -74,6 +75,9 @@ _JUST_AFTER = timedelta(microseconds=1)
 _WALK_STEPS = 100_000
 
 ScheduleOutcome = Literal["registered", "fired", "missed"]
+# A tick's job id: schedule:<name>:<tick, UTC, to the second>.
+_JOB_PREFIX = "schedule:"
+_STAMP = "%Y%m%dT%H%M%SZ"
 
 
 class ScheduleMark(NamedTuple):
@@ -152,13 +156,25 @@ class Schedule:
 
     def job_id(self, tick: datetime) -> str:
         """The id of the job the tick pushes: the same on every node."""
-        return f"schedule:{self.name}:{tick.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+        return f"{_JOB_PREFIX}{self.name}:{tick.astimezone(UTC).strftime(_STAMP)}"
 
     def fire(self, tick: datetime) -> ScheduleFire:
         """What a :class:`~engine.optypes.FireSchedules` carries for ``tick``."""
         return ScheduleFire(self.name, tick, self.queue,
                             NewJob(self.job_id(tick), self.payload, self.max_attempts, 0.0),
                             self.catch_up_seconds)
+
+
+def tick_of(job_id: str) -> tuple[str, datetime] | None:
+    """The schedule name and the tick a tick's job id names (the inverse of
+    :meth:`Schedule.job_id`); None for any other id."""
+    if not job_id.startswith(_JOB_PREFIX):
+        return None
+    name, _, stamp = job_id[len(_JOB_PREFIX):].rpartition(":")
+    try:
+        return (name, datetime.strptime(stamp, _STAMP).replace(tzinfo=UTC)) if _NAME.fullmatch(name) else None
+    except ValueError:
+        return None
 
 
 def schedule(

@@ -9,12 +9,12 @@ is listed too: another node's setting, or a schedule since removed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
-from engine import Schedule
+from engine import Schedule, tick_of
 from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Snapshot, moment
 
@@ -60,14 +60,10 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
 def pushed_by(job_id: str) -> str:
     """" by schedule <name>, its tick of <time>" when ``job_id`` is a tick's
     job (its id names both, engine.schedules); "" otherwise."""
-    prefix, _, rest = job_id.partition(":")
-    name, _, stamp = rest.rpartition(":")
-    if prefix != "schedule" or not name:
+    found = tick_of(job_id)
+    if found is None:
         return ""
-    try:
-        tick = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return ""
+    name, tick = found
     return f" by schedule {name}, its tick of {tick:%Y-%m-%d %H:%M:%S} UTC"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from engine import tick_of
 from tests.e2e.harness import Cluster
 from tests.helpers import wait_for
 
@@ -22,8 +23,10 @@ SCHEDULES = {"every-second": {"every_seconds": 1, "task": "tests.e2e.sample_task
                               "catch_up_seconds": 30}}
 
 
-def tick_of(job_id: str) -> datetime:
-    return datetime.strptime(job_id.rsplit(":", 1)[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+def tick(job_id: str) -> datetime:
+    found = tick_of(job_id)
+    assert found is not None and found[0] == "every-second", job_id
+    return found[1]
 
 
 def runs(record: Path) -> list[dict[str, object]]:
@@ -44,7 +47,7 @@ def test_each_tick_runs_once_across_a_killed_leader(cluster_factory: Callable[..
     a.kill()  # SIGKILL: its heartbeats and ticks stop at once
     killed_at = datetime.now(UTC)
     wait_for(lambda: b.role() == "leader", 30, "the standby to take over")
-    wait_for(lambda: any(tick_of(str(r["id"])) > killed_at + timedelta(seconds=3) for r in runs(record)), 30,
+    wait_for(lambda: any(tick(str(r["id"])) > killed_at + timedelta(seconds=3) for r in runs(record)), 30,
              "ticks to run again under the new leader")
     worker.terminate()
     assert worker.wait(60) == 0
@@ -52,7 +55,7 @@ def test_each_tick_runs_once_across_a_killed_leader(cluster_factory: Callable[..
     ids = [str(r["id"]) for r in runs(record)]
     assert len(ids) == len(set(ids)), f"a tick ran twice: {sorted(ids)}"
     assert all(r["attempt"] == 1 for r in runs(record))
-    ticks = sorted(map(tick_of, ids))
+    ticks = sorted(map(tick, ids))
     gaps = [(earlier, later) for earlier, later in pairwise(ticks)
             if later - earlier > timedelta(seconds=1)]
     # The gap while nobody led: from the last tick the killed leader fired to
@@ -63,7 +66,7 @@ def test_each_tick_runs_once_across_a_killed_leader(cluster_factory: Callable[..
     assert all(later - earlier <= timedelta(seconds=3) for earlier, later in gaps if (earlier, later) != failover), gaps
     document = cluster.document()
     mark = document["schedules"]["every-second"]
-    assert mark["outcome"] == "fired" and tick_of(mark["job"]) >= ticks[-1]
+    assert mark["outcome"] == "fired" and tick(mark["job"]) >= ticks[-1]
     # Every job pushed ran: nothing is left behind, nothing ran that was not pushed.
     assert document["queues"]["default"]["pushed"] == document["queues"]["default"]["completed"] + sum(
         1 for j in document["jobs"] if j["queue"] == "default")

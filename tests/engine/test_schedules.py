@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, DocumentError, GroupCommitter, MemoryStore, Schedule, ValidationError, schedule
+from engine import Broker, DocumentError, GroupCommitter, MemoryStore, Schedule, ValidationError, schedule, tick_of
 from engine.document import QueueState
 from engine.ops import Complete, claim_op
 from engine.parsing import parse_document
@@ -81,6 +81,9 @@ def test_every_n_seconds_ticks_at_multiples_of_n_since_the_epoch_on_every_node()
     assert item.latest_due(T0 + timedelta(seconds=30)) == T0 + timedelta(seconds=30)
     assert item.next_due(T0) == T0 + timedelta(seconds=30)
     assert item.job_id(T0) == "schedule:ping:20261204T021000Z"
+    assert tick_of(item.job_id(T0)) == ("ping", T0)
+    others = ("job-1", "schedule:ping:2026", "schedule::20261204T021000Z", "schedule:a b:20261204T021000Z")
+    assert [tick_of(i) for i in others] == [None] * 4
     assert item.describe() == "Every 30 s"
 
 

@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import Policy, QueueState, ValidationError, fire_op, parse_document, schedule
+from engine import Policy, QueueState, ValidationError, fire_op, parse_document, schedule, tick_of
 from engine.ops import FireSchedules
 from engine.transitions import apply_batch
 from queueadmin.recurring import build
@@ -115,9 +115,10 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @invariant()
     def at_most_once_and_forward(self) -> None:
-        fired_ids = {j.id for j in self.state.jobs.values()}
-        assert all(any(i == item.job_id(item.latest_due(datetime.fromisoformat(_tick(i))) or START)
-                       for item in SCHEDULES) for i in fired_ids)
+        by_name = {item.name: item for item in SCHEDULES}
+        for job in self.state.jobs.values():  # each a tick of its schedule
+            found = tick_of(job.id)
+            assert found is not None and by_name[found[0]].latest_due(found[1]) == found[1], job.id
         assert sum(c.pushed for c in self.state.queues.values()) == len(self.seen_ids)
         for name, mark in self.state.schedules.items():
             if name in self.last_ticks:
@@ -132,12 +133,6 @@ class ScheduleMachine(RuleBasedStateMachine):
         data = b"".join(self.state.encode(seq=self.state.seq + 1, writer="w", now=self.now))
         self.state.encoded(seq=self.state.seq + 1, writer="w")
         assert parse_document("queue.json", data, policy=POLICY).schedules == self.state.schedules
-
-
-def _tick(job_id: str) -> str:
-    """The tick a scheduled job's id names, as ISO 8601."""
-    stamp = job_id.rsplit(":", 1)[1]
-    return datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
 
 
 ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(300))
