@@ -459,6 +459,9 @@ class Broker:
             self._settled.set()
 
     def _take_over_now(self, state: QueueState) -> None:
+        # A schedule without a mark fires the ticks from here on (its
+        # ticks while the takeover is written and read back included).
+        began = self.clock()
         if state.broker.id != self.id:
             apply(state, TakeOver(broker_id=self.id, url=self.url, epoch=state.broker.epoch), self.clock())
             writer = self.id
@@ -499,7 +502,7 @@ class Broker:
         except NotLeader:
             return
         self.leader = BrokerInfo(id=self.id, url=self.url, epoch=committer.state.broker.epoch if committer.state else 0)
-        self._leading_since = self.clock()
+        self._leading_since = began
         self._schedule_ticks = {}
         self._keeper = LaneKeeper(
             self.store, key=self.key, policy=self.policy,
