@@ -97,7 +97,16 @@ from engine.policy import (
     Policy,
 )
 from engine.readiness import Readiness
-from engine.schedules import DEFAULT_CATCH_UP_SECONDS, Schedule, ScheduleMark, fire_op, schedule, tick_of
+from engine.schedules import (
+    DEFAULT_CATCH_UP_SECONDS,
+    Schedule,
+    ScheduleMark,
+    fire_op,
+    forget_schedule_op,
+    pause_schedule_op,
+    schedule,
+    tick_of,
+)
 from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
@@ -202,6 +211,7 @@ __all__ = [
     "default_heartbeat_interval",
     "empty_state",
     "fire_op",
+    "forget_schedule_op",
     "initialise",
     "marker_key",
     "new_job_id",
@@ -210,6 +220,7 @@ __all__ = [
     "one_job",
     "open_store",
     "parse_document",
+    "pause_schedule_op",
     "ranged_job",
     "read_marker",
     "read_segment",

@@ -613,7 +613,8 @@ class Broker:
                 log.warning("schedule %s: the tick of %s is too late to fire (catch_up_seconds)", name,
                             tick.isoformat())
             elif outcome is not None:  # a schedule every second must not flood the log
-                log.log(logging.DEBUG if outcome == "fired" else logging.INFO, "schedule %s: tick of %s %s",
+                # A paused schedule's skipped ticks are the operator's choice, said once by its audit entry.
+                log.log(logging.INFO if outcome == "registered" else logging.DEBUG, "schedule %s: tick of %s %s",
                         name, tick.isoformat(), outcome)
 
     def _leader_wait(self) -> float:

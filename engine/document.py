@@ -105,6 +105,8 @@ class QueueState:
         self.sealed = FinishedIds()
         # Per schedule, the latest tick handled (engine.schedules); in any format.
         self.schedules: dict[str, ScheduleMark] = {}
+        # Per paused schedule, when its pause began (engine.schedules).
+        self.schedule_pauses: dict[str, datetime] = {}
         # Keys of segments the state stopped referencing since the last
         # encoding: deleted once the version without them has landed.
         self.dropped_segments: list[str] = []
@@ -561,6 +563,8 @@ class QueueState:
             header["lanes"] = {name: self._lane_dict(name) for name in sorted({*self.lanes, *self.delays})}
         if self.schedules:
             header["schedules"] = {name: schedule_dict(mark) for name, mark in sorted(self.schedules.items())}
+        if self.schedule_pauses:
+            header["schedule_pauses"] = dict(sorted(self.schedule_pauses.items()))
         # The dedup window goes into the first part, with the header: readers
         # that decode the parts one by one (the dashboard) expect the first
         # part to be the header and the next one to open the dead letters.

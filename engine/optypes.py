@@ -26,6 +26,7 @@ __all__ = [
     "Fail",
     "FireSchedules",
     "ForgetQueue",
+    "ForgetSchedule",
     "GetJob",
     "Heartbeat",
     "Merge",
@@ -43,6 +44,7 @@ __all__ = [
     "Seal",
     "SealDelayed",
     "SetPaused",
+    "SetSchedulePaused",
     "TakeOver",
     "Tick",
 ]
@@ -228,6 +230,27 @@ class FireSchedules:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetSchedulePaused:
+    """Pause or resume schedule ``name`` (:mod:`engine.schedules`), on every
+    node at once: the document keeps the pause. A paused schedule's ticks are
+    *skipped*: the mark moves on, nothing is pushed, and resuming does not
+    catch them up. A name no node defines may be paused too (before a deploy
+    adds it)."""
+
+    name: str
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetSchedule:
+    """Drop schedule ``name``'s mark and pause from the document: for a
+    schedule removed from every node's setting. A node that still defines it
+    registers its next tick afresh (see :mod:`engine.schedules`)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TakeOver:
     """Name ``broker_id`` as the leader, one epoch above ``epoch`` (the epoch
     that was read); every running lease gets a fresh full timeout."""
@@ -352,6 +375,8 @@ Operation = (
     | GetJob
     | Tick
     | FireSchedules
+    | SetSchedulePaused
+    | ForgetSchedule
     | TakeOver
     | Seal
     | Refill

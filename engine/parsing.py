@@ -194,6 +194,8 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
 
     _finished(r, raw.get("finished", []), state.finished, "finished")
     _schedules(r, r.obj(raw.get("schedules", {}), "schedules"), state)
+    pauses = r.obj(raw.get("schedule_pauses", {}), "schedule_pauses")
+    state.schedule_pauses = {name: r.moment(pauses, name, "schedule_pauses") for name in pauses}
     segmented = raw["format"] >= FORMAT_SEGMENTS
     if segmented:
         state.format = raw["format"]
@@ -318,7 +320,7 @@ def _delayed_refs(r: _Reader, lane: Mapping[str, Any], where: str, *, allowed: b
     return refs
 
 
-_OUTCOMES = ("registered", "fired", "missed")
+_OUTCOMES = ("registered", "fired", "missed", "skipped")
 
 
 def _schedules(r: _Reader, raw: Mapping[str, Any], state: QueueState) -> None:

@@ -28,6 +28,11 @@ knew the schedule):
 * **new schedule**: a schedule with no mark fires ticks from the moment this
   leader began leading; an earlier one is only *registered* as the mark.
 
+And for the ticks of a schedule an operator paused (:func:`pause_schedule_op`;
+the document keeps the pause, so every node and every later leader obeys it):
+each is marked *skipped* and pushes nothing, so resuming fires the next tick
+and never catches up on the paused ones.
+
 Pure: no I/O, no clock (``now`` comes in).
 """
 
@@ -45,7 +50,7 @@ from cronsim import CronSim, CronSimError
 
 from engine.errors import ValidationError
 from engine.ops import check_queue
-from engine.optypes import FireSchedules, NewJob, ScheduleFire
+from engine.optypes import FireSchedules, ForgetSchedule, NewJob, ScheduleFire, SetSchedulePaused
 from engine.payloads import encode_payload
 from engine.policy import Policy
 
@@ -55,7 +60,10 @@ __all__ = [
     "Schedule",
     "ScheduleMark",
     "ScheduleOutcome",
+    "check_schedule_name",
     "fire_op",
+    "forget_schedule_op",
+    "pause_schedule_op",
     "schedule",
     "tick_of",
 ]
@@ -74,7 +82,7 @@ _JUST_AFTER = timedelta(microseconds=1)
 # The most forward steps latest_due takes past cronsim's reverse answer (see there).
 _WALK_STEPS = 100_000
 
-ScheduleOutcome = Literal["registered", "fired", "missed"]
+ScheduleOutcome = Literal["registered", "fired", "missed", "skipped"]
 # A tick's job id: schedule:<name>:<tick, UTC, to the second>.
 _JOB_PREFIX = "schedule:"
 _STAMP = "%Y%m%dT%H%M%SZ"
@@ -82,9 +90,10 @@ _STAMP = "%Y%m%dT%H%M%SZ"
 
 class ScheduleMark(NamedTuple):
     """The latest tick of a schedule that the document has handled: ``fired``
-    (``job`` is the id pushed), ``missed`` (too late, nothing pushed) or
-    ``registered`` (the schedule was new; nothing pushed). ``at``: when the
-    commit that handled it was applied."""
+    (``job`` is the id pushed), ``missed`` (too late, nothing pushed),
+    ``registered`` (the schedule was new; nothing pushed) or ``skipped`` (the
+    schedule was paused; nothing pushed). ``at``: when the commit that
+    handled it was applied."""
 
     tick: datetime
     outcome: ScheduleOutcome
@@ -192,8 +201,7 @@ def schedule(
     """Build a schedule, or raise ValidationError naming what is wrong (a
     bad name, cron expression, time zone, period or payload; both or neither
     of ``cron`` and ``every_seconds``)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValidationError(f"a schedule's name must be {_NAME_RULE}, got {name!r}")
+    check_schedule_name(name)
     check_queue(queue)
     if (cron is None) == (every_seconds is None):
         raise ValidationError(f"schedule {name!r}: give exactly one of cron and every_seconds")
@@ -233,6 +241,28 @@ def schedule(
     return Schedule(name=name, queue=queue, payload=encoded, cron=cron, every_seconds=every_seconds,
                     timezone=timezone, max_attempts=attempts,
                     catch_up_seconds=float(catch_up_seconds))
+
+
+def check_schedule_name(name: Any) -> str:
+    """``name`` if it is a valid schedule name; else raise ValidationError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValidationError(f"a schedule's name must be {_NAME_RULE}, got {name!r}")
+    return name
+
+
+def pause_schedule_op(name: str, *, paused: bool = True) -> SetSchedulePaused:
+    """Pause (or, with ``paused=False``, resume) schedule ``name``: its
+    outcome is whether it was paused before. Raises ValidationError for a
+    bad name, or a ``paused`` that is not a bool."""
+    if not isinstance(paused, bool):
+        raise ValidationError(f"paused must be true or false, got {paused!r}")
+    return SetSchedulePaused(name=check_schedule_name(name), paused=paused)
+
+
+def forget_schedule_op(name: str) -> ForgetSchedule:
+    """Drop schedule ``name``'s mark and pause: its outcome is whether the
+    document had either. Raises ValidationError for a bad name."""
+    return ForgetSchedule(name=check_schedule_name(name))
 
 
 def fire_op(schedules: list[Schedule], handled: dict[str, datetime], *, now: datetime,

@@ -42,6 +42,7 @@ from engine.optypes import (
     Fail,
     FireSchedules,
     ForgetQueue,
+    ForgetSchedule,
     GetJob,
     Heartbeat,
     Merge,
@@ -55,11 +56,12 @@ from engine.optypes import (
     Seal,
     SealDelayed,
     SetPaused,
+    SetSchedulePaused,
     TakeOver,
     Tick,
 )
 from engine.purging import purge, still_expected
-from engine.schedulemoves import fire_schedules
+from engine.schedulemoves import fire_schedules, forget_schedule, set_schedule_paused
 from engine.segments import newest_first
 
 __all__ = [
@@ -182,6 +184,8 @@ _TRANSITIONS: dict[type, Any] = {
     GetJob: get_job,
     Tick: tick,
     FireSchedules: fire_schedules,
+    SetSchedulePaused: set_schedule_paused,
+    ForgetSchedule: forget_schedule,
     TakeOver: take_over,
     Seal: seal,
     Refill: refill,

@@ -45,6 +45,7 @@ from engine.optypes import (
     Complete,
     Fail,
     ForgetQueue,
+    ForgetSchedule,
     GetJob,
     Heartbeat,
     NewJob,
@@ -53,8 +54,10 @@ from engine.optypes import (
     Push,
     Requeue,
     SetPaused,
+    SetSchedulePaused,
 )
 from engine.policy import Policy
+from engine.schedules import forget_schedule_op, pause_schedule_op
 from engine.wire.reading import Fields, json_type
 
 #: The longest a claim may hold a request (docs/api.md: wait_seconds 0..30).
@@ -120,8 +123,9 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case Requeue() | Purge() | SetPaused() | ForgetQueue():
-            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", ForgetQueue: "forget"}[type(op)]
+        case Requeue() | Purge() | SetPaused() | ForgetQueue() | SetSchedulePaused() | ForgetSchedule():
+            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", ForgetQueue: "forget",
+                    SetSchedulePaused: "pause_schedule", ForgetSchedule: "forget_schedule"}[type(op)]
             raise EngineError(
                 f"{name} is an operator action with no broker API endpoint: do it on the dashboard, "
                 "where it is audited (or with a DirectClient on the store, for maintenance)"
@@ -274,6 +278,10 @@ def operator_json(op: Operation) -> dict[str, Any]:
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
         case ForgetQueue():
             return {"kind": "forget", "queue": op.queue}
+        case SetSchedulePaused():
+            return {"kind": "pause_schedule", "name": op.name, "paused": op.paused}
+        case ForgetSchedule():
+            return {"kind": "forget_schedule", "name": op.name}
         case Push():
             return {
                 "kind": "push",
@@ -311,6 +319,10 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         return pause_op(data["queue"], paused=data["paused"])
     if kind == "forget":
         return forget_op(data["queue"])
+    if kind == "pause_schedule":
+        return pause_schedule_op(data["name"], paused=data["paused"])
+    if kind == "forget_schedule":
+        return forget_schedule_op(data["name"])
     if kind == "push":
         jobs = data["jobs"]
         # A dashboard push has one job (one max_attempts and delay for all).

@@ -12,7 +12,18 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, DocumentError, GroupCommitter, MemoryStore, Schedule, ValidationError, schedule, tick_of
+from engine import (
+    Broker,
+    DocumentError,
+    GroupCommitter,
+    MemoryStore,
+    Schedule,
+    ValidationError,
+    forget_schedule_op,
+    pause_schedule_op,
+    schedule,
+    tick_of,
+)
 from engine.document import QueueState
 from engine.ops import Complete, claim_op
 from engine.parsing import parse_document
@@ -194,6 +205,75 @@ def test_one_schedules_fire_does_not_stop_anothers() -> None:
     assert state.queues["pings"].pushed == 3
 
 
+# -- pausing and forgetting ----------------------------------------------------------------
+
+
+def test_a_paused_schedules_ticks_are_skipped_and_resuming_fires_the_next_tick_not_the_skipped_ones() -> None:
+    state = QueueState(policy=POLICY)
+    item = every(60)
+    handled: dict[str, datetime] = {}
+    assert step(state, [item], handled, T0, T0) == ["fired"]
+    pause_at = T0 + timedelta(seconds=10)
+    assert apply_batch(state, [pause_schedule_op("ping")], pause_at) == [False]
+    assert state.schedule_pauses == {"ping": pause_at}
+    for minute in (1, 2, 3):
+        assert step(state, [item], handled, T0 + timedelta(minutes=minute), T0) == ["skipped"]
+    assert state.schedules["ping"].tick == T0 + timedelta(minutes=3)
+    assert state.schedules["ping"].outcome == "skipped" and state.schedules["ping"].job is None
+    assert len(state.jobs) == 1 and state.queues["pings"].pushed == 1
+    # A second pause keeps the first one's start; a resume says it was paused.
+    assert apply_batch(state, [pause_schedule_op("ping")], pause_at + timedelta(minutes=1)) == [True]
+    assert state.schedule_pauses == {"ping": pause_at}
+    assert apply_batch(state, [pause_schedule_op("ping", paused=False)], T0 + timedelta(minutes=3, seconds=30)) \
+        == [True]
+    assert state.schedule_pauses == {}
+    # Still within catch_up_seconds of the skipped ticks, none of them fires: the next one does.
+    assert step(state, [item], handled, T0 + timedelta(minutes=3, seconds=40), T0) == []
+    assert step(state, [item], handled, T0 + timedelta(minutes=4), T0) == ["fired"]
+    assert sorted(state.jobs) == ["schedule:ping:20261204T021000Z", "schedule:ping:20261204T021400Z"]
+
+
+def test_a_pause_holds_for_any_leader_and_a_schedule_without_a_mark_can_be_paused() -> None:
+    """The pause is in the document: a new leader (a fresh memo, its own start) skips too."""
+    state = QueueState(policy=POLICY)
+    apply_batch(state, [pause_schedule_op("ping")], T0)
+    assert step(state, [every(60)], {}, T0, T0) == ["skipped"]
+    assert step(state, [every(60)], {}, T0 + timedelta(minutes=1), T0 + timedelta(minutes=1)) == ["skipped"]
+    assert state.jobs == {}
+
+
+def test_resuming_a_schedule_that_is_not_paused_changes_nothing() -> None:
+    state = QueueState(policy=POLICY)
+    state.dirty = False
+    assert apply_batch(state, [pause_schedule_op("ping", paused=False)], T0) == [False]
+    assert not state.dirty
+
+
+def test_forgetting_a_schedule_drops_its_mark_and_pause_and_a_node_that_defines_it_registers_afresh() -> None:
+    state = QueueState(policy=POLICY)
+    item = every(60)
+    step(state, [item], {}, T0, T0)
+    apply_batch(state, [pause_schedule_op("ping")], T0)
+    state.dirty = False
+    assert apply_batch(state, [forget_schedule_op("ping")], T0) == [True]
+    assert state.dirty and state.schedules == {} and state.schedule_pauses == {}
+    state.dirty = False
+    assert apply_batch(state, [forget_schedule_op("ping")], T0) == [False]
+    assert not state.dirty
+    since = T0 + timedelta(minutes=5, seconds=30)
+    assert step(state, [item], {}, since, since) == ["registered"]
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: pause_schedule_op("no spaces"), "a schedule's name must be"),
+    (lambda: pause_schedule_op("ping", paused="false"), "paused must be true or false"),
+    (lambda: forget_schedule_op(""), "a schedule's name must be"),
+])
+def test_a_bad_pause_or_forget_is_refused(build: Callable[[], Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        build()
+
+
 # -- the document ----------------------------------------------------------------------
 
 
@@ -214,13 +294,39 @@ def test_marks_round_trip_through_the_document_in_every_format() -> None:
 def test_a_document_without_schedules_has_no_schedules_field() -> None:
     state = QueueState(policy=POLICY)
     state.dirty = True
-    assert "schedules" not in orjson.loads(b"".join(state.encode(seq=1, writer="w", now=T0)))
+    raw = orjson.loads(b"".join(state.encode(seq=1, writer="w", now=T0)))
+    assert "schedules" not in raw and "schedule_pauses" not in raw
+
+
+def test_pauses_and_skipped_marks_round_trip_through_the_document() -> None:
+    state = QueueState(policy=POLICY)
+    apply_batch(state, [pause_schedule_op("ping")], T0)
+    step(state, [every(60)], {}, T0, T0)
+    data = b"".join(state.encode(seq=1, writer="w", now=T0))
+    assert orjson.loads(data)["schedule_pauses"] == {"ping": "2026-12-04T02:10:00Z"}
+    back = parse_document(KEY, data, policy=POLICY)
+    assert back.schedule_pauses == {"ping": T0}
+    assert back.schedules == state.schedules and back.schedules["ping"].outcome == "skipped"
+
+
+@pytest.mark.parametrize(("pauses", "problem"), [
+    ("x", "schedule_pauses: expected an object"),
+    ({"a": "soon"}, "schedule_pauses.a: expected an ISO 8601 time"),
+    ({"a": True}, "schedule_pauses.a: expected an ISO 8601 time"),
+])
+def test_a_malformed_pause_makes_the_document_unreadable(pauses: Any, problem: str) -> None:
+    state = QueueState(policy=POLICY)
+    state.dirty = True
+    raw = orjson.loads(b"".join(state.encode(seq=1, writer="w", now=T0)))
+    raw["schedule_pauses"] = pauses
+    with pytest.raises(DocumentError, match=problem):
+        parse_document(KEY, orjson.dumps(raw), policy=POLICY)
 
 
 @pytest.mark.parametrize(("mark", "problem"), [
     ("x", "schedules.a: expected an object"),
     ({"tick": "2026-12-04T02:10:00Z", "outcome": "ran", "job": None, "at": "2026-12-04T02:10:00Z"},
-     "schedules.a.outcome: expected one of registered, fired, missed"),
+     "schedules.a.outcome: expected one of registered, fired, missed, skipped"),
     ({"tick": "2026-12-04T02:10:00Z", "outcome": "fired", "job": None, "at": "2026-12-04T02:10:00Z"},
      "a fired tick names its job"),
     ({"tick": "2026-12-04T02:10:00Z", "outcome": "missed", "job": "j", "at": "2026-12-04T02:10:00Z"},

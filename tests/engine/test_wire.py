@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import orjson
 import pytest
 
-from engine import errors, wire
+from engine import errors, forget_schedule_op, pause_schedule_op, wire
 from engine.errors import (
     BrokerUnavailable,
     CommitTimeout,
@@ -117,7 +117,8 @@ def test_a_long_poll_claim_sends_its_wait_and_may_leave_the_lease_to_the_broker(
 
 @pytest.mark.parametrize(
     "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
-           wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY)],
+           wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY),
+           pause_schedule_op("nightly"), forget_schedule_op("nightly")],
 )
 def test_operator_actions_have_no_request(op: Operation) -> None:
     with pytest.raises(EngineError, match="operator action with no broker API endpoint"):
@@ -135,11 +136,20 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
         pause_op("emails"),
         pause_op("emails", paused=False),
         forget_op("emails"),
+        pause_schedule_op("nightly-report"),
+        pause_schedule_op("nightly-report", paused=False),
+        forget_schedule_op("nightly-report"),
         push_op("emails", [{"to": "ada@example.com"}], policy=POLICY, ids=["j"], max_attempts=4, delay_seconds=30),
     ],
 )
 def test_every_operator_operation_comes_back_from_its_json(op: Operation) -> None:
     assert wire.operator_from_json(over_the_wire(wire.operator_json(op)), policy=POLICY) == op
+
+
+def test_a_schedule_pause_forwarded_with_a_paused_that_is_not_a_bool_is_refused() -> None:
+    """A node must never read "false" as a pause."""
+    with pytest.raises(ValidationError, match="paused must be true or false"):
+        wire.operator_from_json({"kind": "pause_schedule", "name": "n", "paused": "false"}, policy=POLICY)
 
 
 def test_a_bad_field_is_named_in_the_refusal() -> None:

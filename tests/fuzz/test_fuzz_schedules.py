@@ -3,7 +3,8 @@
 Leaders come and go at random moments; each heartbeat may land, be lost
 (its commit never happens), or land late; a fenced leader may re-apply a
 stale fire after newer ones landed; a node that does not know schedules
-may rewrite the document without the marks. After every step it checks:
+may rewrite the document without the marks (and pauses); an operator
+pauses and resumes schedules. After every step it checks:
 
 * **at most once**: no tick's job is ever pushed twice, the queue's
   ``pushed`` counter equals the jobs the marks say fired, and every pushed
@@ -13,7 +14,9 @@ may rewrite the document without the marks. After every step it checks:
   tick due at that moment (fired, or missed when it came too late, or
   registered when it came before the leader began), so a failover never
   skips a tick that was due when the new leader's first commit landed;
-* the marks survive ``encode`` and ``parse_document`` unchanged.
+* **paused means skipped**: a tick handled while its schedule is paused is
+  marked skipped and pushes nothing, and only then is a tick skipped;
+* the marks and pauses survive ``encode`` and ``parse_document`` unchanged.
 
 Two more tests throw inputs at the parts a leader's heartbeat and a node's
 start-up run: cron expressions in time zones with daylight saving (the tick
@@ -33,7 +36,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import Policy, QueueState, ValidationError, fire_op, parse_document, schedule, tick_of
+from engine import (
+    Policy,
+    QueueState,
+    ValidationError,
+    fire_op,
+    parse_document,
+    pause_schedule_op,
+    schedule,
+    tick_of,
+)
 from engine.ops import FireSchedules
 from engine.transitions import apply_batch
 from queueadmin.recurring import build
@@ -60,6 +72,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.stale: list[FireSchedules] = []  # fires a fenced leader may still re-apply
         self.seen_ids: set[str] = set()
         self.last_ticks: dict[str, datetime] = {}
+        self.paused: set[str] = set()  # what the operator paused, as the document should say
 
     def _apply(self, op: FireSchedules, at: datetime) -> list[object]:
         before = set(self.state.jobs)
@@ -67,7 +80,19 @@ class ScheduleMachine(RuleBasedStateMachine):
         new = set(self.state.jobs) - before
         assert not new & self.seen_ids, f"a tick was pushed twice: {sorted(new & self.seen_ids)}"
         self.seen_ids |= new
+        for fire, outcome in zip(op.fires, outcomes, strict=True):
+            if outcome is not None:
+                assert (outcome == "skipped") == (fire.name in self.paused), (fire.name, outcome, self.paused)
+            if fire.name in self.paused:
+                assert fire.job.id not in new, f"paused schedule {fire.name} pushed {fire.job.id}"
         return outcomes  # type: ignore[no-any-return]
+
+    @rule(name=st.sampled_from([item.name for item in SCHEDULES]), paused=st.booleans())
+    def operator_pauses_or_resumes(self, name: str, paused: bool) -> None:
+        [was] = apply_batch(self.state, [pause_schedule_op(name, paused=paused)], self.now)
+        assert was == (name in self.paused)
+        (self.paused.add if paused else self.paused.discard)(name)
+        assert set(self.state.schedule_pauses) == self.paused
 
     @rule(seconds=st.floats(min_value=0.1, max_value=900))
     def time_passes(self, seconds: float) -> None:
@@ -93,7 +118,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             if mark.outcome == "fired":
                 assert mark.job == item.job_id(due) and not late
             elif mark.outcome == "missed":
-                assert late
+                assert late and item.name not in self.paused
 
     @rule()
     def failover(self) -> None:
@@ -107,9 +132,11 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @rule()
     def an_old_node_leads_for_a_while(self) -> None:
-        """It rewrites the document without the marks; leading again, a node
-        that knows schedules starts from nothing."""
+        """It rewrites the document without the marks and pauses; leading
+        again, a node that knows schedules starts from nothing."""
         self.state.schedules.clear()
+        self.state.schedule_pauses.clear()
+        self.paused.clear()
         self.last_ticks.clear()
         self.failover()
 
@@ -127,12 +154,13 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @invariant()
     def marks_round_trip(self) -> None:
-        if not self.state.schedules:
+        if not self.state.schedules and not self.state.schedule_pauses:
             return
         self.state.dirty = True
         data = b"".join(self.state.encode(seq=self.state.seq + 1, writer="w", now=self.now))
         self.state.encoded(seq=self.state.seq + 1, writer="w")
-        assert parse_document("queue.json", data, policy=POLICY).schedules == self.state.schedules
+        back = parse_document("queue.json", data, policy=POLICY)
+        assert back.schedules == self.state.schedules and back.schedule_pauses == self.state.schedule_pauses
 
 
 ScheduleMachine.TestCase.settings = settings(settings.default, max_examples=scaled(300))
