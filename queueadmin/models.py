@@ -24,7 +24,8 @@ in the admin like any other:
 * ``submit_job``: push a job from the Submit page;
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
-* ``pause_queue``: pause and resume queues, and forget empty ones.
+* ``pause_queue``: pause and resume queues, and forget empty ones;
+* ``pause_schedule``: pause and resume schedules, and forget removed ones' marks.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
+from engine import forget_schedule_op, pause_schedule_op
 from engine.ops import Operation, forget_op, pause_op, purge_op, requeue_op
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
@@ -85,6 +87,10 @@ class ActionSpec:
     needless: str = ""
     #: A queue action (pause, resume, forget) overtaken between the dry run and the run.
     overtaken: str = ""
+    #: An action on a schedule (scope ``schedule``): builds its engine
+    #: operation from the schedule's name. ``pauses`` and ``forgets`` then
+    #: say which, and the wordings above take ``schedule``.
+    schedule_operation: Callable[[str], Operation] | None = None
 
 
 #: The spec of an action that is only audited (``queueinit``'s).
@@ -166,6 +172,35 @@ class AuditEntry(models.Model):
             done="forgot queue %(queue)s",
             overtaken="%(queue)s was already gone (forgotten since the dry run): nothing changed",
         ), "forget"
+        PAUSE_SCHEDULE = "pause_schedule", ActionSpec(
+            permission="pause_schedule",
+            scopes=(("schedule",),),
+            scope_error="Pause schedule takes one schedule, and nothing else.",
+            schedule_operation=lambda name: pause_schedule_op(name, paused=True),
+            pauses=True,
+            done="paused schedule %(schedule)s",
+            needless="Schedule %(schedule)s is already paused.",
+            overtaken="schedule %(schedule)s was already paused (since the dry run): nothing changed",
+        ), "pause schedule"
+        RESUME_SCHEDULE = "resume_schedule", ActionSpec(
+            permission="pause_schedule",
+            scopes=(("schedule",),),
+            scope_error="Resume schedule takes one schedule, and nothing else.",
+            schedule_operation=lambda name: pause_schedule_op(name, paused=False),
+            pauses=False,
+            done="resumed schedule %(schedule)s",
+            needless="Schedule %(schedule)s is not paused.",
+            overtaken="schedule %(schedule)s was not paused any more (resumed since the dry run): nothing changed",
+        ), "resume schedule"
+        FORGET_SCHEDULE = "forget_schedule", ActionSpec(
+            permission="pause_schedule",
+            scopes=(("schedule",),),
+            scope_error="Forget schedule takes one schedule, and nothing else.",
+            schedule_operation=forget_schedule_op,
+            forgets=True,
+            done="forgot schedule %(schedule)s",
+            overtaken="schedule %(schedule)s was already forgotten (since the dry run): nothing changed",
+        ), "forget schedule"
         #: ``manage.py queueinit``: a fresh queue.json, or (with --force) one replacing a lost document (I10).
         INIT = "init", "init"
 
@@ -217,6 +252,7 @@ class AuditEntry(models.Model):
             ("requeue_job", "Can requeue jobs and redrive dead letters"),
             ("purge_job", "Can purge jobs and dead letters"),
             ("pause_queue", "Can pause and resume queues"),
+            ("pause_schedule", "Can pause and resume schedules"),
         ]
 
     def __str__(self) -> str:

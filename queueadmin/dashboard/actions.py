@@ -41,7 +41,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import joblist, pages, segments
+from queueadmin.dashboard import joblist, pages, schedule_actions, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -64,6 +64,8 @@ class Plan:
 
     action: str
     queue: str = ""
+    #: The schedule an action on a schedule acts on (pause, resume, forget).
+    schedule: str = ""
     target: str = ""
     status: str = ""
     group: str = ""
@@ -91,6 +93,22 @@ class Plan:
     def spec(self) -> ActionSpec:
         """What the action is (see :class:`~queueadmin.models.AuditEntry.Action`)."""
         return Action(self.action).spec
+
+    @property
+    def title(self) -> str:
+        """Its name for headings and buttons: "Purge", "Pause schedule"."""
+        label = str(Action(self.action).label)
+        return label[:1].upper() + label[1:]
+
+    @property
+    def on_schedule(self) -> bool:
+        """An action on a schedule, not on a queue or jobs."""
+        return self.spec.schedule_operation is not None
+
+    @property
+    def words(self) -> dict[str, Any]:
+        """What the action's wordings (:class:`~queueadmin.models.ActionSpec`) are formatted with."""
+        return {"queue": self.queue, "schedule": self.schedule, "n": self.count}
 
     @property
     def removes(self) -> bool:
@@ -122,7 +140,7 @@ class Plan:
 
     @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or self.forgets or bool(self.count))
+        return not self.problems and (self.toggles or self.forgets or self.on_schedule or bool(self.count))
 
     @property
     def confirm_phrase(self) -> str | None:
@@ -142,6 +160,8 @@ class Plan:
         """The broker operation: conditional on each job's dry-run status."""
         if self.before_pos is not None:  # a purge of a queue's pending jobs, in format 2
             return purge_op(queue=self.queue, status="pending", before_pos=self.before_pos)
+        if self.spec.schedule_operation is not None:
+            return self.spec.schedule_operation(self.schedule)
         build = self.spec.operation
         assert build is not None, f"{self.action} has no dry run"
         return build(self.ids, self.expect, self.queue)
@@ -151,7 +171,9 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     """Plan ``data`` (an ActionForm's cleaned data, one scope) against ``snapshot``."""
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
-             group=data.get("group") or "", seq=snapshot.seq)
+             group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq)
+    if p.on_schedule:
+        return schedule_actions.plan_schedule(p, snapshot)
     if p.forgets:
         return _plan_forget(p, snapshot)
     if p.queue and not p.status and not p.toggles:
@@ -160,7 +182,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
         p.target = f"queue={p.queue}"
         q = snapshot.queues.get(p.queue)
         if (q is not None and q.paused) == p.spec.pauses:
-            p.problems.append(p.spec.needless % {"queue": p.queue})
+            p.problems.append(p.spec.needless % p.words)
         return p
     if p.group:
         group = snapshot.dead_group(p.group)
@@ -391,14 +413,14 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
         message = f"{type(exc).__name__}: {exc}"
         entry = audit(user, p.action, reason=reason, queue=p.queue, target=p.target, ids=p.ids,
                       ok=False, detail=message)
-        return Outcome(entry, False, f"{p.action.title()} failed: {message}")
+        return Outcome(entry, False, f"{p.title} failed: {message}")
     in_segments = 0
     if p.toggles:
         detail, changed = _toggled(p, was_paused=bool(result))
         ids: list[str] = []
     elif p.forgets:
         detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
-        detail, ids = detail % {"queue": p.queue}, []
+        detail, ids = detail % p.words, []
     else:
         ids, in_segments, kept_whole = _removed(result)
         detail, changed = _acted(p, ids, in_segments, kept_whole)
@@ -434,8 +456,8 @@ def _removed(result: Any) -> tuple[list[str], int, bool | None]:
 
 def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
     if was_paused == p.spec.pauses:
-        return p.spec.overtaken % {"queue": p.queue}, True
-    return p.spec.done % {"n": 0, "queue": p.queue}, False
+        return p.spec.overtaken % p.words, True
+    return p.spec.done % p.words, False
 
 
 def _refused(p: Plan) -> str:

@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 
 from queueadmin.models import AuditEntry
 
-__all__ = ["CHUNK", "COLUMNS", "FILTERS", "FORMATS", "filtered", "record", "stream"]
+__all__ = ["CHUNK", "COLUMNS", "FILTERS", "FORMATS", "filtered", "holding_pause", "record", "stream"]
 
 #: The page's filters: query parameter names, each matched exactly, but
 #: ``since`` and ``until``: UTC dates (YYYY-MM-DD), both days included.
@@ -34,6 +34,19 @@ FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 #: An export's fields, in the CSV's column order (``job_ids``: space-separated there, a list in JSON).
 COLUMNS = ("id", "created_at", "username", "action", "queue", "target", "count", "outcome", "reason",
            "detail", "seq", "job_ids")
+
+
+def holding_pause(pause: AuditEntry.Action, resume: AuditEntry.Action, **where: str) -> AuditEntry | None:
+    """The audited ``pause`` that holds what ``where`` selects (a queue, or a
+    schedule's target) paused, as far as the log knows: its latest
+    successful ``pause`` or ``resume``, when that is a pause. None when it is
+    a resume, or there is none: paused by code (the engine's operations),
+    which is not audited."""
+    entry = (AuditEntry.objects.filter(outcome=AuditEntry.Outcome.OK, action__in=(pause, resume), **where)
+             .order_by("-created_at", "-id").first())
+    return entry if entry is not None and entry.action == pause else None
+
+
 # Entries read from the database at a time (their job ids with them).
 CHUNK = 500
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

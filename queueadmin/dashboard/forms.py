@@ -15,6 +15,7 @@ from django import forms
 from engine import MAX_DELAY_SECONDS, new_job_id
 from engine import ValidationError as EngineValidationError
 from engine.ops import ID_PATTERN, QUEUE_NAME, push_op
+from engine.schedules import check_schedule_name
 from queueadmin import config
 from queueadmin.models import AuditEntry
 
@@ -88,10 +89,11 @@ class ActionForm(forms.Form):
     The scope is exactly one of: ``ids`` (selected jobs), ``queue`` +
     ``status`` (every job of one queue in one status; purge only), ``group``
     (a dead-letter group; redrive or purge), ``queue`` alone (pause, resume
-    and forget a queue, or redrive its dead letters), or ``filter`` (every
+    and forget a queue, or redrive its dead letters), ``filter`` (every
     job the jobs list's filter matches, given as its query string; requeue
-    or purge). A request that mixes scopes is refused, not guessed at: a stray
-    ``status`` beside ``ids`` once widened a one-job purge to the whole queue.
+    or purge), or ``schedule`` (pause, resume or forget a schedule). A
+    request that mixes scopes is refused, not guessed at: a stray ``status``
+    beside ``ids`` once widened a one-job purge to the whole queue.
     """
 
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
@@ -100,6 +102,7 @@ class ActionForm(forms.Form):
     status = forms.ChoiceField(required=False, choices=[("", "")] + [(s, s) for s in ("pending", "running", "dead")])
     group = forms.CharField(required=False, max_length=64)
     filter = forms.CharField(required=False, max_length=2000)
+    schedule = forms.CharField(required=False, max_length=100)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -111,13 +114,19 @@ class ActionForm(forms.Form):
         action = data.get("action")
         ids, queue, status, group = data.get("ids"), data.get("queue"), data.get("status"), data.get("group")
         given = [name for name, value in (("ids", ids), ("queue", queue), ("status", status), ("group", group),
-                                          ("filter", data.get("filter"))) if value]
+                                          ("filter", data.get("filter")), ("schedule", data.get("schedule")))
+                 if value]
         if action in ACTIONS:
             spec = AuditEntry.Action(action).spec
             if tuple(given) not in spec.scopes:
                 raise forms.ValidationError(spec.scope_error)
         if queue and not QUEUE_NAME.fullmatch(queue):
             self.add_error("queue", "Not a valid queue name.")
+        if data.get("schedule"):
+            try:
+                check_schedule_name(data["schedule"])
+            except EngineValidationError as exc:
+                self.add_error("schedule", str(exc))
         return data
 
 

@@ -1,9 +1,11 @@
 """What the schedules page shows: each recurring job (``QUEUE_SCHEDULES``)
 beside the mark the document keeps for it (engine.schedules).
 
-The definitions are this node's (its broker's); the marks are the
-document's, written by whichever node led. A mark without a definition here
-is listed too: another node's setting, or a schedule since removed.
+The definitions are this node's (its broker's); the marks and pauses are
+the document's, written by whichever node led. A mark or pause without a
+definition here is listed too: another node's setting, or a schedule since
+removed (whose mark the page offers to forget). Pause, resume and forget are
+operator actions (:mod:`.schedule_actions`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import orjson
 
 from engine import Schedule, tick_of
 from queueadmin import config, runtime
+from queueadmin.dashboard import auditlog
 from queueadmin.dashboard.snapshot import Snapshot, moment
+from queueadmin.models import AuditEntry
 
 # A tick this much later than due, past the heartbeat that should fire it,
 # and still not handled, is worth a warning: no leader is firing it.
@@ -37,6 +41,8 @@ class ScheduleRow:
     mark_job: str | None
     mark_at: datetime | None
     overdue: datetime | None  # the first tick no commit has handled, once late
+    paused_since: datetime | None = None  # when its pause began (None: not paused)
+    paused_by: AuditEntry | None = None  # the audited pause holding it, if any
 
 
 def schedules(snapshot: Snapshot) -> dict[str, Any]:
@@ -44,17 +50,21 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
     order, then the document's marks without a definition here."""
     now = snapshot.taken_at
     marks = marks_of(snapshot)
+    pauses = pauses_of(snapshot)
     rows = []
     defined = runtime.get_broker().schedules
     for item in defined:
         mark = marks.get(item.name) or {}
+        # A paused schedule's ticks are handled (skipped) as they come: one
+        # left unhandled is as late as any other's.
         rows.append(_row(item.name, item, item.describe(), item.next_due(now), mark,
-                         overdue_tick(item, moment(mark.get("tick")), now)))
+                         overdue_tick(item, moment(mark.get("tick")), now), pauses.get(item.name)))
     known = {item.name for item in defined}
-    for name, mark in sorted(marks.items()):
-        if name not in known:
-            rows.append(_row(name, None, "Not configured on this node", None, mark, None))
-    return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None)}
+    for name in sorted({*marks, *pauses} - known):
+        rows.append(_row(name, None, "Not configured on this node", None, marks.get(name) or {}, None,
+                         pauses.get(name)))
+    return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
+            "paused": sum(1 for r in rows if r.paused_since is not None)}
 
 
 def pushed_by(job_id: str) -> str:
@@ -99,6 +109,23 @@ def marks_of(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     return marks
 
 
+def pauses_of(snapshot: Snapshot) -> dict[str, datetime]:
+    """The document's schedule pauses, by name: when each began. A malformed
+    one is left out (the engine refuses such a document, I6)."""
+    raw = snapshot.header.get("schedule_pauses")
+    if not isinstance(raw, dict):
+        return {}
+    pauses = {}
+    for name, since in raw.items():
+        try:
+            when = moment(since)
+        except (TypeError, ValueError):
+            continue
+        if when is not None:
+            pauses[str(name)] = when
+    return pauses
+
+
 def late_schedules(snapshot: Snapshot) -> list[str]:
     """The overview's warnings: one per schedule of this node with a tick
     late (:func:`overdue_tick`), saying what to check."""
@@ -124,7 +151,14 @@ def overdue_tick(item: Schedule, marked: datetime | None, now: datetime) -> date
 
 
 def _row(name: str, item: Schedule | None, description: str, next_tick: datetime | None,
-         mark: dict[str, Any], overdue: datetime | None) -> ScheduleRow:
+         mark: dict[str, Any], overdue: datetime | None, paused_since: datetime | None) -> ScheduleRow:
     return ScheduleRow(name=name, schedule=item, description=description, next_tick=next_tick,
                        mark_tick=moment(mark.get("tick")), mark_outcome=mark.get("outcome"),
-                       mark_job=mark.get("job"), mark_at=moment(mark.get("at")), overdue=overdue)
+                       mark_job=mark.get("job"), mark_at=moment(mark.get("at")), overdue=overdue,
+                       paused_since=paused_since, paused_by=None if paused_since is None else paused_by(name))
+
+
+def paused_by(name: str) -> AuditEntry | None:
+    """The audited pause that holds schedule ``name`` paused (:func:`.auditlog.holding_pause`)."""
+    return auditlog.holding_pause(AuditEntry.Action.PAUSE_SCHEDULE, AuditEntry.Action.RESUME_SCHEDULE,
+                                  target=f"schedule={name}")

@@ -121,14 +121,8 @@ def _queue(snapshot: Snapshot, request: HttpRequest, name: str) -> dict[str, Any
 
 
 def last_pause(queue: str) -> AuditEntry | None:
-    """The audited pause that holds ``queue`` paused, as far as the audit log
-    knows: its latest successful pause or resume, when that is a pause. None
-    when it is a resume, or there is none: the queue was paused by code (the
-    engine's ``QueueClient.pause``), which is not audited."""
-    entry = (AuditEntry.objects.filter(queue=queue, outcome=AuditEntry.Outcome.OK,
-                                       action__in=(AuditEntry.Action.PAUSE, AuditEntry.Action.RESUME))
-             .order_by("-created_at", "-id").first())
-    return entry if entry is not None and entry.action == AuditEntry.Action.PAUSE else None
+    """The audited pause that holds ``queue`` paused (:func:`.auditlog.holding_pause`)."""
+    return auditlog.holding_pause(AuditEntry.Action.PAUSE, AuditEntry.Action.RESUME, queue=queue)
 
 
 def job_actions(job_id: str) -> list[AuditEntry]:

@@ -40,7 +40,7 @@ from queueadmin import config, runtime
 from queueadmin.api.auth import check_token
 from queueadmin.api.errors import ApiError
 from queueadmin.api.http import ClientGone, Receive, Request, Scope, Send
-from queueadmin.dashboard.schedules import marks_of, overdue_tick
+from queueadmin.dashboard.schedules import marks_of, overdue_tick, pauses_of
 from queueadmin.dashboard.snapshot import Snapshot, moment
 from queueadmin.dashboard.source import source
 from queueadmin.metrics.requests import bound_label, registry
@@ -204,7 +204,8 @@ class QueueCollector(Collector):
         marks = marks_of(snapshot)
         last = GaugeMetricFamily(
             "queueadmin_schedule_last_tick_timestamp_seconds",
-            "The latest tick of the schedule that a commit handled (Unix time), fired, missed or registered.",
+            "The latest tick of the schedule that a commit handled (Unix time), fired, missed, registered or "
+            "skipped (paused).",
             labels=["schedule", "outcome"],
         )
         for name, mark in sorted(marks.items()):
@@ -223,6 +224,16 @@ class QueueCollector(Collector):
             late = overdue_tick(item, moment((marks.get(item.name) or {}).get("tick")), now)
             overdue.add_metric([item.name], (now - late).total_seconds() if late is not None else 0.0)
         yield overdue
+        pauses = pauses_of(snapshot)
+        paused = GaugeMetricFamily(
+            "queueadmin_schedule_paused",
+            "1 while the schedule is paused (its ticks are skipped), 0 otherwise: this node's schedules and any "
+            "other paused one.",
+            labels=["schedule"],
+        )
+        for name in sorted({item.name for item in broker.schedules} | set(pauses)):
+            paused.add_metric([name], 1.0 if name in pauses else 0.0)
+        yield paused
 
 
 def _histogram(name: str, text: str, buckets: Buckets) -> HistogramMetricFamily:

@@ -154,7 +154,8 @@ def as_json(value: object) -> str:
 
 @register.inclusion_tag("queueadmin/dashboard/_action_button.html", takes_context=True)
 def action_button(context: template.Context, act: str, *, label: str, ids: str = "", queue: str = "",
-                  status: str = "", group: str = "", filter: str = "", cls: str = "small") -> dict[str, Any]:
+                  status: str = "", group: str = "", filter: str = "", schedule: str = "",
+                  cls: str = "small") -> dict[str, Any]:
     """One action button, posting a dry run: ``{% action_button "purge" ids=job.id label="Purge" %}``.
 
     The button's form gets exactly the scope given here and nothing from the
@@ -163,7 +164,7 @@ def action_button(context: template.Context, act: str, *, label: str, ids: str =
     the queue with this status". From the page it takes only ``here`` (where
     to come back to); the CSRF token is passed on by Django."""
     return {"act": act, "label": label, "ids": ids, "queue": queue, "status": status, "group": group,
-            "filter": filter, "cls": cls, "here": context.get("here", "")}
+            "filter": filter, "schedule": schedule, "cls": cls, "here": context.get("here", "")}
 
 
 @register.simple_tag

@@ -21,7 +21,17 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from engine import DirectClient, FileStore, GroupCommitter, MemoryStore, Policy, Worker, schedule, utc_now
+from engine import (
+    DirectClient,
+    FileStore,
+    GroupCommitter,
+    MemoryStore,
+    Policy,
+    Worker,
+    pause_schedule_op,
+    schedule,
+    utc_now,
+)
 from engine.ops import FireSchedules, TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
@@ -96,7 +106,7 @@ def test_queuestatus_json(store: FileStore) -> None:
     assert 0 <= lease["age_seconds"] < 10 and 50 < lease["left_seconds"] <= 60
 
 
-def test_queuestatus_lists_each_schedules_last_tick(store: FileStore) -> None:
+def test_queuestatus_lists_each_schedules_last_tick_and_pause(store: FileStore) -> None:
     client = DirectClient(store)
     nightly = schedule("nightly", queue="reports", payload={}, policy=Policy(), cron="0 3 * * *")
     ping = schedule("ping", queue="pings", payload=1, policy=Policy(), every_seconds=60)
@@ -104,15 +114,22 @@ def test_queuestatus_lists_each_schedules_last_tick(store: FileStore) -> None:
     night, minute = nightly.latest_due(now), ping.latest_due(now)
     assert night is not None and minute is not None
     client.execute(FireSchedules(fires=(nightly.fire(night), ping.fire(minute)), since=minute))
+    client.execute(pause_schedule_op("ping"))
+    client.execute(pause_schedule_op("later"))  # paused before any tick: no mark yet
     out, _ = run("queuestatus")
     lines = out.splitlines()
-    at = lines.index("schedules: 2")
-    assert lines[at + 1].split() == ["schedule", "last", "tick", "outcome", "job"]
-    assert lines[at + 2].split()[0] == "nightly" and lines[at + 2].split()[-2:] == ["registered", "-"]
-    assert lines[at + 3].split()[0] == "ping" and lines[at + 3].split()[-2:] == ["fired", ping.job_id(minute)]
+    at = lines.index("schedules: 3")
+    assert lines[at + 1].split() == ["schedule", "last", "tick", "outcome", "job", "paused"]
+    assert lines[at + 2].split()[:5] == ["later", "-", "-", "-", "since"]
+    assert lines[at + 3].split()[0] == "nightly" and lines[at + 3].split()[-3:] == ["registered", "-", "-"]
+    assert lines[at + 4].split()[0] == "ping" and lines[at + 4].split()[-5:-3] == ["fired", ping.job_id(minute)]
+    assert lines[at + 4].split()[-3] == "since"
     status = orjson.loads(run("queuestatus", "--json")[0])
     assert status["schedules"]["ping"]["job"] == ping.job_id(minute) and status["schedules"]["ping"]["age_seconds"] < 60
+    assert status["schedules"]["ping"]["paused_since"] is not None
     assert status["schedules"]["nightly"]["outcome"] == "registered"
+    assert status["schedules"]["nightly"]["paused_since"] is None
+    assert status["schedules"]["later"]["tick"] is None
 
 
 def test_queuestatus_reports_an_expired_lease_and_no_leader(store: FileStore) -> None:

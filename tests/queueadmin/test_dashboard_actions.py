@@ -50,12 +50,15 @@ def test_every_action_names_a_declared_permission_and_form_scopes() -> None:
     declared = {codename for codename, _ in AuditEntry._meta.permissions}
     fields = set(ActionForm.base_fields)
     for action in AuditEntry.Action:
-        assert action.label == action.value  # the stored choices (a label change is a migration)
+        # The stored choices (a label change is a migration): the value, in words.
+        assert action.label == action.value.replace("_", " ")
         spec = action.spec
         assert spec.permission in declared | {""}, action
         assert all(set(scope) <= fields for scope in spec.scopes), action
-        assert (spec.operation is not None) == bool(spec.scopes) == bool(spec.scope_error), action
-    assert ACTIONS == ("requeue", "purge", "redrive", "pause", "resume", "forget")
+        builds = spec.operation is not None or spec.schedule_operation is not None
+        assert builds == bool(spec.scopes) == bool(spec.scope_error), action
+    assert ACTIONS == ("requeue", "purge", "redrive", "pause", "resume", "forget", "pause_schedule",
+                       "resume_schedule", "forget_schedule")
 
 
 

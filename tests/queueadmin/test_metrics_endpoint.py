@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import Broker
+from engine import Broker, pause_schedule_op
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.metrics import exporter
@@ -214,6 +214,11 @@ def test_each_schedules_last_tick_and_how_late_it_is(settings: SettingsWrapper, 
                  outcome="registered") == mark.tick.timestamp()
     assert value(samples, "queueadmin_schedule_overdue_seconds", schedule="nightly") == 0
     assert value(samples, "queueadmin_schedule_overdue_seconds", schedule="tick") == 0
+    assert value(samples, "queueadmin_schedule_paused", schedule="tick") == 0
+    broker.execute(pause_schedule_op("tick"))
+    source.reset()
+    assert value(scrape(), "queueadmin_schedule_paused", schedule="tick") == 1
+    assert value(scrape(), "queueadmin_schedule_paused", schedule="nightly") == 0
     # The leader stops, its ticks with it. Ten minutes on (more than this
     # test's two-minute heartbeat and the grace), the tick after the mark is late.
     broker.stop()

@@ -12,7 +12,7 @@ sends it (``/api/v1/operator``), so the nodes' ``DJANGO_SECRET_KEY`` must be
 set here too.
 
 Exit status: 0 when the action ran (or, for pause and resume, when the queue
-already was as asked), 1 otherwise: a refused or invalid request, nothing to
+or schedule already was as asked), 1 otherwise: a refused or invalid request, nothing to
 act on, a run not confirmed, or a run the broker refused.
 """
 
@@ -39,8 +39,9 @@ class Command(BaseCommand):
     # It needs neither the task backend nor its API token (the run is signed
     # and sent to the leader): the system checks would only warn about those.
     requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
-    help = ("Requeue, purge, redrive, pause, resume or forget, as on the dashboard: a dry run first, then (after "
-            "--yes or a typed confirmation) a run on exactly the dry run's jobs, audited in the name of --user.")
+    help = ("Requeue, purge, redrive, pause, resume or forget (a queue, or with --schedule a schedule), as on the "
+            "dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry run's "
+            "jobs, audited in the name of --user.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=ACTIONS)
@@ -54,6 +55,9 @@ class Command(BaseCommand):
         scope.add_argument("--filter", default="", metavar="QUERY",
                            help="every job the jobs list's filter matches, as its query string, e.g. "
                                 "'queue=orders&status=dead&error=KeyError' (requeue, purge)")
+        scope.add_argument("--schedule", default="", metavar="NAME",
+                           help="a schedule of QUEUE_SCHEDULES (pause_schedule, resume_schedule), or one whose mark "
+                                "the document keeps after it was removed (forget_schedule)")
         parser.add_argument("--user", required=True, help="the Django user it is done and audited as; needs the "
                                                           "dashboard's view permission and the action's")
         parser.add_argument("--reason", required=True, help="why: goes into the audit log")
@@ -62,7 +66,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         form = ActionForm({"action": options["action"], "ids": " ".join(options["ids"]), "queue": options["queue"],
-                           "status": options["status"], "group": options["group"], "filter": options["filter"]})
+                           "status": options["status"], "group": options["group"], "filter": options["filter"],
+                           "schedule": options["schedule"]})
         if not form.is_valid():
             errors = [str(e) for e in form.non_field_errors()]
             errors += [f"--{name}: {e}" for name, field_errors in form.errors.items() if name != "__all__"
@@ -81,7 +86,7 @@ class Command(BaseCommand):
         plan = actions.plan(snapshot, form.cleaned_data)
         self._show(plan)
         if not plan.runnable:
-            if plan.toggles and plan.problems == [plan.spec.needless % {"queue": plan.queue}]:
+            if plan.toggles and plan.problems == [plan.spec.needless % plan.words]:
                 return  # already as asked: a deploy script's pause may run twice
             raise CommandError("Nothing to run; nothing was changed.")
         if options["dry_run"]:
@@ -108,7 +113,8 @@ class Command(BaseCommand):
 
     def _show(self, plan: actions.Plan) -> None:
         out = self.stdout.write
-        out(f"{plan.action.title()}{' · ' + plan.queue if plan.queue else ''}: dry run against seq {plan.seq}, "
+        out(f"{plan.title}{' · ' + (plan.schedule or plan.queue) if plan.schedule or plan.queue else ''}: dry run "
+            f"against seq {plan.seq}, "
             f"{plan.target}.")
         if not plan.toggles and not plan.forgets:
             count = plan.count

@@ -21,6 +21,7 @@ from engine import (
     Policy,
     QueueCounters,
     QueueState,
+    ScheduleMark,
     counters_dict,
     marker_key,
     parse_document,
@@ -93,15 +94,23 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
         "leader": {"id": state.broker.id, "url": state.broker.url, "epoch": state.broker.epoch},
         "queues": queues,
         "leases": leases,
-        # Recurring jobs: the latest tick each schedule's leader handled (engine.schedules).
-        "schedules": {name: {"tick": mark.tick, "outcome": mark.outcome, "job": mark.job, "at": mark.at,
-                             "age_seconds": (now - mark.tick).total_seconds()}
-                      for name, mark in sorted(state.schedules.items())},
+        # Recurring jobs: the latest tick each schedule's leader handled
+        # (engine.schedules), and when its pause began if it is paused; a
+        # schedule paused before any tick has no mark yet (tick None).
+        "schedules": {name: _schedule(state.schedules.get(name), state.schedule_pauses.get(name), now)
+                      for name in sorted({*state.schedules, *state.schedule_pauses})},
     }
 
 
 def _next_due(seconds: float | None) -> str:
     return "-" if seconds is None else f"in {_duration(seconds)}"
+
+
+def _schedule(mark: ScheduleMark | None, paused_since: datetime | None, now: datetime) -> dict[str, Any]:
+    """One schedule's line of the status: its mark (or Nones) and its pause."""
+    return {"tick": mark.tick if mark else None, "outcome": mark.outcome if mark else None,
+            "job": mark.job if mark else None, "at": mark.at if mark else None,
+            "age_seconds": (now - mark.tick).total_seconds() if mark else None, "paused_since": paused_since}
 
 
 def _duration(seconds: float) -> str:
@@ -167,10 +176,12 @@ def render(status: dict[str, Any]) -> list[str]:
         lines.append("(times against this machine's clock; the leader's clock stamped the leases)")
     schedules = status.get("schedules") or {}
     if schedules:
-        rows = [[name, f"{mark['tick']:%Y-%m-%d %H:%M:%S}Z ({_duration(mark['age_seconds'])} ago)", mark["outcome"],
-                 mark["job"] or "-"] for name, mark in schedules.items()]
-        lines += ["", f"schedules: {len(schedules)}", *_table(["schedule", "last tick", "outcome", "job"], rows,
-                                                               left=4)]
+        rows = [[name, f"{mark['tick']:%Y-%m-%d %H:%M:%S}Z ({_duration(mark['age_seconds'])} ago)"
+                 if mark["tick"] is not None else "-", mark["outcome"] or "-", mark["job"] or "-",
+                 f"since {mark['paused_since']:%Y-%m-%d %H:%M:%S}Z" if mark["paused_since"] is not None else "-"]
+                for name, mark in schedules.items()]
+        lines += ["", f"schedules: {len(schedules)}",
+                  *_table(["schedule", "last tick", "outcome", "job", "paused"], rows, left=5)]
     return lines
 
 
