@@ -340,7 +340,7 @@ def audit(request: HttpRequest) -> HttpResponse:
         "rows": rows,
         "filters": filters,
         "query_base": urlencode({k: v for k, v in filters.items() if v}),
-        "action_choices": AuditEntry.Action.values,
+        "action_choices": AuditEntry.Action.choices,
         "usernames": AuditEntry.objects.order_by().values_list("username", flat=True).distinct(),
         "formats": list(auditlog.FORMATS),
     })
