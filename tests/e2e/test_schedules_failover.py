@@ -71,3 +71,51 @@ def test_each_tick_runs_once_across_a_killed_leader(cluster_factory: Callable[..
     assert document["queues"]["default"]["pushed"] == document["queues"]["default"]["completed"] + sum(
         1 for j in document["jobs"] if j["queue"] == "default")
     assert document["queues"]["default"]["completed"] == len(ids)
+
+
+def test_a_pause_made_through_a_standby_holds_across_a_killed_leader(cluster_factory: Callable[..., Cluster],
+                                                                   tmp_path: Path) -> None:
+    """``queueaction`` (a process of its own, forwarding the signed pause to
+    the leader) pauses the schedule; the leader is killed; the new leader,
+    which never saw the pause made, skips the ticks too, and a resume brings
+    them back without running the skipped ones."""
+    from tests.e2e.browser import USER, with_operator  # the superuser the action is audited as
+
+    record = tmp_path / "runs.jsonl"
+    cluster, a = with_operator(cluster_factory(QUEUE_SCHEDULES=orjson.dumps(SCHEDULES).decode(),
+                                               E2E_RECORD=str(record)))
+    wait_for(lambda: a.role() == "leader", 30, "the first node to lead")
+    b = cluster.node()
+    worker = cluster.worker("--queue", "default", "--concurrency", "4", "--broker", a.url, "--broker", b.url)
+    wait_for(lambda: len(runs(record)) >= 2, 30, "two ticks to run")
+
+    paused = cluster.manage("queueaction", "pause_schedule", "--schedule", "every-second", "--user", USER,
+                            "--reason", "e2e pause", "--yes")
+    assert paused.returncode == 0, paused.stderr.decode()
+    assert "Paused schedule every-second on the leader" in paused.stdout.decode()
+    paused_at = datetime.fromisoformat(cluster.document()["schedule_pauses"]["every-second"])
+    wait_for(lambda: cluster.document()["schedules"]["every-second"]["outcome"] == "skipped", 30,
+             "a tick to be skipped")
+
+    a.kill()
+    wait_for(lambda: b.role() == "leader", 30, "the standby to take over")
+    taken_over = datetime.now(UTC)
+    wait_for(lambda: datetime.fromisoformat(cluster.document()["schedules"]["every-second"]["tick"])
+             > taken_over + timedelta(seconds=2), 30, "the new leader to handle ticks")
+    assert cluster.document()["schedules"]["every-second"]["outcome"] == "skipped"
+    # Nothing pushed for a tick after the pause; the worker drains what was pushed before it.
+    wait_for(lambda: not any(j["queue"] == "default" for j in cluster.document()["jobs"]), 30, "the queue to drain")
+    assert all(tick(str(r["id"])) <= paused_at for r in runs(record))
+
+    resumed = cluster.manage("queueaction", "resume_schedule", "--schedule", "every-second", "--user", USER,
+                             "--reason", "e2e resume", "--yes")
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    resumed_at = datetime.now(UTC)
+    wait_for(lambda: any(tick(str(r["id"])) > resumed_at for r in runs(record)), 30, "ticks to run again")
+    worker.terminate()
+    assert worker.wait(60) == 0
+    ids = [str(r["id"]) for r in runs(record)]
+    assert len(ids) == len(set(ids)), f"a tick ran twice: {sorted(ids)}"
+    # None of the ticks between the pause and the resume ran, and none was caught up after.
+    skipped = [t for t in map(tick, ids) if paused_at < t < resumed_at - timedelta(seconds=1)]
+    assert skipped == [], skipped
