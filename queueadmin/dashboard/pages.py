@@ -23,7 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.joblist import find_job, task_call
-from queueadmin.dashboard.schedules import late_schedules, pushed_by
+from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
@@ -129,6 +129,9 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
         if q.paused:
             waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
             found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
+    for name, since in sorted(pauses_of(snapshot).items()):
+        found.append(Alert("info", f"Schedule {name} is paused (since {since:%Y-%m-%d %H:%M} UTC): its ticks push "
+                                   "nothing until it is resumed on the Schedules page."))
     return found
 
 

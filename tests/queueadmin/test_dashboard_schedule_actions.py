@@ -82,6 +82,9 @@ def test_a_pause_skips_every_tick_until_resumed_and_both_are_audited(scheduled: 
     assert 'data-testid="schedule-paused"' in html and "reports service down" in html
     assert "1 schedule is paused" in html and 'value="resume_schedule"' in html
     assert 'value="pause_schedule"' not in html
+    # The overview says so too, as it does for a paused queue.
+    alerts = [a.text for a in scheduler.get("/").context["alerts"]]
+    assert any(text.startswith("Schedule tick is paused (since ") for text in alerts), alerts
 
     resumed_at = datetime.now(UTC)
     assert act(scheduler, action="resume_schedule", schedule="tick", reason="back").status_code in (200, 302)
@@ -94,6 +97,7 @@ def test_a_pause_skips_every_tick_until_resumed_and_both_are_audited(scheduled: 
     source.reset()
     [row] = scheduler.get("/schedules/").context["rows"]
     assert row.paused_since is None and row.paused_by is None
+    assert not [a for a in scheduler.get("/").context["alerts"] if "is paused" in a.text]
 
 
 def test_pausing_a_paused_schedule_or_resuming_a_running_one_offers_nothing(scheduled: Broker,
