@@ -40,7 +40,9 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
 * ``schedules`` — in the versions the watcher saw, a schedule's marked tick
   never goes back (I3, I5), and it moves on every period: a stall longer
   than the period and a slack is allowed only while a fault, or the
-  recovery after one (``recovery_cap_seconds``), lasts.
+  recovery after one (``recovery_cap_seconds``), lasts. A version that has a
+  schedule paused never has its mark *fired* by a commit applied after the
+  pause began (an operator pauses and resumes it, chaos.pauser).
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
   the cluster healed, a node led before each idle measurement.
 """
@@ -567,9 +569,21 @@ def _check_recovery(history: History, limits: Limits, verdict: Verdict) -> None:
 def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None:
     problems = []
     moves: dict[str, list[tuple[float, str]]] = defaultdict(list)  # per schedule: (when seen, tick) as it moved
+    skips: set[tuple[str, str]] = set()
     for version in history.versions:
         if version.source != "store" or not version.schedules:
             continue
+        for name, since in (version.schedule_pauses or {}).items():
+            outcome, at = (version.schedule_marks or {}).get(name, ["", ""])
+            # Both stamped by leaders' clocks in the same format: text order is
+            # time order. Equal: the fire and the pause in one commit (one
+            # ``now``), the fire applied first, which is right.
+            if outcome == "fired" and at > since:
+                problems.append(f"schedule {name}: its tick {version.schedules.get(name)} fired at {at}, while "
+                                f"paused since {since} (seq {version.seq})")
+        for name, (outcome, _) in (version.schedule_marks or {}).items():
+            if outcome == "skipped":
+                skips.add((name, version.schedules[name]))
         for name, tick in version.schedules.items():
             seen = moves[name]
             # Ticks are written alike ("2026-12-04T02:10:00Z"): text order is time order.
@@ -587,6 +601,7 @@ def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None
                                 f"(from {before:.3f}), with no fault about")
     verdict.failures["schedules"] = problems
     verdict.figures["schedule_ticks_seen"] = sum(len(seen) for seen in moves.values())
+    verdict.figures["schedule_ticks_skipped_seen"] = len(skips)
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

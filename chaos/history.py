@@ -64,6 +64,8 @@ class Version:
     pid: int | None = None  # the node process that answered (health)
     segments: list[str] | None = None  # format 2: the segment keys the version references (store)
     schedules: dict[str, str] | None = None  # each schedule's marked tick, as written (store)
+    schedule_marks: dict[str, list[str]] | None = None  # each mark's [outcome, at], as written (store)
+    schedule_pauses: dict[str, str] | None = None  # each paused schedule's pause start, as written (store)
 
 
 @dataclass(slots=True, kw_only=True)

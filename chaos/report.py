@@ -22,7 +22,8 @@ CHECKS = {
     "idle": "idle CPU and store requests flat after the faults (I11)",
     "failover": "every fault recovered; a long-paused leader is replaced during its pause",
     "document": "a deleted document is not re-created, an unreadable one not overwritten (I6, I10)",
-    "schedules": "a schedule's tick only moves forward, and stalls only during a fault (recurring jobs)",
+    "schedules": "a schedule's tick only moves forward, stalls only during a fault, and never fires while paused "
+                 "(recurring jobs)",
     "harness": "the run went as planned (nemesis, healing, a leader before each idle measurement)",
 }
 MAX_EXAMPLES = 5
@@ -57,7 +58,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"{f['timeouts_during_faults']})",
         f"duplicates: {f['redelivered']} jobs delivered more than once, {f['executed_twice']} run to completion "
         f"by two leases, {f['completed_twice']} completed twice",
-        f"schedule ticks seen moving: {f.get('schedule_ticks_seen', 0)}",
+        f"schedule ticks seen moving: {f.get('schedule_ticks_seen', 0)}, of which skipped (paused): "
+        f"{f.get('schedule_ticks_skipped_seen', 0)}",
         f"recovery time after a fault: worst {f['recovery_worst_seconds']} s, median {f['recovery_median_seconds']} s",
     ]
     for why, jobs in sorted(outcome.verdict.duplicates.items()):

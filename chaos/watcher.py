@@ -20,7 +20,8 @@ HEALTH_POLL_SECONDS = 0.25
 
 def describe_document(data: bytes) -> dict[str, Any] | None:
     """seq, epoch, broker id and writer of a document's bytes, its segment
-    keys and its schedules' marked ticks; None if they don't parse."""
+    keys, its schedules' marked ticks (with each one's outcome and when it
+    was applied) and pauses; None if they don't parse."""
     try:
         doc = orjson.loads(data)
         broker = doc.get("broker") or {}
@@ -28,6 +29,10 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
                 "writer": doc.get("writer")}
         if doc.get("schedules"):
             info["schedules"] = {str(name): str(mark["tick"]) for name, mark in doc["schedules"].items()}
+            info["schedule_marks"] = {str(name): [str(mark["outcome"]), str(mark["at"])]
+                                      for name, mark in doc["schedules"].items()}
+        if doc.get("schedule_pauses"):
+            info["schedule_pauses"] = {str(name): str(since) for name, since in doc["schedule_pauses"].items()}
         if "lanes" in doc:  # format 2 (and 3's delayed segments)
             info["segments"] = [str(ref["key"]) for lane in doc["lanes"].values()
                                 for ref in (*lane["segments"], *lane.get("delayed", ()))]

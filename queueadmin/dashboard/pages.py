@@ -129,8 +129,8 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
         if q.paused:
             waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
             found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
-    for name, since in sorted(pauses_of(snapshot).items()):
-        found.append(Alert("info", f"Schedule {name} is paused (since {since:%Y-%m-%d %H:%M} UTC): its ticks push "
+    for name, paused_at in sorted(pauses_of(snapshot).items()):
+        found.append(Alert("info", f"Schedule {name} is paused (since {paused_at:%Y-%m-%d %H:%M} UTC): its ticks push "
                                    "nothing until it is resumed on the Schedules page."))
     return found
 

@@ -274,6 +274,25 @@ def test_a_schedule_stall_during_a_fault_or_its_recovery_is_allowed() -> None:
     assert verdict.figures["schedule_ticks_seen"] == 4
 
 
+def test_a_schedule_fired_while_paused_is_flagged_and_skipped_ticks_are_counted() -> None:
+    r = clean()
+    _marks(r, [(100, "00"), (102, "02"), (104, "04"), (106, "06")])
+    paused = "2026-12-04T02:10:01.500Z"
+    for version, (outcome, at) in zip(r.history.versions[-4:], [("fired", "2026-12-04T02:10:00.010Z"),
+                                                               ("skipped", "2026-12-04T02:10:02.010Z"),
+                                                               ("fired", "2026-12-04T02:10:04.010Z"),
+                                                               ("fired", "2026-12-04T02:10:06.010Z")], strict=True):
+        version.schedule_marks = {"tick": [outcome, at]}
+    # Paused from the second version on; the fourth was resumed (no pause in it): only the third is wrong.
+    for version in r.history.versions[-3:-1]:
+        version.schedule_pauses = {"tick": paused}
+    verdict = check(r.final(jobs=["j2", "j3"]), Limits(schedule_seconds=2, schedule_slack_seconds=3))
+    assert verdict.failures["schedules"] == [
+        f"schedule tick: its tick 2026-12-04T02:10:04Z fired at 2026-12-04T02:10:04.010Z, while paused since {paused} "
+        "(seq 12)"]
+    assert verdict.figures["schedule_ticks_skipped_seen"] == 1
+
+
 def test_document_events_are_flagged() -> None:
     r = clean()
     r.history.event("I10: a node re-created the deleted document")
