@@ -52,6 +52,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -575,10 +576,11 @@ def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None
             continue
         for name, since in (version.schedule_pauses or {}).items():
             outcome, at = (version.schedule_marks or {}).get(name, ["", ""])
-            # Both stamped by leaders' clocks in the same format: text order is
-            # time order. Equal: the fire and the pause in one commit (one
-            # ``now``), the fire applied first, which is right.
-            if outcome == "fired" and at > since:
+            # Both stamped by leaders' clocks (parsed: a whole second is
+            # written without a fraction, so text order is not time order).
+            # Equal: the fire and the pause in one commit (one ``now``), the
+            # fire applied first, which is right.
+            if outcome == "fired" and datetime.fromisoformat(at) > datetime.fromisoformat(since):
                 problems.append(f"schedule {name}: its tick {version.schedules.get(name)} fired at {at}, while "
                                 f"paused since {since} (seq {version.seq})")
         for name, (outcome, _) in (version.schedule_marks or {}).items():
