@@ -26,7 +26,7 @@ from django.test import Client
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from engine import Broker, Policy, schedule
+from engine import Broker, Policy, pause_schedule_op, schedule
 from engine.ops import FireSchedules, claim_op, fail_op, push_op
 from queueadmin.dashboard.forms import ACTIONS
 from queueadmin.dashboard.snapshot import error_signature, group_key
@@ -134,6 +134,9 @@ def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[st
         tick = RECURRING.latest_due(datetime.now(UTC))
         assert tick is not None
         broker.execute(FireSchedules(fires=(RECURRING.fire(tick),), since=tick))
+        # And pauses: of that schedule, and of one with no mark (the page offers Resume and Forget).
+        broker.execute(pause_schedule_op(RECURRING.name))
+        broker.execute(pause_schedule_op("fuzz-paused-unmarked"))
         for path in ("/", "/jobs/" + query, "/workers/", "/dead/", "/document/", "/audit/" + query, "/queues/q/",
                      "/queues/r/", "/schedules/"):
             response = page(operator_client, path)
