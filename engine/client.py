@@ -23,6 +23,7 @@ from engine.ops import (
     fail_op,
     get_job_op,
     heartbeat_op,
+    limit_op,
     pause_op,
     purge_op,
     push_op,
@@ -149,6 +150,12 @@ class QueueClient(abc.ABC):
         result: bool = self.execute(pause_op(queue, paused=paused))
         return result
 
+    def limit(self, queue: str, max_running: int | None) -> int | None:
+        """Let at most ``max_running`` of ``queue``'s jobs run at once, across
+        every worker (None: no limit); returns the limit before."""
+        result: int | None = self.execute(limit_op(queue, max_running))
+        return result
+
 
 def unwrap(result: Any) -> Any:
     """Raise ``result`` if it is an error outcome, else return it."""
@@ -228,4 +235,8 @@ class AsyncQueueMethods(abc.ABC):
 
     async def apause(self, queue: str, *, paused: bool = True) -> bool:
         result: bool = await self.aexecute(pause_op(queue, paused=paused))
+        return result
+
+    async def alimit(self, queue: str, max_running: int | None) -> int | None:
+        result: int | None = await self.aexecute(limit_op(queue, max_running))
         return result

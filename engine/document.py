@@ -112,6 +112,8 @@ class QueueState:
         self.dropped_segments: list[str] = []
         # Pending jobs per queue in the document (not in segments).
         self.pending_here: dict[str, int] = {}
+        # Running jobs per queue (all in the document): for concurrency limits.
+        self.running_here: dict[str, int] = {}
         # Ids of jobs that left the document recently: the dedup window.
         self.finished = FinishedIds()
         # Jobs that left since the last encoding, when someone listens for
@@ -212,8 +214,8 @@ class QueueState:
     def add_job(self, job: Job) -> None:
         """Append ``job`` at the back of the FIFO order (or move it there)."""
         old = self.jobs.pop(job.id, None)
-        if old is not None and old.status == "pending":
-            self.pending_here[old.queue] -= 1
+        if old is not None:
+            self._count(old, -1)
         pos = self.next_pos
         self.next_pos = pos + 1
         self._place(job, pos)
@@ -229,16 +231,22 @@ class QueueState:
         self.jobs[job.id] = job
         self.pos[job.id] = pos
         self._encoded_jobs.append(job.id, encode_job(job, pos if self.segmented else None))
-        if job.status == "pending":
-            self.pending_here[job.queue] = self.pending_here.get(job.queue, 0) + 1
+        self._count(job, 1)
         self._index(job, pos)
         self.dirty = True
+
+    def _count(self, job: Job, delta: int) -> None:
+        """Count ``job`` in (``delta`` 1) or out (-1) of its queue's pending
+        or running jobs in the document."""
+        counts = self.pending_here if job.status == "pending" else self.running_here
+        counts[job.queue] = counts.get(job.queue, 0) + delta
 
     def replace_job(self, job: Job) -> None:
         """Replace a job in place, keeping its position."""
         old = self.jobs[job.id]
         if old.status != job.status:
-            self.pending_here[job.queue] += 1 if job.status == "pending" else -1
+            self._count(old, -1)
+            self._count(job, 1)
         self.jobs[job.id] = job
         pos = self.pos[job.id]
         self._encoded_jobs.update(job.id, encode_job(job, pos if self.segmented else None))
@@ -248,8 +256,7 @@ class QueueState:
     def remove_job(self, job_id: str) -> Job:
         job = self.jobs.pop(job_id)
         del self.pos[job_id]
-        if job.status == "pending":
-            self.pending_here[job.queue] -= 1
+        self._count(job, -1)
         self._encoded_jobs.remove(job_id)
         self.dirty = True
         return job
@@ -381,12 +388,28 @@ class QueueState:
             return None
         return job
 
+    def room(self, queue: str) -> int | None:
+        """How many more of ``queue``'s jobs may start running under its
+        concurrency limit (``max_running``; 0 when at or above it); None
+        when it has no limit."""
+        counters = self.queues.get(queue)
+        if counters is None or counters.max_running is None:
+            return None
+        return max(counters.max_running - self.running_here.get(queue, 0), 0)
+
     def take_eligible(self, queues: Iterable[str], limit: int, now: datetime) -> list[Job]:
         """Return up to ``limit`` pending jobs of ``queues`` that may run at
-        ``now``, oldest position first across all the queues (I7). The jobs
-        stay pending; the caller changes them."""
+        ``now``, oldest position first across all the queues (I7), and no
+        more of a queue than its concurrency limit leaves room for
+        (:meth:`room`). The jobs stay pending; the caller changes them."""
         heads: list[tuple[int, str, str]] = []  # (pos, id, queue)
+        rooms: dict[str, int] = {}
         for queue in queues:
+            room = self.room(queue)
+            if room is not None:
+                if room == 0:
+                    continue
+                rooms[queue] = room
             self._promote_due(queue, now)
             head = self._ready_head(queue)
             if head is not None:
@@ -401,6 +424,10 @@ class QueueState:
             ready = self._ready[queue]
             heapq.heappop(ready)
             taken.append(self.jobs[job_id])
+            if queue in rooms:
+                rooms[queue] -= 1
+                if rooms[queue] == 0:
+                    continue  # its limit reached: its next job stays for a later claim
             head = self._ready_head(queue)
             if head is not None:
                 heapq.heappush(heads, (head[0], head[1], queue))
@@ -475,6 +502,9 @@ class QueueState:
         ``limit`` when fewer are claimable (an overestimate, never an
         underestimate). Changes no job; tidies the indexes as a claim would."""
         self._promote_due(queue, now)
+        room = self.room(queue)
+        if room is not None:
+            limit = min(limit, room)  # a queue at its concurrency limit has nothing to hand out
         if limit <= 0 or self._ready_head(queue) is None:
             return 0
         count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
@@ -607,7 +637,8 @@ def schedule_dict(mark: ScheduleMark) -> dict[str, Any]:
 
 
 def counters_dict(c: QueueCounters) -> dict[str, int | bool]:
-    return {
+    """``queues.<name>``; ``max_running`` only when the queue has a limit."""
+    counters: dict[str, int | bool] = {
         "pushed": c.pushed,
         "completed": c.completed,
         "failed": c.failed,
@@ -616,6 +647,9 @@ def counters_dict(c: QueueCounters) -> dict[str, int | bool]:
         "dead_dropped": c.dead_dropped,
         "paused": c.paused,
     }
+    if c.max_running is not None:
+        counters["max_running"] = c.max_running
+    return counters
 
 
 def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:

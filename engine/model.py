@@ -180,9 +180,11 @@ class QueueCounters:
 
     ``failed`` counts attempts that ended badly (an explicit fail or an expired
     lease); ``dead`` counts jobs moved to the dead letters; ``dead_dropped``
-    counts dead letters discarded because the list was full. ``paused`` is
-    not a counter but the queue's one flag: a paused queue takes pushes and
-    hands out no claims.
+    counts dead letters discarded because the list was full. ``paused`` and
+    ``max_running`` are not counters but the queue's settings: a paused queue
+    takes pushes and hands out no claims; a queue with ``max_running`` hands
+    out a claim only while fewer of its jobs run, across every worker (None:
+    no limit).
     """
 
     pushed: int = 0
@@ -192,6 +194,7 @@ class QueueCounters:
     purged: int = 0
     dead_dropped: int = 0
     paused: bool = False
+    max_running: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,6 +46,7 @@ from engine.optypes import (
     ScheduleFire,
     Seal,
     SealDelayed,
+    SetLimit,
     SetPaused,
     TakeOver,
     Tick,
@@ -57,6 +58,7 @@ __all__ = [
     "ID_PATTERN",
     "ID_RULE",
     "MAX_PAYLOAD_DEPTH",
+    "MAX_RUNNING_LIMIT",
     "MAX_WORKER_CHARS",
     "QUEUE_NAME",
     "Claim",
@@ -82,6 +84,7 @@ __all__ = [
     "ScheduleFire",
     "Seal",
     "SealDelayed",
+    "SetLimit",
     "SetPaused",
     "TakeOver",
     "Tick",
@@ -94,6 +97,7 @@ __all__ = [
     "forget_op",
     "get_job_op",
     "heartbeat_op",
+    "limit_op",
     "pause_op",
     "purge_op",
     "push_op",
@@ -297,6 +301,22 @@ def pause_op(queue: str, *, paused: bool = True) -> SetPaused:
     if not isinstance(paused, bool):
         raise ValidationError(f"paused must be true or false, got {paused!r}")
     return SetPaused(queue=check_queue(queue), paused=paused)
+
+
+#: The highest concurrency limit a queue takes (a limit is for protecting a
+#: downstream service; more than this is no limit).
+MAX_RUNNING_LIMIT = 100_000
+
+
+def limit_op(queue: str, max_running: int | None) -> SetLimit:
+    """Limit ``queue`` to ``max_running`` jobs running at once (1 to
+    :data:`MAX_RUNNING_LIMIT`), or remove its limit with None. Its outcome
+    is the limit before."""
+    if max_running is not None and (isinstance(max_running, bool) or not isinstance(max_running, int)
+                                    or not 1 <= max_running <= MAX_RUNNING_LIMIT):
+        raise ValidationError(f"max_running must be a whole number from 1 to {MAX_RUNNING_LIMIT}, or null for "
+                              f"no limit, got {max_running!r}")
+    return SetLimit(queue=check_queue(queue), max_running=max_running)
 
 
 def forget_op(queue: str) -> ForgetQueue:

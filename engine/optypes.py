@@ -43,6 +43,7 @@ __all__ = [
     "ScheduleFire",
     "Seal",
     "SealDelayed",
+    "SetLimit",
     "SetPaused",
     "SetSchedulePaused",
     "TakeOver",
@@ -182,6 +183,17 @@ class SetPaused:
 
     queue: str
     paused: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetLimit:
+    """Set ``queue``'s concurrency limit: at most ``max_running`` of its jobs
+    run at once, across every worker; None removes the limit. Jobs already
+    running above a new, lower limit carry on; no claim is handed out until
+    fewer run. Like a pause, it creates the queue's entry if there is none."""
+
+    queue: str
+    max_running: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,6 +383,7 @@ Operation = (
     | Requeue
     | Purge
     | SetPaused
+    | SetLimit
     | ForgetQueue
     | GetJob
     | Tick

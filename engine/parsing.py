@@ -190,6 +190,7 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             purged=r.integer(counters, "purged", where) if "purged" in counters else 0,
             dead_dropped=r.integer(counters, "dead_dropped", where) if "dead_dropped" in counters else 0,
             paused=r.flag(counters, "paused", where),
+            max_running=r.integer(counters, "max_running", where, low=1) if "max_running" in counters else None,
         )
 
     _finished(r, raw.get("finished", []), state.finished, "finished")

@@ -55,6 +55,7 @@ from engine.optypes import (
     Requeue,
     Seal,
     SealDelayed,
+    SetLimit,
     SetPaused,
     SetSchedulePaused,
     TakeOver,
@@ -84,6 +85,7 @@ __all__ = [
     "requeue",
     "seal",
     "seal_delayed",
+    "set_limit",
     "set_paused",
     "still_expected",
     "take_over",
@@ -97,6 +99,16 @@ def set_paused(state: QueueState, op: SetPaused, now: datetime) -> bool:
     was = counters.paused
     counters.paused = op.paused
     state.dirty = True
+    return was
+
+
+def set_limit(state: QueueState, op: SetLimit, now: datetime) -> int | None:
+    """Set the queue's concurrency limit; returns the limit before (None: none)."""
+    counters = state.counters(op.queue)
+    was = counters.max_running
+    if was != op.max_running:
+        counters.max_running = op.max_running
+        state.dirty = True
     return was
 
 
@@ -180,6 +192,7 @@ _TRANSITIONS: dict[type, Any] = {
     Requeue: requeue,
     Purge: purge,
     SetPaused: set_paused,
+    SetLimit: set_limit,
     ForgetQueue: forget_queue,
     GetJob: get_job,
     Tick: tick,

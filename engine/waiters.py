@@ -203,7 +203,10 @@ class WaitingClaims:
             earliest: datetime | None = None
             for queue, line in self._lines.items():
                 counters = state.queues.get(queue)
-                if counters is not None and counters.paused:
+                # Paused, or at its concurrency limit: nothing to hand out,
+                # and no alarm for jobs coming due (a completion's commit
+                # counts again).
+                if counters is not None and (counters.paused or state.room(queue) == 0):
                     self._surplus[queue], self._due[queue] = 0, []
                     continue
                 capacity = sum(w.op.max_jobs for w in line.values())

@@ -35,6 +35,7 @@ from engine.ops import (
     fail_op,
     forget_op,
     heartbeat_op,
+    limit_op,
     pause_op,
     purge_op,
     push_op,
@@ -53,6 +54,7 @@ from engine.optypes import (
     Purge,
     Push,
     Requeue,
+    SetLimit,
     SetPaused,
     SetSchedulePaused,
 )
@@ -123,8 +125,8 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case Requeue() | Purge() | SetPaused() | ForgetQueue() | SetSchedulePaused() | ForgetSchedule():
-            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", ForgetQueue: "forget",
+        case Requeue() | Purge() | SetPaused() | SetLimit() | ForgetQueue() | SetSchedulePaused() | ForgetSchedule():
+            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", SetLimit: "limit", ForgetQueue: "forget",
                     SetSchedulePaused: "pause_schedule", ForgetSchedule: "forget_schedule"}[type(op)]
             raise EngineError(
                 f"{name} is an operator action with no broker API endpoint: do it on the dashboard, "
@@ -278,6 +280,8 @@ def operator_json(op: Operation) -> dict[str, Any]:
             return {"kind": "pause", "queue": op.queue, "paused": op.paused}
         case ForgetQueue():
             return {"kind": "forget", "queue": op.queue}
+        case SetLimit():
+            return {"kind": "limit", "queue": op.queue, "max_running": op.max_running}
         case SetSchedulePaused():
             return {"kind": "pause_schedule", "name": op.name, "paused": op.paused}
         case ForgetSchedule():
@@ -319,6 +323,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         return pause_op(data["queue"], paused=data["paused"])
     if kind == "forget":
         return forget_op(data["queue"])
+    if kind == "limit":
+        return limit_op(data["queue"], data["max_running"])
     if kind == "pause_schedule":
         return pause_schedule_op(data["name"], paused=data["paused"])
     if kind == "forget_schedule":

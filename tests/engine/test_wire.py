@@ -43,6 +43,7 @@ from engine.ops import (
     forget_op,
     get_job_op,
     heartbeat_op,
+    limit_op,
     pause_op,
     purge_op,
     push_op,
@@ -118,7 +119,7 @@ def test_a_long_poll_claim_sends_its_wait_and_may_leave_the_lease_to_the_broker(
 @pytest.mark.parametrize(
     "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
            wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY),
-           pause_schedule_op("nightly"), forget_schedule_op("nightly")],
+           pause_schedule_op("nightly"), forget_schedule_op("nightly"), limit_op("q", 3)],
 )
 def test_operator_actions_have_no_request(op: Operation) -> None:
     with pytest.raises(EngineError, match="operator action with no broker API endpoint"):
@@ -136,6 +137,8 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
         pause_op("emails"),
         pause_op("emails", paused=False),
         forget_op("emails"),
+        limit_op("emails", 5),
+        limit_op("emails", None),
         pause_schedule_op("nightly-report"),
         pause_schedule_op("nightly-report", paused=False),
         forget_schedule_op("nightly-report"),

@@ -1,7 +1,7 @@
 """A stateful Hypothesis machine over the pure transitions (engine.transitions).
 
 Hypothesis runs random sequences of push, claim, heartbeat, complete, fail,
-expire, requeue, purge, pause/resume and forget on one :class:`QueueState`, with a
+expire, requeue, purge, pause/resume, concurrency limits and forget on one :class:`QueueState`, with a
 clock it moves itself, beside a small reference model of what each step
 must do. After every step it checks:
 
@@ -11,7 +11,10 @@ must do. After every step it checks:
   was completed, purged, or dropped from a full dead-letter list (counted);
 * I4, lease exclusivity: a running job has one lease, and an old or wrong
   token is refused with LeaseLost and changes nothing;
-* the counters equal the model's;
+* the counters equal the model's, and the state's count of running jobs
+  per queue is the model's;
+* a claim never starts a job of a queue at its concurrency limit, and hands
+  out the oldest eligible jobs the limits leave room for;
 * ``QueueState.encode`` re-parses (``parse_document``) to an equal state,
   and encoding that again gives the same bytes;
 * a refused operation changes nothing: the encoding is byte for byte the same;
@@ -37,6 +40,7 @@ from engine.ops import (
     fail_op,
     forget_op,
     heartbeat_op,
+    limit_op,
     pause_op,
     purge_op,
     push_op,
@@ -73,7 +77,8 @@ class MJob:
 
 
 def _counters() -> dict[str, Any]:
-    return {"pushed": 0, "completed": 0, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0, "paused": False}
+    return {"pushed": 0, "completed": 0, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0, "paused": False,
+            "max_running": None}
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -183,8 +188,20 @@ class QueueMachine(RuleBasedStateMachine):
         eligible = sorted((j for j in self.jobs.values() if j.status == "pending" and j.queue in queues
                            and j.queue not in paused and (j.not_before is None or j.not_before <= self.now)),
                           key=lambda j: j.pos)
-        expected = [j.id for j in eligible[:max_jobs]]
-        assert [c.id for c in result] == expected, "claims must hand out pending jobs in FIFO order (I7)"
+        # Room under each queue's concurrency limit, counted before this claim.
+        room = {q: c["max_running"] - sum(1 for j in self.jobs.values() if j.queue == q and j.status == "running")
+                for q, c in self.counters.items() if c["max_running"] is not None}
+        expected = []
+        for job in eligible:
+            if len(expected) == max_jobs:
+                break
+            if job.queue in room:
+                if room[job.queue] <= 0:
+                    continue
+                room[job.queue] -= 1
+            expected.append(job.id)
+        assert [c.id for c in result] == expected, (
+            "claims must hand out pending jobs in FIFO order (I7), within each queue's concurrency limit")
         for claimed in result:
             job = self.jobs[claimed.id]
             assert claimed.lease not in self.tokens, "a lease token was handed out twice"
@@ -329,6 +346,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.run(pause_op(queue, paused=paused))
         self.counter(queue)["paused"] = paused
 
+    @rule(queue=st.sampled_from(QUEUES), max_running=st.sampled_from([None, 1, 2]))
+    def limit(self, queue: str, max_running: int | None) -> None:
+        before = self.run(limit_op(queue, max_running))
+        assert before == self.counter(queue)["max_running"]
+        self.counter(queue)["max_running"] = max_running
+
     @rule(queue=st.sampled_from(QUEUES))
     def forget(self, queue: str) -> None:
         """Forgetting a queue: only an empty one, checked as the operation applies."""
@@ -379,6 +402,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert list(state.dead) == list(self.dead), "the dead letters differ from the model"
         counters = {name: {f: getattr(c, f) for f in _counters()} for name, c in state.queues.items()}
         assert counters == self.counters, "the counters differ from the model"
+        running = {q: sum(1 for j in self.jobs.values() if j.queue == q and j.status == "running") for q in QUEUES}
+        assert {q: state.running_here.get(q, 0) for q in QUEUES} == running, "running_here differs from the jobs"
 
     @invariant()
     def nothing_is_lost(self) -> None:
