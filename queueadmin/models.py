@@ -24,7 +24,7 @@ in the admin like any other:
 * ``submit_job``: push a job from the Submit page;
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
-* ``pause_queue``: pause and resume queues, and forget empty ones;
+* ``pause_queue``: pause, resume and limit queues, and forget empty ones;
 * ``pause_schedule``: pause and resume schedules, and forget removed ones' marks.
 """
 
@@ -75,6 +75,8 @@ class ActionSpec:
     pauses: bool | None = None
     #: It forgets an empty queue: an action on a queue, not on jobs.
     forgets: bool = False
+    #: It sets a queue's concurrency limit (the form's ``max_running``): an action on a queue.
+    limits: bool = False
     #: With the scope of a queue alone, the status of that queue's jobs it acts on.
     queue_status: str = ""
     #: It moves jobs back to pending in their own queues: the dry run says
@@ -163,6 +165,14 @@ class AuditEntry(models.Model):
             needless="Queue %(queue)s is not paused.",
             overtaken="%(queue)s was not paused any more (resumed since the dry run): nothing changed",
         ), "resume"
+        LIMIT = "limit", ActionSpec(
+            permission="pause_queue",
+            scopes=(("queue",),),
+            scope_error="Limit takes one queue (and its limit), and nothing else.",
+            limits=True,  # its operation takes the plan's limit: Plan.operation builds it
+            needless="Queue %(queue)s already has this limit.",
+            overtaken="%(queue)s already had this limit (set since the dry run): nothing changed",
+        ), "limit"
         FORGET = "forget", ActionSpec(
             permission="pause_queue",
             scopes=(("queue",),),
@@ -251,7 +261,7 @@ class AuditEntry(models.Model):
             ("submit_job", "Can submit jobs from the dashboard"),
             ("requeue_job", "Can requeue jobs and redrive dead letters"),
             ("purge_job", "Can purge jobs and dead letters"),
-            ("pause_queue", "Can pause and resume queues"),
+            ("pause_queue", "Can pause, resume and limit queues"),
             ("pause_schedule", "Can pause and resume schedules"),
         ]
 

@@ -38,7 +38,7 @@ from django.http import QueryDict
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
-from engine.ops import Operation, PurgeOutcome, Push, purge_op
+from engine.ops import Operation, PurgeOutcome, Push, limit_op, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import joblist, pages, schedule_actions, segments
@@ -66,6 +66,8 @@ class Plan:
     queue: str = ""
     #: The schedule an action on a schedule acts on (pause, resume, forget).
     schedule: str = ""
+    #: A limit's new concurrency limit (None: none).
+    max_running: int | None = None
     target: str = ""
     status: str = ""
     group: str = ""
@@ -86,6 +88,9 @@ class Plan:
     #: What would keep the jobs it moves back to pending from running soon
     #: (see :func:`fill_effects`); for the dry-run page only, like ``sample``.
     effects: list[str] = field(default_factory=list)
+    #: Nothing to run because the action is already in effect (a pause of a
+    #: paused queue or schedule, the limit a queue has): not an error for a script.
+    needless: bool = False
     key: str = ""
     token: str = ""
 
@@ -140,7 +145,8 @@ class Plan:
 
     @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or self.forgets or self.on_schedule or bool(self.count))
+        return not self.problems and (self.toggles or self.forgets or self.on_schedule or self.spec.limits
+                                      or bool(self.count))
 
     @property
     def confirm_phrase(self) -> str | None:
@@ -162,6 +168,8 @@ class Plan:
             return purge_op(queue=self.queue, status="pending", before_pos=self.before_pos)
         if self.spec.schedule_operation is not None:
             return self.spec.schedule_operation(self.schedule)
+        if self.spec.limits:
+            return limit_op(self.queue, self.max_running)
         build = self.spec.operation
         assert build is not None, f"{self.action} has no dry run"
         return build(self.ids, self.expect, self.queue)
@@ -171,9 +179,12 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     """Plan ``data`` (an ActionForm's cleaned data, one scope) against ``snapshot``."""
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
-             group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq)
+             group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq,
+             max_running=data.get("max_running"))
     if p.on_schedule:
         return schedule_actions.plan_schedule(p, snapshot)
+    if p.spec.limits:
+        return _plan_limit(p, snapshot)
     if p.forgets:
         return _plan_forget(p, snapshot)
     if p.queue and not p.status and not p.toggles:
@@ -183,6 +194,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
         q = snapshot.queues.get(p.queue)
         if (q is not None and q.paused) == p.spec.pauses:
             p.problems.append(p.spec.needless % p.words)
+            p.needless = True
         return p
     if p.group:
         group = snapshot.dead_group(p.group)
@@ -249,6 +261,34 @@ def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
             "commit as the others.",
             "%(n)d of these jobs sit in %(objects)d segment objects: they go with the objects' references, in "
             "the same commit as the others.", p.segment_jobs) % {"n": p.segment_jobs, "objects": len(refs)})
+
+
+def _plan_limit(p: Plan, snapshot: Snapshot) -> Plan:
+    """A concurrency limit for ``p.queue``: what it changes, as of ``snapshot``."""
+    p.target = f"queue={p.queue} max_running={p.max_running if p.max_running is not None else 'none'}"
+    q = snapshot.queues.get(p.queue)
+    current = q.max_running if q is not None else None
+    if current == p.max_running:
+        p.problems.append(p.spec.needless % p.words if current is not None else
+                          f"Queue {p.queue} has no limit.")
+        p.needless = True
+        return p
+    was = f"now at most {current}" if current is not None else "now no limit"
+    running = q.running if q is not None else 0
+    if p.max_running is None:
+        p.notes.append(f"Queue {p.queue} ({was}) hands out its jobs as fast as workers claim them: as many run as "
+                       "the workers' concurrency allows.")
+    elif running > p.max_running:
+        p.notes.append(ngettext(
+            "Queue %(queue)s (%(was)s) has %(n)d job running: more than the new limit. It carries on; no job of "
+            "the queue starts until fewer than %(limit)d run.",
+            "Queue %(queue)s (%(was)s) has %(n)d jobs running: more than the new limit. They carry on; no job "
+            "of the queue starts until fewer than %(limit)d run.", running)
+            % {"queue": p.queue, "was": was, "n": running, "limit": p.max_running})
+    else:
+        p.notes.append(f"Queue {p.queue} ({was}; {running} running now) starts a job only while fewer than "
+                       f"{p.max_running} of its jobs run, across every worker.")
+    return p
 
 
 def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
@@ -421,6 +461,9 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     elif p.forgets:
         detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
         detail, ids = detail % p.words, []
+    elif p.spec.limits:
+        detail, changed = _limited(p, was=result)
+        ids = []
     else:
         ids, in_segments, kept_whole = _removed(result)
         detail, changed = _acted(p, ids, in_segments, kept_whole)
@@ -458,6 +501,17 @@ def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
     if was_paused == p.spec.pauses:
         return p.spec.overtaken % p.words, True
     return p.spec.done % p.words, False
+
+
+def _limited(p: Plan, *, was: Any) -> tuple[str, bool]:
+    """What a limit did, from the limit before (the engine's answer)."""
+    if was == p.max_running:
+        return p.spec.overtaken % p.words, True
+    before = f"at most {was}" if was is not None else "no limit"
+    if p.max_running is None:
+        return f"removed the limit of {p.queue} (was {before})", False
+    return f"limited {p.queue} to {p.max_running} running job{'' if p.max_running == 1 else 's'} (was {before})", \
+        False
 
 
 def _refused(p: Plan) -> str:

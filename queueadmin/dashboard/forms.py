@@ -14,7 +14,7 @@ from django import forms
 
 from engine import MAX_DELAY_SECONDS, new_job_id
 from engine import ValidationError as EngineValidationError
-from engine.ops import ID_PATTERN, QUEUE_NAME, push_op
+from engine.ops import ID_PATTERN, MAX_RUNNING_LIMIT, QUEUE_NAME, push_op
 from engine.schedules import check_schedule_name
 from queueadmin import config
 from queueadmin.models import AuditEntry
@@ -103,6 +103,8 @@ class ActionForm(forms.Form):
     group = forms.CharField(required=False, max_length=64)
     filter = forms.CharField(required=False, max_length=2000)
     schedule = forms.CharField(required=False, max_length=100)
+    #: A limit's concurrency limit; blank: no limit. Not a scope: it goes with ``queue``.
+    max_running = forms.IntegerField(required=False, min_value=1, max_value=MAX_RUNNING_LIMIT)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -122,6 +124,8 @@ class ActionForm(forms.Form):
                 raise forms.ValidationError(spec.scope_error)
         if queue and not QUEUE_NAME.fullmatch(queue):
             self.add_error("queue", "Not a valid queue name.")
+        if data.get("max_running") is not None and action != AuditEntry.Action.LIMIT:
+            self.add_error("max_running", "A concurrency limit goes with the limit action only.")
         if data.get("schedule"):
             try:
                 check_schedule_name(data["schedule"])

@@ -52,6 +52,7 @@ def plan_schedule(p: Plan, snapshot: Snapshot) -> Plan:
         return p
     if paused == p.spec.pauses:
         p.problems.append(p.spec.needless % p.words)
+        p.needless = True
         return p
     upcoming = item.next_due(snapshot.taken_at) if item is not None else None
     nxt = f" (next: {upcoming:%Y-%m-%d %H:%M:%S} UTC)" if upcoming is not None else ""

@@ -56,6 +56,12 @@ def sortable(value: str) -> str:
     return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _limit(value: Any) -> int | None:
+    """A queue's ``max_running`` as written; None when absent or malformed
+    (the engine refuses such a document, I6; the dashboard still shows it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 def moment(value: str | None) -> datetime | None:
     """A document time (RFC 3339, UTC) as an aware datetime; None stays None."""
     return datetime.fromisoformat(value) if value else None
@@ -90,6 +96,8 @@ class QueueSummary:
     failed: int = 0
     purged: int = 0
     paused: bool = False
+    #: Its concurrency limit (``max_running``), or None.
+    max_running: int | None = None
     oldest_pending_at: datetime | None = None
     #: When the next of its jobs not due yet comes due, as far as the
     #: document shows: the earliest future ``not_before`` of its jobs in the
@@ -306,6 +314,7 @@ class Snapshot:
                 failed=counters.get("failed", 0),
                 purged=counters.get("purged", 0),
                 paused=bool(counters.get("paused", False)),
+                max_running=_limit(counters.get("max_running")),
             )
         # Compare times as canonical strings: parsing 100k timestamps per
         # version would cost more than everything else here together.

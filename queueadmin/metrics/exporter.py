@@ -164,6 +164,9 @@ class QueueCollector(Collector):
             "dead": GaugeMetricFamily("queueadmin_queue_dead_letters", "Jobs in the dead letters.", labels=["queue"]),
         }
         paused = GaugeMetricFamily("queueadmin_queue_paused", "1 if the queue is paused.", labels=["queue"])
+        limits = GaugeMetricFamily("queueadmin_queue_max_running",
+                                   "The queue's concurrency limit (at most this many of its jobs run at once); "
+                                   "only queues with one.", labels=["queue"])
         oldest = GaugeMetricFamily(
             "queueadmin_queue_oldest_pending_age_seconds",
             "Age of the oldest pending job (0 when none is pending).",
@@ -187,6 +190,8 @@ class QueueCollector(Collector):
             for key, family in gauges.items():
                 family.add_metric([name], float(getattr(q, key)))
             paused.add_metric([name], 1.0 if q.paused else 0.0)
+            if q.max_running is not None:
+                limits.add_metric([name], float(q.max_running))
             age = (now - q.oldest_pending_at).total_seconds() if q.oldest_pending_at else 0.0
             oldest.add_metric([name], max(age, 0.0))
             kept = written.get(name) or {}
@@ -194,6 +199,7 @@ class QueueCollector(Collector):
                 counter.add_metric([name], float(kept.get(key, 0)))
         yield from gauges.values()
         yield paused
+        yield limits
         yield oldest
         yield from counters.values()
 

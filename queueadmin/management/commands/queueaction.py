@@ -11,8 +11,8 @@ signed and sent to the leader the document names, as a standby's dashboard
 sends it (``/api/v1/operator``), so the nodes' ``DJANGO_SECRET_KEY`` must be
 set here too.
 
-Exit status: 0 when the action ran (or, for pause and resume, when the queue
-or schedule already was as asked), 1 otherwise: a refused or invalid request, nothing to
+Exit status: 0 when the action ran (or, for pause, resume and limit, when the
+queue or schedule already was as asked), 1 otherwise: a refused or invalid request, nothing to
 act on, a run not confirmed, or a run the broker refused.
 """
 
@@ -39,7 +39,8 @@ class Command(BaseCommand):
     # It needs neither the task backend nor its API token (the run is signed
     # and sent to the leader): the system checks would only warn about those.
     requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
-    help = ("Requeue, purge, redrive, pause, resume or forget (a queue, or with --schedule a schedule), as on the "
+    help = ("Requeue, purge, redrive, pause, resume, limit or forget (a queue, or with --schedule a schedule), as "
+            "on the "
             "dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry run's "
             "jobs, audited in the name of --user.")
 
@@ -55,6 +56,9 @@ class Command(BaseCommand):
         scope.add_argument("--filter", default="", metavar="QUERY",
                            help="every job the jobs list's filter matches, as its query string, e.g. "
                                 "'queue=orders&status=dead&error=KeyError' (requeue, purge)")
+        scope.add_argument("--max-running", default="", metavar="N",
+                           help="limit: at most N jobs of --queue running at once, across every worker; 'none' "
+                                "removes the limit")
         scope.add_argument("--schedule", default="", metavar="NAME",
                            help="a schedule of QUEUE_SCHEDULES (pause_schedule, resume_schedule), or one whose mark "
                                 "the document keeps after it was removed (forget_schedule)")
@@ -65,13 +69,17 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="run without asking, after the dry run")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["action"] == AuditEntry.Action.LIMIT and not options["max_running"]:
+            # Blank would mean "no limit": a forgotten option must not lift a limit.
+            raise CommandError("limit needs --max-running N (1 or more), or --max-running none to remove the limit")
         form = ActionForm({"action": options["action"], "ids": " ".join(options["ids"]), "queue": options["queue"],
                            "status": options["status"], "group": options["group"], "filter": options["filter"],
-                           "schedule": options["schedule"]})
+                           "schedule": options["schedule"],
+                           "max_running": "" if options["max_running"].lower() == "none" else options["max_running"]})
         if not form.is_valid():
             errors = [str(e) for e in form.non_field_errors()]
-            errors += [f"--{name}: {e}" for name, field_errors in form.errors.items() if name != "__all__"
-                       for e in field_errors]
+            errors += [f"--{name.replace('_', '-')}: {e}" for name, field_errors in form.errors.items()
+                       if name != "__all__" for e in field_errors]
             raise CommandError(" ".join(errors))
         action = AuditEntry.Action(options["action"])
         user = self._user(options["user"], action)
@@ -86,8 +94,8 @@ class Command(BaseCommand):
         plan = actions.plan(snapshot, form.cleaned_data)
         self._show(plan)
         if not plan.runnable:
-            if plan.toggles and plan.problems == [plan.spec.needless % plan.words]:
-                return  # already as asked: a deploy script's pause may run twice
+            if plan.needless:
+                return  # already as asked: a deploy script's pause (or limit) may run twice
             raise CommandError("Nothing to run; nothing was changed.")
         if options["dry_run"]:
             self.stdout.write("Dry run only (--dry-run): nothing was changed.")

@@ -150,8 +150,11 @@ def render(status: dict[str, Any]) -> list[str]:
         now = ("ready", "in_segments", "delayed", "running", "dead") if status.get("format", 1) >= FORMAT_SEGMENTS \
             else ("ready", "delayed", "running", "dead")
         due = any(q.get("next_due_seconds") is not None for q in queues.values())
-        header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *(["next due"] if due else []), *COUNTER_LABELS]
+        limited = any("max_running" in q["counters"] for q in queues.values())
+        header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *(["limit"] if limited else []),
+                  *(["next due"] if due else []), *COUNTER_LABELS]
         rows = [[name, *(str(q[k]) for k in now),
+                 *([str(q["counters"].get("max_running", "-"))] if limited else []),
                  *([_next_due(q.get("next_due_seconds"))] if due else []),
                  *(str(q["counters"][k]) for k in COUNTERS)] for name, q in queues.items()]
         lines += _table(header, rows)
@@ -159,6 +162,7 @@ def render(status: dict[str, Any]) -> list[str]:
                                                            if "in_segments" in now else "")
                      + "; pushed to dropped: counters since the queue began; "
                      "died: moved to the dead letters, dropped: dead letters dropped from a full list"
+                     + ("; limit: at most this many of its jobs run at once" if limited else "")
                      + ("; next due: when the next job not due yet comes due" if due else "") + ")")
     else:
         lines.append("no queues yet")
