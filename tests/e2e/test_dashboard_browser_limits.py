@@ -1,0 +1,50 @@
+"""A queue's concurrency limit set in Chromium, from the queue page: the form
+opens the dry run, the run is confirmed with a reason, and the page and the
+overview show the limit, live."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.e2e.browser import signed_in, with_operator
+from tests.e2e.harness import Cluster, api
+
+pytestmark = pytest.mark.e2e
+
+
+def test_set_and_remove_a_limit_from_the_queue_page(browser: Browser,
+                                                    cluster_factory: Callable[..., Cluster]) -> None:
+    cluster, server = with_operator(cluster_factory())
+    assert api(server, "POST", "/api/v1/jobs", {"queue": "mail", "payload": {"n": 1}}).status_code == 201
+    with signed_in(browser, server) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/queues/mail/")
+        expect(page.locator("#live-state")).to_have_attribute("data-state", "live", timeout=10_000)
+        form = page.get_by_test_id("limit-form")
+        form.locator('input[name="max_running"]').fill("2")
+        form.get_by_role("button", name="Set limit").click()
+        expect(page.get_by_test_id("plan-limit")).to_contain_text("At most 2 jobs of mail will run at once")
+        page.get_by_test_id("reason").fill("the mail relay throttles us")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator(".msg")).to_have_text("Limited mail to 2 running jobs (was no limit).")
+        expect(page.get_by_test_id("limit")).to_have_text("(at most 2)")
+        assert cluster.document()["queues"]["mail"]["max_running"] == 2
+        page.goto(f"{server.url}/")
+        expect(page.locator('tr[data-row="mail"]')).to_contain_text("/ 2")
+
+        # Blank removes it, after the same dry run.
+        page.goto(f"{server.url}/queues/mail/")
+        form = page.get_by_test_id("limit-form")
+        form.locator('input[name="max_running"]').fill("")
+        form.get_by_role("button", name="Set limit").click()
+        expect(page.get_by_test_id("plan-limit")).to_contain_text("mail will have no concurrency limit")
+        page.get_by_test_id("reason").fill("relay fixed")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator(".msg")).to_have_text("Removed the limit of mail (was at most 2).")
+        expect(page.get_by_test_id("limit")).to_have_count(0)
+        assert "max_running" not in cluster.document()["queues"]["mail"]
+        assert errors == []
