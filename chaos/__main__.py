@@ -49,6 +49,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "(default 0.05)")
     parser.add_argument("--no-purges", dest="purges", action="store_false",
                         help="no operator purging waiting jobs by id through /api/v1/operator (chaos.purger)")
+    parser.add_argument("--no-limits", dest="limits", action="store_false",
+                        help="no operator setting the chaos queue's concurrency limit through /api/v1/operator "
+                             "(chaos.pauser)")
     parser.add_argument("--no-schedule-pauses", dest="schedule_pauses", action="store_false",
                         help="no operator pausing and resuming the nodes' schedule through /api/v1/operator "
                              "(chaos.pauser)")
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
                           deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
-                          purges=args.purges, schedule_pauses=args.schedule_pauses,
+                          purges=args.purges, schedule_pauses=args.schedule_pauses, limits=args.limits,
                           segments=args.segments, delayed_horizon=args.delayed_horizon,
                           workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))

@@ -43,6 +43,11 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   recovery after one (``recovery_cap_seconds``), lasts. A version that has a
   schedule paused never has its mark *fired* by a commit applied after the
   pause began (an operator pauses and resumes it, chaos.pauser).
+* ``limits`` — in the versions the watcher saw, a queue with a
+  concurrency limit never has more jobs running than the limit, except
+  those already running when the limit was first seen (they carry on, and
+  the allowance shrinks as they finish). An operator sets and removes the
+  chaos queue's limit (chaos.pauser).
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
   the cluster healed, a node led before each idle measurement.
 """
@@ -141,6 +146,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_idle(history, limits, verdict)
     _check_recovery(history, limits, verdict)
     _check_schedules(history, limits, verdict)
+    _check_limits(history, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
     verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
     return verdict
@@ -604,6 +610,35 @@ def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None
     verdict.failures["schedules"] = problems
     verdict.figures["schedule_ticks_seen"] = sum(len(seen) for seen in moves.values())
     verdict.figures["schedule_ticks_skipped_seen"] = len(skips)
+
+
+def _check_limits(history: History, verdict: Verdict) -> None:
+    problems = []
+    seen: dict[str, tuple[int, int]] = {}  # per queue: (its limit, the most that may run now)
+    under = most = 0
+    for version in history.versions:
+        if version.source != "store":
+            continue
+        limits = version.limits or {}
+        for queue in [q for q in seen if q not in limits]:
+            del seen[queue]  # the limit was removed
+        for queue, limit in limits.items():
+            running = (version.running or {}).get(queue, 0)
+            under += 1
+            most = max(most, running)
+            was = seen.get(queue)
+            if was is None or was[0] != limit:
+                # First seen with this limit: jobs running then carry on (and any
+                # claimed under the old limit in versions the watcher missed).
+                seen[queue] = (limit, max(limit, running))
+                continue
+            if running > was[1]:
+                problems.append(f"queue {queue}: {running} jobs running at seq {version.seq}, above its limit of "
+                                f"{limit} (at most {was[1]} could still run)")
+            seen[queue] = (limit, max(limit, min(was[1], running)))
+    verdict.failures["limits"] = problems
+    verdict.figures["limited_versions_seen"] = under
+    verdict.figures["limited_most_running"] = most
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

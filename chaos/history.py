@@ -66,6 +66,8 @@ class Version:
     schedules: dict[str, str] | None = None  # each schedule's marked tick, as written (store)
     schedule_marks: dict[str, list[str]] | None = None  # each mark's [outcome, at], as written (store)
     schedule_pauses: dict[str, str] | None = None  # each paused schedule's pause start, as written (store)
+    limits: dict[str, int] | None = None  # each limited queue's max_running (store)
+    running: dict[str, int] | None = None  # each limited queue's running jobs (store)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -22,6 +22,7 @@ CHECKS = {
     "idle": "idle CPU and store requests flat after the faults (I11)",
     "failover": "every fault recovered; a long-paused leader is replaced during its pause",
     "document": "a deleted document is not re-created, an unreadable one not overwritten (I6, I10)",
+    "limits": "a queue never runs more jobs than its concurrency limit, but those running when it was set",
     "schedules": "a schedule's tick only moves forward, stalls only during a fault, and never fires while paused "
                  "(recurring jobs)",
     "harness": "the run went as planned (nemesis, healing, a leader before each idle measurement)",
@@ -58,6 +59,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"{f['timeouts_during_faults']})",
         f"duplicates: {f['redelivered']} jobs delivered more than once, {f['executed_twice']} run to completion "
         f"by two leases, {f['completed_twice']} completed twice",
+        f"versions with a concurrency limit seen: {f.get('limited_versions_seen', 0)}, the most running under one: "
+        f"{f.get('limited_most_running', 0)}",
         f"schedule ticks seen moving: {f.get('schedule_ticks_seen', 0)}, of which skipped (paused): "
         f"{f.get('schedule_ticks_skipped_seen', 0)}",
         f"recovery time after a fault: worst {f['recovery_worst_seconds']} s, median {f['recovery_median_seconds']} s",

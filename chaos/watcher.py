@@ -21,7 +21,8 @@ HEALTH_POLL_SECONDS = 0.25
 def describe_document(data: bytes) -> dict[str, Any] | None:
     """seq, epoch, broker id and writer of a document's bytes, its segment
     keys, its schedules' marked ticks (with each one's outcome and when it
-    was applied) and pauses; None if they don't parse."""
+    was applied) and pauses, and each limited queue's limit and running jobs;
+    None if they don't parse."""
     try:
         doc = orjson.loads(data)
         broker = doc.get("broker") or {}
@@ -31,6 +32,15 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
             info["schedules"] = {str(name): str(mark["tick"]) for name, mark in doc["schedules"].items()}
             info["schedule_marks"] = {str(name): [str(mark["outcome"]), str(mark["at"])]
                                       for name, mark in doc["schedules"].items()}
+        limits = {str(name): int(c["max_running"]) for name, c in (doc.get("queues") or {}).items()
+                  if isinstance(c, dict) and c.get("max_running") is not None}
+        if limits:
+            info["limits"] = limits
+            running: dict[str, int] = {}
+            for job in doc.get("jobs") or ():
+                if job.get("lease") is not None and job.get("queue") in limits:
+                    running[job["queue"]] = running.get(job["queue"], 0) + 1
+            info["running"] = running
         if doc.get("schedule_pauses"):
             info["schedule_pauses"] = {str(name): str(since) for name, since in doc["schedule_pauses"].items()}
         if "lanes" in doc:  # format 2 (and 3's delayed segments)

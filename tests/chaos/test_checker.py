@@ -294,6 +294,26 @@ def test_a_schedule_fired_while_paused_is_flagged_and_skipped_ticks_are_counted(
     assert verdict.figures["schedule_ticks_skipped_seen"] == 1
 
 
+def _limited(r: Recorder, seen: list[tuple[int | None, int]]) -> None:
+    """Store versions whose chaos queue has limit and running jobs as given (None: no limit)."""
+    for seq, (limit, running) in enumerate(seen, start=30):
+        r.history.versions.append(Version(
+            at=200 + seq, source="store", seq=seq, epoch=2, broker="b2", writer="b2", digest=f"l{seq}",
+            limits=None if limit is None else {"chaos": limit}, running=None if limit is None else {"chaos": running}))
+
+
+def test_more_jobs_running_than_the_limit_is_flagged_but_those_running_when_it_was_set_carry_on() -> None:
+    r = clean()
+    # Set to 2 with 4 running (they carry on), down to 3, back up to 4 (a new start above the limit: wrong),
+    # then 2 and 3 (wrong again); removed, then 1 with 5 running when first seen (fine).
+    _limited(r, [(None, 0), (2, 4), (2, 3), (2, 4), (2, 2), (2, 3), (None, 6), (1, 5), (1, 1)])
+    verdict = check(r.final(jobs=["j2", "j3"]))
+    assert verdict.failures["limits"] == [
+        "queue chaos: 4 jobs running at seq 33, above its limit of 2 (at most 3 could still run)",
+        "queue chaos: 3 jobs running at seq 35, above its limit of 2 (at most 2 could still run)"]
+    assert verdict.figures["limited_versions_seen"] == 7 and verdict.figures["limited_most_running"] == 5
+
+
 def test_document_events_are_flagged() -> None:
     r = clean()
     r.history.event("I10: a node re-created the deleted document")
