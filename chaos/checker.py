@@ -615,7 +615,7 @@ def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None
 def _check_limits(history: History, verdict: Verdict) -> None:
     problems = []
     seen: dict[str, tuple[int, int]] = {}  # per queue: (its limit, the most that may run now)
-    under = most = 0
+    under = most = full = 0
     for version in history.versions:
         if version.source != "store":
             continue
@@ -626,6 +626,7 @@ def _check_limits(history: History, verdict: Verdict) -> None:
             running = (version.running or {}).get(queue, 0)
             under += 1
             most = max(most, running)
+            full += running == limit
             was = seen.get(queue)
             if was is None or was[0] != limit:
                 # First seen with this limit: jobs running then carry on (and any
@@ -639,6 +640,7 @@ def _check_limits(history: History, verdict: Verdict) -> None:
     verdict.failures["limits"] = problems
     verdict.figures["limited_versions_seen"] = under
     verdict.figures["limited_most_running"] = most
+    verdict.figures["limited_versions_full"] = full
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

@@ -59,8 +59,9 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"{f['timeouts_during_faults']})",
         f"duplicates: {f['redelivered']} jobs delivered more than once, {f['executed_twice']} run to completion "
         f"by two leases, {f['completed_twice']} completed twice",
-        f"versions with a concurrency limit seen: {f.get('limited_versions_seen', 0)}, the most running under one: "
-        f"{f.get('limited_most_running', 0)}",
+        f"versions with a concurrency limit seen: {f.get('limited_versions_seen', 0)}, with as many running as the "
+        f"limit: {f.get('limited_versions_full', 0)}, the most running under one (jobs running when it was set "
+        f"included): {f.get('limited_most_running', 0)}",
         f"schedule ticks seen moving: {f.get('schedule_ticks_seen', 0)}, of which skipped (paused): "
         f"{f.get('schedule_ticks_skipped_seen', 0)}",
         f"recovery time after a fault: worst {f['recovery_worst_seconds']} s, median {f['recovery_median_seconds']} s",

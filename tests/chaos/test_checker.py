@@ -312,6 +312,7 @@ def test_more_jobs_running_than_the_limit_is_flagged_but_those_running_when_it_w
         "queue chaos: 4 jobs running at seq 33, above its limit of 2 (at most 3 could still run)",
         "queue chaos: 3 jobs running at seq 35, above its limit of 2 (at most 2 could still run)"]
     assert verdict.figures["limited_versions_seen"] == 7 and verdict.figures["limited_most_running"] == 5
+    assert verdict.figures["limited_versions_full"] == 2  # (2, 2) and (1, 1)
 
 
 def test_document_events_are_flagged() -> None:

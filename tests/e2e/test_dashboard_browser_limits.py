@@ -7,12 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.e2e.browser import signed_in, with_operator
 from tests.e2e.harness import Cluster, api
 
 pytestmark = pytest.mark.e2e
+
+
+def set_limit(page: Page, value: str, *, plan: str, reason: str, done: str) -> None:
+    """Fill the queue page's limit form, check its dry run says ``plan``, confirm with ``reason``."""
+    form = page.get_by_test_id("limit-form")
+    form.locator('input[name="max_running"]').fill(value)
+    form.get_by_role("button", name="Set limit").click()
+    expect(page.get_by_test_id("plan-limit")).to_contain_text(plan)
+    page.get_by_test_id("reason").fill(reason)
+    page.get_by_test_id("run-action").click()
+    expect(page.locator(".msg")).to_have_text(done)
 
 
 def test_set_and_remove_a_limit_from_the_queue_page(browser: Browser,
@@ -24,13 +35,8 @@ def test_set_and_remove_a_limit_from_the_queue_page(browser: Browser,
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/queues/mail/")
         expect(page.locator("#live-state")).to_have_attribute("data-state", "live", timeout=10_000)
-        form = page.get_by_test_id("limit-form")
-        form.locator('input[name="max_running"]').fill("2")
-        form.get_by_role("button", name="Set limit").click()
-        expect(page.get_by_test_id("plan-limit")).to_contain_text("At most 2 jobs of mail will run at once")
-        page.get_by_test_id("reason").fill("the mail relay throttles us")
-        page.get_by_test_id("run-action").click()
-        expect(page.locator(".msg")).to_have_text("Limited mail to 2 running jobs (was no limit).")
+        set_limit(page, "2", plan="At most 2 jobs of mail will run at once", reason="the mail relay throttles us",
+                  done="Limited mail to 2 running jobs (was no limit).")
         expect(page.get_by_test_id("limit")).to_have_text("(at most 2)")
         assert cluster.document()["queues"]["mail"]["max_running"] == 2
         page.goto(f"{server.url}/")
@@ -38,13 +44,8 @@ def test_set_and_remove_a_limit_from_the_queue_page(browser: Browser,
 
         # Blank removes it, after the same dry run.
         page.goto(f"{server.url}/queues/mail/")
-        form = page.get_by_test_id("limit-form")
-        form.locator('input[name="max_running"]').fill("")
-        form.get_by_role("button", name="Set limit").click()
-        expect(page.get_by_test_id("plan-limit")).to_contain_text("mail will have no concurrency limit")
-        page.get_by_test_id("reason").fill("relay fixed")
-        page.get_by_test_id("run-action").click()
-        expect(page.locator(".msg")).to_have_text("Removed the limit of mail (was at most 2).")
+        set_limit(page, "", plan="mail will have no concurrency limit", reason="relay fixed",
+                  done="Removed the limit of mail (was at most 2).")
         expect(page.get_by_test_id("limit")).to_have_count(0)
         assert "max_running" not in cluster.document()["queues"]["mail"]
         assert errors == []

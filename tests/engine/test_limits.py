@@ -12,7 +12,16 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import DocumentError, Policy, QueueState, ValidationError, empty_state, parse_document, utc_now
+from engine import (
+    ClaimedJob,
+    DocumentError,
+    Policy,
+    QueueState,
+    ValidationError,
+    empty_state,
+    parse_document,
+    utc_now,
+)
 from engine.ops import MAX_RUNNING_LIMIT, claim_op, complete_op, limit_op, push_op, requeue_op
 from engine.transitions import apply
 from tests.engine.test_waiters import Desk, parked, payloads
@@ -118,15 +127,21 @@ def test_a_malformed_limit_makes_the_document_unreadable(bad: Any) -> None:
         parse_document(KEY, orjson.dumps(raw), policy=POLICY)
 
 
+async def at_limit(desk: Desk) -> tuple[ClaimedJob, asyncio.Task[list[ClaimedJob]]]:
+    """Queue q limited to one, its one job running (worker a), and worker w's claim parked in line."""
+    apply(desk.state, limit_op("q", 1), utc_now())
+    desk.push("first")
+    [first] = await desk.execute(claim_op("a", ["q"], policy=POLICY))
+    task = desk.wait("w")
+    await parked(desk, 1)
+    return first, task
+
+
 def test_a_waiter_on_a_queue_at_its_limit_is_woken_when_a_job_of_it_completes() -> None:
     """Long polls: a push to a queue at its limit wakes nobody; the completion's commit does."""
 
     async def scenario(desk: Desk) -> None:
-        apply(desk.state, limit_op("q", 1), utc_now())
-        desk.push("first")
-        [first] = await desk.execute(claim_op("a", ["q"], policy=POLICY))
-        task = desk.wait("w")
-        await parked(desk, 1)
+        first, task = await at_limit(desk)
         desk.push("second")
         desk.commit()
         await asyncio.sleep(0)
@@ -143,11 +158,7 @@ def test_a_job_coming_due_in_a_queue_at_its_limit_sets_no_alarm() -> None:
     """No claim runs for it until a completion makes room: it could only come back empty."""
 
     async def scenario(desk: Desk) -> None:
-        apply(desk.state, limit_op("q", 1), utc_now())
-        desk.push("first")
-        [first] = await desk.execute(claim_op("a", ["q"], policy=POLICY))
-        task = desk.wait("w")
-        await parked(desk, 1)
+        first, task = await at_limit(desk)
         desk.push("later", delay=0.05)
         desk.commit()
         await asyncio.sleep(0.2)
