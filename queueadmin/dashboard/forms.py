@@ -12,10 +12,9 @@ from typing import Any
 import orjson
 from django import forms
 
-from engine import MAX_DELAY_SECONDS, new_job_id
+from engine import MAX_DELAY_SECONDS, check_schedule_name, new_job_id
 from engine import ValidationError as EngineValidationError
 from engine.ops import ID_PATTERN, MAX_RUNNING_LIMIT, QUEUE_NAME, push_op
-from engine.schedules import check_schedule_name
 from queueadmin import config
 from queueadmin.models import AuditEntry
 
