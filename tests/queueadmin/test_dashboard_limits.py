@@ -129,6 +129,7 @@ def test_queueaction_sets_and_removes_a_limit_and_never_lifts_one_by_omission(br
     out = run("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
     assert out.startswith("Limit · q: dry run against seq ") and out.endswith(
         "Limited q to 3 running jobs (was no limit).\n")
+    assert "would be" not in out  # an action on a queue: no job count
     again = run("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
     assert "! Queue q already has this limit." in again  # exit 0: a deploy script may set it twice
     with pytest.raises(CommandError, match="limit needs --max-running N"):

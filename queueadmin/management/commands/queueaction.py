@@ -124,7 +124,7 @@ class Command(BaseCommand):
         out(f"{plan.title}{' · ' + (plan.schedule or plan.queue) if plan.schedule or plan.queue else ''}: dry run "
             f"against seq {plan.seq}, "
             f"{plan.target}.")
-        if not plan.toggles and not plan.forgets:
+        if not plan.toggles and not plan.forgets and not plan.spec.limits:  # those act on a queue, not on jobs
             count = plan.count
             out(f"{count} job{'' if count == 1 else 's'} would be "
                 f"{'removed for good' if plan.removes else 'moved back to pending'}.")
