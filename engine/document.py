@@ -497,7 +497,8 @@ class QueueState:
 
     def claimable(self, queue: str, now: datetime, limit: int) -> int:
         """How many jobs of ``queue`` a claim at ``now`` could lease, counted up
-        to ``limit`` (the paused flag aside). Never walks much more than
+        to ``limit`` and to the room its concurrency limit leaves (the paused
+        flag aside). Never walks much more than
         ``limit`` index entries: with many stale entries it may answer
         ``limit`` when fewer are claimable (an overestimate, never an
         underestimate). Changes no job; tidies the indexes as a claim would."""

@@ -193,20 +193,16 @@ class WaitingClaims:
         owns ``state``. Counts what each line could claim and wakes that many
         waiters. Cost: O(waiters + what they could claim), never the backlog."""
         with self._lock:
-            self._next_due = {
-                queue: when for queue, when in state.next_due().items()
-                if queue not in state.queues or not state.queues[queue].paused
-            }
+            # A queue that hands out nothing now (paused, or at its limit) has
+            # no due time for a waiter to wait for: the commit that changes
+            # that counts again.
+            self._next_due = {queue: when for queue, when in state.next_due().items() if not _holds(state, queue)}
             if not self._lines:
                 return
             now = self.clock()
             earliest: datetime | None = None
             for queue, line in self._lines.items():
-                counters = state.queues.get(queue)
-                # Paused, or at its concurrency limit: nothing to hand out,
-                # and no alarm for jobs coming due (a completion's commit
-                # counts again).
-                if counters is not None and (counters.paused or state.room(queue) == 0):
+                if _holds(state, queue):
                     self._surplus[queue], self._due[queue] = 0, []
                     continue
                 capacity = sum(w.op.max_jobs for w in line.values())
@@ -296,6 +292,13 @@ class WaitingClaims:
                     earliest = due[0]
             if earliest is not None:
                 self._set_alarms(earliest)
+
+
+def _holds(state: QueueState, queue: str) -> bool:
+    """Whether ``queue`` hands out no job whatever is due: it is paused, or
+    at its concurrency limit (a completion's commit makes room)."""
+    counters = state.queues.get(queue)
+    return counters is not None and (counters.paused or state.room(queue) == 0)
 
 
 def _set_result(future: asyncio.Future[None]) -> None:

@@ -169,3 +169,25 @@ def test_a_job_coming_due_in_a_queue_at_its_limit_sets_no_alarm() -> None:
         assert payloads(await task) == ["later"]
 
     run_line(scenario)
+
+
+def test_a_waiter_arriving_at_a_queue_at_its_limit_sets_no_alarm_for_its_due_jobs() -> None:
+    """As for a paused queue: the due time the last commit showed is not its to wait for."""
+
+    async def scenario(desk: Desk) -> None:
+        apply(desk.state, limit_op("q", 1), utc_now())
+        desk.push("first")
+        [first] = await desk.execute(claim_op("a", ["q"], policy=POLICY))
+        desk.push("later", delay=0.05)
+        desk.commit()  # nobody in line yet
+        await asyncio.sleep(0.1)
+        task = desk.wait("w")
+        await parked(desk, 1)
+        await asyncio.sleep(0.1)
+        assert desk.claims == ["a", "w"] and not task.done()  # w's first claim only
+
+        apply(desk.state, complete_op(first.id, first.lease), utc_now())
+        desk.commit()
+        assert payloads(await task) == ["later"]
+
+    run_line(scenario)
