@@ -34,22 +34,32 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from django.conf import settings
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine import forget_schedule_op, pause_schedule_op
-from engine.ops import Operation, forget_op, pause_op, purge_op, requeue_op
+from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, requeue_op
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise  # installed with django-stubs (dev only)
 
-#: Builds an action's engine operation from its dry run: the job ids, the
-#: status each one was in, and the queue.
-OperationBuilder = Callable[[list[str], list[str], str], Operation]
+class Planned(Protocol):
+    """What an action's operation is built from: its dry run (the dashboard's
+    ``Plan``), as it was stored."""
+
+    ids: list[str]  # the jobs it acts on
+    expect: list[str]  # the status each one was in
+    queue: str
+    schedule: str
+    max_running: int | None  # a limit's new limit
+
+
+#: Builds an action's engine operation from its dry run.
+OperationBuilder = Callable[[Planned], Operation]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +71,7 @@ class ActionSpec:
     #: The permission needed to take it (a codename of ``AuditEntry.Meta.permissions``), or "".
     permission: str = ""
     #: The scopes its dry-run form accepts, each the fields given, in the form's
-    #: order (ids, queue, status, group); () when it has no dry run.
+    #: order (ids, queue, status, group, filter, schedule); () when it has no dry run.
     scopes: tuple[tuple[str, ...], ...] = ()
     #: Why any other scope is refused.
     scope_error: str = ""
@@ -89,10 +99,6 @@ class ActionSpec:
     needless: str = ""
     #: A queue action (pause, resume, forget) overtaken between the dry run and the run.
     overtaken: str = ""
-    #: An action on a schedule (scope ``schedule``): builds its engine
-    #: operation from the schedule's name. ``pauses`` and ``forgets`` then
-    #: say which, and the wordings above take ``schedule``.
-    schedule_operation: Callable[[str], Operation] | None = None
 
 
 #: The spec of an action that is only audited (``queueinit``'s).
@@ -100,7 +106,11 @@ NOT_FROM_THE_DASHBOARD = ActionSpec()
 
 
 def _pause(paused: bool) -> OperationBuilder:
-    return lambda ids, expect, queue: pause_op(queue, paused=paused)
+    return lambda p: pause_op(p.queue, paused=paused)
+
+
+def _pause_schedule(paused: bool) -> OperationBuilder:
+    return lambda p: pause_schedule_op(p.schedule, paused=paused)
 
 
 class AuditEntry(models.Model):
@@ -120,7 +130,7 @@ class AuditEntry(models.Model):
             scopes=(("ids",), ("filter",)),
             scope_error="Requeue takes selected running or dead jobs, or the jobs a filter matches: exactly one "
                         "of them.",
-            operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
+            operation=lambda p: requeue_op(p.ids, expect=p.expect),
             leaves_out="pending",
             to_pending=True,
             done=ngettext_lazy("requeued %(n)d job", "requeued %(n)d jobs", "n"),
@@ -130,7 +140,7 @@ class AuditEntry(models.Model):
             scopes=(("ids",), ("group",), ("queue", "status"), ("filter",)),
             scope_error="Purge takes selected jobs, or one dead-letter group, or a queue and a status, or the "
                         "jobs a filter matches: exactly one of them.",
-            operation=lambda ids, expect, queue: purge_op(ids, expect=expect),
+            operation=lambda p: purge_op(p.ids, expect=p.expect),
             removes=True,
             done=ngettext_lazy("purged %(n)d job", "purged %(n)d jobs", "n"),
         ), "purge"
@@ -139,7 +149,7 @@ class AuditEntry(models.Model):
             scopes=(("group",), ("queue",)),
             scope_error="Redrive takes one dead-letter group, or one queue (every dead letter of it), and "
                         "nothing else.",
-            operation=lambda ids, expect, queue: requeue_op(ids, expect=expect),
+            operation=lambda p: requeue_op(p.ids, expect=p.expect),
             queue_status="dead",
             to_pending=True,
             done=ngettext_lazy("redrove %(n)d dead letter back to pending",
@@ -169,7 +179,8 @@ class AuditEntry(models.Model):
             permission="pause_queue",
             scopes=(("queue",),),
             scope_error="Limit takes one queue (and its limit), and nothing else.",
-            limits=True,  # its operation takes the plan's limit: Plan.operation builds it
+            operation=lambda p: limit_op(p.queue, p.max_running),
+            limits=True,
             needless="Queue %(queue)s already has this limit.",
             overtaken="%(queue)s already had this limit (set since the dry run): nothing changed",
         ), "limit"
@@ -177,7 +188,7 @@ class AuditEntry(models.Model):
             permission="pause_queue",
             scopes=(("queue",),),
             scope_error="Forget takes one queue, and nothing else.",
-            operation=lambda ids, expect, queue: forget_op(queue),
+            operation=lambda p: forget_op(p.queue),
             forgets=True,
             done="forgot queue %(queue)s",
             overtaken="%(queue)s was already gone (forgotten since the dry run): nothing changed",
@@ -186,7 +197,7 @@ class AuditEntry(models.Model):
             permission="pause_schedule",
             scopes=(("schedule",),),
             scope_error="Pause schedule takes one schedule, and nothing else.",
-            schedule_operation=lambda name: pause_schedule_op(name, paused=True),
+            operation=_pause_schedule(True),
             pauses=True,
             done="paused schedule %(schedule)s",
             needless="Schedule %(schedule)s is already paused.",
@@ -196,7 +207,7 @@ class AuditEntry(models.Model):
             permission="pause_schedule",
             scopes=(("schedule",),),
             scope_error="Resume schedule takes one schedule, and nothing else.",
-            schedule_operation=lambda name: pause_schedule_op(name, paused=False),
+            operation=_pause_schedule(False),
             pauses=False,
             done="resumed schedule %(schedule)s",
             needless="Schedule %(schedule)s is not paused.",
@@ -206,7 +217,7 @@ class AuditEntry(models.Model):
             permission="pause_schedule",
             scopes=(("schedule",),),
             scope_error="Forget schedule takes one schedule, and nothing else.",
-            schedule_operation=forget_schedule_op,
+            operation=lambda p: forget_schedule_op(p.schedule),
             forgets=True,
             done="forgot schedule %(schedule)s",
             overtaken="schedule %(schedule)s was already forgotten (since the dry run): nothing changed",

@@ -38,7 +38,7 @@ from django.http import QueryDict
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
-from engine.ops import Operation, PurgeOutcome, Push, limit_op, purge_op
+from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import joblist, pages, schedule_actions, segments
@@ -108,7 +108,7 @@ class Plan:
     @property
     def on_schedule(self) -> bool:
         """An action on a schedule, not on a queue or jobs."""
-        return self.spec.schedule_operation is not None
+        return ("schedule",) in self.spec.scopes
 
     @property
     def words(self) -> dict[str, Any]:
@@ -130,7 +130,7 @@ class Plan:
 
     @property
     def toggles(self) -> bool:
-        """Pause or resume: an action on a queue, not on jobs."""
+        """Pause or resume (a queue or a schedule): not an action on jobs."""
         return self.spec.pauses is not None
 
     @property
@@ -166,13 +166,9 @@ class Plan:
         """The broker operation: conditional on each job's dry-run status."""
         if self.before_pos is not None:  # a purge of a queue's pending jobs, in format 2
             return purge_op(queue=self.queue, status="pending", before_pos=self.before_pos)
-        if self.spec.schedule_operation is not None:
-            return self.spec.schedule_operation(self.schedule)
-        if self.spec.limits:
-            return limit_op(self.queue, self.max_running)
         build = self.spec.operation
         assert build is not None, f"{self.action} has no dry run"
-        return build(self.ids, self.expect, self.queue)
+        return build(self)
 
 
 def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:

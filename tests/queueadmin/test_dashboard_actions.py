@@ -55,8 +55,7 @@ def test_every_action_names_a_declared_permission_and_form_scopes() -> None:
         spec = action.spec
         assert spec.permission in declared | {""}, action
         assert all(set(scope) <= fields for scope in spec.scopes), action
-        builds = spec.operation is not None or spec.schedule_operation is not None or spec.limits
-        assert builds == bool(spec.scopes) == bool(spec.scope_error), action
+        assert (spec.operation is not None) == bool(spec.scopes) == bool(spec.scope_error), action
     assert ACTIONS == ("requeue", "purge", "redrive", "pause", "resume", "limit", "forget", "pause_schedule",
                        "resume_schedule", "forget_schedule")
 

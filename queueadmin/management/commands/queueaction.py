@@ -12,8 +12,8 @@ sends it (``/api/v1/operator``), so the nodes' ``DJANGO_SECRET_KEY`` must be
 set here too.
 
 Exit status: 0 when the action ran (or, for pause, resume and limit, when the
-queue or schedule already was as asked), 1 otherwise: a refused or invalid request, nothing to
-act on, a run not confirmed, or a run the broker refused.
+queue or schedule already was as asked), 1 otherwise: a refused or invalid
+request, nothing to act on, a run not confirmed, or a run the broker refused.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ class Command(BaseCommand):
     # and sent to the leader): the system checks would only warn about those.
     requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
     help = ("Requeue, purge, redrive, pause, resume, limit or forget (a queue, or with --schedule a schedule), as "
-            "on the "
-            "dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry run's "
-            "jobs, audited in the name of --user.")
+            "on the dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry "
+            "run's jobs, audited in the name of --user.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=ACTIONS)
