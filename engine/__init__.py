@@ -96,6 +96,7 @@ from engine.policy import (
     MAX_DELAY_SECONDS,
     Policy,
 )
+from engine.rates import RateLimit
 from engine.readiness import Readiness
 from engine.schedules import (
     DEFAULT_CATCH_UP_SECONDS,
@@ -191,6 +192,7 @@ __all__ = [
     "QueueError",
     "QueueState",
     "RangedFinds",
+    "RateLimit",
     "Readiness",
     "Schedule",
     "ScheduleMark",

@@ -27,6 +27,7 @@ from engine.ops import (
     pause_op,
     purge_op,
     push_op,
+    rate_limit_op,
     requeue_op,
 )
 from engine.optypes import Operation
@@ -156,6 +157,13 @@ class QueueClient(abc.ABC):
         result: int | None = self.execute(limit_op(queue, max_running))
         return result
 
+    def rate_limit(self, queue: str, jobs: int | None, seconds: float | None = None) -> dict[str, Any] | None:
+        """Let at most ``jobs`` of ``queue``'s jobs start in each window of
+        ``seconds``, across every worker (``jobs`` None: no limit); returns
+        the limit before (``{"jobs", "seconds"}``) or None."""
+        result: dict[str, Any] | None = self.execute(rate_limit_op(queue, jobs, seconds))
+        return result
+
 
 def unwrap(result: Any) -> Any:
     """Raise ``result`` if it is an error outcome, else return it."""
@@ -239,4 +247,8 @@ class AsyncQueueMethods(abc.ABC):
 
     async def alimit(self, queue: str, max_running: int | None) -> int | None:
         result: int | None = await self.aexecute(limit_op(queue, max_running))
+        return result
+
+    async def arate_limit(self, queue: str, jobs: int | None, seconds: float | None = None) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self.aexecute(rate_limit_op(queue, jobs, seconds))
         return result

@@ -31,6 +31,7 @@ import orjson
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.rates import RateLimit
 from engine.schedules import ScheduleMark
 from engine.segments import DelayedRef, SegmentRef
 from engine.sequence import EncodedSequence
@@ -388,24 +389,55 @@ class QueueState:
             return None
         return job
 
-    def room(self, queue: str) -> int | None:
-        """How many more of ``queue``'s jobs may start running under its
-        concurrency limit (``max_running``; 0 when at or above it); None
-        when it has no limit."""
+    def room(self, queue: str, now: datetime) -> int | None:
+        """How many more of ``queue``'s jobs may start running at ``now``
+        under its concurrency limit (``max_running``, against the jobs
+        running) and its rate limit (what its window has left); 0 when
+        either is used up, None when it has neither."""
         counters = self.queues.get(queue)
-        if counters is None or counters.max_running is None:
+        if counters is None:
             return None
-        return max(counters.max_running - self.running_here.get(queue, 0), 0)
+        room: int | None = None
+        if counters.max_running is not None:
+            room = max(counters.max_running - self.running_here.get(queue, 0), 0)
+        if counters.rate_limit is not None:
+            left = counters.rate_limit.left(now)
+            room = left if room is None else min(room, left)
+        return room
+
+    def at_concurrency_limit(self, queue: str) -> bool:
+        """Whether ``queue`` runs as many jobs as its ``max_running`` allows
+        (or more): only a job leaving running makes room, not time."""
+        counters = self.queues.get(queue)
+        return (counters is not None and counters.max_running is not None
+                and self.running_here.get(queue, 0) >= counters.max_running)
+
+    def rate_reopens(self, queue: str, now: datetime) -> datetime | None:
+        """When ``queue``'s rate limit lets jobs start again, if its window
+        is used up at ``now``; None otherwise."""
+        counters = self.queues.get(queue)
+        if counters is None or counters.rate_limit is None:
+            return None
+        return counters.rate_limit.reopens(now)
+
+    def note_starts(self, queue: str, count: int, now: datetime) -> None:
+        """Count ``count`` jobs of ``queue`` started at ``now`` against its
+        rate limit's window (nothing when it has none)."""
+        counters = self.queues.get(queue)
+        if counters is not None and counters.rate_limit is not None and count > 0:
+            counters.rate_limit = counters.rate_limit.started(now, count)
+            self.dirty = True
 
     def take_eligible(self, queues: Iterable[str], limit: int, now: datetime) -> list[Job]:
         """Return up to ``limit`` pending jobs of ``queues`` that may run at
         ``now``, oldest position first across all the queues (I7), and no
-        more of a queue than its concurrency limit leaves room for
-        (:meth:`room`). The jobs stay pending; the caller changes them."""
+        more of a queue than its concurrency and rate limits leave room for
+        (:meth:`room`). The jobs stay pending; the caller changes them (and
+        counts them against the rate limits, :meth:`note_starts`)."""
         heads: list[tuple[int, str, str]] = []  # (pos, id, queue)
         rooms: dict[str, int] = {}
         for queue in queues:
-            room = self.room(queue)
+            room = self.room(queue, now)
             if room is not None:
                 if room == 0:
                     continue
@@ -497,15 +529,15 @@ class QueueState:
 
     def claimable(self, queue: str, now: datetime, limit: int) -> int:
         """How many jobs of ``queue`` a claim at ``now`` could lease, counted up
-        to ``limit`` and to the room its concurrency limit leaves (the paused
-        flag aside). Never walks much more than
+        to ``limit`` and to the room its concurrency and rate limits leave
+        (the paused flag aside). Never walks much more than
         ``limit`` index entries: with many stale entries it may answer
         ``limit`` when fewer are claimable (an overestimate, never an
         underestimate). Changes no job; tidies the indexes as a claim would."""
         self._promote_due(queue, now)
-        room = self.room(queue)
+        room = self.room(queue, now)
         if room is not None:
-            limit = min(limit, room)  # a queue at its concurrency limit has nothing to hand out
+            limit = min(limit, room)  # a queue at its limit has nothing to hand out
         if limit <= 0 or self._ready_head(queue) is None:
             return 0
         count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
@@ -637,9 +669,11 @@ def schedule_dict(mark: ScheduleMark) -> dict[str, Any]:
     return {"tick": mark.tick, "outcome": mark.outcome, "job": mark.job, "at": mark.at}
 
 
-def counters_dict(c: QueueCounters) -> dict[str, int | bool]:
-    """``queues.<name>``; ``max_running`` only when the queue has a limit."""
-    counters: dict[str, int | bool] = {
+def counters_dict(c: QueueCounters) -> dict[str, Any]:
+    """``queues.<name>``; ``max_running`` and ``rate_limit`` only when the
+    queue has them, and a rate limit's window only once a job started
+    under it."""
+    counters: dict[str, Any] = {
         "pushed": c.pushed,
         "completed": c.completed,
         "failed": c.failed,
@@ -650,7 +684,18 @@ def counters_dict(c: QueueCounters) -> dict[str, int | bool]:
     }
     if c.max_running is not None:
         counters["max_running"] = c.max_running
+    if c.rate_limit is not None:
+        counters["rate_limit"] = rate_limit_dict(c.rate_limit)
     return counters
+
+
+def rate_limit_dict(rate: RateLimit) -> dict[str, Any]:
+    """``queues.<name>.rate_limit``: the limit, and its window once open."""
+    out: dict[str, Any] = {"jobs": rate.jobs, "seconds": rate.seconds}
+    if rate.window_start is not None:
+        out["window_start"] = rate.window_start
+        out["window_started"] = rate.window_started
+    return out
 
 
 def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:

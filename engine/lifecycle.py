@@ -53,11 +53,14 @@ def push(state: QueueState, op: Push, now: datetime) -> list[str]:
 
 def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
     """Lease up to ``op.max_jobs`` eligible pending jobs of the queues that
-    are not paused, oldest first. May be empty."""
+    are not paused, oldest first, within their concurrency and rate limits
+    (the starts count against the rate limits' windows). May be empty."""
     claimed: list[ClaimedJob] = []
     expires_at = now + timedelta(seconds=op.lease_seconds)
     queues = [q for q in op.queues if q not in state.queues or not state.queues[q].paused]
-    for job in state.take_eligible(queues, op.max_jobs, now):
+    taken = state.take_eligible(queues, op.max_jobs, now)
+    _count_starts(state, taken, now)
+    for job in taken:
         lease = Lease(
             worker=op.worker,
             token=new_lease_token(),
@@ -79,6 +82,15 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
             )
         )
     return claimed
+
+
+def _count_starts(state: QueueState, taken: list[Job], now: datetime) -> None:
+    """Count the jobs a claim starts against their queues' rate limits."""
+    per_queue: dict[str, int] = {}
+    for job in taken:
+        per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
+    for queue, count in per_queue.items():
+        state.note_starts(queue, count, now)
 
 
 def _leased(state: QueueState, job_id: str, token: str) -> Job:

@@ -21,6 +21,8 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from engine.rates import RateLimit
+
 JobStatus = Literal["pending", "running"]
 
 
@@ -180,11 +182,13 @@ class QueueCounters:
 
     ``failed`` counts attempts that ended badly (an explicit fail or an expired
     lease); ``dead`` counts jobs moved to the dead letters; ``dead_dropped``
-    counts dead letters discarded because the list was full. ``paused`` and
-    ``max_running`` are not counters but the queue's settings: a paused queue
-    takes pushes and hands out no claims; a queue with ``max_running`` hands
-    out a claim only while fewer of its jobs run, across every worker (None:
-    no limit).
+    counts dead letters discarded because the list was full. ``paused``,
+    ``max_running`` and ``rate_limit`` are not counters but the queue's
+    settings: a paused queue takes pushes and hands out no claims; a queue
+    with ``max_running`` hands out a claim only while fewer of its jobs run,
+    across every worker (None: no limit); a queue with a ``rate_limit``
+    starts at most its ``jobs`` in each window of its ``seconds`` (see
+    :mod:`engine.rates`).
     """
 
     pushed: int = 0
@@ -195,6 +199,7 @@ class QueueCounters:
     dead_dropped: int = 0
     paused: bool = False
     max_running: int | None = None
+    rate_limit: RateLimit | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,18 +48,23 @@ from engine.optypes import (
     SealDelayed,
     SetLimit,
     SetPaused,
+    SetRateLimit,
     TakeOver,
     Tick,
 )
 from engine.payloads import MAX_PAYLOAD_DEPTH, encode_payload
 from engine.policy import MAX_CLAIM_JOBS, MAX_DELAY_SECONDS, MAX_LEASE_SECONDS, Policy
+from engine.rates import MAX_RATE_JOBS, MAX_RATE_SECONDS, MIN_RATE_SECONDS
 
 __all__ = [
     "ID_PATTERN",
     "ID_RULE",
     "MAX_PAYLOAD_DEPTH",
+    "MAX_RATE_JOBS",
+    "MAX_RATE_SECONDS",
     "MAX_RUNNING_LIMIT",
     "MAX_WORKER_CHARS",
+    "MIN_RATE_SECONDS",
     "QUEUE_NAME",
     "Claim",
     "Complete",
@@ -86,6 +91,7 @@ __all__ = [
     "SealDelayed",
     "SetLimit",
     "SetPaused",
+    "SetRateLimit",
     "TakeOver",
     "Tick",
     "check_queue",
@@ -101,6 +107,7 @@ __all__ = [
     "pause_op",
     "purge_op",
     "push_op",
+    "rate_limit_op",
     "requeue_op",
 ]
 
@@ -317,6 +324,26 @@ def limit_op(queue: str, max_running: int | None) -> SetLimit:
         raise ValidationError(f"max_running must be a whole number from 1 to {MAX_RUNNING_LIMIT}, or null for "
                               f"no limit, got {max_running!r}")
     return SetLimit(queue=check_queue(queue), max_running=max_running)
+
+
+def rate_limit_op(queue: str, jobs: int | None, seconds: float | None = None) -> SetRateLimit:
+    """Let at most ``jobs`` of ``queue``'s jobs start in each window of
+    ``seconds`` (1 to :data:`~engine.rates.MAX_RATE_JOBS` jobs per
+    :data:`~engine.rates.MIN_RATE_SECONDS` to
+    :data:`~engine.rates.MAX_RATE_SECONDS` seconds), across every worker;
+    ``jobs`` None (and no ``seconds``) removes the limit. Its outcome is the
+    limit before, as ``{"jobs": ..., "seconds": ...}``, or None."""
+    if jobs is None:
+        if seconds is not None:
+            raise ValidationError("a rate limit without jobs has no seconds: give both, or neither to remove it")
+        return SetRateLimit(queue=check_queue(queue), jobs=None, seconds=None)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_RATE_JOBS:
+        raise ValidationError(f"a rate limit's jobs must be a whole number from 1 to {MAX_RATE_JOBS}, got {jobs!r}")
+    if (isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds)
+            or not MIN_RATE_SECONDS <= seconds <= MAX_RATE_SECONDS):
+        raise ValidationError(f"a rate limit's seconds must be a number from {MIN_RATE_SECONDS:g} to "
+                              f"{MAX_RATE_SECONDS:g}, got {seconds!r}")
+    return SetRateLimit(queue=check_queue(queue), jobs=jobs, seconds=float(seconds))
 
 
 def forget_op(queue: str) -> ForgetQueue:

@@ -45,6 +45,7 @@ __all__ = [
     "SealDelayed",
     "SetLimit",
     "SetPaused",
+    "SetRateLimit",
     "SetSchedulePaused",
     "TakeOver",
     "Tick",
@@ -194,6 +195,19 @@ class SetLimit:
 
     queue: str
     max_running: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetRateLimit:
+    """Set ``queue``'s rate limit: at most ``jobs`` of its jobs start in each
+    window of ``seconds`` (see :mod:`engine.rates`); ``jobs`` None removes
+    it. A window already open carries on under the new numbers (its starts
+    still count). Like a pause, it creates the queue's entry if there is
+    none."""
+
+    queue: str
+    jobs: int | None
+    seconds: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,6 +398,7 @@ Operation = (
     | Purge
     | SetPaused
     | SetLimit
+    | SetRateLimit
     | ForgetQueue
     | GetJob
     | Tick

@@ -20,6 +20,7 @@ from engine.errors import DocumentError
 from engine.finished import FinishedIds
 from engine.model import Attempt, BrokerInfo, DeadLetter, Job, Lease, QueueCounters, exact
 from engine.policy import Policy
+from engine.rates import MAX_RATE_JOBS, MAX_RATE_SECONDS, MIN_RATE_SECONDS, RateLimit
 from engine.schedules import ScheduleMark
 from engine.segments import DelayedRef, SegmentRef
 
@@ -170,6 +171,24 @@ def parse_header(key: str, data: bytes) -> DocumentHeader:
     return header
 
 
+def _rate_limit(r: _Reader, value: Any, where: str) -> RateLimit:
+    """A queue's ``rate_limit``: ``jobs`` and ``seconds`` within their
+    bounds, and the window's ``window_start`` and ``window_started`` both or
+    neither."""
+    raw = r.obj(value, where)
+    jobs = r.integer(raw, "jobs", where, low=1)
+    seconds = r.number(raw, "seconds", where)
+    if jobs > MAX_RATE_JOBS or not MIN_RATE_SECONDS <= seconds <= MAX_RATE_SECONDS:
+        r.fail(where, f"expected at most {MAX_RATE_JOBS} jobs per {MIN_RATE_SECONDS:g} to {MAX_RATE_SECONDS:g} "
+                      f"seconds, got {jobs} per {seconds:g}")
+    if ("window_start" in raw) != ("window_started" in raw):
+        r.fail(where, "expected window_start and window_started together, or neither")
+    if "window_start" not in raw:
+        return RateLimit(jobs=jobs, seconds=seconds)
+    return RateLimit(jobs=jobs, seconds=seconds, window_start=r.moment(raw, "window_start", where),
+                     window_started=r.integer(raw, "window_started", where))
+
+
 def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = None) -> QueueState:
     """Parse ``data`` (the bytes of object ``key``) into a state. Raises DocumentError."""
     r = _Reader(key)
@@ -191,6 +210,8 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
             dead_dropped=r.integer(counters, "dead_dropped", where) if "dead_dropped" in counters else 0,
             paused=r.flag(counters, "paused", where),
             max_running=r.integer(counters, "max_running", where, low=1) if "max_running" in counters else None,
+            rate_limit=_rate_limit(r, counters["rate_limit"], f"{where}.rate_limit") if "rate_limit" in counters
+            else None,
         )
 
     _finished(r, raw.get("finished", []), state.finished, "finished")

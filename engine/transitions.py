@@ -24,6 +24,7 @@ fail, expire, requeue) are in :mod:`engine.lifecycle`, the purge in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,11 +58,13 @@ from engine.optypes import (
     SealDelayed,
     SetLimit,
     SetPaused,
+    SetRateLimit,
     SetSchedulePaused,
     TakeOver,
     Tick,
 )
 from engine.purging import purge, still_expected
+from engine.rates import RateLimit
 from engine.schedulemoves import fire_schedules, forget_schedule, set_schedule_paused
 from engine.segments import newest_first
 
@@ -87,6 +90,7 @@ __all__ = [
     "seal_delayed",
     "set_limit",
     "set_paused",
+    "set_rate_limit",
     "still_expected",
     "take_over",
     "tick",
@@ -110,6 +114,26 @@ def set_limit(state: QueueState, op: SetLimit, now: datetime) -> int | None:
         counters.max_running = op.max_running
         state.dirty = True
     return was
+
+
+def set_rate_limit(state: QueueState, op: SetRateLimit, now: datetime) -> dict[str, Any] | None:
+    """Set or remove the queue's rate limit; returns the limit before as
+    ``{"jobs", "seconds"}`` (None: none). A new rate keeps the open window's
+    starts."""
+    counters = state.counters(op.queue)
+    was = counters.rate_limit
+    if op.jobs is None or op.seconds is None:
+        new = None
+    elif was is None:
+        new = RateLimit(jobs=op.jobs, seconds=op.seconds)
+    elif was.same_rate(op.jobs, op.seconds):
+        new = was
+    else:
+        new = replace(was, jobs=op.jobs, seconds=op.seconds)
+    if new is not was:
+        counters.rate_limit = new
+        state.dirty = True
+    return None if was is None else {"jobs": was.jobs, "seconds": was.seconds}
 
 
 def forget_queue(state: QueueState, op: ForgetQueue, now: datetime) -> bool:
@@ -193,6 +217,7 @@ _TRANSITIONS: dict[type, Any] = {
     Purge: purge,
     SetPaused: set_paused,
     SetLimit: set_limit,
+    SetRateLimit: set_rate_limit,
     ForgetQueue: forget_queue,
     GetJob: get_job,
     Tick: tick,

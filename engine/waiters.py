@@ -193,13 +193,19 @@ class WaitingClaims:
         owns ``state``. Counts what each line could claim and wakes that many
         waiters. Cost: O(waiters + what they could claim), never the backlog."""
         with self._lock:
-            # A queue that hands out nothing now (paused, or at its limit) has
-            # no due time for a waiter to wait for: the commit that changes
-            # that counts again.
+            # A queue that hands out nothing until a commit says otherwise
+            # (paused, or at its concurrency limit) has no due time for a
+            # waiter to wait for: the commit that changes that counts again.
+            # One whose rate limit's window is used up is due when the
+            # window closes.
+            now = self.clock()
             self._next_due = {queue: when for queue, when in state.next_due().items() if not _holds(state, queue)}
+            for queue in state.queues:
+                reopens = None if _holds(state, queue) else state.rate_reopens(queue, now)
+                if reopens is not None:
+                    self._next_due[queue] = reopens
             if not self._lines:
                 return
-            now = self.clock()
             earliest: datetime | None = None
             for queue, line in self._lines.items():
                 if _holds(state, queue):
@@ -207,7 +213,15 @@ class WaitingClaims:
                     continue
                 capacity = sum(w.op.max_jobs for w in line.values())
                 self._surplus[queue] = self._wake_line(queue, state.claimable(queue, now, capacity))
-                due = self._due[queue] = state.due_times(queue, capacity)
+                reopens = state.rate_reopens(queue, now)
+                if reopens is not None:
+                    # Nothing starts before the window closes; then as many
+                    # as the line could take may (an overestimate costs
+                    # claims that find nothing and write nothing).
+                    rate = state.queues[queue].rate_limit
+                    due = self._due[queue] = [reopens] * min(capacity, rate.jobs if rate is not None else capacity)
+                else:
+                    due = self._due[queue] = state.due_times(queue, capacity)
                 if due and (earliest is None or due[0] < earliest):
                     earliest = due[0]
             if earliest is not None:
@@ -295,10 +309,11 @@ class WaitingClaims:
 
 
 def _holds(state: QueueState, queue: str) -> bool:
-    """Whether ``queue`` hands out no job whatever is due: it is paused, or
-    at its concurrency limit (a completion's commit makes room)."""
+    """Whether ``queue`` hands out no job whatever is due, until a commit
+    changes it: it is paused, or at its concurrency limit (a completion's
+    commit makes room). A used-up rate window is not a hold: time ends it."""
     counters = state.queues.get(queue)
-    return counters is not None and (counters.paused or state.room(queue) == 0)
+    return counters is not None and (counters.paused or state.at_concurrency_limit(queue))
 
 
 def _set_result(future: asyncio.Future[None]) -> None:

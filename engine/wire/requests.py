@@ -39,6 +39,7 @@ from engine.ops import (
     pause_op,
     purge_op,
     push_op,
+    rate_limit_op,
     requeue_op,
 )
 from engine.optypes import (
@@ -56,6 +57,7 @@ from engine.optypes import (
     Requeue,
     SetLimit,
     SetPaused,
+    SetRateLimit,
     SetSchedulePaused,
 )
 from engine.policy import Policy
@@ -125,9 +127,11 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case Requeue() | Purge() | SetPaused() | SetLimit() | ForgetQueue() | SetSchedulePaused() | ForgetSchedule():
-            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", SetLimit: "limit", ForgetQueue: "forget",
-                    SetSchedulePaused: "pause_schedule", ForgetSchedule: "forget_schedule"}[type(op)]
+        case (Requeue() | Purge() | SetPaused() | SetLimit() | SetRateLimit() | ForgetQueue() | SetSchedulePaused()
+              | ForgetSchedule()):
+            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", SetLimit: "limit",
+                    SetRateLimit: "rate_limit", ForgetQueue: "forget", SetSchedulePaused: "pause_schedule",
+                    ForgetSchedule: "forget_schedule"}[type(op)]
             raise EngineError(
                 f"{name} is an operator action with no broker API endpoint: do it on the dashboard, "
                 "where it is audited (or with a DirectClient on the store, for maintenance)"
@@ -282,6 +286,8 @@ def operator_json(op: Operation) -> dict[str, Any]:
             return {"kind": "forget", "queue": op.queue}
         case SetLimit():
             return {"kind": "limit", "queue": op.queue, "max_running": op.max_running}
+        case SetRateLimit():
+            return {"kind": "rate_limit", "queue": op.queue, "jobs": op.jobs, "seconds": op.seconds}
         case SetSchedulePaused():
             return {"kind": "pause_schedule", "name": op.name, "paused": op.paused}
         case ForgetSchedule():
@@ -325,6 +331,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         return forget_op(data["queue"])
     if kind == "limit":
         return limit_op(data["queue"], data["max_running"])
+    if kind == "rate_limit":
+        return rate_limit_op(data["queue"], data["jobs"], data["seconds"])
     if kind == "pause_schedule":
         return pause_schedule_op(data["name"], paused=data["paused"])
     if kind == "forget_schedule":

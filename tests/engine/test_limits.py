@@ -47,7 +47,7 @@ def test_one_claim_takes_no_more_than_the_limit_leaves_room_for() -> None:
     assert apply(state, limit_op("q", 2), utc_now()) is None
     assert claim(state, "q") == [0, 1]
     assert claim(state, "q") == []
-    assert state.running_here["q"] == 2 and state.room("q") == 0
+    assert state.running_here["q"] == 2 and state.room("q", utc_now()) == 0
 
 
 def test_a_completion_makes_room_for_the_next_job_in_fifo_order() -> None:

@@ -47,6 +47,7 @@ from engine.ops import (
     pause_op,
     purge_op,
     push_op,
+    rate_limit_op,
     requeue_op,
 )
 from engine.policy import Policy
@@ -119,7 +120,8 @@ def test_a_long_poll_claim_sends_its_wait_and_may_leave_the_lease_to_the_broker(
 @pytest.mark.parametrize(
     "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
            wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY),
-           pause_schedule_op("nightly"), forget_schedule_op("nightly"), limit_op("q", 3)],
+           pause_schedule_op("nightly"), forget_schedule_op("nightly"), limit_op("q", 3),
+           rate_limit_op("q", 10, 1)],
 )
 def test_operator_actions_have_no_request(op: Operation) -> None:
     with pytest.raises(EngineError, match="operator action with no broker API endpoint"):
@@ -139,6 +141,9 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
         forget_op("emails"),
         limit_op("emails", 5),
         limit_op("emails", None),
+        rate_limit_op("emails", 10, 1),
+        rate_limit_op("emails", 1000, 3600.5),
+        rate_limit_op("emails", None),
         pause_schedule_op("nightly-report"),
         pause_schedule_op("nightly-report", paused=False),
         forget_schedule_op("nightly-report"),

@@ -1,7 +1,7 @@
 """A stateful Hypothesis machine over the pure transitions (engine.transitions).
 
 Hypothesis runs random sequences of push, claim, heartbeat, complete, fail,
-expire, requeue, purge, pause/resume, concurrency limits and forget on one :class:`QueueState`, with a
+expire, requeue, purge, pause/resume, concurrency and rate limits and forget on one :class:`QueueState`, with a
 clock it moves itself, beside a small reference model of what each step
 must do. After every step it checks:
 
@@ -13,8 +13,9 @@ must do. After every step it checks:
   token is refused with LeaseLost and changes nothing;
 * the counters equal the model's, and the state's count of running jobs
   per queue is the model's;
-* a claim never starts a job of a queue at its concurrency limit, and hands
-  out the oldest eligible jobs the limits leave room for;
+* a claim never starts a job of a queue at its concurrency limit or beyond
+  what its rate limit's window has left, and hands out the oldest eligible
+  jobs the limits leave room for;
 * ``QueueState.encode`` re-parses (``parse_document``) to an equal state,
   and encoding that again gives the same bytes;
 * a refused operation changes nothing: the encoding is byte for byte the same;
@@ -32,7 +33,7 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine import JobNotFound, LeaseLost, Policy, QueueError, QueueState, ValidationError, parse_document
+from engine import JobNotFound, LeaseLost, Policy, QueueError, QueueState, RateLimit, ValidationError, parse_document
 from engine.ops import (
     Expire,
     claim_op,
@@ -44,6 +45,7 @@ from engine.ops import (
     pause_op,
     purge_op,
     push_op,
+    rate_limit_op,
     requeue_op,
 )
 from engine.transitions import apply, expire
@@ -78,7 +80,23 @@ class MJob:
 
 def _counters() -> dict[str, Any]:
     return {"pushed": 0, "completed": 0, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0, "paused": False,
-            "max_running": None}
+            "max_running": None, "rate_limit": None}
+
+
+def _rate_left(rate: dict[str, Any] | None, now: datetime) -> int | None:
+    """The model's rate window: how many may start at ``now`` (None: no rate limit)."""
+    if rate is None:
+        return None
+    if rate["start"] is not None and now < rate["start"] + timedelta(seconds=rate["seconds"]):
+        return max(rate["jobs"] - rate["started"], 0)
+    return int(rate["jobs"])
+
+
+def _as_rate_limit(rate: dict[str, Any] | None) -> RateLimit | None:
+    if rate is None:
+        return None
+    return RateLimit(jobs=rate["jobs"], seconds=rate["seconds"], window_start=rate["start"],
+                     window_started=rate["started"] if rate["start"] is not None else 0)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -191,6 +209,11 @@ class QueueMachine(RuleBasedStateMachine):
         # Room under each queue's concurrency limit, counted before this claim.
         room = {q: c["max_running"] - sum(1 for j in self.jobs.values() if j.queue == q and j.status == "running")
                 for q, c in self.counters.items() if c["max_running"] is not None}
+        # ... and under its rate limit's window.
+        for q, c in self.counters.items():
+            left = _rate_left(c["rate_limit"], self.now)
+            if left is not None:
+                room[q] = min(room.get(q, left), left)
         expected = []
         for job in eligible:
             if len(expected) == max_jobs:
@@ -201,7 +224,14 @@ class QueueMachine(RuleBasedStateMachine):
                 room[job.queue] -= 1
             expected.append(job.id)
         assert [c.id for c in result] == expected, (
-            "claims must hand out pending jobs in FIFO order (I7), within each queue's concurrency limit")
+            "claims must hand out pending jobs in FIFO order (I7), within each queue's concurrency and rate limits")
+        for q in {self.jobs[c.id].queue for c in result}:
+            rate = self.counters[q]["rate_limit"]
+            if rate is not None:
+                starts = sum(1 for c in result if self.jobs[c.id].queue == q)
+                if _rate_left(rate, self.now) == rate["jobs"]:  # no window open: this claim opens one
+                    rate["start"], rate["started"] = self.now, 0
+                rate["started"] += starts
         for claimed in result:
             job = self.jobs[claimed.id]
             assert claimed.lease not in self.tokens, "a lease token was handed out twice"
@@ -352,6 +382,18 @@ class QueueMachine(RuleBasedStateMachine):
         assert before == self.counter(queue)["max_running"]
         self.counter(queue)["max_running"] = max_running
 
+    @rule(queue=st.sampled_from(QUEUES), jobs=st.sampled_from([None, 1, 2, 3]), seconds=st.sampled_from([1, 5, 30]))
+    def rate(self, queue: str, jobs: int | None, seconds: int) -> None:
+        before = self.run(rate_limit_op(queue, jobs, None if jobs is None else seconds))
+        was = self.counter(queue)["rate_limit"]
+        assert before == (None if was is None else {"jobs": was["jobs"], "seconds": was["seconds"]})
+        if jobs is None:
+            self.counter(queue)["rate_limit"] = None
+        elif was is None:
+            self.counter(queue)["rate_limit"] = {"jobs": jobs, "seconds": float(seconds), "start": None, "started": 0}
+        else:  # the open window's starts still count
+            was["jobs"], was["seconds"] = jobs, float(seconds)
+
     @rule(queue=st.sampled_from(QUEUES))
     def forget(self, queue: str) -> None:
         """Forgetting a queue: only an empty one, checked as the operation applies."""
@@ -401,7 +443,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert (job.lease.expires_at if job.lease else None) == m.expires_at, job_id
         assert list(state.dead) == list(self.dead), "the dead letters differ from the model"
         counters = {name: {f: getattr(c, f) for f in _counters()} for name, c in state.queues.items()}
-        assert counters == self.counters, "the counters differ from the model"
+        expected = {name: {**c, "rate_limit": _as_rate_limit(c["rate_limit"])} for name, c in self.counters.items()}
+        assert counters == expected, "the counters differ from the model"
         running = {q: sum(1 for j in self.jobs.values() if j.queue == q and j.status == "running") for q in QUEUES}
         assert {q: state.running_here.get(q, 0) for q in QUEUES} == running, "running_here differs from the jobs"
 
