@@ -24,7 +24,7 @@ in the admin like any other:
 * ``submit_job``: push a job from the Submit page;
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
-* ``pause_queue``: pause, resume and limit queues, and forget empty ones;
+* ``pause_queue``: pause, resume and limit queues (concurrency and rate), and forget empty ones;
 * ``pause_schedule``: pause and resume schedules, and forget removed ones' marks.
 """
 
@@ -41,7 +41,7 @@ from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine import forget_schedule_op, pause_schedule_op
-from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, requeue_op
+from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ class Planned(Protocol):
     queue: str
     schedule: str
     max_running: int | None  # a limit's new limit
+    rate_jobs: int | None  # a rate limit's new jobs per window (None: no rate limit)
+    rate_seconds: float | None  # ... and its window's length
 
 
 #: Builds an action's engine operation from its dry run.
@@ -87,6 +89,8 @@ class ActionSpec:
     forgets: bool = False
     #: It sets a queue's concurrency limit (the form's ``max_running``): an action on a queue.
     limits: bool = False
+    #: It sets a queue's rate limit (the form's ``rate_jobs`` and ``rate_seconds``): an action on a queue.
+    rates: bool = False
     #: With the scope of a queue alone, the status of that queue's jobs it acts on.
     queue_status: str = ""
     #: It moves jobs back to pending in their own queues: the dry run says
@@ -99,6 +103,12 @@ class ActionSpec:
     needless: str = ""
     #: A queue action (pause, resume, forget) overtaken between the dry run and the run.
     overtaken: str = ""
+
+    @property
+    def sets_limit(self) -> bool:
+        """It sets one of a queue's limits (concurrency or rate): an action
+        on a queue, not on jobs, that may also remove the limit."""
+        return self.limits or self.rates
 
 
 #: The spec of an action that is only audited (``queueinit``'s).
@@ -184,6 +194,15 @@ class AuditEntry(models.Model):
             needless="Queue %(queue)s already has this limit.",
             overtaken="%(queue)s already had this limit (set since the dry run): nothing changed",
         ), "limit"
+        RATE_LIMIT = "rate_limit", ActionSpec(
+            permission="pause_queue",
+            scopes=(("queue",),),
+            scope_error="Rate limit takes one queue (and its rate), and nothing else.",
+            operation=lambda p: rate_limit_op(p.queue, p.rate_jobs, p.rate_seconds),
+            rates=True,
+            needless="Queue %(queue)s already has this rate limit.",
+            overtaken="%(queue)s already had this rate limit (set since the dry run): nothing changed",
+        ), "rate limit"
         FORGET = "forget", ActionSpec(
             permission="pause_queue",
             scopes=(("queue",),),

@@ -41,7 +41,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import joblist, pages, schedule_actions, segments
+from queueadmin.dashboard import joblist, limit_actions, pages, schedule_actions, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -68,6 +68,9 @@ class Plan:
     schedule: str = ""
     #: A limit's new concurrency limit (None: none).
     max_running: int | None = None
+    #: A rate limit's new jobs per window and the window's seconds (None: none).
+    rate_jobs: int | None = None
+    rate_seconds: float | None = None
     target: str = ""
     status: str = ""
     group: str = ""
@@ -145,7 +148,7 @@ class Plan:
 
     @property
     def runnable(self) -> bool:
-        return not self.problems and (self.toggles or self.forgets or self.on_schedule or self.spec.limits
+        return not self.problems and (self.toggles or self.forgets or self.on_schedule or self.spec.sets_limit
                                       or bool(self.count))
 
     @property
@@ -176,11 +179,14 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
              group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq,
-             max_running=data.get("max_running"))
+             max_running=data.get("max_running"), rate_jobs=data.get("rate_jobs"),
+             rate_seconds=data.get("rate_seconds"))
     if p.on_schedule:
         return schedule_actions.plan_schedule(p, snapshot)
     if p.spec.limits:
-        return _plan_limit(p, snapshot)
+        return limit_actions.plan_limit(p, snapshot)
+    if p.spec.rates:
+        return limit_actions.plan_rate(p, snapshot)
     if p.forgets:
         return _plan_forget(p, snapshot)
     if p.queue and not p.status and not p.toggles:
@@ -257,34 +263,6 @@ def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
             "commit as the others.",
             "%(n)d of these jobs sit in %(objects)d segment objects: they go with the objects' references, in "
             "the same commit as the others.", p.segment_jobs) % {"n": p.segment_jobs, "objects": len(refs)})
-
-
-def _plan_limit(p: Plan, snapshot: Snapshot) -> Plan:
-    """A concurrency limit for ``p.queue``: what it changes, as of ``snapshot``."""
-    p.target = f"queue={p.queue} max_running={p.max_running if p.max_running is not None else 'none'}"
-    q = snapshot.queues.get(p.queue)
-    current = q.max_running if q is not None else None
-    if current == p.max_running:
-        p.problems.append(p.spec.needless % p.words if current is not None else
-                          f"Queue {p.queue} has no limit.")
-        p.needless = True
-        return p
-    was = f"now at most {current}" if current is not None else "now no limit"
-    running = q.running if q is not None else 0
-    if p.max_running is None:
-        p.notes.append(f"Queue {p.queue} ({was}) hands out its jobs as fast as workers claim them: as many run as "
-                       "the workers' concurrency allows.")
-    elif running > p.max_running:
-        p.notes.append(ngettext(
-            "Queue %(queue)s (%(was)s) has %(n)d job running: more than the new limit. It carries on; no job of "
-            "the queue starts until fewer than %(limit)d run.",
-            "Queue %(queue)s (%(was)s) has %(n)d jobs running: more than the new limit. They carry on; no job "
-            "of the queue starts until fewer than %(limit)d run.", running)
-            % {"queue": p.queue, "was": was, "n": running, "limit": p.max_running})
-    else:
-        p.notes.append(f"Queue {p.queue} ({was}; {running} running now) starts a job only while fewer than "
-                       f"{p.max_running} of its jobs run, across every worker.")
-    return p
 
 
 def _plan_forget(p: Plan, snapshot: Snapshot) -> Plan:
@@ -457,8 +435,8 @@ def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     elif p.forgets:
         detail, changed = (p.spec.done, False) if result else (p.spec.overtaken, True)
         detail, ids = detail % p.words, []
-    elif p.spec.limits:
-        detail, changed = _limited(p, was=result)
+    elif p.spec.sets_limit:
+        detail, changed = limit_actions.limited(p, was=result) if p.spec.limits else limit_actions.rated(p, was=result)
         ids = []
     else:
         ids, in_segments, kept_whole = _removed(result)
@@ -497,17 +475,6 @@ def _toggled(p: Plan, *, was_paused: bool) -> tuple[str, bool]:
     if was_paused == p.spec.pauses:
         return p.spec.overtaken % p.words, True
     return p.spec.done % p.words, False
-
-
-def _limited(p: Plan, *, was: Any) -> tuple[str, bool]:
-    """What a limit did, from the limit before (the engine's answer)."""
-    if was == p.max_running:
-        return p.spec.overtaken % p.words, True
-    before = f"at most {was}" if was is not None else "no limit"
-    if p.max_running is None:
-        return f"removed the limit of {p.queue} (was {before})", False
-    return f"limited {p.queue} to {p.max_running} running job{'' if p.max_running == 1 else 's'} (was {before})", \
-        False
 
 
 def _refused(p: Plan) -> str:

@@ -14,7 +14,15 @@ from django import forms
 
 from engine import MAX_DELAY_SECONDS, check_schedule_name, new_job_id
 from engine import ValidationError as EngineValidationError
-from engine.ops import ID_PATTERN, MAX_RUNNING_LIMIT, QUEUE_NAME, push_op
+from engine.ops import (
+    ID_PATTERN,
+    MAX_RATE_JOBS,
+    MAX_RATE_SECONDS,
+    MAX_RUNNING_LIMIT,
+    MIN_RATE_SECONDS,
+    QUEUE_NAME,
+    push_op,
+)
 from queueadmin import config
 from queueadmin.models import AuditEntry
 
@@ -104,6 +112,9 @@ class ActionForm(forms.Form):
     schedule = forms.CharField(required=False, max_length=100)
     #: A limit's concurrency limit; blank: no limit. Not a scope: it goes with ``queue``.
     max_running = forms.IntegerField(required=False, min_value=1, max_value=MAX_RUNNING_LIMIT)
+    #: A rate limit's jobs per window and the window's seconds; both blank: no rate limit.
+    rate_jobs = forms.IntegerField(required=False, min_value=1, max_value=MAX_RATE_JOBS)
+    rate_seconds = forms.FloatField(required=False, min_value=MIN_RATE_SECONDS, max_value=MAX_RATE_SECONDS)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -125,6 +136,11 @@ class ActionForm(forms.Form):
             self.add_error("queue", "Not a valid queue name.")
         if data.get("max_running") is not None and action != AuditEntry.Action.LIMIT:
             self.add_error("max_running", "A concurrency limit goes with the limit action only.")
+        rate = [data.get(f) is not None for f in ("rate_jobs", "rate_seconds")]
+        if any(rate) and action != AuditEntry.Action.RATE_LIMIT:
+            self.add_error("rate_jobs", "A rate goes with the rate_limit action only.")
+        elif any(rate) and not all(rate) and not self.has_error("rate_jobs") and not self.has_error("rate_seconds"):
+            self.add_error("rate_jobs", "Give a rate's jobs and its seconds both, or neither to remove the rate limit.")
         if data.get("schedule"):
             try:
                 check_schedule_name(data["schedule"])

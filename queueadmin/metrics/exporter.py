@@ -167,6 +167,12 @@ class QueueCollector(Collector):
         limits = GaugeMetricFamily("queueadmin_queue_max_running",
                                    "The queue's concurrency limit (at most this many of its jobs run at once); "
                                    "only queues with one.", labels=["queue"])
+        rate_jobs = GaugeMetricFamily("queueadmin_queue_rate_limit_jobs",
+                                      "The queue's rate limit: at most this many of its jobs start in each window; "
+                                      "only queues with one.", labels=["queue"])
+        rate_seconds = GaugeMetricFamily("queueadmin_queue_rate_limit_window_seconds",
+                                         "The length of the queue's rate-limit window; only queues with one.",
+                                         labels=["queue"])
         oldest = GaugeMetricFamily(
             "queueadmin_queue_oldest_pending_age_seconds",
             "Age of the oldest pending job (0 when none is pending).",
@@ -192,6 +198,9 @@ class QueueCollector(Collector):
             paused.add_metric([name], 1.0 if q.paused else 0.0)
             if q.max_running is not None:
                 limits.add_metric([name], float(q.max_running))
+            if q.rate is not None:
+                rate_jobs.add_metric([name], float(q.rate.jobs))
+                rate_seconds.add_metric([name], q.rate.seconds)
             age = (now - q.oldest_pending_at).total_seconds() if q.oldest_pending_at else 0.0
             oldest.add_metric([name], max(age, 0.0))
             kept = written.get(name) or {}
@@ -200,6 +209,8 @@ class QueueCollector(Collector):
         yield from gauges.values()
         yield paused
         yield limits
+        yield rate_jobs
+        yield rate_seconds
         yield oldest
         yield from counters.values()
 

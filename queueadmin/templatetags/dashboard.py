@@ -44,6 +44,14 @@ def until(moment: datetime | None, now: datetime | None = None) -> str:
 
 
 @register.filter
+def rate_used_up(queue: Any, now: datetime) -> datetime | None:
+    """When the rate window used up at ``now`` closes, for a queue summary
+    (``QueueSummary``) with a rate limit; None when its jobs may start."""
+    rate = getattr(queue, "rate", None)
+    return rate.used_up_until(now) if rate is not None else None
+
+
+@register.filter
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     """The first ``limit`` characters, with an ellipsis when cut. Autoescaping
     still applies: this only bounds the size."""

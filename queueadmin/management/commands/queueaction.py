@@ -11,13 +11,14 @@ signed and sent to the leader the document names, as a standby's dashboard
 sends it (``/api/v1/operator``), so the nodes' ``DJANGO_SECRET_KEY`` must be
 set here too.
 
-Exit status: 0 when the action ran (or, for pause, resume and limit, when the
+Exit status: 0 when the action ran (or, for pause, resume and the limits, when the
 queue or schedule already was as asked), 1 otherwise: a refused or invalid
 request, nothing to act on, a run not confirmed, or a run the broker refused.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, ClassVar
 
@@ -33,13 +34,30 @@ from queueadmin.dashboard.views import VIEW
 from queueadmin.models import AuditEntry
 
 PREVIEW_CHARS = 60
+#: ``--rate``: jobs, a slash, then an optional count and a unit (10/s, 5/30s, 3/2.5m).
+RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?|\.\d+)?\s*(s|m|h)\s*$")
+UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[str, str]:
+    """``--rate`` as the form's ``rate_jobs`` and ``rate_seconds`` (as text;
+    the form checks their bounds): both blank for "" and "none". Raises
+    CommandError for anything else that is not N/PERIOD."""
+    if not text.strip() or text.strip().lower() == "none":
+        return "", ""
+    match = RATE.match(text.lower())
+    if match is None:
+        raise CommandError(f"--rate: expected N/PERIOD such as 10/s, 100/m, 1000/h or 5/30s (or none), got {text!r}")
+    jobs, count, unit = match.groups()
+    return jobs, f"{float(count or 1) * UNIT_SECONDS[unit]:g}"
 
 
 class Command(BaseCommand):
     # It needs neither the task backend nor its API token (the run is signed
     # and sent to the leader): the system checks would only warn about those.
     requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
-    help = ("Requeue, purge, redrive, pause, resume, limit or forget (a queue, or with --schedule a schedule), as "
+    help = ("Requeue, purge, redrive, pause, resume, limit, rate_limit or forget (a queue, or with --schedule a "
+            "schedule), as "
             "on the dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry "
             "run's jobs, audited in the name of --user.")
 
@@ -58,6 +76,9 @@ class Command(BaseCommand):
         scope.add_argument("--max-running", default="", metavar="N",
                            help="limit: at most N jobs of --queue running at once, across every worker; 'none' "
                                 "removes the limit")
+        scope.add_argument("--rate", default="", metavar="N/PERIOD",
+                           help="rate_limit: at most N jobs of --queue start in each window of PERIOD, across every "
+                                "worker: 10/s, 100/m, 1000/h, 5/30s, 3/10m; 'none' removes the rate limit")
         scope.add_argument("--schedule", default="", metavar="NAME",
                            help="a schedule of QUEUE_SCHEDULES (pause_schedule, resume_schedule), or one whose mark "
                                 "the document keeps after it was removed (forget_schedule)")
@@ -71,10 +92,14 @@ class Command(BaseCommand):
         if options["action"] == AuditEntry.Action.LIMIT and not options["max_running"]:
             # Blank would mean "no limit": a forgotten option must not lift a limit.
             raise CommandError("limit needs --max-running N (1 or more), or --max-running none to remove the limit")
+        if options["action"] == AuditEntry.Action.RATE_LIMIT and not options["rate"]:
+            raise CommandError("rate_limit needs --rate N/PERIOD (10/s, 100/m, 5/30s), or --rate none to remove it")
+        rate_jobs, rate_seconds = parse_rate(options["rate"])
         form = ActionForm({"action": options["action"], "ids": " ".join(options["ids"]), "queue": options["queue"],
                            "status": options["status"], "group": options["group"], "filter": options["filter"],
                            "schedule": options["schedule"],
-                           "max_running": "" if options["max_running"].lower() == "none" else options["max_running"]})
+                           "max_running": "" if options["max_running"].lower() == "none" else options["max_running"],
+                           "rate_jobs": rate_jobs, "rate_seconds": rate_seconds})
         if not form.is_valid():
             errors = [str(e) for e in form.non_field_errors()]
             errors += [f"--{name.replace('_', '-')}: {e}" for name, field_errors in form.errors.items()
@@ -123,7 +148,7 @@ class Command(BaseCommand):
         out(f"{plan.title}{' · ' + (plan.schedule or plan.queue) if plan.schedule or plan.queue else ''}: dry run "
             f"against seq {plan.seq}, "
             f"{plan.target}.")
-        if not plan.toggles and not plan.forgets and not plan.spec.limits:  # those act on a queue, not on jobs
+        if not plan.toggles and not plan.forgets and not plan.spec.sets_limit:  # those act on a queue, not on jobs
             count = plan.count
             out(f"{count} job{'' if count == 1 else 's'} would be "
                 f"{'removed for good' if plan.removes else 'moved back to pending'}.")

@@ -102,6 +102,11 @@ def summarize(state: QueueState, *, now: datetime) -> dict[str, Any]:
     }
 
 
+def _rate(rate: dict[str, Any] | None) -> str:
+    """A queue's rate limit as ``N/Ss`` ("-" for none)."""
+    return "-" if rate is None else f"{rate['jobs']}/{rate['seconds']:g}s"
+
+
 def _next_due(seconds: float | None) -> str:
     return "-" if seconds is None else f"in {_duration(seconds)}"
 
@@ -151,10 +156,12 @@ def render(status: dict[str, Any]) -> list[str]:
             else ("ready", "delayed", "running", "dead")
         due = any(q.get("next_due_seconds") is not None for q in queues.values())
         limited = any("max_running" in q["counters"] for q in queues.values())
+        rated = any("rate_limit" in q["counters"] for q in queues.values())
         header = ["queue", *(NOW_LABELS.get(k, k) for k in now), *(["limit"] if limited else []),
-                  *(["next due"] if due else []), *COUNTER_LABELS]
+                  *(["rate"] if rated else []), *(["next due"] if due else []), *COUNTER_LABELS]
         rows = [[name, *(str(q[k]) for k in now),
                  *([str(q["counters"].get("max_running", "-"))] if limited else []),
+                 *([_rate(q["counters"].get("rate_limit"))] if rated else []),
                  *([_next_due(q.get("next_due_seconds"))] if due else []),
                  *(str(q["counters"][k]) for k in COUNTERS)] for name, q in queues.items()]
         lines += _table(header, rows)
@@ -163,6 +170,7 @@ def render(status: dict[str, Any]) -> list[str]:
                      + "; pushed to dropped: counters since the queue began; "
                      "died: moved to the dead letters, dropped: dead letters dropped from a full list"
                      + ("; limit: at most this many of its jobs run at once" if limited else "")
+                     + ("; rate: at most N of its jobs start in each window of S seconds" if rated else "")
                      + ("; next due: when the next job not due yet comes due" if due else "") + ")")
     else:
         lines.append("no queues yet")
