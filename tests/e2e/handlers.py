@@ -31,6 +31,11 @@ def slow(payload: Any) -> None:
     _record(f"done {payload['n']}")
 
 
+def timed(payload: Any) -> None:
+    """Record the start with its wall-clock time, and succeed."""
+    _record(f"start {payload['n']} {time.time():.6f}")
+
+
 def always_fail(payload: Any) -> None:
     """Record the attempt and fail."""
     _record(f"fail {payload['n']}")
