@@ -27,7 +27,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from engine import Broker, Policy, pause_schedule_op, schedule
-from engine.ops import FireSchedules, claim_op, fail_op, push_op
+from engine.ops import FireSchedules, claim_op, fail_op, push_op, rate_limit_op
 from queueadmin.dashboard.forms import ACTIONS
 from queueadmin.dashboard.snapshot import error_signature, group_key
 from tests.fuzz.asgi_driver import call, client_path, job_path
@@ -119,9 +119,10 @@ page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "pa
 
 @settings(max_examples=scaled(40))
 @given(spec=queue_specs, payload=odd_payloads, job_id=odd_job_ids, params=page_params,
-       delay=st.sampled_from([0, 0.001, 3600, 31622400]))
+       delay=st.sampled_from([0, 0.001, 3600, 31622400]),
+       rate=st.sampled_from([None, (1, 0.01), (1, 86_400), (1_000_000, 0.5)]))
 def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[str, str, str]], payload: Any,
-                      job_id: str, params: dict[str, str], delay: float) -> None:
+                      job_id: str, params: dict[str, str], delay: float, rate: tuple[int, float] | None) -> None:
     """Every page renders whatever the queue holds; every job has a reachable page (defects 6, 7). A job
     pushed due later (up to the longest delay a push takes) has its queue page say when it comes due."""
     with nodes.fresh() as broker:
@@ -137,6 +138,9 @@ def test_pages_render(nodes: Nodes, operator_client: Client, spec: list[tuple[st
         # And pauses: of that schedule, and of one with no mark (the page offers Resume and Forget).
         broker.execute(pause_schedule_op(RECURRING.name))
         broker.execute(pause_schedule_op("fuzz-paused-unmarked"))
+        if rate is not None:  # a rate limit on q, its window opened (and perhaps used up) by a claim
+            broker.execute(rate_limit_op("q", *rate))
+            broker.execute(claim_op("fuzz-rate", ["q"], policy=broker.policy))
         for path in ("/", "/jobs/" + query, "/workers/", "/dead/", "/document/", "/audit/" + query, "/queues/q/",
                      "/queues/r/", "/schedules/"):
             response = page(operator_client, path)
