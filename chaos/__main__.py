@@ -52,6 +52,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-limits", dest="limits", action="store_false",
                         help="no operator setting the chaos queue's concurrency limit through /api/v1/operator "
                              "(chaos.pauser)")
+    parser.add_argument("--no-rates", dest="rates", action="store_false",
+                        help="no operator setting the chaos queue's rate limit through /api/v1/operator "
+                             "(chaos.pauser)")
     parser.add_argument("--no-schedule-pauses", dest="schedule_pauses", action="store_false",
                         help="no operator pausing and resuming the nodes' schedule through /api/v1/operator "
                              "(chaos.pauser)")
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
                           deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
                           purges=args.purges, schedule_pauses=args.schedule_pauses, limits=args.limits,
-                          segments=args.segments, delayed_horizon=args.delayed_horizon,
+                          rates=args.rates, segments=args.segments, delayed_horizon=args.delayed_horizon,
                           workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)

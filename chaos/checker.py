@@ -48,6 +48,11 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   those already running when the limit was first seen (they carry on, and
   the allowance shrinks as they finish). An operator sets and removes the
   chaos queue's limit (chaos.pauser).
+* ``rates`` — in the versions the watcher saw, a rate-limited queue's
+  window never counts more starts than its rate allows when a claim raises
+  the count, and the leases seen claimed inside a window (by their
+  ``claimed_at``) are never more than the window counted. An operator sets
+  and removes the chaos queue's rate (chaos.pauser).
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
   the cluster healed, a node led before each idle measurement.
 """
@@ -57,7 +62,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -147,6 +152,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_recovery(history, limits, verdict)
     _check_schedules(history, limits, verdict)
     _check_limits(history, verdict)
+    _check_rates(history, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
     verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
     return verdict
@@ -641,6 +647,49 @@ def _check_limits(history: History, verdict: Verdict) -> None:
     verdict.figures["limited_versions_seen"] = under
     verdict.figures["limited_most_running"] = most
     verdict.figures["limited_versions_full"] = full
+
+
+def _check_rates(history: History, verdict: Verdict) -> None:
+    problems: list[str] = []
+    # Per (queue, window start): the distinct starts seen claimed in that
+    # window, and the most the document counted for it.
+    starts: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    counted: dict[tuple[str, str], int] = {}
+    # Per queue: the previous version's rate, window and count.
+    last: dict[str, tuple[int, str | None, int]] = {}
+    for version in history.versions:
+        if version.source != "store":
+            continue
+        for queue, (jobs, seconds, window_start, started) in (version.rates or {}).items():
+            was = last.get(queue)
+            last[queue] = (jobs, window_start, started)
+            if window_start is None:
+                continue
+            key = (queue, window_start)
+            # Judged between two versions with the same rate: one lowered in
+            # between (in versions the watcher missed) keeps the count.
+            if was is not None and was[:2] == (jobs, window_start) and started > was[2] and started > jobs:
+                # Only claims raise the count, and a claim starts no more than the window has left.
+                problems.append(f"queue {queue}: {started} starts counted at seq {version.seq} in the window opened "
+                                f"at {window_start}, above its rate of {jobs} per {seconds:g} s")
+            counted[key] = max(counted.get(key, 0), started)
+            opened = datetime.fromisoformat(window_start)
+            closes = opened + timedelta(seconds=seconds)
+            for job, claimed_at in (version.rate_starts or {}).get(queue, ()):
+                if opened <= datetime.fromisoformat(claimed_at) < closes:
+                    starts.setdefault(key, set()).add((job, claimed_at))
+        for queue in [q for q in last if q not in (version.rates or {})]:
+            del last[queue]  # the rate was removed
+    for (queue, window_start), seen in sorted(starts.items()):
+        if len(seen) > counted[(queue, window_start)]:
+            problems.append(f"queue {queue}: {len(seen)} jobs seen claimed in the window opened at {window_start}, "
+                            f"which counted {counted[(queue, window_start)]} starts")
+    verdict.failures["rates"] = problems
+    verdict.figures["rate_windows_seen"] = len(counted)
+    verdict.figures["rate_windows_full"] = sum(
+        1 for version in history.versions if version.source == "store"
+        for jobs, _, start, started in (version.rates or {}).values() if start is not None and started >= jobs)
+    verdict.figures["rate_starts_seen"] = sum(len(seen) for seen in starts.values())
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

@@ -68,6 +68,9 @@ class Version:
     schedule_pauses: dict[str, str] | None = None  # each paused schedule's pause start, as written (store)
     limits: dict[str, int] | None = None  # each limited queue's max_running (store)
     running: dict[str, int] | None = None  # each limited queue's running jobs (store)
+    # Each rate-limited queue's [jobs, seconds, window_start or None, window_started] (store)
+    rates: dict[str, list[Any]] | None = None
+    rate_starts: dict[str, list[list[str]]] | None = None  # ... and its running jobs' [id, claimed_at] (store)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Operators who toggle settings while the nemesis runs: one pauses and
 resumes the nodes' schedule, one sets and removes the chaos queue's
-concurrency limit.
+concurrency limit, one its rate limit.
 
 A pause is a signed operator request (``POST /api/v1/operator``, kind
 ``pause_schedule``), as a standby's dashboard or ``manage.py queueaction``
@@ -14,7 +14,10 @@ schedule paused since before that tick's commit). Recorded as
 The limiter sends ``limit`` requests the same way (``args["max_running"]``),
 a limit of 1 to 4 or none, and removes it at the end so the drain is the
 workers' alone; the checker reads the limit and the running jobs from each
-version (``limits``).
+version (``limits``). The rate limiter sends ``rate_limit`` requests
+(``args["jobs"]``, ``args["seconds"]``): one start every quarter second,
+three or twenty a second, or none, removed at the end too; the checker
+compares each version's window with the leases claimed in it (``rates``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from chaos.clients import QUEUE, Client
 from chaos.cluster import SCHEDULE_NAME, SECRET_KEY
 from engine import pause_schedule_op
-from engine.ops import Operation, limit_op
+from engine.ops import Operation, limit_op, rate_limit_op
 from queueadmin.api import forward
 
 #: How long each state (paused, running) is held before the next toggle:
@@ -64,6 +67,26 @@ class QueueLimiter(Operator):
         # Removed at the end (sent until acknowledged, a few times at most): the drain must not wait on it.
         for _ in range(NOT_LEADER_RETRIES):
             if self.operate("limit", limit_op(QUEUE, None), {"max_running": None}):
+                return
+
+
+#: The rates the rate limiter sets, (jobs, seconds) (None: it removes the rate).
+RATES = ((1, 0.25), (3, 1.0), (20, 1.0), None)
+
+
+class QueueRateLimiter(Operator):
+    """Sets the chaos queue's rate limit every few seconds (module docstring)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__("rate-limiter", *args)
+
+    def loop(self) -> None:
+        while not self.stop_event.wait(self.rng.uniform(*HOLD_SECONDS)):
+            rate = self.rng.choice(RATES)
+            jobs, seconds = rate if rate is not None else (None, None)
+            self.operate("rate_limit", rate_limit_op(QUEUE, jobs, seconds), {"jobs": jobs, "seconds": seconds})
+        for _ in range(NOT_LEADER_RETRIES):  # removed at the end, as the concurrency limit is
+            if self.operate("rate_limit", rate_limit_op(QUEUE, None), {"jobs": None, "seconds": None}):
                 return
 
 

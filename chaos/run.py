@@ -20,7 +20,7 @@ from chaos.checker import Limits, Verdict, check, recovered_after
 from chaos.cluster import HEARTBEAT_SECONDS, SCHEDULE_QUEUE, SCHEDULE_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
-from chaos.pauser import QueueLimiter, SchedulePauser
+from chaos.pauser import QueueLimiter, QueueRateLimiter, SchedulePauser
 from chaos.purger import Purger
 from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, EngineError
@@ -57,6 +57,7 @@ class Options:
     purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
     schedule_pauses: bool = True  # an operator pauses and resumes the nodes' schedule (chaos.pauser)
     limits: bool = True  # an operator sets and removes the chaos queue's concurrency limit (chaos.pauser)
+    rates: bool = True  # an operator sets and removes the chaos queue's rate limit (chaos.pauser)
     # Format 2: (segment_jobs, head_jobs, refill_below) for every node; None: format 1.
     segments: tuple[int, int, int] | None = None
     # Format 3, with ``segments``: delayed jobs due more than this many seconds
@@ -132,6 +133,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
         operators.append(SchedulePauser(urls, history, random.Random(rng.random()), stop_producers, behaviour))
     if options.limits:
         operators.append(QueueLimiter(urls, history, random.Random(rng.random()), stop_producers, behaviour))
+    if options.rates:
+        operators.append(QueueRateLimiter(urls, history, random.Random(rng.random()), stop_producers, behaviour))
     watchers = [StoreWatcher(cluster.store_url, history, stop_watch,
                              azure_connection_string=cluster.azure_connection_string),
                 HealthWatcher(cluster, history, stop_watch)]

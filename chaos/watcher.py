@@ -21,7 +21,8 @@ HEALTH_POLL_SECONDS = 0.25
 def describe_document(data: bytes) -> dict[str, Any] | None:
     """seq, epoch, broker id and writer of a document's bytes, its segment
     keys, its schedules' marked ticks (with each one's outcome and when it
-    was applied) and pauses, and each limited queue's limit and running jobs;
+    was applied) and pauses, each limited queue's limit and running jobs, and
+    each rate-limited queue's rate, window and running jobs' claim times;
     None if they don't parse."""
     try:
         doc = orjson.loads(data)
@@ -41,6 +42,19 @@ def describe_document(data: bytes) -> dict[str, Any] | None:
                 if job.get("lease") is not None and job.get("queue") in limits:
                     running[job["queue"]] = running.get(job["queue"], 0) + 1
             info["running"] = running
+        rates = {str(name): c["rate_limit"] for name, c in (doc.get("queues") or {}).items()
+                 if isinstance(c, dict) and isinstance(c.get("rate_limit"), dict)}
+        if rates:
+            # Each rate-limited queue's rate and window, and the leases of its
+            # jobs claimed in that window: checked against each other.
+            info["rates"] = {name: [int(r["jobs"]), float(r["seconds"]), r.get("window_start"),
+                                    int(r.get("window_started", 0))] for name, r in rates.items()}
+            starts: dict[str, list[list[str]]] = {}
+            for job in doc.get("jobs") or ():
+                lease = job.get("lease")
+                if lease is not None and job.get("queue") in rates:
+                    starts.setdefault(job["queue"], []).append([str(job["id"]), str(lease["claimed_at"])])
+            info["rate_starts"] = starts
         if doc.get("schedule_pauses"):
             info["schedule_pauses"] = {str(name): str(since) for name, since in doc["schedule_pauses"].items()}
         if "lanes" in doc:  # format 2 (and 3's delayed segments)

@@ -315,6 +315,45 @@ def test_more_jobs_running_than_the_limit_is_flagged_but_those_running_when_it_w
     assert verdict.figures["limited_versions_full"] == 2  # (2, 2) and (1, 1)
 
 
+def _rated(r: Recorder, seen: list[tuple[int, str | None, int, list[tuple[str, str]]]]) -> None:
+    """Store versions whose chaos queue has a rate of ``jobs`` per second, its window and count, and
+    the running jobs' [id, claimed_at] as given."""
+    for seq, (jobs, start, started, leases) in enumerate(seen, start=40):
+        r.history.versions.append(Version(
+            at=300 + seq, source="store", seq=seq, epoch=2, broker="b2", writer="b2", digest=f"r{seq}",
+            rates={"chaos": [jobs, 1.0, start, started]}, rate_starts={"chaos": [list(lease) for lease in leases]}))
+
+
+T0, T1 = "2026-12-04T12:00:00Z", "2026-12-04T12:00:01.5Z"
+
+
+def test_a_window_counting_past_its_rate_or_fewer_starts_than_were_claimed_in_it_is_flagged() -> None:
+    r = clean()
+    _rated(r, [
+        (2, None, 0, []),
+        (2, T0, 1, [("a", "2026-12-04T12:00:00Z")]),
+        (2, T0, 2, [("a", "2026-12-04T12:00:00Z"), ("b", "2026-12-04T12:00:00.5Z")]),
+        (2, T0, 3, [("c", "2026-12-04T12:00:00.9Z")]),  # a claim raised the count past the rate: wrong
+        # The next window: the document counts one, but two leases were claimed in it (one
+        # claimed before it opened, at 12:00:01, is not in it; one at 12:00:02.5 is past its end).
+        (2, T1, 1, [("d", "2026-12-04T12:00:01.5Z"), ("e", "2026-12-04T12:00:01Z")]),
+        (2, T1, 1, [("f", "2026-12-04T12:00:02.4Z"), ("g", "2026-12-04T12:00:02.5Z")]),
+        (1, T1, 1, []),  # lowered below the count by an operator: not a claim, fine
+    ])
+    verdict = check(r.final(jobs=["j2", "j3"]))
+    assert verdict.failures["rates"] == [
+        f"queue chaos: 3 starts counted at seq 43 in the window opened at {T0}, above its rate of 2 per 1 s",
+        f"queue chaos: 2 jobs seen claimed in the window opened at {T1}, which counted 1 starts"]
+    assert verdict.figures["rate_windows_seen"] == 2 and verdict.figures["rate_starts_seen"] == 5
+
+
+def test_a_rate_raised_between_two_versions_may_count_more_and_a_clean_history_passes() -> None:
+    r = clean()
+    _rated(r, [(2, T0, 2, [("a", T0), ("b", T0)]), (5, T0, 4, [("c", T0)]), (5, T1, 5, [])])
+    verdict = check(r.final(jobs=["j2", "j3"]))
+    assert verdict.failures["rates"] == [] and verdict.figures["rate_windows_full"] == 2
+
+
 def test_document_events_are_flagged() -> None:
     r = clean()
     r.history.event("I10: a node re-created the deleted document")
