@@ -23,6 +23,7 @@ CHECKS = {
     "failover": "every fault recovered; a long-paused leader is replaced during its pause",
     "document": "a deleted document is not re-created, an unreadable one not overwritten (I6, I10)",
     "limits": "a queue never runs more jobs than its concurrency limit, but those running when it was set",
+    "rates": "a rate window never starts more jobs than its rate, nor fewer than the leases claimed in it show",
     "schedules": "a schedule's tick only moves forward, stalls only during a fault, and never fires while paused "
                  "(recurring jobs)",
     "harness": "the run went as planned (nemesis, healing, a leader before each idle measurement)",
@@ -62,6 +63,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"versions with a concurrency limit seen: {f.get('limited_versions_seen', 0)}, with as many running as the "
         f"limit: {f.get('limited_versions_full', 0)}, the most running under one (jobs running when it was set "
         f"included): {f.get('limited_most_running', 0)}",
+        f"rate windows seen: {f.get('rate_windows_seen', 0)}, versions with a window used up: "
+        f"{f.get('rate_windows_full', 0)}, leases seen claimed inside a window: {f.get('rate_starts_seen', 0)}",
         f"schedule ticks seen moving: {f.get('schedule_ticks_seen', 0)}, of which skipped (paused): "
         f"{f.get('schedule_ticks_skipped_seen', 0)}",
         f"recovery time after a fault: worst {f['recovery_worst_seconds']} s, median {f['recovery_median_seconds']} s",

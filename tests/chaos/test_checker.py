@@ -586,3 +586,10 @@ def test_the_answers_tally_counts_unanswered_items_of_batched_acks_as_one_kind()
 
     assert tally["ack item without an answer"] == 2 and tally["timeout"] == 2
     assert not any(kind.startswith("ack call") for kind in tally)
+
+
+def test_every_check_is_named_in_the_report() -> None:
+    """A check missing from the report's list is computed but never printed nor counted (the rates check was)."""
+    from chaos.report import CHECKS
+
+    assert set(check(clean().final(jobs=["j2", "j3"])).failures) == set(CHECKS)
