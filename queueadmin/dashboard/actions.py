@@ -357,7 +357,8 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
     name each queue they go back to that would not run them soon, as of
     ``snapshot``: a paused queue, or one on which no worker has been seen
     for :data:`.pages.WORKERS_QUIET_SECONDS` (the overview's warning, by
-    the same rule). The action still runs; the operator decides."""
+    the same rule); and how a queue's rate limit paces them. The action
+    still runs; the operator decides."""
     p.effects = []
     if not p.spec.to_pending:
         return
@@ -374,6 +375,8 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
         if summary is not None and summary.paused:
             p.effects.append(f"Queue {queue} is paused: the {jobs} back to it and wait{'s' if n == 1 else ''} "
                              "there until it is resumed.")
+        if summary is not None and summary.rate is not None:
+            p.effects.append(limit_actions.paced(queue, summary.rate, n, ahead=summary.ready))
         seen = activity.get(queue)
         quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()
         if quiet is None or quiet > pages.WORKERS_QUIET_SECONDS:

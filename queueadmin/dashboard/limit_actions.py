@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.translation import ngettext
 
 from queueadmin.dashboard.pages import age_text
-from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.snapshot import RateShown, Snapshot
 
 if TYPE_CHECKING:
     from queueadmin.dashboard.actions import Plan
@@ -85,6 +85,16 @@ def plan_rate(p: Plan, snapshot: Snapshot) -> Plan:
             "At this rate its %(n)d ready jobs take at least %(time)s to start.", ready)
             % {"n": ready, "time": age_text(least)})
     return p
+
+
+def paced(queue: str, rate: RateShown, n: int, *, ahead: int) -> str:
+    """How ``queue``'s rate limit paces ``n`` jobs going back to it behind
+    ``ahead`` ready ones (a requeue's or redrive's dry run): the way to
+    redrive at a set pace is to set the queue's rate first."""
+    least = (math.ceil((ahead + n) / rate.jobs) - 1) * rate.seconds
+    jobs = ngettext("the %(n)d job going back to it waits", "the %(n)d jobs going back to it wait", n) % {"n": n}
+    return (f"Queue {queue} starts at most {rate.text}: {jobs} behind its {ahead} ready, and the last of them "
+            f"starts {age_text(least)} from now at the earliest.")
 
 
 def limited(p: Plan, *, was: Any) -> tuple[str, bool]:

@@ -126,6 +126,22 @@ def test_setting_a_rate_needs_pause_queue_and_read_only_staff_see_no_form(broker
     assert counters(broker)["rate_limit"] == {"jobs": 7, "seconds": 2.0}
 
 
+def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Broker, operator: Client) -> None:
+    """Redrive at a set pace: set the queue's rate, and the dry run says when the last job starts."""
+    from engine.ops import fail_op
+
+    push(broker, "q", list(range(7)))
+    for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=4)):
+        broker.execute(fail_op(job.id, job.lease, error="boom", retry_in_seconds=None, give_up=True,
+                               policy=broker.policy))
+    broker.execute(rate_limit_op("q", 2, 60))
+    dry = preview(operator, action="redrive", queue="q")
+    assert dry.context["plan"].count == 4
+    assert dry.context["plan"].effects == [
+        "Queue q starts at most 2 per 60 s: the 4 jobs going back to it wait behind its 3 ready, and the last of "
+        "them starts 3 min from now at the earliest."]
+
+
 # -- manage.py queueaction, queuestatus and /metrics -----------------------------------------------
 
 
