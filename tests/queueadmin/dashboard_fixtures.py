@@ -8,13 +8,16 @@ checked byte for byte.
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker, ObjectStore
@@ -97,6 +100,25 @@ def kill(broker: Broker, queue: str = "q", payload: object = "x", *, error: str 
     [claimed] = broker.execute(claim_op("w-test", [queue], policy=broker.policy))
     broker.execute(fail_op(claimed.id, claimed.lease, error=error, retry_in_seconds=None, policy=broker.policy))
     return str(job_id)
+
+
+def queue_counters(broker: Broker, queue: str = "q") -> dict[str, Any]:
+    """``queues.<queue>`` of the stored document: counters and settings, as written."""
+    blob = broker.store.get(broker.key)
+    assert blob is not None
+    return orjson.loads(blob.data)["queues"][queue]  # type: ignore[no-any-return]
+
+
+def claim_ids(broker: Broker, n: int = 10, queue: str = "q") -> list[str]:
+    """The ids of up to ``n`` jobs of ``queue`` a claim leases now."""
+    return [job.id for job in broker.execute(claim_op("w", [queue], policy=broker.policy, max_jobs=n))]
+
+
+def queueaction(*args: str) -> str:
+    """``manage.py queueaction`` with ``args``; its output."""
+    out = io.StringIO()
+    call_command("queueaction", *args, stdout=out)
+    return out.getvalue()
 
 
 def _push(broker: Broker, queue: str, payloads: list[object], **kwargs: Any) -> Any:

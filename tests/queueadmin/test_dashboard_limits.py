@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import orjson
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
@@ -17,17 +16,17 @@ from engine import Broker
 from engine.ops import claim_op
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
-from tests.queueadmin.dashboard_fixtures import act, client_for, confirm, make_user, preview, push
-
-
-def counters(broker: Broker, queue: str = "q") -> dict[str, Any]:
-    blob = broker.store.get(broker.key)
-    assert blob is not None
-    return orjson.loads(blob.data)["queues"][queue]  # type: ignore[no-any-return]
-
-
-def claimed(broker: Broker, n: int = 10) -> list[str]:
-    return [job.id for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=n))]
+from tests.queueadmin.dashboard_fixtures import (
+    act,
+    claim_ids,
+    client_for,
+    confirm,
+    make_user,
+    preview,
+    push,
+    queue_counters,
+    queueaction,
+)
 
 
 def test_a_limit_set_from_the_queue_page_caps_claims_and_is_audited(broker: Broker, operator: Client) -> None:
@@ -42,12 +41,12 @@ def test_a_limit_set_from_the_queue_page_caps_claims_and_is_audited(broker: Brok
                           "run, across every worker."]
     assert "At most <strong>2</strong> jobs of <strong>q</strong> will run at once" in dry.content.decode()
     confirm(operator, plan.token, reason="the SMTP relay is struggling", next="/queues/q/")
-    assert counters(broker)["max_running"] == 2
+    assert queue_counters(broker)["max_running"] == 2
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.queue, entry.target, entry.outcome) == ("limit", "q", "queue=q max_running=2", "ok")
     assert entry.detail.startswith("limited q to 2 running jobs (was no limit)")
 
-    assert len(claimed(broker)) == 2 and claimed(broker) == []
+    assert len(claim_ids(broker)) == 2 and claim_ids(broker) == []
     source.reset()
     page = operator.get("/queues/q/").content.decode()
     assert 'data-testid="limit"' in page and "(at most 2)</span>" in page and 'value="2"' in page
@@ -58,20 +57,20 @@ def test_a_lower_limit_says_the_running_jobs_carry_on_and_removing_it_lets_claim
     broker: Broker, operator: Client,
 ) -> None:
     push(broker, "q", [1, 2, 3, 4, 5])
-    assert len(claimed(broker, 3)) == 3
+    assert len(claim_ids(broker, 3)) == 3
     dry = preview(operator, action="limit", queue="q", max_running=1)
     assert dry.context["plan"].notes[0].startswith("Queue q (now no limit) has 3 jobs running: more than the new "
                                                    "limit. They carry on; no job of the queue starts until fewer "
                                                    "than 1 run.")
     confirm(operator, dry.context["plan"].token)
-    assert claimed(broker) == []
+    assert claim_ids(broker) == []
 
     dry = preview(operator, action="limit", queue="q")  # blank: no limit
     assert "hands out its jobs as fast as workers claim them" in dry.context["plan"].notes[0]
     assert "<strong>q</strong> will have no concurrency limit" in dry.content.decode()
     confirm(operator, dry.context["plan"].token)
-    assert "max_running" not in counters(broker)
-    assert len(claimed(broker)) == 2
+    assert "max_running" not in queue_counters(broker)
+    assert len(claim_ids(broker)) == 2
     last = AuditEntry.objects.order_by("id").last()
     assert last is not None and last.detail.startswith("removed the limit of q (was at most 1)")
 
@@ -101,7 +100,7 @@ def test_a_bad_limit_is_refused_and_changes_nothing(broker: Broker, operator: Cl
     push(broker, "q", [1])
     dry = preview(operator, **fields)
     assert dry.status_code == 422 and message in dry.content.decode()
-    assert "max_running" not in counters(broker) and not counters(broker)["paused"]
+    assert "max_running" not in queue_counters(broker) and not queue_counters(broker)["paused"]
     assert not AuditEntry.objects.exists()
 
 
@@ -111,35 +110,30 @@ def test_setting_a_limit_needs_pause_queue_and_read_only_staff_see_no_form(broke
     assert preview(viewer, action="limit", queue="q", max_running=1).status_code == 403
     scheduler = client_for(make_user("scheduler", "view_dashboard", "pause_schedule"))
     assert preview(scheduler, action="limit", queue="q", max_running=1).status_code == 403
-    assert "max_running" not in counters(broker)
+    assert "max_running" not in queue_counters(broker)
 
 
 # -- manage.py queueaction, queuestatus and /metrics -----------------------------------------------
 
 
-def run(*args: str) -> str:
-    out = io.StringIO()
-    call_command("queueaction", *args, stdout=out)
-    return out.getvalue()
-
 
 def test_queueaction_sets_and_removes_a_limit_and_never_lifts_one_by_omission(broker: Broker, db: None) -> None:
     make_user("ops", "view_dashboard", "pause_queue")
     push(broker, "q", [1])
-    out = run("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
+    out = queueaction("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
     assert out.startswith("Limit · q: dry run against seq ") and out.endswith(
         "Limited q to 3 running jobs (was no limit).\n")
     assert "would be" not in out  # an action on a queue: no job count
-    again = run("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
+    again = queueaction("limit", "--queue", "q", "--max-running", "3", "--user", "ops", "--reason", "r", "--yes")
     assert "! Queue q already has this limit." in again  # exit 0: a deploy script may set it twice
     with pytest.raises(CommandError, match="limit needs --max-running N"):
-        run("limit", "--queue", "q", "--user", "ops", "--reason", "r", "--yes")
+        queueaction("limit", "--queue", "q", "--user", "ops", "--reason", "r", "--yes")
     with pytest.raises(CommandError, match="--max-running: Ensure this value is greater than or equal to 1"):
-        run("limit", "--queue", "q", "--max-running", "0", "--user", "ops", "--reason", "r", "--yes")
-    assert counters(broker)["max_running"] == 3
-    assert run("limit", "--queue", "q", "--max-running", "none", "--user", "ops", "--reason", "r",
+        queueaction("limit", "--queue", "q", "--max-running", "0", "--user", "ops", "--reason", "r", "--yes")
+    assert queue_counters(broker)["max_running"] == 3
+    assert queueaction("limit", "--queue", "q", "--max-running", "none", "--user", "ops", "--reason", "r",
                "--yes").endswith("Removed the limit of q (was at most 3).\n")
-    assert "max_running" not in counters(broker)
+    assert "max_running" not in queue_counters(broker)
 
 
 def test_queuestatus_and_metrics_show_the_limit(broker: Broker, settings: Any) -> None:

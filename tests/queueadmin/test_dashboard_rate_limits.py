@@ -19,17 +19,18 @@ from engine.ops import claim_op, rate_limit_op
 from queueadmin.dashboard.source import source
 from queueadmin.management.commands.queueaction import parse_rate
 from queueadmin.models import AuditEntry
-from tests.queueadmin.dashboard_fixtures import act, client_for, confirm, make_user, preview, push
-
-
-def counters(broker: Broker, queue: str = "q") -> dict[str, Any]:
-    blob = broker.store.get(broker.key)
-    assert blob is not None
-    return orjson.loads(blob.data)["queues"][queue]  # type: ignore[no-any-return]
-
-
-def claimed(broker: Broker, n: int = 10) -> list[str]:
-    return [job.id for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=n))]
+from tests.queueadmin.dashboard_fixtures import (
+    act,
+    claim_ids,
+    client_for,
+    confirm,
+    kill,
+    make_user,
+    preview,
+    push,
+    queue_counters,
+    queueaction,
+)
 
 
 def test_a_rate_set_from_the_queue_page_caps_starts_and_is_audited(broker: Broker, operator: Client) -> None:
@@ -47,13 +48,13 @@ def test_a_rate_set_from_the_queue_page_caps_starts_and_is_audited(broker: Broke
     assert ("At most <strong>10</strong> jobs of <strong>q</strong> will start in each window of <strong>60 s"
             "</strong>") in dry.content.decode()
     confirm(operator, plan.token, reason="the partner API allows 10 calls a minute", next="/queues/q/")
-    assert counters(broker)["rate_limit"] == {"jobs": 10, "seconds": 60.0}
+    assert queue_counters(broker)["rate_limit"] == {"jobs": 10, "seconds": 60.0}
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.queue, entry.target, entry.outcome) == ("rate_limit", "q", "queue=q rate=10/60s",
                                                                         "ok")
     assert entry.detail.startswith("limited q to 10 per 60 s (was no rate limit)")
 
-    assert len(claimed(broker, 4)) == 4 and len(claimed(broker)) == 6 and claimed(broker) == []
+    assert len(claim_ids(broker, 4)) == 4 and len(claim_ids(broker)) == 6 and claim_ids(broker) == []
     source.reset()
     page = operator.get("/queues/q/").content.decode()
     assert '<span data-testid="rate">at most 10 per 60 s</span>' in page
@@ -64,18 +65,18 @@ def test_a_rate_set_from_the_queue_page_caps_starts_and_is_audited(broker: Broke
 def test_a_new_rate_keeps_the_window_and_removing_it_lets_claims_through(broker: Broker, operator: Client) -> None:
     push(broker, "q", list(range(8)))
     act(operator, action="rate_limit", queue="q", rate_jobs=2, rate_seconds=3600)
-    assert len(claimed(broker)) == 2 and claimed(broker) == []
+    assert len(claim_ids(broker)) == 2 and claim_ids(broker) == []
     dry = preview(operator, action="rate_limit", queue="q", rate_jobs=3, rate_seconds=3600)
     assert dry.context["plan"].notes[0].endswith("The window open now keeps the starts it has counted.")
     confirm(operator, dry.context["plan"].token)
-    assert len(claimed(broker)) == 1  # three in the window
+    assert len(claim_ids(broker)) == 1  # three in the window
 
     dry = preview(operator, action="rate_limit", queue="q")  # both blank: no rate limit
     assert dry.context["plan"].notes == ["Queue q (now 3 per 3600 s) starts its jobs as fast as workers claim them."]
     assert "<strong>q</strong> will have no rate limit" in dry.content.decode()
     confirm(operator, dry.context["plan"].token)
-    assert "rate_limit" not in counters(broker)
-    assert len(claimed(broker)) == 5
+    assert "rate_limit" not in queue_counters(broker)
+    assert len(claim_ids(broker)) == 5
     last = AuditEntry.objects.order_by("id").last()
     assert last is not None and last.detail.startswith("removed the rate limit of q (was 3 per 3600 s)")
 
@@ -111,7 +112,7 @@ def test_a_bad_rate_is_refused_and_changes_nothing(broker: Broker, operator: Cli
     push(broker, "q", [1])
     dry = preview(operator, **{"action": "rate_limit", "queue": "q", **fields})
     assert dry.status_code == 422 and message in dry.content.decode()
-    assert "rate_limit" not in counters(broker) and "max_running" not in counters(broker)
+    assert "rate_limit" not in queue_counters(broker) and "max_running" not in queue_counters(broker)
     assert not AuditEntry.objects.exists()
 
 
@@ -123,17 +124,14 @@ def test_setting_a_rate_needs_pause_queue_and_read_only_staff_see_no_form(broker
     assert preview(viewer, action="rate_limit", queue="q", rate_jobs=1, rate_seconds=1).status_code == 403
     scheduler = client_for(make_user("scheduler", "view_dashboard", "pause_schedule"))
     assert preview(scheduler, action="rate_limit", queue="q", rate_jobs=1, rate_seconds=1).status_code == 403
-    assert counters(broker)["rate_limit"] == {"jobs": 7, "seconds": 2.0}
+    assert queue_counters(broker)["rate_limit"] == {"jobs": 7, "seconds": 2.0}
 
 
 def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Broker, operator: Client) -> None:
     """Redrive at a set pace: set the queue's rate, and the dry run says when the last job starts."""
-    from engine.ops import fail_op
-
-    push(broker, "q", list(range(7)))
-    for job in broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=4)):
-        broker.execute(fail_op(job.id, job.lease, error="boom", retry_in_seconds=None, give_up=True,
-                               policy=broker.policy))
+    for n in range(4):
+        kill(broker, "q", n)
+    push(broker, "q", list(range(3)))
     broker.execute(rate_limit_op("q", 2, 60))
     dry = preview(operator, action="redrive", queue="q")
     assert dry.context["plan"].count == 4
@@ -144,11 +142,6 @@ def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Br
 
 # -- manage.py queueaction, queuestatus and /metrics -----------------------------------------------
 
-
-def run(*args: str) -> str:
-    out = io.StringIO()
-    call_command("queueaction", *args, stdout=out)
-    return out.getvalue()
 
 
 @pytest.mark.parametrize(("text", "fields"), [
@@ -168,23 +161,24 @@ def test_queueaction_refuses_a_rate_it_cannot_read(text: str) -> None:
 def test_queueaction_sets_and_removes_a_rate_and_never_lifts_one_by_omission(broker: Broker, db: None) -> None:
     make_user("ops", "view_dashboard", "pause_queue")
     push(broker, "q", [1])
-    out = run("rate_limit", "--queue", "q", "--rate", "100/m", "--user", "ops", "--reason", "r", "--yes")
+    out = queueaction("rate_limit", "--queue", "q", "--rate", "100/m", "--user", "ops", "--reason", "r", "--yes")
     assert out.startswith("Rate limit · q: dry run against seq ") and out.endswith(
         "Limited q to 100 per 60 s (was no rate limit).\n")
     assert "would be" not in out  # an action on a queue: no job count
-    again = run("rate_limit", "--queue", "q", "--rate", "100/60s", "--user", "ops", "--reason", "r", "--yes")
+    again = queueaction("rate_limit", "--queue", "q", "--rate", "100/60s", "--user", "ops", "--reason", "r", "--yes")
     assert "! Queue q already has this rate limit." in again  # exit 0: a deploy script may set it twice
     with pytest.raises(CommandError, match="rate_limit needs --rate N/PERIOD"):
-        run("rate_limit", "--queue", "q", "--user", "ops", "--reason", "r", "--yes")
+        queueaction("rate_limit", "--queue", "q", "--user", "ops", "--reason", "r", "--yes")
     with pytest.raises(CommandError, match="--rate-seconds: Ensure this value is less than or equal to 86400"):
-        run("rate_limit", "--queue", "q", "--rate", "1/25h", "--user", "ops", "--reason", "r", "--yes")
+        queueaction("rate_limit", "--queue", "q", "--rate", "1/25h", "--user", "ops", "--reason", "r", "--yes")
     with pytest.raises(CommandError, match="--rate-jobs: A rate goes with the rate_limit action only"):
-        run("limit", "--queue", "q", "--max-running", "2", "--rate", "1/s", "--user", "ops", "--reason", "r",
-            "--yes")
-    assert counters(broker)["rate_limit"] == {"jobs": 100, "seconds": 60.0} and "max_running" not in counters(broker)
-    assert run("rate_limit", "--queue", "q", "--rate", "none", "--user", "ops", "--reason", "r",
+        queueaction("limit", "--queue", "q", "--max-running", "2", "--rate", "1/s", "--user", "ops", "--reason",
+                    "r", "--yes")
+    assert queue_counters(broker)["rate_limit"] == {"jobs": 100, "seconds": 60.0}
+    assert "max_running" not in queue_counters(broker)
+    assert queueaction("rate_limit", "--queue", "q", "--rate", "none", "--user", "ops", "--reason", "r",
                "--yes").endswith("Removed the rate limit of q (was 100 per 60 s).\n")
-    assert "rate_limit" not in counters(broker)
+    assert "rate_limit" not in queue_counters(broker)
 
 
 def test_queuestatus_and_metrics_show_the_rate(broker: Broker, settings: Any) -> None:
