@@ -80,10 +80,6 @@ class RateLimit:
             return replace(self, window_started=self.window_started + count)
         return replace(self, window_start=now, window_started=count)
 
-    def same_rate(self, jobs: int, seconds: float) -> bool:
-        """Whether this limit already allows ``jobs`` per ``seconds``."""
-        return self.jobs == jobs and self.seconds == seconds
-
     def describe(self) -> str:
         """``"10 per 1 s"``: the limit in words, for errors and pages."""
         return f"{self.jobs} per {self.seconds:g} s"

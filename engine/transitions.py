@@ -122,18 +122,17 @@ def set_rate_limit(state: QueueState, op: SetRateLimit, now: datetime) -> dict[s
     starts."""
     counters = state.counters(op.queue)
     was = counters.rate_limit
+    before = None if was is None else {"jobs": was.jobs, "seconds": was.seconds}
+    if before == ({"jobs": op.jobs, "seconds": op.seconds} if op.jobs is not None else None):
+        return before  # as asked already
     if op.jobs is None or op.seconds is None:
-        new = None
+        counters.rate_limit = None
     elif was is None:
-        new = RateLimit(jobs=op.jobs, seconds=op.seconds)
-    elif was.same_rate(op.jobs, op.seconds):
-        new = was
+        counters.rate_limit = RateLimit(jobs=op.jobs, seconds=op.seconds)
     else:
-        new = replace(was, jobs=op.jobs, seconds=op.seconds)
-    if new is not was:
-        counters.rate_limit = new
-        state.dirty = True
-    return None if was is None else {"jobs": was.jobs, "seconds": was.seconds}
+        counters.rate_limit = replace(was, jobs=op.jobs, seconds=op.seconds)
+    state.dirty = True
+    return before
 
 
 def forget_queue(state: QueueState, op: ForgetQueue, now: datetime) -> bool:

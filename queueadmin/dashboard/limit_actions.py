@@ -16,16 +16,26 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import ngettext
 
+from engine import RateLimit
 from queueadmin.dashboard.pages import age_text
-from queueadmin.dashboard.snapshot import RateShown, Snapshot
+from queueadmin.dashboard.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from queueadmin.dashboard.actions import Plan
 
 
-def rate_text(jobs: int, seconds: float) -> str:
-    """``"10 per 1 s"``: a rate limit in words."""
-    return f"{jobs} per {seconds:g} s"
+def _planned_rate(p: Plan) -> RateLimit | None:
+    """The rate a rate-limit plan sets (None: it removes the rate)."""
+    if p.rate_jobs is None or p.rate_seconds is None:
+        return None
+    return RateLimit(jobs=p.rate_jobs, seconds=p.rate_seconds)
+
+
+def _same(a: RateLimit | None, b: RateLimit | None) -> bool:
+    """Whether two rates allow the same (their windows aside)."""
+    if a is None or b is None:
+        return a is b
+    return (a.jobs, a.seconds) == (b.jobs, b.seconds)
 
 
 def plan_limit(p: Plan, snapshot: Snapshot) -> Plan:
@@ -59,42 +69,44 @@ def plan_limit(p: Plan, snapshot: Snapshot) -> Plan:
 def plan_rate(p: Plan, snapshot: Snapshot) -> Plan:
     """A rate limit for ``p.queue``: what it changes, as of ``snapshot``,
     and how long its ready jobs would take to start at the new rate."""
-    new = rate_text(p.rate_jobs, p.rate_seconds) if p.rate_jobs is not None and p.rate_seconds else None
-    p.target = f"queue={p.queue} rate={f'{p.rate_jobs}/{p.rate_seconds:g}s' if new else 'none'}"
+    new = _planned_rate(p)
+    p.target = f"queue={p.queue} rate={f'{new.jobs}/{new.seconds:g}s' if new else 'none'}"
     q = snapshot.queues.get(p.queue)
     current = q.rate if q is not None else None
-    if (current.text if current is not None else None) == new:
+    if _same(current, new):
         p.problems.append(p.spec.needless % p.words if current is not None else
                           f"Queue {p.queue} has no rate limit.")
         p.needless = True
         return p
-    was = f"now {current.text}" if current is not None else "now no rate limit"
+    was = f"now {current.describe()}" if current is not None else "now no rate limit"
     if new is None:
         p.notes.append(f"Queue {p.queue} ({was}) starts its jobs as fast as workers claim them.")
         return p
-    assert p.rate_jobs is not None and p.rate_seconds is not None
-    p.notes.append(f"Queue {p.queue} ({was}) starts at most {p.rate_jobs} of its jobs in each window of "
-                   f"{p.rate_seconds:g} s, across every worker; a window opens at the first start after the last "
+    p.notes.append(f"Queue {p.queue} ({was}) starts at most {new.jobs} of its jobs in each window of "
+                   f"{new.seconds:g} s, across every worker; a window opens at the first start after the last "
                    "one closed." + (" The window open now keeps the starts it has counted." if current else ""))
     ready = q.ready if q is not None else 0
-    if ready > p.rate_jobs:
-        # The first window starts p.rate_jobs at once; each later one as many.
-        least = (math.ceil(ready / p.rate_jobs) - 1) * p.rate_seconds
+    if ready > new.jobs:
         p.notes.append(ngettext(
             "At this rate its %(n)d ready job takes at least %(time)s to start.",
             "At this rate its %(n)d ready jobs take at least %(time)s to start.", ready)
-            % {"n": ready, "time": age_text(least)})
+            % {"n": ready, "time": age_text(_last_start(new, ready))})
     return p
 
 
-def paced(queue: str, rate: RateShown, n: int, *, ahead: int) -> str:
+def _last_start(rate: RateLimit, jobs: int) -> float:
+    """Seconds from the first of ``jobs`` starts to the last, at the least,
+    under ``rate`` from a fresh window: each window starts ``rate.jobs``."""
+    return (math.ceil(jobs / rate.jobs) - 1) * rate.seconds
+
+
+def paced(queue: str, rate: RateLimit, n: int, *, ahead: int) -> str:
     """How ``queue``'s rate limit paces ``n`` jobs going back to it behind
     ``ahead`` ready ones (a requeue's or redrive's dry run): the way to
     redrive at a set pace is to set the queue's rate first."""
-    least = (math.ceil((ahead + n) / rate.jobs) - 1) * rate.seconds
     jobs = ngettext("the %(n)d job going back to it waits", "the %(n)d jobs going back to it wait", n) % {"n": n}
-    return (f"Queue {queue} starts at most {rate.text}: {jobs} behind its {ahead} ready, and the last of them "
-            f"starts {age_text(least)} from now at the earliest.")
+    return (f"Queue {queue} starts at most {rate.describe()}: {jobs} behind its {ahead} ready, and the last of "
+            f"them starts {age_text(_last_start(rate, ahead + n))} from now at the earliest.")
 
 
 def limited(p: Plan, *, was: Any) -> tuple[str, bool]:
@@ -112,10 +124,10 @@ def limited(p: Plan, *, was: Any) -> tuple[str, bool]:
 def rated(p: Plan, *, was: Any) -> tuple[str, bool]:
     """What a rate limit did, from the rate before (the engine's answer:
     ``{"jobs", "seconds"}`` or None); and whether it was overtaken."""
-    before = rate_text(int(was["jobs"]), float(was["seconds"])) if isinstance(was, dict) else None
-    new = rate_text(p.rate_jobs, p.rate_seconds) if p.rate_jobs is not None and p.rate_seconds else None
-    if before == new:
+    before = RateLimit(jobs=int(was["jobs"]), seconds=float(was["seconds"])) if isinstance(was, dict) else None
+    new = _planned_rate(p)
+    if _same(before, new):
         return p.spec.overtaken % p.words, True
     if new is None:
-        return f"removed the rate limit of {p.queue} (was {before})", False
-    return f"limited {p.queue} to {new} (was {before or 'no rate limit'})", False
+        return f"removed the rate limit of {p.queue} (was {before.describe() if before else 'no rate limit'})", False
+    return f"limited {p.queue} to {new.describe()} (was {before.describe() if before else 'no rate limit'})", False

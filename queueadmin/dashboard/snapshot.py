@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from engine import (
@@ -33,6 +33,7 @@ from engine import (
     DecodedDocument,
     DelayedRef,
     DocumentError,
+    RateLimit,
     SegmentRef,
     decode_document_json,
 )
@@ -62,46 +63,25 @@ def _limit(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RateShown:
-    """A queue's rate limit as written (``queues.<name>.rate_limit``) and its
-    current or last window, for pages: read leniently, like :func:`_limit`."""
-
-    jobs: int
-    seconds: float
-    #: When its current or last window opened, and how many started in it.
-    window_start: datetime | None = None
-    window_started: int = 0
-
-    @property
-    def text(self) -> str:
-        """``"10 per 1 s"``."""
-        return f"{self.jobs} per {self.seconds:g} s"
-
-    def used_up_until(self, now: datetime) -> datetime | None:
-        """When the window used up at ``now`` closes; None when jobs may start."""
-        if self.window_start is None or self.window_started < self.jobs:
-            return None
-        end = self.window_start + timedelta(seconds=self.seconds)
-        return end if now < end else None
-
-
-def _rate(value: Any) -> RateShown | None:
-    """A queue's ``rate_limit`` as written; None when absent or malformed."""
+def _rate(value: Any) -> RateLimit | None:
+    """A queue's ``rate_limit`` as written, read leniently like
+    :func:`_limit`: None when absent or malformed, and no window when the
+    window's fields are malformed (the engine refuses such a document, I6)."""
     if not isinstance(value, dict):
         return None
     jobs, seconds = value.get("jobs"), value.get("seconds")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf"):
         return None
     started = value.get("window_started")
     try:
         start = moment(value.get("window_start")) if isinstance(value.get("window_start"), str) else None
     except ValueError:
         start = None
-    return RateShown(jobs=jobs, seconds=float(seconds), window_start=start,
-                     window_started=started if isinstance(started, int) and start is not None else 0)
+    if start is None or start.tzinfo is None or isinstance(started, bool) or not isinstance(started, int):
+        return RateLimit(jobs=jobs, seconds=float(seconds))
+    return RateLimit(jobs=jobs, seconds=float(seconds), window_start=start, window_started=started)
 
 
 def moment(value: str | None) -> datetime | None:
@@ -141,7 +121,7 @@ class QueueSummary:
     #: Its concurrency limit (``max_running``), or None.
     max_running: int | None = None
     #: Its rate limit (``rate_limit``), or None.
-    rate: RateShown | None = None
+    rate: RateLimit | None = None
     oldest_pending_at: datetime | None = None
     #: When the next of its jobs not due yet comes due, as far as the
     #: document shows: the earliest future ``not_before`` of its jobs in the

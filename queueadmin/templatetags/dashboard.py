@@ -48,7 +48,7 @@ def rate_used_up(queue: Any, now: datetime) -> datetime | None:
     """When the rate window used up at ``now`` closes, for a queue summary
     (``QueueSummary``) with a rate limit; None when its jobs may start."""
     rate = getattr(queue, "rate", None)
-    return rate.used_up_until(now) if rate is not None else None
+    return rate.reopens(now) if rate is not None else None
 
 
 @register.filter

@@ -94,6 +94,16 @@ def test_the_same_rate_again_offers_nothing_and_an_overtaken_one_says_so(broker:
     assert last is not None and last.detail.startswith("q already had this rate limit (set since the dry run)")
 
 
+def test_a_rate_that_differs_only_past_the_shown_digits_is_still_a_change(broker: Broker, operator: Client) -> None:
+    """Needless means the same numbers, not the same words: 60 s and 60.0000001 s print alike."""
+    push(broker, "q", [1])
+    broker.execute(rate_limit_op("q", 10, 60))
+    dry = preview(operator, action="rate_limit", queue="q", rate_jobs=10, rate_seconds=60.0000001)
+    assert dry.context["plan"].runnable and not dry.context["plan"].needless
+    confirm(operator, dry.context["plan"].token)
+    assert queue_counters(broker)["rate_limit"]["seconds"] == 60.0000001
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"rate_jobs": 0, "rate_seconds": 1}, "Ensure this value is greater than or equal to 1."),
     ({"rate_jobs": 1_000_001, "rate_seconds": 1}, "less than or equal to 1000000"),
@@ -146,7 +156,8 @@ def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Br
 
 @pytest.mark.parametrize(("text", "fields"), [
     ("10/s", ("10", "1")), ("100/m", ("100", "60")), ("1000/h", ("1000", "3600")), ("5/30s", ("5", "30")),
-    ("3/2.5m", ("3", "150")), (" 2 / 10 S ", ("2", "10")), ("none", ("", "")), ("", ("", "")),
+    ("3/2.5m", ("3", "150")), (" 2 / 10 S ", ("2", "10")), ("1/1.2345678s", ("1", "1.2345678")),
+    ("none", ("", "")), ("", ("", "")),
 ])
 def test_queueaction_reads_a_rate_as_jobs_per_period(text: str, fields: tuple[str, str]) -> None:
     assert parse_rate(text) == fields

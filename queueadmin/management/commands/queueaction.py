@@ -49,7 +49,9 @@ def parse_rate(text: str) -> tuple[str, str]:
     if match is None:
         raise CommandError(f"--rate: expected N/PERIOD such as 10/s, 100/m, 1000/h or 5/30s (or none), got {text!r}")
     jobs, count, unit = match.groups()
-    return jobs, f"{float(count or 1) * UNIT_SECONDS[unit]:g}"
+    seconds = float(count or 1) * UNIT_SECONDS[unit]
+    short = f"{seconds:g}"
+    return jobs, short if float(short) == seconds else repr(seconds)  # every digit given kept; the form checks bounds
 
 
 class Command(BaseCommand):
