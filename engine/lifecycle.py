@@ -59,7 +59,10 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
     expires_at = now + timedelta(seconds=op.lease_seconds)
     queues = [q for q in op.queues if q not in state.queues or not state.queues[q].paused]
     taken = state.take_eligible(queues, op.max_jobs, now)
-    _count_starts(state, taken, now)
+    rated = [q for q in queues if q in state.queues and state.queues[q].rate_limit is not None]
+    if rated and taken:  # most claims: no rate limit, nothing to count
+        for queue in rated:
+            state.note_starts(queue, sum(1 for job in taken if job.queue == queue), now)
     for job in taken:
         lease = Lease(
             worker=op.worker,
@@ -82,15 +85,6 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
             )
         )
     return claimed
-
-
-def _count_starts(state: QueueState, taken: list[Job], now: datetime) -> None:
-    """Count the jobs a claim starts against their queues' rate limits."""
-    per_queue: dict[str, int] = {}
-    for job in taken:
-        per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
-    for queue, count in per_queue.items():
-        state.note_starts(queue, count, now)
 
 
 def _leased(state: QueueState, job_id: str, token: str) -> Job:

@@ -200,10 +200,11 @@ class WaitingClaims:
             # window closes.
             now = self.clock()
             self._next_due = {queue: when for queue, when in state.next_due().items() if not _holds(state, queue)}
-            for queue in state.queues:
-                reopens = None if _holds(state, queue) else state.rate_reopens(queue, now)
-                if reopens is not None:
-                    self._next_due[queue] = reopens
+            for queue, counters in state.queues.items():
+                if counters.rate_limit is not None and not _holds(state, queue):
+                    reopens = state.rate_reopens(queue, now)
+                    if reopens is not None:
+                        self._next_due[queue] = reopens
             if not self._lines:
                 return
             earliest: datetime | None = None
@@ -216,10 +217,9 @@ class WaitingClaims:
                 reopens = state.rate_reopens(queue, now)
                 if reopens is not None:
                     # Nothing starts before the window closes; then as many
-                    # as the line could take may (an overestimate costs
+                    # as the next window allows may (an overestimate costs
                     # claims that find nothing and write nothing).
-                    rate = state.queues[queue].rate_limit
-                    due = self._due[queue] = [reopens] * min(capacity, rate.jobs if rate is not None else capacity)
+                    due = self._due[queue] = [reopens] * min(capacity, state.room(queue, reopens) or 0)
                 else:
                     due = self._due[queue] = state.due_times(queue, capacity)
                 if due and (earliest is None or due[0] < earliest):
