@@ -146,3 +146,17 @@ def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "
     created = page.get_by_test_id("created-id")
     expect(created).to_be_visible()
     return created.inner_text()
+
+
+def set_on_queue_page(page: Page, form: str, fields: dict[str, str], *, button: str, plan_id: str, plan: str,
+                      reason: str, done: str) -> None:
+    """Fill the queue page's form ``form`` (a test id) with ``fields``, check that its dry run (test id
+    ``plan_id``) says ``plan``, and confirm it with ``reason``: the page then says ``done``."""
+    found = page.get_by_test_id(form)
+    for name, value in fields.items():
+        found.locator(f'input[name="{name}"]').fill(value)
+    found.get_by_role("button", name=button).click()
+    expect(page.get_by_test_id(plan_id)).to_contain_text(plan)
+    page.get_by_test_id("reason").fill(reason)
+    page.get_by_test_id("run-action").click()
+    expect(page.locator(".msg")).to_have_text(done)

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,20 @@ class Cluster:
         argv = [sys.executable, "manage.py", "queueworker", *args]
         proc, _ = self._spawn("worker", argv, {**self.env, **env})
         return proc
+
+    def drain(self, node: Node, queue: str, handler: str, *, workers: int, concurrency: int,
+              done: Callable[[], bool], timeout: float = 60) -> None:
+        """Run ``workers`` ``queueworker`` processes of ``concurrency`` slots on ``queue`` against ``node`` until
+        ``done()``, then stop them with SIGTERM; each must exit 0."""
+        procs = [self.worker("--queue", queue, "--handler", handler, "--concurrency", str(concurrency),
+                             "--broker", node.url) for _ in range(workers)]
+        try:
+            wait_for(done, timeout, f"the workers to drain {queue}")
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                assert proc.wait(30) == 0
 
     def manage(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(

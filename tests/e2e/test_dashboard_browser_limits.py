@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.e2e.browser import signed_in, with_operator
+from tests.e2e.browser import set_on_queue_page, signed_in, with_operator
 from tests.e2e.harness import Cluster, api
 
 pytestmark = pytest.mark.e2e
@@ -17,13 +17,8 @@ pytestmark = pytest.mark.e2e
 
 def set_limit(page: Page, value: str, *, plan: str, reason: str, done: str) -> None:
     """Fill the queue page's limit form, check its dry run says ``plan``, confirm with ``reason``."""
-    form = page.get_by_test_id("limit-form")
-    form.locator('input[name="max_running"]').fill(value)
-    form.get_by_role("button", name="Set limit").click()
-    expect(page.get_by_test_id("plan-limit")).to_contain_text(plan)
-    page.get_by_test_id("reason").fill(reason)
-    page.get_by_test_id("run-action").click()
-    expect(page.locator(".msg")).to_have_text(done)
+    set_on_queue_page(page, "limit-form", {"max_running": value}, button="Set limit", plan_id="plan-limit", plan=plan,
+                      reason=reason, done=done)
 
 
 def test_set_and_remove_a_limit_from_the_queue_page(browser: Browser,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.e2e.browser import signed_in, with_operator
+from tests.e2e.browser import set_on_queue_page, signed_in, with_operator
 from tests.e2e.harness import Cluster, api
 
 pytestmark = pytest.mark.e2e
@@ -18,14 +18,8 @@ pytestmark = pytest.mark.e2e
 
 def set_rate(page: Page, jobs: str, seconds: str, *, plan: str, reason: str, done: str) -> None:
     """Fill the queue page's rate form, check its dry run says ``plan``, confirm with ``reason``."""
-    form = page.get_by_test_id("rate-form")
-    form.locator('input[name="rate_jobs"]').fill(jobs)
-    form.locator('input[name="rate_seconds"]').fill(seconds)
-    form.get_by_role("button", name="Set rate").click()
-    expect(page.get_by_test_id("plan-rate")).to_contain_text(plan)
-    page.get_by_test_id("reason").fill(reason)
-    page.get_by_test_id("run-action").click()
-    expect(page.locator(".msg")).to_have_text(done)
+    set_on_queue_page(page, "rate-form", {"rate_jobs": jobs, "rate_seconds": seconds}, button="Set rate",
+                      plan_id="plan-rate", plan=plan, reason=reason, done=done)
 
 
 def test_set_and_remove_a_rate_from_the_queue_page(browser: Browser,

@@ -43,15 +43,8 @@ def test_two_workers_with_four_slots_each_run_at_most_two_jobs_of_a_limited_queu
     answer = api(node, "POST", "/api/v1/jobs", {"queue": "slow", "jobs": [
         {"payload": {"n": n, "seconds": 0.4}} for n in range(JOBS)]})
     assert answer.status_code == 201, answer.text
-    workers = [cluster.worker("--queue", "slow", "--handler", "tests.e2e.handlers:slow", "--concurrency", "4",
-                              "--broker", node.url) for _ in range(2)]
-    try:
-        wait_for(lambda: record.exists() and record.read_text().count("done ") == JOBS, 60, "every job to run")
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            assert worker.wait(30) == 0
+    cluster.drain(node, "slow", "tests.e2e.handlers:slow", workers=2, concurrency=4,
+                  done=lambda: record.exists() and record.read_text().count("done ") == JOBS)
     assert sorted(int(line.split()[1]) for line in record.read_text().splitlines() if line.startswith("done ")) \
         == list(range(JOBS))
     assert most_at_once(record) == 2  # the limit, reached: eight slots were free

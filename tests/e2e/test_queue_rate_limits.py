@@ -50,15 +50,8 @@ def test_two_workers_with_four_slots_each_start_no_more_than_the_rate_allows(
     answer = api(node, "POST", "/api/v1/jobs", {"queue": "partner", "jobs": [{"payload": {"n": n}}
                                                                             for n in range(JOBS)]})
     assert answer.status_code == 201, answer.text
-    workers = [cluster.worker("--queue", "partner", "--handler", "tests.e2e.handlers:timed", "--concurrency", "4",
-                              "--broker", node.url) for _ in range(2)]
-    try:
-        wait_for(lambda: record.exists() and record.read_text().count("start ") == JOBS, 60, "every job to run")
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            assert worker.wait(30) == 0
+    cluster.drain(node, "partner", "tests.e2e.handlers:timed", workers=2, concurrency=4,
+                  done=lambda: record.exists() and record.read_text().count("start ") == JOBS)
     runs = starts(record)
     assert sorted(n for n, _ in runs) == list(range(JOBS))
     times = [t for _, t in runs]
