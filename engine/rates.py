@@ -10,10 +10,14 @@ BullMQ's limiter does), and closes ``seconds`` later; within it at most
 ``jobs`` jobs start. Over any span of ``seconds`` that may be up to twice
 ``jobs`` (the end of one window and the start of the next), never more.
 
-Windows are judged on the committing leader's clock: a new leader whose
-clock runs behind the old one's keeps the old window open longer by that
-difference (fewer starts, never more); one whose clock runs ahead closes it
-early by as much. The clock rule of the leases (I3) bounds both.
+Windows are judged on the committing leader's clock, as delayed jobs' due
+times are: a new leader whose clock runs ahead of the old one's closes the
+old window early by the difference (at most one window's extra starts,
+once). One whose clock runs behind would keep it open longer by the
+difference, unbounded; so a takeover moves a window that starts in the new
+leader's future to the new leader's now (:meth:`RateLimit.taken_over`),
+which holds the queue at most one window longer, never more starts. Lease
+deadlines get the same kind of rule (DESIGN.md, "Clocks").
 
 Pure values; :mod:`engine.document` counts with them and
 :func:`engine.lifecycle.claim` moves the window.
@@ -79,6 +83,14 @@ class RateLimit:
         if self._open(now):
             return replace(self, window_started=self.window_started + count)
         return replace(self, window_start=now, window_started=count)
+
+    def taken_over(self, now: datetime) -> RateLimit:
+        """This limit as a new leader whose clock reads ``now`` takes it over:
+        a window that starts after ``now`` (the old leader's clock ran ahead)
+        starts at ``now`` instead, keeping its count."""
+        if self.window_start is None or self.window_start <= now:
+            return self
+        return replace(self, window_start=now)
 
     def describe(self) -> str:
         """``"10 per 1 s"``: the limit in words, for errors and pages."""

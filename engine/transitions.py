@@ -192,7 +192,9 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
     """Name a new leader and return its epoch.
 
     The new leader cannot trust the old leader's clock, so every running lease
-    is renewed for its full length from ``now``: no lease is reclaimed early.
+    is renewed for its full length from ``now``: no lease is reclaimed early;
+    and a rate window that starts in its future starts at ``now``: no queue
+    is held longer than one window (:meth:`~engine.rates.RateLimit.taken_over`).
     """
     if state.broker.epoch != op.epoch:
         raise ValidationError(f"the broker epoch changed from {op.epoch} to {state.broker.epoch}")
@@ -201,6 +203,9 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
         assert job.lease is not None
         lease = job.lease._replace(expires_at=now + timedelta(seconds=job.lease.seconds))
         state.replace_job(job._replace(lease=lease))
+    for counters in state.queues.values():
+        if counters.rate_limit is not None:
+            counters.rate_limit = counters.rate_limit.taken_over(now)
     state.dirty = True
     return state.broker.epoch
 

@@ -23,7 +23,7 @@ from engine.ops import (
     push_op,
     rate_limit_op,
 )
-from engine.optypes import Expire
+from engine.optypes import Expire, TakeOver
 from engine.transitions import apply
 from tests.engine.test_waiters import Desk, parked, payloads
 from tests.engine.test_waiters import run as run_line
@@ -160,6 +160,29 @@ def test_the_rate_and_its_window_round_trip_so_a_new_leader_carries_on_the_windo
     assert leader.queues == state.queues
     assert claim(leader, 20, "q") == []  # the old leader's window is still open
     assert claim(leader, 31, "q") == [2, 3]
+
+
+def test_a_new_leader_whose_clock_runs_behind_holds_the_queue_at_most_one_window_longer() -> None:
+    """The old leader's clock ran an hour ahead: its window would stay open an hour on the new leader's clock.
+    The takeover moves the window's start to the new leader's now, keeping its count (as leases are renewed)."""
+    state = state_with("q", 5)
+    apply(state, rate_limit_op("q", 2, 30), T0)
+    assert claim(state, 3600, "q") == [0, 1]  # at T0 + 1 h on the old leader's clock
+    ahead = orjson.loads(b"".join(state.encode(seq=2, writer="old", now=at(3600))))["queues"]["q"]["rate_limit"]
+    apply(state, TakeOver(broker_id="new", url=None, epoch=state.broker.epoch), T0)
+    assert state.queues["q"].rate_limit == RateLimit(jobs=2, seconds=30, window_start=T0, window_started=2)
+    assert ahead["window_start"] == "2026-12-04T13:00:00Z"
+    assert claim(state, 29, "q") == []  # still the old window's two
+    assert claim(state, 30, "q") == [2, 3]  # not an hour later
+
+
+def test_a_takeover_leaves_a_window_in_the_new_leaders_past_as_it_was() -> None:
+    state = state_with("q", 5)
+    apply(state, rate_limit_op("q", 2, 30), T0)
+    assert claim(state, 0, "q") == [0, 1]
+    apply(state, TakeOver(broker_id="new", url=None, epoch=state.broker.epoch), at(10))
+    assert state.queues["q"].rate_limit == RateLimit(jobs=2, seconds=30, window_start=T0, window_started=2)
+    assert claim(state, 30, "q") == [2, 3]
 
 
 @pytest.mark.parametrize(("rate", "problem"), [
