@@ -186,6 +186,8 @@ def test_a_timeout_without_a_fault_is_flagged_and_with_one_is_not() -> None:
 
 @pytest.mark.parametrize(("op", "kind", "explained"), [
     ("purge", "freeze", True), ("purge", "pause", True), ("purge", "slow", False), ("push", "freeze", False),
+    ("limit", "pause", True), ("rate_limit", "freeze", True), ("pause_schedule", "pause", True),
+    ("rate_limit", "slow", False), ("claim", "pause", False),
 ])
 def test_an_operator_call_is_explained_by_another_node_stopped_holding_the_shared_database(
         op: str, kind: str, explained: bool) -> None:
