@@ -51,6 +51,9 @@ MAX_AGE_SECONDS = 60
 # that a node whose clock runs behind the one that recorded it still finds it.
 NONCE_KEEP_SECONDS = 2 * MAX_AGE_SECONDS
 TIMEOUT_SECONDS = 30.0
+# Expired nonces deleted by one call at most: a backlog (after a node's long
+# stop) is worked off over the calls that follow, none of them slowed by it.
+EXPIRED_PER_CALL = 500
 
 
 class ForwardRefused(EngineError):
@@ -100,12 +103,19 @@ def use_nonce(nonce: str) -> bool:
 
     Database I/O (the shared ``ForwardNonce`` table): call it from a thread,
     never on an event loop. The unique index decides between two nodes that
-    race to record the same nonce. Expired nonces are deleted on the way.
+    race to record the same nonce. Expired nonces are deleted on the way,
+    except those another connection holds locked, which are never waited for.
     """
     from queueadmin.models import ForwardNonce  # models load after the app registry
 
     now = timezone.now()
-    ForwardNonce.objects.filter(expires_at__lt=now).delete()
+    with transaction.atomic():
+        # Rows another node is deleting (or holds: a node stopped in the
+        # middle of this delete keeps its row locks on PostgreSQL until its
+        # connection ends) are skipped, not waited for: any later call
+        # deletes them. SQLite has no row locks and ignores this.
+        expired = ForwardNonce.objects.select_for_update(skip_locked=True).filter(expires_at__lt=now)
+        ForwardNonce.objects.filter(pk__in=list(expired.values_list("pk", flat=True)[:EXPIRED_PER_CALL])).delete()
     try:
         with transaction.atomic():
             ForwardNonce.objects.create(nonce=nonce, expires_at=now + timedelta(seconds=NONCE_KEEP_SECONDS))

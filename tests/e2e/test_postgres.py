@@ -151,3 +151,47 @@ def test_migrations_login_and_an_audited_action_on_postgres(postgres_url: str, t
 
     assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-3000:]
     assert "postgres ok" in run.stdout.decode()
+
+
+NONCE_SCRIPT = textwrap.dedent('''
+    from queueadmin.api.forward import use_nonce
+    from queueadmin.models import ForwardNonce
+
+    assert use_nonce("fresh-nonce-recorded-beside-a-lock"), "a new nonce was refused"
+    assert not use_nonce("fresh-nonce-recorded-beside-a-lock"), "a replayed nonce was accepted"
+    left = sorted(ForwardNonce.objects.values_list("nonce", flat=True))
+    print("left", left)
+''')
+
+
+def test_an_expired_nonce_another_connection_holds_locked_is_skipped_not_waited_for(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A node stopped in the middle of deleting expired nonces keeps their row
+    locks on PostgreSQL until its connection ends; the leader recording the
+    next forwarded request's nonce must not wait on them (it hung before the
+    delete skipped locked rows, so every forwarded action timed out)."""
+    import psycopg
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
+    env.update(PYTHONPATH=str(ROOT), DATABASE_URL=postgres_url, QUEUE_STORE_URL=f"file://{tmp_path / 'store'}",
+               QUEUE_BROKER_AUTOSTART="false")
+    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                             capture_output=True, timeout=120)
+    assert migrate.returncode == 0, migrate.stderr.decode()
+    dsn = postgres_url.replace("postgres://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute("DELETE FROM queueadmin_forwardnonce")
+        setup.execute("INSERT INTO queueadmin_forwardnonce (nonce, expires_at) VALUES "
+                      "('expired-and-locked', now() - interval '1 hour'), "
+                      "('expired-and-free', now() - interval '1 hour')")
+    with psycopg.connect(dsn) as holder:  # a transaction left open, as by a stopped node
+        holder.execute("SELECT 1 FROM queueadmin_forwardnonce WHERE nonce = 'expired-and-locked' FOR UPDATE")
+
+        run = subprocess.run([sys.executable, "manage.py", "shell", "-c", NONCE_SCRIPT], cwd=ROOT, env=env,
+                             capture_output=True, timeout=60)
+
+        holder.rollback()
+    assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-3000:]
+    # The free expired row went; the locked one is left for a later call.
+    assert "left ['expired-and-locked', 'fresh-nonce-recorded-beside-a-lock']" in run.stdout.decode()
