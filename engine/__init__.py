@@ -33,6 +33,7 @@ Every error is an :class:`EngineError`; the tree is in :mod:`engine.errors`.
 from __future__ import annotations
 
 from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS, Broker
+from engine.cancellation import Cancellation, JobCancelled, cancelled, check_cancelled, current_cancellation
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
@@ -152,6 +153,7 @@ __all__ = [
     "BrokerInfo",
     "BrokerUnavailable",
     "Buckets",
+    "Cancellation",
     "ClaimedJob",
     "CommitStats",
     "CommitTimeout",
@@ -173,6 +175,7 @@ __all__ = [
     "InitRefused",
     "InvalidPayload",
     "Job",
+    "JobCancelled",
     "JobNotFound",
     "JobSealed",
     "LatencyStore",
@@ -207,9 +210,12 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "WorkerStats",
+    "cancelled",
+    "check_cancelled",
     "check_key",
     "check_schedule_name",
     "counters_dict",
+    "current_cancellation",
     "decode_document_json",
     "decode_payload",
     "default_heartbeat_interval",

@@ -15,8 +15,10 @@ such as a GroupCommitter, in tests). Threads, all daemons:
   dead letters at once (see there);
 * the heartbeat thread extends every running job's lease every
   ``heartbeat_interval`` seconds. A job whose lease is lost (LeaseLost or
-  JobNotFound) keeps running, since a thread cannot be killed, but its result
-  is never sent;
+  JobNotFound: purged, requeued, or run out) is cancelled (see
+  :mod:`engine.cancellation`): a handler that calls ``check_cancelled()``
+  stops there, and one that does not keeps running, since a thread cannot be
+  killed; either way its result is never sent;
 * with ``batch`` (the default), a reporter thread (:mod:`engine.reporter`)
   sends the handlers' results in batches through the client's
   ``execute_many`` (``POST /api/v1/ack``), and the heartbeat thread extends
@@ -43,8 +45,8 @@ holds the :class:`Worker` itself, its :class:`WorkerStats`,
 
 ``stop()`` stops claiming and sends waiting results at once (no linger);
 running jobs get ``grace_seconds`` to finish and report, then ``run()``
-returns. Jobs still running then are abandoned: not completed, their leases
-expire and the broker hands them out again. A result still unconfirmed then
+returns. Jobs still running then are abandoned and cancelled: not completed,
+their leases expire and the broker hands them out again. A result still unconfirmed then
 is abandoned too (never counted completed). No new claim starts after
 ``stop()``, and a long poll in flight is not waited for once no job is
 running: an idle worker's ``run()`` returns at once. The claimer thread (a
@@ -63,10 +65,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.backoff import jittered
+from engine.cancellation import Cancellation, JobCancelled, handling
 from engine.client import QueueClient
 from engine.errors import EngineError, QueueError, Unauthorized, ValidationError
 from engine.model import ClaimedJob, new_process_id
@@ -98,7 +101,8 @@ class PermanentFailure(Exception):
 class WorkerStats:
     """What one worker did. ``lost``: jobs whose lease was lost, whose result
     could not be reported, or that were still running when the grace period
-    ended (``abandoned`` counts those last ones separately)."""
+    ended (``abandoned`` counts those last ones separately). ``cancelled``:
+    lost jobs whose handler stopped on :class:`~engine.cancellation.JobCancelled`."""
 
     claimed: int = 0
     completed: int = 0
@@ -106,6 +110,7 @@ class WorkerStats:
     dead: int = 0
     lost: int = 0
     abandoned: int = 0
+    cancelled: int = 0
     heartbeats: int = 0
     errors: int = 0
 
@@ -118,6 +123,9 @@ class _Running:
     lost: bool = False
     reporting: bool = False  # a complete or fail is in flight: heartbeats hold off
     settled: bool = False  # counted in the stats (exactly once)
+    # Cancelled once the job is no longer this worker's (lost, or abandoned):
+    # its handler may check it (engine.cancellation).
+    cancellation: Cancellation = field(default_factory=Cancellation)
 
 
 def new_worker_id() -> str:
@@ -232,13 +240,15 @@ class Worker(WorkerHeartbeats):
                     if self._settle(record, "lost"):
                         self.stats.abandoned += 1
                         abandoned.append(record)
+                        record.cancellation.cancel("the worker stopped before the job finished; its lease will "
+                                                   "run out and the job will run again")
         finally:
             self._stopping.set()
             self._exit.set()
             for _ in range(self.concurrency):
                 self._inbox.put(None)
         for record in abandoned:
-            log.warning("job %s abandoned: still running after the grace period; its lease will expire",
+            log.warning("job %s abandoned: still running after the grace period; cancelled, its lease will expire",
                         record.job.id)
         s = self.stats
         log.info("worker %s stopped: claimed %d, completed %d, failed %d (dead %d), lost %d",
@@ -421,16 +431,25 @@ class Worker(WorkerHeartbeats):
         started = self.monotonic()
         error: str | None = None
         give_up = False
+        stopped = False  # the handler stopped on its job's own cancellation
         try:
-            self.handler(job if self.pass_job else job.payload)
+            with handling(record.cancellation):
+                self.handler(job if self.pass_job else job.payload)
         except PermanentFailure:
             error = traceback.format_exc()
             give_up = True
+        except JobCancelled:
+            stopped = record.cancellation.cancelled
+            error = traceback.format_exc()  # raised with no cancellation: an ordinary failure
         except BaseException:  # SystemExit too: a handler must never end its thread
             error = traceback.format_exc()
         took = self.monotonic() - started
+        if stopped:  # cancelled: lost, or abandoned (then nothing below sends either)
+            with self._cond:
+                self.stats.cancelled += 1
         if record.lost:
-            self._count_lost(record, f"finished after its lease was lost ({took:.3f}s); result not sent")
+            how = "stopped on its cancellation" if stopped else "finished"
+            self._count_lost(record, f"{how} after its lease was lost ({took:.3f}s); result not sent")
             return False
         if self._reporter is not None:
             op = complete_op(job.id, job.lease) if error is None else fail_op(

@@ -5,8 +5,9 @@ that runs on its heartbeat thread: every ``heartbeat_interval`` seconds it
 extends the lease of each running job that is not being reported, all of
 them in one ``execute_many`` (``POST /api/v1/heartbeat``) with ``batch``, or
 one call each without. A lease found lost (LeaseLost or JobNotFound) marks
-its job lost: it keeps running, since a thread cannot be killed, but its
-result is never sent. A transient error retries that lease well before it
+its job lost and cancels it (:mod:`engine.cancellation`): a handler that
+checks stops, and one that does not keeps running, since a thread cannot be
+killed; either way its result is never sent. A transient error retries that lease well before it
 ends. Every field it reads is the worker's, declared below and guarded by
 the worker's ``_cond``. Split from :mod:`engine.worker`.
 """
@@ -93,8 +94,9 @@ class WorkerHeartbeats:
                 if record.reporting or job.id not in self._running:
                     return  # raced with this job's own complete or fail, which decides
                 record.lost = True
-            log.warning("job %s (%s, attempt %d): lease lost while running (%s); its result will not be sent",
-                        job.id, job.queue, job.attempt, exc)
+            record.cancellation.cancel(f"its lease was lost ({exc})")  # after ``lost``: the handler's end reads it
+            log.warning("job %s (%s, attempt %d): lease lost while running (%s); cancelled, and its result will "
+                        "not be sent", job.id, job.queue, job.attempt, exc)
         except Exception as exc:  # transient: try again soon, well before the lease ends
             with self._cond:
                 self.stats.errors += 1

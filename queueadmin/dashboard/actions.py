@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -353,13 +354,17 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
 
 
 def fill_effects(p: Plan, snapshot: Snapshot) -> None:
-    """For an action that moves jobs back to pending (requeue, redrive):
-    name each queue they go back to that would not run them soon, as of
+    """What the plan's running jobs' workers do about it (see
+    :func:`_running_effect`); and for an action that moves jobs back to
+    pending (requeue, redrive), name each queue they go back to that would not
+    run them soon, as of
     ``snapshot``: a paused queue, or one on which no worker has been seen
     for :data:`.pages.WORKERS_QUIET_SECONDS` (the overview's warning, by
     the same rule); and how a queue's rate limit paces them. The action
     still runs; the operator decides."""
     p.effects = []
+    if p.count:
+        _running_effect(p, snapshot)
     if not p.spec.to_pending:
         return
     # Requeue and redrive leave pending jobs out, so each of the plan's jobs
@@ -383,6 +388,45 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
             since = "" if quiet is None else f" for {quiet:.0f} s"
             p.effects.append(f"No worker has been seen on queue {queue}{since}: the {jobs} back to it and "
                              f"wait{'s' if n == 1 else ''} for one (manage.py queueworker --queue {queue}).")
+
+
+def _running_effect(p: Plan, snapshot: Snapshot) -> None:
+    """Say what happens to the plan's running jobs' handlers: each worker
+    finds out at its next heartbeat and cancels the job
+    (:mod:`engine.cancellation`); a handler that checks stops, any other runs
+    to its end and its result is refused. With the workers' default
+    heartbeat (a third of the lease) that is within a third of the longest
+    lease among them, as of ``snapshot``."""
+    leases = []
+    for job_id, status in zip(p.ids, p.expect, strict=True):
+        if status == "running" and (found := snapshot.job(job_id)) is not None and found[0].get("lease"):
+            leases.append(found[0]["lease"])
+    if not leases:
+        return
+    n = len(leases)
+    longest = max(_lease_seconds(lease) for lease in leases)
+    again = " It runs again from the start once a worker claims it." if p.spec.to_pending and n == 1 else (
+        " They run again from the start once workers claim them." if p.spec.to_pending else "")
+    p.effects.append(ngettext(
+        "%(n)d of these jobs is running now. Its worker finds out at its next heartbeat (every third of the lease "
+        "by default: within %(within)s here) and cancels it: a handler that calls engine.check_cancelled() stops "
+        "there; one that does not runs to its end, and its result is refused.",
+        "%(n)d of these jobs are running now. Each one's worker finds out at its next heartbeat (every third of the "
+        "lease by default: within %(within)s here) and cancels it: a handler that calls engine.check_cancelled() "
+        "stops there; one that does not runs to its end, and its result is refused.", n)
+        % {"n": n, "within": pages.age_text(longest / 3)} + again)
+
+
+def _lease_seconds(lease: dict[str, Any]) -> float:
+    """A lease's length (``seconds``, which each heartbeat renews; in a
+    document written before it was kept, its expiry less its last heartbeat)."""
+    if isinstance(lease.get("seconds"), int | float):
+        return float(lease["seconds"])
+    try:
+        return (datetime.fromisoformat(lease["expires_at"]) - datetime.fromisoformat(lease["heartbeat_at"])
+                ).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,3 +40,21 @@ def always_fail(payload: Any) -> None:
     """Record the attempt and fail."""
     _record(f"fail {payload['n']}")
     raise RuntimeError(f"job {payload['n']} always fails")
+
+
+def cancellable(payload: Any) -> None:
+    """Record the start, then work in steps for up to ``payload["seconds"]``,
+    checking for a cancellation between steps: record "cancelled" (and
+    re-raise) when the job is no longer this worker's, "done" otherwise."""
+    from engine import JobCancelled, check_cancelled, current_cancellation
+
+    _record(f"start {payload['n']} {time.time():.6f}")
+    deadline = time.monotonic() + float(payload["seconds"])
+    try:
+        while time.monotonic() < deadline:
+            check_cancelled()
+            current_cancellation().wait(0.05)
+    except JobCancelled as exc:
+        _record(f"cancelled {payload['n']} {time.time():.6f} {exc.reason}")
+        raise
+    _record(f"done {payload['n']}")

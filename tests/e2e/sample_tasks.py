@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 from django.tasks import TaskContext, task
 
+from engine import JobCancelled, check_cancelled, current_cancellation
+
 
 def _record(**fields: Any) -> None:
     path = os.environ.get("E2E_RECORD")
@@ -81,3 +83,19 @@ not_a_task = 42
 def record_run(context: TaskContext) -> None:
     """Records the id of the job it runs as (a schedule's job id names its tick)."""
     _record(id=context.task_result.id, attempt=context.attempt, pid=os.getpid())
+
+
+@task
+def patient(seconds: float) -> str:
+    """Works in steps for up to ``seconds``, checking for a cancellation
+    between them; records its start, and its cancellation with the reason."""
+    _record(label="patient", event="start", at=time.time())
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            check_cancelled()
+            current_cancellation().wait(0.05)
+    except JobCancelled as exc:
+        _record(label="patient", event="cancelled", at=time.time(), reason=exc.reason)
+        raise
+    return "done"

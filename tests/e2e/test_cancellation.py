@@ -1,0 +1,108 @@
+"""Cancelling a running job through real processes: a ``queueworker``
+process runs a handler that checks ``engine.check_cancelled()``; an operator
+purges the job with ``manage.py queueaction`` (forwarded, signed, to the
+leader), and the handler stops at the worker's next heartbeat instead of
+working on for a minute, with nothing reported for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+from tests.e2e.harness import Cluster, api
+from tests.helpers import wait_for
+
+if TYPE_CHECKING:
+    from pytest_django.fixtures import SettingsWrapper
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+LEASE = 3.0  # heartbeats every second
+
+
+def test_a_purged_running_job_stops_its_handler_at_the_next_heartbeat(
+        cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
+    from tests.e2e.browser import USER, with_operator  # the superuser the action is audited as
+
+    record = tmp_path / "runs.txt"
+    cluster, node = with_operator(cluster_factory(E2E_RECORD=str(record)))
+    wait_for(lambda: node.role() == "leader", 30, "the node to lead")
+    answer = api(node, "POST", "/api/v1/jobs", {"queue": "long", "jobs": [{"payload": {"n": 1, "seconds": 60}}]})
+    assert answer.status_code == 201, answer.text
+    [job_id] = answer.json()["ids"]
+    worker = cluster.worker("--queue", "long", "--handler", "tests.e2e.handlers:cancellable", "--broker", node.url,
+                            "--lease-seconds", str(LEASE))
+    try:
+        wait_for(lambda: record.exists() and "start 1" in record.read_text(), 30, "the handler to start")
+
+        dry = cluster.manage("queueaction", "purge", "--ids", job_id, "--user", USER, "--reason", "e2e cancel",
+                             "--dry-run")
+        assert dry.returncode == 0, dry.stderr.decode()
+        assert "1 of these jobs is running now" in dry.stdout.decode() and "within 1.0 s here" in dry.stdout.decode()
+        purged_at = time.time()
+        purged = cluster.manage("queueaction", "purge", "--ids", job_id, "--user", USER, "--reason", "e2e cancel",
+                                "--yes")
+        assert purged.returncode == 0, purged.stderr.decode()
+
+        wait_for(lambda: "cancelled 1" in record.read_text(), 30, "the handler to be cancelled")
+        [line] = [ln for ln in record.read_text().splitlines() if ln.startswith("cancelled 1")]
+        _, _, at, reason = line.split(" ", 3)
+        # Told within a heartbeat or two of the purge, not when its minute of work ran out.
+        assert float(at) - purged_at < 3 * LEASE, line
+        assert "its lease was lost" in reason and job_id in reason, reason
+        assert "done 1" not in record.read_text()
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
+    counters = cluster.document()["queues"]["long"]
+    assert (counters["purged"], counters["completed"], counters["failed"]) == (1, 0, 0)
+    log = cluster.logs()
+    assert "stopped on its cancellation after its lease was lost" in log, log
+
+
+def test_a_django_task_that_checks_stops_when_its_job_is_purged_and_its_result_says_why(
+        cluster_factory: Callable[..., Cluster], tmp_path: Path, settings: SettingsWrapper) -> None:
+    from django.tasks import TaskResultStatus, task_backends
+
+    from queueadmin import runtime
+    from tests.e2e import sample_tasks as st
+    from tests.e2e.browser import USER, with_operator
+    from tests.e2e.harness import TOKEN
+
+    record = tmp_path / "ran.jsonl"
+    cluster, node = with_operator(cluster_factory())
+    wait_for(lambda: node.role() == "leader", 30, "the node to lead")
+    worker = cluster.worker("--broker", node.url, "--lease-seconds", str(LEASE), E2E_RECORD=str(record))
+    runtime.stop_broker()
+    settings.QUEUE_STORE_URL = cluster.store_url
+    settings.TASKS = {"default": {"BACKEND": "queueadmin.tasks.ObjectStoreBackend",
+                                  "OPTIONS": {"BROKERS": [node.url], "TOKEN": TOKEN}}}
+    try:
+        result = st.patient.enqueue(60)
+
+        def events() -> list[dict[str, Any]]:
+            return [orjson.loads(line) for line in record.read_bytes().splitlines()] if record.exists() else []
+
+        wait_for(lambda: [e["event"] for e in events()] == ["start"], 30, "the task to start")
+        purged = cluster.manage("queueaction", "purge", "--ids", result.id, "--user", USER, "--reason", "cancel",
+                                "--yes")
+        assert purged.returncode == 0, purged.stderr.decode()
+        wait_for(lambda: len(events()) == 2, 30, "the task to be cancelled")
+        start, cancelled = events()
+        assert cancelled["event"] == "cancelled" and cancelled["at"] - start["at"] < 30, (start, cancelled)
+
+        wait_for(lambda: st.patient.get_result(result.id).is_finished, 30, "its result to be written")
+        done = st.patient.get_result(result.id)
+        assert done.status == TaskResultStatus.FAILED
+        [error] = done.errors
+        assert error.exception_class_path == "engine.cancellation.JobCancelled"
+        assert "its lease was lost" in error.traceback
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
+        task_backends["default"].link.close()

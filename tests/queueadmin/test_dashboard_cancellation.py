@@ -1,0 +1,61 @@
+"""What a purge or requeue of running jobs says it does to their handlers:
+each worker finds out at its next heartbeat and cancels the job
+(engine.cancellation). The dry run says so, on the page and in
+``manage.py queueaction``, with the time a third of the longest lease gives."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from engine import Broker
+from engine.ops import claim_op
+from tests.queueadmin.dashboard_fixtures import preview, push, queueaction
+
+
+def lease(broker: Broker, seconds: float, n: int = 1) -> list[str]:
+    """Claim ``n`` jobs of ``q`` with leases of ``seconds``; their ids."""
+    op = claim_op("w-cancel", ["q"], policy=broker.policy, max_jobs=n, lease_seconds=seconds)
+    return [job.id for job in broker.execute(op)]
+
+
+def test_purging_a_running_job_says_its_worker_cancels_it_at_its_next_heartbeat(
+        broker: Broker, operator: Client) -> None:
+    waiting, running = push(broker, "q", ["waits", "runs"])
+    assert lease(broker, 30) == [waiting]  # FIFO: the first pushed is leased
+    waiting, running = running, waiting
+
+    dry = preview(operator, action="purge", ids=f"{waiting},{running}")
+    plan = dry.context["plan"]
+    assert plan.count == 2 and plan.effects == [
+        "1 of these jobs is running now. Its worker finds out at its next heartbeat (every third of the lease by "
+        "default: within 10 s here) and cancels it: a handler that calls engine.check_cancelled() stops there; "
+        "one that does not runs to its end, and its result is refused."]
+    assert 'data-testid="plan-effect"' in dry.content.decode()
+    # Only waiting jobs: nothing runs, nothing to say.
+    assert preview(operator, action="purge", ids=[waiting]).context["plan"].effects == []
+
+
+def test_requeuing_running_jobs_says_they_are_cancelled_and_run_again_from_the_start(
+        broker: Broker, operator: Client) -> None:
+    push(broker, "q", ["a", "b", "c"])
+    short = lease(broker, 3)
+    long = lease(broker, 90, n=2)
+
+    plan = preview(operator, action="requeue", ids=",".join([*short, *long])).context["plan"]
+    [effect] = [e for e in plan.effects if "running now" in e]
+    assert effect.startswith("3 of these jobs are running now. Each one's worker finds out at its next heartbeat "
+                             "(every third of the lease by default: within 30 s here)")
+    assert effect.endswith("They run again from the start once workers claim them.")
+    one = preview(operator, action="requeue", ids=short[0]).context["plan"]
+    assert "within 1.0 s here" in one.effects[0] and one.effects[0].endswith(
+        "It runs again from the start once a worker claims it.")
+
+
+def test_queueactions_dry_run_says_it_too(broker: Broker, operator: Client) -> None:
+    from tests.queueadmin.dashboard_fixtures import make_user
+
+    make_user("ops", "view_dashboard", "purge_job")
+    push(broker, "q", ["x"])
+    [job_id] = lease(broker, 30)
+    out = queueaction("purge", "--ids", job_id, "--user", "ops", "--reason", "stuck", "--dry-run")
+    assert "1 of these jobs is running now. Its worker finds out at its next heartbeat" in out
