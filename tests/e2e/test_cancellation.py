@@ -1,8 +1,9 @@
 """Cancelling a running job through real processes: a ``queueworker``
-process runs a handler that checks ``engine.check_cancelled()``; an operator
-purges the job with ``manage.py queueaction`` (forwarded, signed, to the
-leader), and the handler stops at the worker's next heartbeat instead of
-working on for a minute, with nothing reported for it."""
+process runs a handler (or a Django task) that checks
+``engine.check_cancelled()``; an operator purges the job, from its page in
+Chromium or with ``manage.py queueaction``, and the handler stops at the
+worker's next heartbeat instead of working on for a minute, with nothing
+reported for it, as the dry run said."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
+from playwright.sync_api import Browser, expect
 
-from tests.e2e.harness import Cluster, api
+from tests.e2e.browser import USER, signed_in, with_operator
+from tests.e2e.harness import TOKEN, Cluster, api
 from tests.helpers import wait_for
 
 if TYPE_CHECKING:
@@ -25,10 +28,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 LEASE = 3.0  # heartbeats every second
 
 
-def test_a_purged_running_job_stops_its_handler_at_the_next_heartbeat(
-        cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
-    from tests.e2e.browser import USER, with_operator  # the superuser the action is audited as
-
+def test_purging_a_running_job_from_its_page_stops_its_handler_as_the_dry_run_said(
+        browser: Browser, cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
     record = tmp_path / "runs.txt"
     cluster, node = with_operator(cluster_factory(E2E_RECORD=str(record)))
     wait_for(lambda: node.role() == "leader", 30, "the node to lead")
@@ -39,15 +40,18 @@ def test_a_purged_running_job_stops_its_handler_at_the_next_heartbeat(
                             "--lease-seconds", str(LEASE))
     try:
         wait_for(lambda: record.exists() and "start 1" in record.read_text(), 30, "the handler to start")
-
-        dry = cluster.manage("queueaction", "purge", "--ids", job_id, "--user", USER, "--reason", "e2e cancel",
-                             "--dry-run")
-        assert dry.returncode == 0, dry.stderr.decode()
-        assert "1 of these jobs is running now" in dry.stdout.decode() and "within 1.0 s here" in dry.stdout.decode()
-        purged_at = time.time()
-        purged = cluster.manage("queueaction", "purge", "--ids", job_id, "--user", USER, "--reason", "e2e cancel",
-                                "--yes")
-        assert purged.returncode == 0, purged.stderr.decode()
+        with signed_in(browser, node) as page:
+            page.goto(f"{node.url}/jobs/{job_id}/")
+            expect(page.get_by_test_id("job-status")).to_have_text("running")
+            page.get_by_role("button", name="Purge", exact=True).click()
+            expect(page.get_by_test_id("plan-effect")).to_have_text(
+                "1 of these jobs is running now. Its worker finds out at its next heartbeat (every third of the "
+                "lease by default: within 1.0 s here) and cancels it: a handler that calls engine.check_cancelled() "
+                "stops there; one that does not runs to its end, and its result is refused.")
+            page.get_by_test_id("reason").fill("stuck on a dead partner API")
+            purged_at = time.time()
+            page.get_by_test_id("run-action").click()
+            expect(page.get_by_text("Purged 1 job")).to_be_visible()
 
         wait_for(lambda: "cancelled 1" in record.read_text(), 30, "the handler to be cancelled")
         [line] = [ln for ln in record.read_text().splitlines() if ln.startswith("cancelled 1")]
@@ -71,8 +75,6 @@ def test_a_django_task_that_checks_stops_when_its_job_is_purged_and_its_result_s
 
     from queueadmin import runtime
     from tests.e2e import sample_tasks as st
-    from tests.e2e.browser import USER, with_operator
-    from tests.e2e.harness import TOKEN
 
     record = tmp_path / "ran.jsonl"
     cluster, node = with_operator(cluster_factory())
