@@ -8,8 +8,9 @@ completes the job, raising fails it.
 from __future__ import annotations
 
 import random
-import threading
 from typing import Any
+
+from engine import check_cancelled, current_cancellation
 
 MAX_SECONDS = 60.0
 DEFAULT_SECONDS = 0.2
@@ -29,14 +30,18 @@ def _number(payload: Any, name: str, default: float, low: float, high: float) ->
 
 def work(payload: Any) -> None:
     """Pretend to work for ``payload["seconds"]`` (default 0.2, at most 60),
-    then fail if ``payload["fail"]`` is true, or at random with probability
+    stopping early with :class:`engine.JobCancelled` if the job is cancelled
+    meanwhile (purged or requeued while it runs); then fail if
+    ``payload["fail"]`` is true, or at random with probability
     ``payload["fail_rate"]`` (default 0.1). Any payload is accepted; a
     non-object payload uses the defaults."""
     seconds = _number(payload, "seconds", DEFAULT_SECONDS, 0.0, MAX_SECONDS)
     fail_rate = _number(payload, "fail_rate", DEFAULT_FAIL_RATE, 0.0, 1.0)
-    # An Event wait rather than time.sleep: the same pause, but it reads as
-    # what it is and never needs a signal to end early.
-    threading.Event().wait(seconds)
+    # Waiting on the job's cancellation rather than sleeping: a job purged or
+    # requeued from the dashboard while it works stops at the worker's next
+    # heartbeat, as a real handler that checks would (engine.cancellation).
+    if current_cancellation().wait(seconds):
+        check_cancelled()
     if isinstance(payload, dict) and payload.get("fail"):
         raise DemoFailure("failed on purpose: the payload asked for it")
     if random.random() < fail_rate:

@@ -268,6 +268,16 @@ def test_demo_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
         demo.work({"seconds": "soon"})
 
 
+def test_the_demo_handler_stops_when_its_job_is_cancelled() -> None:
+    from engine import Cancellation, JobCancelled
+    from engine.cancellation import handling
+
+    cancellation = Cancellation()
+    cancellation.cancel("purged from the dashboard")
+    with handling(cancellation), pytest.raises(JobCancelled, match="purged from the dashboard"):
+        demo.work({"seconds": 60, "fail_rate": 0})  # would wait a minute if it did not look
+
+
 @pytest.mark.parametrize(("flags", "batched"), [((), True), (("--no-batch",), False)])
 def test_queueworker_batches_unless_told_not_to(
     committer: GroupCommitter, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], batched: bool
