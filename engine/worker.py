@@ -18,7 +18,11 @@ such as a GroupCommitter, in tests). Threads, all daemons:
   JobNotFound: purged, requeued, or run out) is cancelled (see
   :mod:`engine.cancellation`): a handler that calls ``check_cancelled()``
   stops there, and one that does not keeps running, since a thread cannot be
-  killed; either way its result is never sent;
+  killed; either way its result is never sent. With ``timeout_seconds``,
+  the same thread times out a handler that has run that long: it cancels
+  the job and stops renewing its lease, and the handler's return fails the
+  attempt with a ``JobTimeout`` error (one that never returns leaves the
+  lease to run out, which fails it too);
 * with ``batch`` (the default), a reporter thread (:mod:`engine.reporter`)
   sends the handlers' results in batches through the client's
   ``execute_many`` (``POST /api/v1/ack``), and the heartbeat thread extends
@@ -102,7 +106,10 @@ class WorkerStats:
     """What one worker did. ``lost``: jobs whose lease was lost, whose result
     could not be reported, or that were still running when the grace period
     ended (``abandoned`` counts those last ones separately). ``cancelled``:
-    lost jobs whose handler stopped on :class:`~engine.cancellation.JobCancelled`."""
+    jobs whose handler stopped on :class:`~engine.cancellation.JobCancelled`
+    (lost, abandoned or timed out).
+    ``timed_out``: jobs that ran past ``WorkerOptions.timeout_seconds``
+    (each also counted failed or lost, as its report went)."""
 
     claimed: int = 0
     completed: int = 0
@@ -111,6 +118,7 @@ class WorkerStats:
     lost: int = 0
     abandoned: int = 0
     cancelled: int = 0
+    timed_out: int = 0
     heartbeats: int = 0
     errors: int = 0
 
@@ -126,6 +134,10 @@ class _Running:
     # Cancelled once the job is no longer this worker's (lost, or abandoned):
     # its handler may check it (engine.cancellation).
     cancellation: Cancellation = field(default_factory=Cancellation)
+    # Monotonic time its handler started (None: not yet), and whether it ran
+    # past the worker's timeout: then it is cancelled and no longer heartbeated.
+    started: float | None = None
+    timed_out: bool = False
 
 
 def new_worker_id() -> str:
@@ -180,12 +192,16 @@ class Worker(WorkerHeartbeats):
         self.wait_seconds = 0.0 if options.burst else float(options.wait_seconds)
         self.poll_seconds = options.poll_seconds
         self.grace_seconds = options.grace_seconds
+        self.timeout_seconds = options.timeout_seconds
         self.backoff_seconds = options.backoff_seconds
         self.backoff_cap_seconds = options.backoff_cap_seconds
         self.monotonic = monotonic
         self.stats = WorkerStats()
         self.fatal: EngineError | None = None  # why the worker stopped by itself, if it did
         self._cond = threading.Condition()  # guards everything below and stats
+        # By lease token, not job id: the worker may hold one job twice, an
+        # attempt requeued (or timed out) whose handler is still ending and
+        # the new attempt it claimed since, each with its own lease.
         self._running: dict[str, _Running] = {}
         self._inbox: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
         self._stopping = threading.Event()  # stop claiming
@@ -401,7 +417,7 @@ class Worker(WorkerHeartbeats):
                 # The lease started no earlier than our request did.
                 record = _Running(job, next_beat=claimed_at + self.heartbeat_interval,
                                   lease_until=claimed_at + self.lease_seconds)
-                self._running[job.id] = record
+                self._running[job.lease] = record
                 self._inbox.put(record)
             self.stats.claimed += len(jobs)
             self._busy += len(jobs)
@@ -420,7 +436,7 @@ class Worker(WorkerHeartbeats):
                 with self._cond:
                     self._busy -= 1
                     if not handed_off:  # else the reporter releases it once its ack is settled
-                        self._running.pop(record.job.id, None)
+                        self._running.pop(record.job.lease, None)
                         self._finished += 1
                     self._cond.notify_all()
 
@@ -429,6 +445,8 @@ class Worker(WorkerHeartbeats):
         or (batching) by handing it to the reporter, then True."""
         job = record.job
         started = self.monotonic()
+        with self._cond:
+            record.started = started  # the heartbeat thread times it out from here
         error: str | None = None
         give_up = False
         stopped = False  # the handler stopped on its job's own cancellation
@@ -444,13 +462,19 @@ class Worker(WorkerHeartbeats):
         except BaseException:  # SystemExit too: a handler must never end its thread
             error = traceback.format_exc()
         took = self.monotonic() - started
-        if stopped:  # cancelled: lost, or abandoned (then nothing below sends either)
+        with self._cond:
+            record.started = None  # returned: the heartbeat thread times it out no more
+            timed_out = record.timed_out
+        if stopped:  # cancelled: lost, abandoned (then nothing below sends either) or timed out
             with self._cond:
                 self.stats.cancelled += 1
         if record.lost:
             how = "stopped on its cancellation" if stopped else "finished"
             self._count_lost(record, f"{how} after its lease was lost ({took:.3f}s); result not sent")
             return False
+        if timed_out:  # a failure, whatever the handler did once it was told
+            error = self._timeout_error(error if not stopped else None)
+            give_up = False
         if self._reporter is not None:
             op = complete_op(job.id, job.lease) if error is None else fail_op(
                 job.id, job.lease, error=error, retry_in_seconds=None, policy=self.client.policy, give_up=give_up)
@@ -499,6 +523,15 @@ class Worker(WorkerHeartbeats):
                 log.warning("job %s: reporting failed (%s); retrying in %.1fs", job.id, exc, delay)
                 self._exit.wait(delay)
 
+    def _timeout_error(self, raised: str | None) -> str:
+        """The error a timed-out attempt fails with; ``raised`` is the
+        traceback of what its handler raised after the timeout, if anything
+        but its cancellation."""
+        error = (f"JobTimeout: the handler ran longer than the worker's timeout ({self.timeout_seconds:g} s); "
+                 "it was cancelled")
+        # Last, so that the dead letters group a timeout by it whatever came before.
+        return error if raised is None else f"{raised.rstrip()}\n{error}"
+
     def _release(self, record: _Running, outcome: Literal["completed", "failed", "lost"], why: str = "", *,
                  dead: bool = False) -> None:
         """Settle a handed-off ``record`` (batching) and free it: its job is no
@@ -507,7 +540,7 @@ class Worker(WorkerHeartbeats):
             counted = self._settle(record, outcome)
             if counted and dead:
                 self.stats.dead += 1
-            self._running.pop(record.job.id, None)
+            self._running.pop(record.job.lease, None)
             self._finished += 1
             self._cond.notify_all()
         if counted and outcome == "lost":

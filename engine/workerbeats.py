@@ -40,6 +40,7 @@ class WorkerHeartbeats:
     monotonic: Callable[[], float]
     heartbeat_interval: float
     lease_seconds: float
+    timeout_seconds: float | None
     backoff_cap_seconds: float
     stats: WorkerStats
     _cond: threading.Condition
@@ -51,8 +52,10 @@ class WorkerHeartbeats:
     def _heartbeat_loop(self) -> None:
         while not self._exit.is_set():
             now = self.monotonic()
+            self._time_out(now)
             with self._cond:
-                due = [r for r in self._running.values() if r.next_beat <= now and not (r.lost or r.reporting)]
+                due = [r for r in self._running.values()
+                       if r.next_beat <= now and not (r.lost or r.reporting or r.timed_out)]
             if self._reporter is not None and due:
                 self._beat_all(due)
             for record in due if self._reporter is None else ():
@@ -60,9 +63,38 @@ class WorkerHeartbeats:
                     return
                 self._beat(record)
             with self._cond:
-                beats = [r.next_beat for r in self._running.values() if not (r.lost or r.reporting)]
+                beats = [r.next_beat for r in self._running.values() if not (r.lost or r.reporting or r.timed_out)]
+                beats += self._timeouts()
             until = min(beats, default=self.monotonic() + self.heartbeat_interval)
             self._exit.wait(self._wait_step(until))
+
+    def _timeouts(self) -> list[float]:
+        """When each running handler not timed out yet reaches the timeout
+        (monotonic); none without one. Call with ``self._cond`` held."""
+        if self.timeout_seconds is None:
+            return []
+        return [r.started + self.timeout_seconds for r in self._running.values()
+                if r.started is not None and not (r.timed_out or r.lost or r.reporting)]
+
+    def _time_out(self, now: float) -> None:
+        """Time out every handler that has run ``timeout_seconds`` by ``now``:
+        cancel its job and stop renewing its lease. Its handler's return then
+        fails the attempt (:meth:`Worker._handle`); a handler that never
+        returns leaves the lease to run out, which fails it too."""
+        if self.timeout_seconds is None:
+            return
+        with self._cond:
+            late = [r for r in self._running.values() if r.started is not None and not (
+                r.timed_out or r.lost or r.reporting) and now >= r.started + self.timeout_seconds]
+            for record in late:
+                record.timed_out = True
+                self.stats.timed_out += 1
+        for record in late:
+            job = record.job
+            record.cancellation.cancel(f"it ran longer than the worker's timeout ({self.timeout_seconds:g} s)")
+            log.warning("job %s (%s, attempt %d) timed out after %gs: cancelled; its lease is no longer renewed, so "
+                        "it fails when its handler returns or its lease runs out", job.id, job.queue, job.attempt,
+                        self.timeout_seconds)
 
     def _beat_all(self, records: list[_Running]) -> None:
         """Heartbeat every lease of ``records`` in one ``execute_many``."""
@@ -91,7 +123,7 @@ class WorkerHeartbeats:
                 raise outcome
         except (LeaseLost, JobNotFound) as exc:
             with self._cond:
-                if record.reporting or job.id not in self._running:
+                if record.reporting or job.lease not in self._running:
                     return  # raced with this job's own complete or fail, which decides
                 record.lost = True
             record.cancellation.cancel(f"its lease was lost ({exc})")  # after ``lost``: the handler's end reads it

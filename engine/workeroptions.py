@@ -70,7 +70,13 @@ class WorkerOptions:
       single-job calls). Either way a claim asks for as many jobs as there
       are free handler threads;
     * ``ack_linger_seconds`` — with ``batch``, how long a finished job's
-      acknowledgement may wait for others to join it.
+      acknowledgement may wait for others to join it;
+    * ``timeout_seconds`` — None: no limit. Else a job whose handler has run
+      this long is timed out: cancelled (:mod:`engine.cancellation`), its
+      lease no longer renewed, and failed with a ``JobTimeout`` error once
+      the handler returns (retried with backoff, or dead when its attempts
+      are used up); a handler that ignores its cancellation keeps its thread
+      and the lease runs out, which fails the attempt too.
 
     Raises ValueError for a value no worker could use; ``heartbeat_interval``
     is checked against the lease by the :class:`~engine.worker.Worker`,
@@ -88,6 +94,7 @@ class WorkerOptions:
     backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS
     batch: bool = True
     ack_linger_seconds: float = DEFAULT_ACK_LINGER_SECONDS
+    timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         concurrency = self.concurrency
@@ -97,3 +104,5 @@ class WorkerOptions:
             raise ValueError(f"need 0 <= wait_seconds <= {MAX_WAIT_SECONDS:g}, poll_seconds > 0, grace_seconds >= 0")
         if not isinstance(self.batch, bool) or not 0 <= self.ack_linger_seconds <= 1:
             raise ValueError("need batch to be a bool and 0 <= ack_linger_seconds <= 1")
+        if self.timeout_seconds is not None and not 0 < self.timeout_seconds < float("inf"):
+            raise ValueError(f"timeout_seconds must be positive and finite (or None), got {self.timeout_seconds!r}")

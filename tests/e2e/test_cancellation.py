@@ -108,3 +108,28 @@ def test_a_django_task_that_checks_stops_when_its_job_is_purged_and_its_result_s
         worker.terminate()
         assert worker.wait(30) == 0
         task_backends["default"].link.close()
+
+
+def test_queueworker_times_out_a_job_that_runs_too_long_and_it_dies_with_the_reason(
+        cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
+    record = tmp_path / "runs.txt"
+    cluster = cluster_factory(E2E_RECORD=str(record))
+    node = cluster.node()
+    wait_for(lambda: node.role() == "leader", 30, "the node to lead")
+    jobs = [{"payload": {"n": 1, "seconds": 60}, "max_attempts": 1}]
+    answer = api(node, "POST", "/api/v1/jobs", {"queue": "slow", "jobs": jobs})
+    assert answer.status_code == 201, answer.text
+    [job_id] = answer.json()["ids"]
+    worker = cluster.worker("--queue", "slow", "--handler", "tests.e2e.handlers:cancellable", "--broker", node.url,
+                            "--lease-seconds", str(LEASE), "--timeout", "1")
+    try:
+        wait_for(lambda: cluster.document()["dead"] != [], 30, "the job to time out")
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
+    [dead] = cluster.document()["dead"]
+    assert dead["id"] == job_id
+    assert dead["error"] == "JobTimeout: the handler ran longer than the worker's timeout (1 s); it was cancelled"
+    start, cancelled = record.read_text().splitlines()
+    assert float(cancelled.split()[2]) - float(start.split()[2]) < 2 * LEASE, (start, cancelled)
+    assert cancelled.endswith("it ran longer than the worker's timeout (1 s)"), cancelled

@@ -7,6 +7,7 @@ tests wait on events, never on fixed sleeps."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -145,8 +146,7 @@ def test_a_handler_that_never_checks_runs_to_its_end_and_its_result_is_not_sent(
 def cancelled_in(worker: Worker, job_id: str) -> bool:
     """Whether ``worker`` has cancelled its running job ``job_id``."""
     with worker._cond:
-        record = worker._running.get(job_id)
-        return record is not None and record.cancellation.cancelled
+        return any(r.job.id == job_id and r.cancellation.cancelled for r in worker._running.values())
 
 
 def test_job_cancelled_raised_with_no_cancellation_fails_the_attempt_like_any_exception(
@@ -204,3 +204,116 @@ def test_a_cancellation_keeps_its_first_reason_and_handling_nests() -> None:
                 check_cancelled()
         assert current_cancellation() is outer and not cancelled()
     assert not cancelled()
+
+
+def test_a_handler_past_the_timeout_is_cancelled_and_the_attempt_fails_with_a_timeout(
+    client: GroupCommitter, options: WorkerOptions
+) -> None:
+    [job_id] = client.push("q", ["long"], max_attempts=1)
+    handler = Handler()
+    worker = Worker(client, queues=["q"], handler=handler, options=replace(options, timeout_seconds=0.2))
+    thread, _ = start(worker)
+
+    assert handler.ended.wait(TIMEOUT), "the handler was never told"
+    [reason] = handler.reasons
+    assert reason == "it ran longer than the worker's timeout (0.2 s)"
+    wait_for(lambda: worker.stats.dead == 1)
+    worker.stop()
+    thread.join(TIMEOUT)
+    [dead] = client.document()["dead"]
+    assert dead["id"] == job_id and dead["error"] == (
+        "JobTimeout: the handler ran longer than the worker's timeout (0.2 s); it was cancelled")
+    assert (worker.stats.timed_out, worker.stats.cancelled, worker.stats.failed, worker.stats.lost) == (1, 1, 1, 0)
+
+
+def test_a_timed_out_handler_that_finishes_anyway_still_fails_and_one_that_raises_keeps_its_traceback(
+    client: GroupCommitter, options: WorkerOptions
+) -> None:
+    quiet, loud = client.push("q", ["quiet", "loud"])
+    told = threading.Event()
+
+    def handler(payload: Any) -> None:
+        current_cancellation().wait(TIMEOUT)  # told, but returns on its own terms
+        told.set()
+        if payload == "loud":
+            raise ValueError("cleaning up went wrong")
+
+    worker = Worker(client, queues=["q"], handler=handler,
+                    options=replace(options, timeout_seconds=0.1, burst=True, concurrency=2))
+    stats = worker.run()
+    assert told.is_set() and stats.completed == 0 and stats.timed_out == 6  # three attempts each
+    dead = {d["id"]: d["error"] for d in client.document()["dead"]}
+    assert dead[quiet] == "JobTimeout: the handler ran longer than the worker's timeout (0.1 s); it was cancelled"
+    assert dead[loud].startswith("Traceback (most recent call last)")
+    assert "ValueError: cleaning up went wrong\nJobTimeout: the handler ran longer" in dead[loud]
+
+
+def test_a_handler_that_ignores_the_timeout_stops_being_heartbeated_and_its_lease_runs_out(
+    client: GroupCommitter, options: WorkerOptions
+) -> None:
+    [job_id] = client.push("q", ["stuck"])
+    running, release = threading.Event(), threading.Event()
+
+    def handler(_: Any) -> None:
+        running.set()
+        release.wait(TIMEOUT)  # never looks at its cancellation
+
+    worker = Worker(client, queues=["q"], handler=handler,
+                    options=replace(options, lease_seconds=0.6, heartbeat_interval=0.05, timeout_seconds=0.1))
+    thread, _ = start(worker)
+    assert running.wait(TIMEOUT)
+    # Without heartbeats the lease runs out; the next commit hands the job back.
+    wait_for(lambda: client.claim("other", ["q"]) != [], what="the stuck job's lease to run out")
+    assert worker.stats.timed_out == 1 and "lease expired" in client.get_job(job_id)["history"][0]["error"]
+    worker.stop(grace_seconds=TIMEOUT)
+    release.set()
+    thread.join(TIMEOUT)
+    assert (worker.stats.lost, worker.stats.completed) == (1, 0)  # its late fail was refused: the lease was gone
+
+
+def test_timeout_seconds_must_be_positive_and_finite() -> None:
+    for bad in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="timeout_seconds"):
+            WorkerOptions(timeout_seconds=bad)
+
+
+def test_a_requeued_job_the_same_worker_claims_again_is_heartbeated_while_the_old_handler_ends(
+    client: GroupCommitter, options: WorkerOptions
+) -> None:
+    """The worker holds the same job twice: the attempt an operator requeued,
+    whose handler is still ending, and the new one it claimed. The old
+    handler's end must not drop the new attempt (which then went
+    unheartbeated, and its lease ran out while it ran)."""
+    [job_id] = client.push("q", ["again"])
+    first_running, first_may_end, second_running, second_may_end = (threading.Event() for _ in range(4))
+    ended: list[int] = []
+
+    def handler(_: Any) -> None:
+        if not first_running.is_set():
+            first_running.set()
+            first_may_end.wait(TIMEOUT)
+        else:
+            second_running.set()
+            second_may_end.wait(TIMEOUT)
+        ended.append(len(ended) + 1)
+
+    worker = Worker(client, queues=["q"], handler=handler,
+                    options=replace(options, concurrency=2, lease_seconds=0.6, heartbeat_interval=0.05))
+    thread, _ = start(worker)
+    assert first_running.wait(TIMEOUT)
+    client.requeue([job_id])
+    assert second_running.wait(TIMEOUT)  # the same worker claimed it again, in its free slot
+    first_may_end.set()
+    wait_for(lambda: ended == [1])
+    # Two leases' worth of time on the second attempt: it must still be ours.
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        job = client.get_job(job_id)
+        assert (job["status"], job["attempts"]) == ("running", 2), job
+        time.sleep(0.05)
+    second_may_end.set()
+    wait_for(lambda: worker.stats.completed == 1)
+    worker.stop()
+    thread.join(TIMEOUT)
+    assert (worker.stats.lost, worker.stats.completed) == (1, 1)
+    assert client.document()["queues"]["q"]["completed"] == 1

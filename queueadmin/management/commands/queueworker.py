@@ -107,6 +107,10 @@ class Command(BaseCommand):
                             help="lease length per claim; heartbeats renew it every third (QUEUE_LEASE_SECONDS)")
         parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                             help=f"on SIGTERM/SIGINT, how long running jobs may finish ({DEFAULT_GRACE_SECONDS:g})")
+        parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                            help="fail a job whose handler runs longer than this: it is cancelled (a handler that "
+                                 "calls engine.check_cancelled() stops), its lease is no longer renewed, and the "
+                                 "attempt fails with a JobTimeout error (default: no limit)")
         parser.add_argument("--wait-seconds", type=float, default=DEFAULT_WAIT_SECONDS,
                             help=f"long-poll time of one claim, 0-30 ({DEFAULT_WAIT_SECONDS:g})")
         parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
@@ -144,6 +148,7 @@ class Command(BaseCommand):
                     burst=options["burst"],
                     grace_seconds=options["grace_seconds"],
                     batch=options["batch"],
+                    timeout_seconds=options["timeout"],
                 ),
             )
         except (ValueError, ValidationError) as exc:
