@@ -1,0 +1,169 @@
+"""Hypothesis against a real :class:`engine.Worker`: threads, heartbeats and
+all, on a GroupCommitter over a MemoryStore, with short leases.
+
+Each example draws a few jobs, each with a handler behaviour (complete,
+fail, fail for good, work while checking for a cancellation, work while
+ignoring it, wait on the cancellation and then return), the worker's
+options (both protocols, one to three slots, a timeout or none), and an
+operator who purges or requeues jobs at random moments, running ones
+included. It runs until every job has left the queue, then stops the worker
+and checks:
+
+* **no lease is lost without a cause**: every attempt the worker reports
+  lost, or whose handler was told its lease was lost, had its job purged or
+  requeued by the operator after its claim, or ran past the timeout (so
+  its lease stopped being renewed): a heartbeat never lapses on its own;
+* **every claim is settled once**: claimed = completed + failed + lost, and
+  the worker holds nothing once ``run()`` returned;
+* **every job is accounted for**: completed, in the dead letters, or purged,
+  each once (they add up to the queue's pushes), none left running;
+* **a timeout is a failure**: a job whose every attempt ran past the
+  timeout is dead with the ``JobTimeout`` error (or, for a handler that
+  ignores its cancellation, the lease's end), unless the operator took it;
+* and it gets there: the queue empties within a bound (no slot leaks, no
+  job stuck running).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import ClaimedJob, EngineError, GroupCommitter, MemoryStore, Policy, current_cancellation
+from engine.worker import PermanentFailure, Worker
+from tests.fuzz.profiles import scaled
+from tests.helpers import FAST_WORKER, start, wait_for
+
+LEASE = 0.6
+BEHAVIOURS = ("complete", "fail", "permanent", "checks", "ignores", "waits")
+LOST = re.compile(r"job (\w+) \(q, attempt (\d+)\)(?::)? (?:lost|lease lost)")
+
+
+@dataclass
+class Run:
+    """What one example saw: each attempt's claim and end (monotonic), its
+    cancellation's reason, and each operator action that took effect."""
+
+    behaviours: dict[str, str] = field(default_factory=dict)
+    holds: dict[str, float] = field(default_factory=dict)
+    claimed: dict[tuple[str, int], float] = field(default_factory=dict)
+    reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    taken: dict[str, list[float]] = field(default_factory=dict)  # job -> when it was purged or requeued
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handler(self, job: ClaimedJob) -> None:
+        key = (job.id, job.attempt)
+        with self.lock:
+            self.claimed[key] = time.monotonic()
+        behaviour, hold = self.behaviours[job.id], self.holds[job.id]
+        cancellation = current_cancellation()
+        try:
+            if behaviour == "fail":
+                raise RuntimeError("fails on purpose")
+            if behaviour == "permanent":
+                raise PermanentFailure("never works")
+            if behaviour == "checks":
+                deadline = time.monotonic() + hold
+                while time.monotonic() < deadline:
+                    cancellation.check()
+                    cancellation.wait(0.01)
+            elif behaviour == "ignores":
+                time.sleep(hold)
+            elif behaviour == "waits":
+                cancellation.wait(hold)
+        finally:
+            with self.lock:
+                self.reasons[key] = cancellation.reason
+
+
+class LostLog(logging.Handler):
+    """The attempts the worker logs as lost (job id, attempt)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lost: set[tuple[str, int]] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = LOST.search(record.getMessage())
+        if match:
+            self.lost.add((match[1], int(match[2])))
+
+
+jobs_strategy = st.lists(st.tuples(st.sampled_from(BEHAVIOURS), st.sampled_from([0.0, 0.05, 0.3, 0.8])),
+                         min_size=1, max_size=6)
+actions_strategy = st.lists(st.tuples(st.floats(0, 0.6), st.sampled_from(["purge", "requeue"]), st.integers(0, 5)),
+                            max_size=4)
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=scaled(12))
+@given(jobs=jobs_strategy, actions=actions_strategy, batch=st.booleans(), concurrency=st.integers(1, 3),
+       timeout=st.sampled_from([None, 0.2, 0.5]))
+def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
+        jobs: list[tuple[str, float]], actions: list[tuple[float, str, int]], batch: bool, concurrency: int,
+        timeout: float | None) -> None:
+    client = GroupCommitter(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0)).start()
+    run = Run()
+    lost_log = LostLog()
+    logging.getLogger("engine.worker").addHandler(lost_log)
+    try:
+        ids = client.push("q", list(range(len(jobs))))
+        for job_id, (behaviour, hold) in zip(ids, jobs, strict=True):
+            run.behaviours[job_id], run.holds[job_id] = behaviour, hold
+        options = replace(FAST_WORKER, batch=batch, concurrency=concurrency, lease_seconds=LEASE,
+                          heartbeat_interval=0.05, timeout_seconds=timeout, grace_seconds=10)
+        worker = Worker(client, queues=["q"], handler=run.handler, pass_job=True, options=options)
+        thread, result = start(worker)
+        for delay, kind, index in actions:
+            time.sleep(delay)
+            job_id = ids[index % len(ids)]
+            try:
+                (client.purge if kind == "purge" else client.requeue)([job_id])
+            except EngineError:  # gone, or pending (a requeue): nothing changed
+                continue
+            with run.lock:
+                run.taken.setdefault(job_id, []).append(time.monotonic())
+        wait_for(lambda: client.document()["jobs"] == [], 30, "the queue to empty")
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive() and result == [worker.stats], result
+
+        stats = worker.stats
+        assert stats.claimed == stats.completed + stats.failed + stats.lost, stats
+        assert worker.running == 0
+        assert stats.abandoned == 0
+        document = client.document()
+        counters, dead = document["queues"]["q"], {d["id"]: d for d in document["dead"]}
+        # Each job once: completed, in the dead letters now, or purged (from pending, running or the dead letters).
+        assert counters["completed"] + len(dead) + counters["purged"] == len(jobs), (counters, dead)
+
+        told_lost = {key for key, reason in run.reasons.items() if reason.startswith("its lease was lost")}
+        for job_id, attempt in lost_log.lost | told_lost:
+            claimed = run.claimed.get((job_id, attempt))
+            assert claimed is not None, (job_id, attempt)
+            taken_after = any(t >= claimed for t in run.taken.get(job_id, []))
+            timed_out = run.reasons.get((job_id, attempt), "").startswith("it ran longer")
+            assert taken_after or timed_out, (
+                f"attempt {attempt} of job {job_id} ({run.behaviours[job_id]}, {run.holds[job_id]} s) lost its "
+                f"lease with no purge, requeue or timeout: {run.reasons}")
+
+        for job_id in ids:
+            attempts = [run.reasons[(j, a)] for (j, a) in run.reasons if j == job_id]
+            if job_id in run.taken or len(attempts) < 2:
+                continue
+            if all(reason.startswith("it ran longer") for reason in attempts):
+                # A handler that ignores its cancellation may outlive the lease it no longer renews: then the
+                # lease's end fails the attempt first (documented), else its return does, with the timeout.
+                errors = ("JobTimeout: the handler ran longer", "lease expired") if (
+                    run.behaviours[job_id] == "ignores") else ("JobTimeout: the handler ran longer",)
+                assert job_id in dead and dead[job_id]["error"].startswith(errors), (job_id, dead.get(job_id))
+    finally:
+        logging.getLogger("engine.worker").removeHandler(lost_log)
+        client.stop()
