@@ -3,16 +3,18 @@ all, on a GroupCommitter over a MemoryStore, with short leases.
 
 Each example draws a few jobs, each with a handler behaviour (complete,
 fail, fail for good, work while checking for a cancellation, work while
-ignoring it, wait on the cancellation and then return), the worker's
+ignoring it, wait on the cancellation and then return, fail once and then
+work: its retry rides the failure's acknowledgement), the worker's
 options (both protocols, one to three slots, a timeout or none), and an
 operator who purges or requeues jobs at random moments, running ones
 included. It runs until every job has left the queue, then stops the worker
 and checks:
 
-* **no lease is lost without a cause**: every attempt the worker reports
-  lost, or whose handler was told its lease was lost, had its job purged or
-  requeued by the operator after its claim, or ran past the timeout (so
-  its lease stopped being renewed): a heartbeat never lapses on its own;
+* **no lease is lost without a cause**: each purge or requeue ends at most
+  one attempt's lease, and a timed-out attempt stops renewing its own, so a
+  job never has more attempts lost (reported lost by the worker, or told so
+  by their cancellation) than purges and requeues of it took effect, not
+  counting timed-out ones: a heartbeat never lapses on its own;
 * **every claim is settled once**: claimed = completed + failed + lost, and
   the worker holds nothing once ``run()`` returned;
 * **every job is accounted for**: completed, in the dead letters, or purged,
@@ -42,34 +44,31 @@ from tests.fuzz.profiles import scaled
 from tests.helpers import FAST_WORKER, start, wait_for
 
 LEASE = 0.6
-BEHAVIOURS = ("complete", "fail", "permanent", "checks", "ignores", "waits")
+BEHAVIOURS = ("complete", "fail", "permanent", "checks", "ignores", "waits", "flaky")
 LOST = re.compile(r"job (\w+) \(q, attempt (\d+)\)(?::)? (?:lost|lease lost)")
 
 
 @dataclass
 class Run:
-    """What one example saw: each attempt's claim and end (monotonic), its
-    cancellation's reason, and each operator action that took effect."""
+    """What one example saw: each attempt's cancellation reason (empty when
+    it was not cancelled), and each operator action that took effect."""
 
     behaviours: dict[str, str] = field(default_factory=dict)
     holds: dict[str, float] = field(default_factory=dict)
-    claimed: dict[tuple[str, int], float] = field(default_factory=dict)
     reasons: dict[tuple[str, int], str] = field(default_factory=dict)
-    taken: dict[str, list[float]] = field(default_factory=dict)  # job -> when it was purged or requeued
+    taken: dict[str, list[float]] = field(default_factory=dict)  # job -> when each purge or requeue of it returned
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handler(self, job: ClaimedJob) -> None:
         key = (job.id, job.attempt)
-        with self.lock:
-            self.claimed[key] = time.monotonic()
         behaviour, hold = self.behaviours[job.id], self.holds[job.id]
         cancellation = current_cancellation()
         try:
-            if behaviour == "fail":
+            if behaviour == "fail" or (behaviour == "flaky" and job.attempt == 1):
                 raise RuntimeError("fails on purpose")
             if behaviour == "permanent":
                 raise PermanentFailure("never works")
-            if behaviour == "checks":
+            if behaviour in ("checks", "flaky"):
                 deadline = time.monotonic() + hold
                 while time.monotonic() < deadline:
                     cancellation.check()
@@ -103,7 +102,7 @@ actions_strategy = st.lists(st.tuples(st.floats(0, 0.6), st.sampled_from(["purge
 
 
 @pytest.mark.timeout(600)
-@settings(max_examples=scaled(12))
+@settings(max_examples=scaled(24))
 @given(jobs=jobs_strategy, actions=actions_strategy, batch=st.booleans(), concurrency=st.integers(1, 3),
        timeout=st.sampled_from([None, 0.2, 0.5]))
 def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
@@ -144,15 +143,16 @@ def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
         # Each job once: completed, in the dead letters now, or purged (from pending, running or the dead letters).
         assert counters["completed"] + len(dead) + counters["purged"] == len(jobs), (counters, dead)
 
+        # Each purge or requeue that took effect ends at most one lease (the job's running attempt, if any), and
+        # a timed-out attempt stops renewing its own: every other lost attempt is a lease that lapsed by itself.
+        # (Counted, not timed: an attempt's handler may start after the purge that ends its lease has returned.)
         told_lost = {key for key, reason in run.reasons.items() if reason.startswith("its lease was lost")}
-        for job_id, attempt in lost_log.lost | told_lost:
-            claimed = run.claimed.get((job_id, attempt))
-            assert claimed is not None, (job_id, attempt)
-            taken_after = any(t >= claimed for t in run.taken.get(job_id, []))
-            timed_out = run.reasons.get((job_id, attempt), "").startswith("it ran longer")
-            assert taken_after or timed_out, (
-                f"attempt {attempt} of job {job_id} ({run.behaviours[job_id]}, {run.holds[job_id]} s) lost its "
-                f"lease with no purge, requeue or timeout: {run.reasons}")
+        for job_id in ids:
+            lost = sorted(a for (j, a) in lost_log.lost | told_lost if j == job_id
+                          and not run.reasons.get((j, a), "").startswith("it ran longer"))
+            assert len(lost) <= len(run.taken.get(job_id, [])), (
+                f"job {job_id} ({run.behaviours[job_id]}, {run.holds[job_id]} s): attempts {lost} lost their "
+                f"leases, but only {len(run.taken.get(job_id, []))} purge or requeue took effect: {run.reasons}")
 
         for job_id in ids:
             attempts = [run.reasons[(j, a)] for (j, a) in run.reasons if j == job_id]
