@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import ngettext
 
 from queueadmin.api.auth import digests
-from queueadmin.models import ApiToken, AuditEntry
+from queueadmin.models import ApiToken, AuditEntry, QueueScope
 
 SHOWN_JOB_IDS = 100
 
@@ -90,3 +90,14 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         revoked = ngettext("Revoked %(n)d token; every node refuses it",
                            "Revoked %(n)d tokens; every node refuses them", count) % {"n": count}
         messages.success(request, f"{revoked} within a few seconds.")
+
+
+@admin.register(QueueScope)
+class QueueScopeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Queue scopes: a user or a group, and a pattern of queue names their
+    operator actions are limited to (see :mod:`queueadmin.dashboard.scopes`)."""
+
+    list_display = ("pattern", "user", "group")
+    list_filter = ("group",)
+    search_fields = ("pattern", "user__username", "group__name")
+    autocomplete_fields = ("user", "group")

@@ -11,6 +11,7 @@ is on record as failed. The jobs an action touched are rows of
 beside the ``QUEUE_API_TOKEN`` setting. :class:`ForwardNonce` rows make each
 operator action a standby forwards to the leader usable once, on every node.
 :class:`ActionPlan` rows hold dry runs until they are run (I9).
+:class:`QueueScope` rows limit a user's or a group's actions to some queues.
 :class:`~queueadmin.history.records.FinishedJob` rows keep jobs that left
 ``queue.json`` findable for a while (defined in :mod:`queueadmin.history`).
 
@@ -384,6 +385,33 @@ class ForwardNonce(models.Model):
 
     def __str__(self) -> str:
         return self.nonce
+
+
+class QueueScope(models.Model):
+    """Limits a user's, or a group's members', operator actions to the queues
+    whose names match ``pattern`` (a shell-style pattern: ``billing``,
+    ``billing-*``, ``*-eu``), as Bull Board's visibility guard or a team's
+    own queues would. A user with no scope, of their own or through a group,
+    acts on every queue their permissions allow (as before scopes existed);
+    one with scopes acts only on queues one of them matches; a superuser
+    always acts on every queue. What a user may do at all is still their
+    permissions' to say (see :mod:`queueadmin.dashboard.scopes`)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="queue_scopes")
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE,
+                              related_name="queue_scopes")
+    pattern = models.CharField(max_length=200, help_text="Queue names it covers, as a shell-style pattern: "
+                                                         "billing, billing-*, *-eu")
+
+    class Meta:
+        constraints: ClassVar[list[models.BaseConstraint]] = [models.CheckConstraint(
+            condition=models.Q(user__isnull=False, group__isnull=True) | models.Q(user__isnull=True,
+                                                                                group__isnull=False),
+            name="queue_scope_user_or_group")]
+
+    def __str__(self) -> str:
+        return f"{self.user or self.group}: {self.pattern}"
 
 
 # The metrics history lives with the metrics code; importing it here lets Django see the model.

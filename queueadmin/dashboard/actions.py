@@ -80,6 +80,9 @@ class Plan:
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
+    #: Every queue the action touches (see :func:`touched_queues`), which the
+    #: user's queue scopes must cover (:mod:`.scopes`).
+    queues: list[str] = field(default_factory=list)
     #: Format 2, a purge of a queue's pending jobs: the ``next_pos`` of the
     #: version it counted (the run removes only jobs placed before it), and
     #: how many of its jobs sat in how many segment objects (counted, unlisted).
@@ -176,7 +179,27 @@ class Plan:
 
 
 def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
-    """Plan ``data`` (an ActionForm's cleaned data, one scope) against ``snapshot``."""
+    """Plan ``data`` (an ActionForm's cleaned data, one scope) against
+    ``snapshot``, with the queues it touches (``queues``)."""
+    p = _plan(snapshot, data)
+    p.queues = touched_queues(p, snapshot)
+    return p
+
+
+def touched_queues(p: Plan, snapshot: Snapshot) -> list[str]:
+    """The queues ``p`` acts on: its queue, or those of its jobs (in the
+    document, or found in segments by the planner). An action on a schedule
+    this node does not define names no queue: ``[""]``, which no scope
+    covers, so only an unscoped user may take it."""
+    if p.queues:
+        return sorted(set(p.queues))
+    if p.queue:
+        return [p.queue]
+    found = {job[0]["queue"] for job_id in p.ids if (job := snapshot.job(job_id)) is not None}
+    return sorted(found) if found or not p.on_schedule else [""]
+
+
+def _plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
              group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq,
@@ -227,6 +250,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
                 p.expect.append(found[1])
                 queues.add(found[0]["queue"])
                 sealed += in_segment is not None
+        p.queues = sorted(queues)
         if sealed and p.removes:
             p.notes.append(ngettext(
                 "%(n)d of these jobs waits in a segment object: the purge writes that object again without "
@@ -323,6 +347,7 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.ids.append(job["id"])
         p.expect.append(job["status"])
         queues.add(job["queue"])
+    p.queues = sorted(queues)
     if skipped:
         p.notes.append(ngettext("%(n)d matching job is already %(status)s: it is left out.",
                                 "%(n)d matching jobs are already %(status)s: they are left out.",

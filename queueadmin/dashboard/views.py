@@ -30,7 +30,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
-from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, segments
+from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, scopes, segments
 from queueadmin.dashboard import schedules as schedule_rows
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
@@ -190,6 +190,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     form = SubmitForm(request.POST or None)
     created = None
     again = False
+    out_of_scope = False
     clone = None
     run_now: dict[str, Any] | None = None
     if request.method != "POST" and request.GET.get("schedule"):
@@ -209,6 +210,9 @@ def submit(request: HttpRequest) -> HttpResponse:
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
                           {"need": "submit jobs (queueadmin.submit_job)"}, status=403)
+        if form.is_valid() and (why := scopes.refusal(request.user, [form.cleaned_data["op"].queue])) is not None:
+            form.add_error(None, why)  # the form says why, in place; nothing is pushed
+            out_of_scope = True
         if form.is_valid():
             op = form.cleaned_data["op"]
             reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
@@ -226,7 +230,7 @@ def submit(request: HttpRequest) -> HttpResponse:
             else:
                 # A fresh form: a new idempotency id, an empty payload.
                 form = SubmitForm(initial={"queue": op.queue, "payload": ""})
-    status = 422 if request.method == "POST" and form.errors else 200
+    status = 403 if out_of_scope else 422 if request.method == "POST" and form.errors else 200
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
@@ -280,6 +284,8 @@ def _preview(request: SignedInRequest, template: str) -> HttpResponse:
     if isinstance(snapshot, HttpResponse):
         return snapshot
     plan = actions.plan(snapshot, data)
+    if (why := scopes.refusal(request.user, plan.queues)) is not None:  # the panel says why, in place
+        return render(request, template, {"refused": why, "next": _safe_next(request, data.get("next"))}, status=403)
     if plan.runnable:
         plans.save(plan, request.user)
     return render(request, template, {"plan": plan, "next": _safe_next(request, data.get("next")),
@@ -297,6 +303,9 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         return render(request, template, {"refused": exc.message, "next": destination}, status=exc.status)
     if (refusal := _forbidden(request, plan.action)) is not None:
         return refusal
+    # Again at the run: the user's scopes may have been narrowed since the dry run.
+    if (why := scopes.refusal(request.user, plan.queues or [plan.queue])) is not None:
+        return render(request, template, {"refused": why, "next": destination}, status=403)
     reason = (data.get("reason") or "").strip()
     errors = []
     if not reason:

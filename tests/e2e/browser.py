@@ -105,12 +105,13 @@ def with_operator(cluster: Cluster, **node_options: Any) -> tuple[Cluster, Node]
 
 
 @contextmanager
-def signed_in(browser: Browser, server: Node, **context_options: Any) -> Iterator[Page]:
-    """A new browser context (1280 px wide unless told), signed in on ``server``'s overview."""
+def signed_in(browser: Browser, server: Node, *, user: str = USER, **context_options: Any) -> Iterator[Page]:
+    """A new browser context (1280 px wide unless told), signed in as ``user`` (whose password is
+    ``PASSWORD``) on ``server``'s overview."""
     context = browser.new_context(**{"viewport": {"width": 1280, "height": 860}, **context_options})
     try:
         page = context.new_page()
-        sign_in(page, server.url)
+        sign_in(page, server.url, user=user)
         yield page
     finally:
         context.close()
@@ -122,10 +123,10 @@ def shot(page: Page, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
-def sign_in(page: Page, url: str) -> None:
+def sign_in(page: Page, url: str, *, user: str = USER) -> None:
     page.goto(f"{url}/")
     expect(page).to_have_url(f"{url}/login/?next=/")
-    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Username").fill(user)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="Queues")).to_be_visible()

@@ -27,7 +27,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from engine import EngineError
-from queueadmin.dashboard import actions
+from queueadmin.dashboard import actions, scopes
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.source import source
 from queueadmin.dashboard.views import VIEW
@@ -118,6 +118,8 @@ class Command(BaseCommand):
             raise CommandError(f"The document cannot be read, so nothing was planned: {type(exc).__name__}: "
                                f"{exc}") from exc
         plan = actions.plan(snapshot, form.cleaned_data)
+        if (why := scopes.refusal(user, plan.queues)) is not None:
+            raise CommandError(f"User {user.get_username()!r}: {why}")
         self._show(plan)
         if not plan.runnable:
             if plan.needless:

@@ -1,0 +1,57 @@
+"""Queue scopes: which queues a user's operator actions may touch.
+
+A :class:`~queueadmin.models.QueueScope` row gives a user, or every member
+of a group, a shell-style pattern of queue names. The rule:
+
+* a superuser acts on every queue;
+* a user with no scope, of their own or through their groups, acts on every
+  queue (a deployment that never made a scope behaves as before);
+* any other user acts only on queues one of their patterns matches.
+
+Scopes narrow what permissions allow; they never grant an action. Every
+action that names queues checks them at its dry run and again at its run
+(a scope may have been narrowed in between): a requeue, purge or redrive by
+the queues of its jobs, a pause, limit or rate by its queue, a schedule's
+action by the queue it pushes to, a push from the Submit page by its queue.
+Database I/O (one query); no broker I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from typing import Any
+
+from django.db.models import Q
+
+__all__ = ["allows", "patterns", "refusal"]
+
+
+def patterns(user: Any) -> list[str] | None:
+    """The patterns of the queues ``user`` may act on; None for every queue."""
+    from queueadmin.models import QueueScope  # models load after the app registry
+
+    if user.is_superuser:
+        return None
+    found = list(QueueScope.objects.filter(Q(user=user) | Q(group__in=user.groups.all()))
+                 .order_by("pattern").values_list("pattern", flat=True).distinct())
+    return found or None
+
+
+def allows(scope: list[str] | None, queue: str) -> bool:
+    """Whether a user with ``scope`` (see :func:`patterns`) may act on ``queue``.
+    Case-sensitive, as queue names are."""
+    return scope is None or any(fnmatchcase(queue, pattern) for pattern in scope)
+
+
+def refusal(user: Any, queues: Iterable[str]) -> str | None:
+    """Why ``user`` may not act on ``queues``, or None when every one is in
+    their scope. The message names the queues out of scope and the patterns."""
+    scope = patterns(user)
+    outside = sorted({q for q in queues if not allows(scope, q)})
+    if not outside:
+        return None
+    assert scope is not None
+    return (f"Your account acts only on queues matching {', '.join(scope)}; this action touches "
+            f"{', '.join(outside)}, so it is refused and nothing was changed. Ask an administrator for a queue "
+            "scope that covers it.")

@@ -1,0 +1,65 @@
+"""Queue scopes in Chromium: an operator whose group is scoped to
+``billing-*`` requeues a dead job of ``billing-eu`` from its page, and is
+told, in the action panel, that purging a job of ``emails`` is outside their
+scope; that job stays where it was."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.e2e.browser import PASSWORD, signed_in, with_operator
+from tests.e2e.harness import Cluster, Node, api
+
+pytestmark = pytest.mark.e2e
+
+SCOPED = textwrap.dedent(f'''
+    from django.contrib.auth.models import Group, Permission, User
+    from queueadmin.models import QueueScope
+
+    user = User.objects.create_user("billing-ops", "b@example.com", {PASSWORD!r})
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="queueadmin",
+        codename__in=["view_dashboard", "requeue_job", "purge_job"]))
+    team = Group.objects.create(name="billing team")
+    QueueScope.objects.create(group=team, pattern="billing-*")
+    user.groups.add(team)
+''')
+
+
+def dead_job(server: Node, queue: str) -> str:
+    """Push one job with one attempt to ``queue`` and fail it: a dead letter's id."""
+    answer = api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": [{"payload": {"q": queue},
+                                                                           "max_attempts": 1}]})
+    assert answer.status_code == 201, answer.text
+    [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": [queue]}).json()["jobs"]
+    failed = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"})
+    assert failed.json()["status"] == "dead"
+    return str(job["id"])
+
+
+def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
+                                                     cluster_factory: Callable[..., Cluster]) -> None:
+    cluster, server = with_operator(cluster_factory())
+    made = cluster.manage("shell", "-c", SCOPED)
+    assert made.returncode == 0, made.stderr.decode()
+    ours, theirs = dead_job(server, "billing-eu"), dead_job(server, "emails")
+
+    with signed_in(browser, server, user="billing-ops") as page:
+        page.goto(f"{server.url}/jobs/{theirs}/")
+        page.get_by_role("button", name="Purge", exact=True).click()
+        expect(page.get_by_test_id("refused")).to_have_text(
+            "Your account acts only on queues matching billing-*; this action touches emails, so it is refused "
+            "and nothing was changed. Ask an administrator for a queue scope that covers it.")
+        assert [d["id"] for d in cluster.document()["dead"]] == [ours, theirs]
+
+        page.goto(f"{server.url}/jobs/{ours}/")
+        page.get_by_role("button", name="Requeue").click()
+        expect(page.get_by_test_id("plan-count")).to_contain_text("1 job")
+        page.get_by_test_id("reason").fill("billing fixed its bug")
+        page.get_by_test_id("run-action").click()
+        expect(page.get_by_test_id("job-status")).to_have_text("pending")
+    assert [d["id"] for d in cluster.document()["dead"]] == [theirs]
