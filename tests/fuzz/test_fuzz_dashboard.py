@@ -9,7 +9,9 @@ queues) on a fresh broker and signs in as an operator with every permission.
   a submitted job is readable on its page, the document page and the API.
 * Operator actions: a dry run changes nothing, and its run acts on at most
   the jobs the dry run showed (I9). Actions are posted two ways: with fuzzed
-  form fields, and exactly as each button on each page posts them.
+  form fields, and exactly as each button on each page posts them. An
+  operator scoped to one queue (queueadmin.dashboard.scopes) changes
+  nothing of the other, whatever they post.
 """
 
 from __future__ import annotations
@@ -75,6 +77,21 @@ def statuses(broker: Broker) -> dict[str, str]:
 def affected(before: dict[str, str], after: dict[str, str]) -> set[str]:
     """Jobs an action removed or moved (status changed)."""
     return {i for i, s in before.items() if after.get(i) != s}
+
+
+@pytest.fixture
+def scoped_client(db: None) -> Client:
+    """An operator with every queueadmin permission, scoped to queue ``q`` (never ``r``)."""
+    from django.contrib.auth.models import Permission
+
+    from queueadmin.models import QueueScope
+
+    user = User.objects.create_user("fuzz-scoped", "scoped@example.com", "pw")
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="queueadmin"))
+    QueueScope.objects.create(user=user, pattern="q")
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture
@@ -276,6 +293,44 @@ def test_actions_with_fuzzed_fields(nodes: Nodes, operator_client: Client, spec:
         made = build(broker, spec)
         fields = data.draw(action_fields(sorted(made), dead_groups(spec)), label="fields")
         act_and_check(operator_client, broker, fields, f"action {fields!r}")
+
+
+@settings(max_examples=scaled(10), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(spec=queue_specs, data=st.data())
+def test_a_scoped_operator_never_changes_a_queue_outside_their_scope(
+        nodes: Nodes, scoped_client: Client, operator_client: Client, spec: list[tuple[str, str, str]],
+        data: st.DataObject) -> None:
+    """Whatever an operator scoped to ``q`` posts, queue ``r`` (its jobs, its
+    pause and limits) stays as it was, and the dry run still bounds the run:
+    every button of the pages that show ``r`` (as the unscoped operator sees
+    them, so that every action on ``r`` is offered), and fuzzed fields."""
+    others = sorted(f"r{i}" for i, (q, _, _) in enumerate(spec) if q == "r")
+    status = data.draw(st.sampled_from(["pending", "running", "dead"]), label="status")
+    paths = ["/", "/dead/", "/queues/r/", f"/jobs/?queue=r&status={status}",
+             *([dashboard_job_path(data.draw(st.sampled_from(others), label="job"))] if others else [])]
+    presses: list[dict[str, str]] = []
+    for path in paths:
+        with nodes.fresh() as broker:
+            made = build(broker, spec)
+            response = page(operator_client, path)  # unscoped: every action on r is offered
+            assert response.status_code == 200, f"GET {path}: {response.status_code}"
+            presses += [s for f in forms(response.content.decode(), "/actions/") for s in f.submissions()
+                        if "action" in s]
+    presses.append(data.draw(action_fields(sorted(made), dead_groups(spec)), label="fields"))
+    for fields in presses:
+        if fields.get("ids") == "":  # the jobs page's selection: a script fills in the ticked rows
+            fields["ids"] = " ".join(data.draw(st.lists(st.sampled_from(sorted(made)), min_size=1, max_size=3,
+                                                        unique=True), label="selected"))
+        with nodes.fresh() as broker:
+            build(broker, spec)
+
+            def outside(broker: Broker = broker) -> tuple[dict[str, str], Any]:
+                doc = orjson.loads(stored(broker))
+                return {i: s for i, s in statuses(broker).items() if i.startswith("r")}, doc["queues"].get("r")
+
+            before = outside()
+            act_and_check(scoped_client, broker, fields, f"scoped action {fields!r}")
+            assert outside() == before, f"scoped action {fields!r} changed queue r"
 
 
 # Each example presses a dozen buttons, each on a fresh queue: fewer examples,
