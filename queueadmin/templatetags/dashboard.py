@@ -163,16 +163,42 @@ def as_json(value: object) -> str:
 @register.inclusion_tag("queueadmin/dashboard/_action_button.html", takes_context=True)
 def action_button(context: template.Context, act: str, *, label: str, ids: str = "", queue: str = "",
                   status: str = "", group: str = "", filter: str = "", schedule: str = "",
-                  cls: str = "small") -> dict[str, Any]:
+                  cls: str = "small", in_queue: str = "") -> dict[str, Any]:
     """One action button, posting a dry run: ``{% action_button "purge" ids=job.id label="Purge" %}``.
 
     The button's form gets exactly the scope given here and nothing from the
     page: an ``{% include %}`` sees every variable of its page, and a job
     page's ``status`` once turned "purge this job" into "purge every job of
     the queue with this status". From the page it takes only ``here`` (where
-    to come back to); the CSRF token is passed on by Django."""
+    to come back to); the CSRF token is passed on by Django. ``in_queue``
+    (or ``queue``) names the queue it acts on for display only: outside the
+    user's queue scopes the button is disabled, saying why (the server
+    refuses such an action anyway)."""
+    outside = queue_scope_refusal(context, in_queue or queue)
     return {"act": act, "label": label, "ids": ids, "queue": queue, "status": status, "group": group,
-            "filter": filter, "schedule": schedule, "cls": cls, "here": context.get("here", "")}
+            "filter": filter, "schedule": schedule, "cls": cls, "here": context.get("here", ""),
+            "outside": outside}
+
+
+@register.simple_tag(takes_context=True)
+def queue_scope_refusal(context: template.Context, queue: str) -> str:
+    """Why the signed-in user (``user`` in the context, on a page as in a
+    live fragment) may not act on ``queue`` (their queue scopes,
+    :mod:`queueadmin.dashboard.scopes`), or "" when they may or no queue is
+    named. One query per user object: a request's, or a live socket's for
+    its life (the server checks the scope afresh on every action anyway)."""
+    user = context.get("user")
+    if not queue or user is None or not user.is_authenticated:
+        return ""
+    from queueadmin.dashboard import scopes  # here, not at import: template libraries load before apps are ready
+
+    try:
+        scope = user._queue_scope
+    except AttributeError:
+        scope = user._queue_scope = scopes.patterns(user)
+    if scopes.allows(scope, queue):
+        return ""
+    return f"Outside your queue scope ({', '.join(scope)}): ask an administrator to act on {queue}"
 
 
 @register.simple_tag

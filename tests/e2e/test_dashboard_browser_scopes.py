@@ -1,7 +1,7 @@
 """Queue scopes in Chromium: an operator whose group is scoped to
-``billing-*`` requeues a dead job of ``billing-eu`` from its page, and is
-told, in the action panel, that purging a job of ``emails`` is outside their
-scope; that job stays where it was."""
+``billing-*`` requeues a dead job of ``billing-eu`` from its page; on a job
+of ``emails`` the Purge button is disabled and says why, and posting it
+anyway is refused in the action panel; that job stays where it was."""
 
 from __future__ import annotations
 
@@ -50,7 +50,13 @@ def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
 
     with signed_in(browser, server, user="billing-ops") as page:
         page.goto(f"{server.url}/jobs/{theirs}/")
-        page.get_by_role("button", name="Purge", exact=True).click()
+        purge = page.get_by_role("button", name="Purge", exact=True)
+        expect(purge).to_be_disabled()
+        expect(purge).to_have_attribute("title", "Outside your queue scope (billing-*): ask an administrator to act "
+                                                 "on emails")
+        # A page from before the scope was narrowed (or an edited one) still posts: the server refuses.
+        purge.evaluate("button => button.removeAttribute('disabled')")
+        purge.click()
         expect(page.get_by_test_id("refused")).to_have_text(
             "Your account acts only on queues matching billing-*; this action touches emails, so it is refused "
             "and nothing was changed. Ask an administrator for a queue scope that covers it.")

@@ -143,3 +143,17 @@ def test_a_scope_names_a_user_or_a_group_not_both_nor_neither(db: None) -> None:
         with pytest.raises(IntegrityError), transaction.atomic():
             QueueScope.objects.create(pattern="x", **fields)
     assert str(QueueScope.objects.create(pattern="x-*", group=group)) == "some group: x-*"
+
+
+def test_buttons_for_queues_out_of_scope_are_disabled_and_say_why(broker: Broker) -> None:
+    ours, theirs = kill(broker, "billing-eu"), kill(broker, "emails")
+    client = client_for(billing_operator())
+    why = 'disabled title="Outside your queue scope (billing-*): ask an administrator to act on emails"'
+    assert why in client.get(f"/jobs/{theirs}/").content.decode()
+    assert "disabled" not in client.get(f"/jobs/{ours}/").content.decode().split('data-testid="job-status"')[1]
+    overview = client.get("/").content.decode()
+    assert overview.count(why) == 1 and "act on billing-eu" not in overview  # emails' Pause only
+    assert why in client.get("/queues/emails/").content.decode()  # its limit and rate forms
+    assert 'data-testid="out-of-scope"' not in client.get("/queues/billing-eu/").content.decode()
+    dead = client.get("/dead/").content.decode()
+    assert dead.count(why) >= 2 and "act on billing-eu" not in dead  # emails' redrive and purge buttons
