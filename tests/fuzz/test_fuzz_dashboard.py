@@ -295,6 +295,25 @@ def test_actions_with_fuzzed_fields(nodes: Nodes, operator_client: Client, spec:
         act_and_check(operator_client, broker, fields, f"action {fields!r}")
 
 
+def buttons_on(nodes: Nodes, client: Client, spec: list[tuple[str, str, str]],
+               path: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The jobs ``spec`` makes on a fresh broker, and the fields every action
+    button of ``path`` posts as ``client`` sees it."""
+    with nodes.fresh() as broker:
+        made = build(broker, spec)
+        response = page(client, path)
+        assert response.status_code == 200, f"GET {path}: {response.status_code}"
+        return made, [s for f in forms(response.content.decode(), "/actions/") for s in f.submissions()
+                      if "action" in s]
+
+
+def fill_selection(fields: dict[str, str], made: dict[str, str], data: st.DataObject) -> None:
+    """The jobs page's selection buttons post the ticked rows, which a script fills in: tick some."""
+    if fields.get("ids") == "":
+        fields["ids"] = " ".join(data.draw(st.lists(st.sampled_from(sorted(made)), min_size=1, max_size=3,
+                                                    unique=True), label="selected"))
+
+
 @settings(max_examples=scaled(10), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(spec=queue_specs, data=st.data())
 def test_a_scoped_operator_never_changes_a_queue_outside_their_scope(
@@ -310,17 +329,11 @@ def test_a_scoped_operator_never_changes_a_queue_outside_their_scope(
              *([dashboard_job_path(data.draw(st.sampled_from(others), label="job"))] if others else [])]
     presses: list[dict[str, str]] = []
     for path in paths:
-        with nodes.fresh() as broker:
-            made = build(broker, spec)
-            response = page(operator_client, path)  # unscoped: every action on r is offered
-            assert response.status_code == 200, f"GET {path}: {response.status_code}"
-            presses += [s for f in forms(response.content.decode(), "/actions/") for s in f.submissions()
-                        if "action" in s]
+        made, buttons = buttons_on(nodes, operator_client, spec, path)  # unscoped: every action on r is offered
+        presses += buttons
     presses.append(data.draw(action_fields(sorted(made), dead_groups(spec)), label="fields"))
     for fields in presses:
-        if fields.get("ids") == "":  # the jobs page's selection: a script fills in the ticked rows
-            fields["ids"] = " ".join(data.draw(st.lists(st.sampled_from(sorted(made)), min_size=1, max_size=3,
-                                                        unique=True), label="selected"))
+        fill_selection(fields, made, data)
         with nodes.fresh() as broker:
             build(broker, spec)
 
@@ -347,16 +360,9 @@ def test_every_button_does_what_its_dry_run_showed(nodes: Nodes, operator_client
                                                                                         "dead"]))
     paths = [dashboard_job_path(job_id), f"/jobs/?queue={queue}&status={status}", "/dead/", "/", "/jobs/"]
     for path in paths:
-        with nodes.fresh() as broker:
-            made = build(broker, spec)
-            response = page(operator_client, path)
-            assert response.status_code == 200, f"GET {path}: {response.status_code}"
-            buttons = [s for f in forms(response.content.decode(), "/actions/") for s in f.submissions()
-                       if "action" in s]
+        made, buttons = buttons_on(nodes, operator_client, spec, path)
         for fields in buttons:
-            if fields.get("ids") == "":  # the jobs page's selection: a script fills in the ticked rows
-                fields["ids"] = " ".join(data.draw(st.lists(st.sampled_from(sorted(made)), min_size=1, max_size=3,
-                                                            unique=True), label="selected"))
+            fill_selection(fields, made, data)
             with nodes.fresh() as broker:
                 build(broker, spec)
                 act_and_check(operator_client, broker, fields, f"button on {path} posting {fields!r}")
