@@ -43,7 +43,9 @@ from engine.worker import PermanentFailure, Worker
 from tests.fuzz.profiles import scaled
 from tests.helpers import FAST_WORKER, start, wait_for
 
-LEASE = 0.6
+# Short enough that a job worked past its lease shows a lapsed heartbeat within the example; long
+# enough (against heartbeats every 0.05 s) that no pause of a busy machine lapses one by itself.
+LEASE = 1.0
 BEHAVIOURS = ("complete", "fail", "permanent", "checks", "ignores", "waits", "flaky")
 LOST = re.compile(r"job (\w+) \(q, attempt (\d+)\)(?::)? (?:lost|lease lost)")
 
@@ -95,16 +97,16 @@ class LostLog(logging.Handler):
             self.lost.add((match[1], int(match[2])))
 
 
-jobs_strategy = st.lists(st.tuples(st.sampled_from(BEHAVIOURS), st.sampled_from([0.0, 0.05, 0.3, 0.8])),
+jobs_strategy = st.lists(st.tuples(st.sampled_from(BEHAVIOURS), st.sampled_from([0.0, 0.05, 0.3, 1.3 * LEASE])),
                          min_size=1, max_size=6)
-actions_strategy = st.lists(st.tuples(st.floats(0, 0.6), st.sampled_from(["purge", "requeue"]), st.integers(0, 5)),
+actions_strategy = st.lists(st.tuples(st.floats(0, LEASE), st.sampled_from(["purge", "requeue"]), st.integers(0, 5)),
                             max_size=4)
 
 
 @pytest.mark.timeout(600)
 @settings(max_examples=scaled(24))
 @given(jobs=jobs_strategy, actions=actions_strategy, batch=st.booleans(), concurrency=st.integers(1, 3),
-       timeout=st.sampled_from([None, 0.2, 0.5]))
+       timeout=st.sampled_from([None, 0.2, 0.5 * LEASE]))
 def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
         jobs: list[tuple[str, float]], actions: list[tuple[float, str, int]], batch: bool, concurrency: int,
         timeout: float | None) -> None:
