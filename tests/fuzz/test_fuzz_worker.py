@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine import ClaimedJob, EngineError, GroupCommitter, MemoryStore, Policy, current_cancellation
@@ -105,6 +105,10 @@ actions_strategy = st.lists(st.tuples(st.floats(0, LEASE), st.sampled_from(["pur
 
 @pytest.mark.timeout(600)
 @settings(max_examples=scaled(24))
+# The retry of a failed attempt rides the failure's acknowledgement and is claimed by the same worker
+# while the failed attempt's record is still on its books: kept by job id, the record's release
+# dropped the retry, which then went unheartbeated and lost its lease mid-run.
+@example(jobs=[("flaky", 1.3 * LEASE)], actions=[], batch=True, concurrency=1, timeout=None)
 @given(jobs=jobs_strategy, actions=actions_strategy, batch=st.booleans(), concurrency=st.integers(1, 3),
        timeout=st.sampled_from([None, 0.2, 0.5 * LEASE]))
 def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
