@@ -38,8 +38,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from engine import ClaimedJob, EngineError, GroupCommitter, MemoryStore, Policy, current_cancellation
-from engine.worker import PermanentFailure, Worker
+from engine import (
+    ClaimedJob,
+    EngineError,
+    GroupCommitter,
+    MemoryStore,
+    PermanentFailure,
+    Policy,
+    Worker,
+    current_cancellation,
+)
 from tests.fuzz.profiles import scaled
 from tests.helpers import FAST_WORKER, start, wait_for
 

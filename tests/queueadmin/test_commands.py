@@ -269,13 +269,25 @@ def test_demo_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_demo_handler_stops_when_its_job_is_cancelled() -> None:
-    from engine import Cancellation, JobCancelled
-    from engine.cancellation import handling
+    from dataclasses import replace
 
-    cancellation = Cancellation()
-    cancellation.cancel("purged from the dashboard")
-    with handling(cancellation), pytest.raises(JobCancelled, match="purged from the dashboard"):
-        demo.work({"seconds": 60, "fail_rate": 0})  # would wait a minute if it did not look
+    from engine import GroupCommitter, MemoryStore, Policy, Worker
+    from tests.helpers import FAST_WORKER, start, wait_for
+
+    committer = GroupCommitter(MemoryStore(), policy=Policy()).start()
+    try:
+        [job_id] = committer.push("q", [{"seconds": 60, "fail_rate": 0}])  # would work a minute if it did not look
+        options = replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.02)
+        worker = Worker(committer, queues=["q"], handler=demo.work, options=options)
+        thread, _ = start(worker)
+        wait_for(lambda: committer.get_job(job_id)["status"] == "running")
+        committer.purge([job_id])  # from the dashboard, say
+        wait_for(lambda: worker.stats.cancelled == 1, what="the demo handler to stop on its cancellation")
+        worker.stop()
+        thread.join(10)
+        assert (worker.stats.lost, worker.stats.completed) == (1, 0)
+    finally:
+        committer.stop()
 
 
 @pytest.mark.parametrize(("flags", "batched"), [((), True), (("--no-batch",), False)])
