@@ -54,20 +54,22 @@ class Cancellation:
     """One running job's cancellation: set once, by the worker, never unset.
     Thread-safe."""
 
-    __slots__ = ("_event", "_reason")
+    __slots__ = ("_event", "_lock", "_reason")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._lock = threading.Lock()  # the heartbeat thread and a stopping worker may cancel at once
         self._reason = ""
 
     def cancel(self, reason: str) -> bool:
         """Cancel with ``reason``; False (and the first reason kept) if it was
         cancelled already."""
-        if self._event.is_set():
-            return False
-        self._reason = reason  # written before the event is set, so every reader that sees the event sees it
-        self._event.set()
-        return True
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._reason = reason  # written before the event is set, so every reader that sees the event sees it
+            self._event.set()
+            return True
 
     @property
     def cancelled(self) -> bool:

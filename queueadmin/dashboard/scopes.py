@@ -52,6 +52,7 @@ def refusal(user: Any, queues: Iterable[str]) -> str | None:
     if not outside:
         return None
     assert scope is not None
+    named = [q or "no queue (a schedule this node does not define)" for q in outside]
     return (f"Your account acts only on queues matching {', '.join(scope)}; this action touches "
-            f"{', '.join(outside)}, so it is refused and nothing was changed. Ask an administrator for a queue "
+            f"{', '.join(named)}, so it is refused and nothing was changed. Ask an administrator for a queue "
             "scope that covers it.")
