@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -42,7 +41,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import joblist, limit_actions, pages, schedule_actions, segments
+from queueadmin.dashboard import joblist, limit_actions, pages, schedule_actions, scopes, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -178,11 +177,14 @@ class Plan:
         return build(self)
 
 
-def plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
+def plan(snapshot: Snapshot, data: dict[str, Any], *, user: User | AnonymousUser) -> Plan:
     """Plan ``data`` (an ActionForm's cleaned data, one scope) against
-    ``snapshot``, with the queues it touches (``queues``)."""
+    ``snapshot``, with the queues it touches (``queues``). Raises
+    :class:`.scopes.OutOfScope` if one of them is outside ``user``'s queue
+    scopes (checked again by :func:`run`)."""
     p = _plan(snapshot, data)
     p.queues = touched_queues(p, snapshot)
+    scopes.check(user, p.queues)
     return p
 
 
@@ -429,7 +431,7 @@ def _running_effect(p: Plan, snapshot: Snapshot) -> None:
     if not leases:
         return
     n = len(leases)
-    longest = max(_lease_seconds(lease) for lease in leases)
+    longest = max(float(lease["seconds"]) for lease in leases)  # the lease's length, which every parsed lease has
     again = " It runs again from the start once a worker claims it." if p.spec.to_pending and n == 1 else (
         " They run again from the start once workers claim them." if p.spec.to_pending else "")
     p.effects.append(ngettext(
@@ -440,18 +442,6 @@ def _running_effect(p: Plan, snapshot: Snapshot) -> None:
         "lease by default: within %(within)s here) and cancels it: a handler that calls engine.check_cancelled() "
         "stops there; one that does not runs to its end, and its result is refused.", n)
         % {"n": n, "within": pages.age_text(longest / 3)} + again)
-
-
-def _lease_seconds(lease: dict[str, Any]) -> float:
-    """A lease's length (``seconds``, which each heartbeat renews; in a
-    document written before it was kept, its expiry less its last heartbeat)."""
-    if isinstance(lease.get("seconds"), int | float):
-        return float(lease["seconds"])
-    try:
-        return (datetime.fromisoformat(lease["expires_at"]) - datetime.fromisoformat(lease["heartbeat_at"])
-                ).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,7 +482,10 @@ def execute(op: Operation) -> tuple[Any, int | None, str]:
 def run(p: Plan, *, user: User | AnonymousUser, reason: str) -> Outcome:
     """Send the plan's conditional operation to the broker and audit the
     answer: the ids it acted on (never more than the plan's), and what was
-    left alone because the document changed since the dry run."""
+    left alone because the document changed since the dry run. Raises
+    :class:`.scopes.OutOfScope`, sending and auditing nothing, if the user's
+    queue scopes no longer cover the plan's queues (narrowed since the dry run)."""
+    scopes.check(user, p.queues or [p.queue])
     try:
         result, seq, where = execute(p.operation())
     except EngineError as exc:  # NotLeader, a QueueError, a store outage
@@ -651,7 +644,10 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
 
 def submit(op: Push, *, user: User | AnonymousUser, reason: str) -> tuple[str | None, str | None]:
     """Push one job through this node's broker and audit the answer.
-    Returns the new job's id, or None and the broker's refusal."""
+    Returns the new job's id, or None and the broker's refusal. Raises
+    :class:`.scopes.OutOfScope`, pushing nothing, for a queue outside the
+    user's queue scopes."""
+    scopes.check(user, [op.queue])
     ids = [job.id for job in op.jobs]
     try:
         [created], seq, where = execute(op)

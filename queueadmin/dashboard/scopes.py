@@ -24,7 +24,12 @@ from typing import Any
 
 from django.db.models import Q
 
-__all__ = ["allows", "patterns", "refusal"]
+__all__ = ["OutOfScope", "allows", "check", "patterns", "refusal"]
+
+
+class OutOfScope(Exception):
+    """An action touches a queue outside the user's queue scopes; the
+    message says which (see :func:`refusal`). Nothing was changed."""
 
 
 def patterns(user: Any) -> list[str] | None:
@@ -56,3 +61,10 @@ def refusal(user: Any, queues: Iterable[str]) -> str | None:
     return (f"Your account acts only on queues matching {', '.join(scope)}; this action touches "
             f"{', '.join(named)}, so it is refused and nothing was changed. Ask an administrator for a queue "
             "scope that covers it.")
+
+
+def check(user: Any, queues: Iterable[str]) -> None:
+    """Raise :class:`OutOfScope` unless every one of ``queues`` is in ``user``'s scopes."""
+    why = refusal(user, queues)
+    if why is not None:
+        raise OutOfScope(why)

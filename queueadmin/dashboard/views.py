@@ -210,9 +210,6 @@ def submit(request: HttpRequest) -> HttpResponse:
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
                           {"need": "submit jobs (queueadmin.submit_job)"}, status=403)
-        if form.is_valid() and (why := scopes.refusal(request.user, [form.cleaned_data["op"].queue])) is not None:
-            form.add_error(None, why)  # the form says why, in place; nothing is pushed
-            out_of_scope = True
         if form.is_valid():
             op = form.cleaned_data["op"]
             reason = form.cleaned_data.get("reason") or "submitted from the dashboard"
@@ -224,7 +221,10 @@ def submit(request: HttpRequest) -> HttpResponse:
             if again:
                 created, refusal = op.jobs[0].id, None
             else:
-                created, refusal = actions.submit(op, user=request.user, reason=reason)
+                try:
+                    created, refusal = actions.submit(op, user=request.user, reason=reason)
+                except scopes.OutOfScope as exc:  # the form says why, in place; nothing is pushed
+                    created, refusal, out_of_scope = None, str(exc), True
             if refusal is not None:
                 form.add_error(None, refusal)
             else:
@@ -283,9 +283,11 @@ def _preview(request: SignedInRequest, template: str) -> HttpResponse:
     snapshot = read_snapshot(request, fresh_seconds=0)
     if isinstance(snapshot, HttpResponse):
         return snapshot
-    plan = actions.plan(snapshot, data)
-    if (why := scopes.refusal(request.user, plan.queues)) is not None:  # the panel says why, in place
-        return render(request, template, {"refused": why, "next": _safe_next(request, data.get("next"))}, status=403)
+    try:
+        plan = actions.plan(snapshot, data, user=request.user)
+    except scopes.OutOfScope as exc:  # the panel says why, in place
+        return render(request, template, {"refused": str(exc), "next": _safe_next(request, data.get("next"))},
+                      status=403)
     if plan.runnable:
         plans.save(plan, request.user)
     return render(request, template, {"plan": plan, "next": _safe_next(request, data.get("next")),
@@ -303,9 +305,6 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         return render(request, template, {"refused": exc.message, "next": destination}, status=exc.status)
     if (refusal := _forbidden(request, plan.action)) is not None:
         return refusal
-    # Again at the run: the user's scopes may have been narrowed since the dry run.
-    if (why := scopes.refusal(request.user, plan.queues or [plan.queue])) is not None:
-        return render(request, template, {"refused": why, "next": destination}, status=403)
     reason = (data.get("reason") or "").strip()
     errors = []
     if not reason:
@@ -323,7 +322,10 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
     if not plans.consume(plan):
         return render(request, template, {"refused": "This dry run has already been run: nothing more was "
                                                      "changed.", "next": destination}, status=409)
-    outcome = actions.run(plan, user=request.user, reason=reason)
+    try:
+        outcome = actions.run(plan, user=request.user, reason=reason)
+    except scopes.OutOfScope as exc:  # narrowed since the dry run: nothing sent, nothing audited
+        return render(request, template, {"refused": str(exc), "next": destination}, status=403)
     if not outcome.ok:
         messages.error(request, outcome.message)
     else:

@@ -117,9 +117,10 @@ class Command(BaseCommand):
         except EngineError as exc:
             raise CommandError(f"The document cannot be read, so nothing was planned: {type(exc).__name__}: "
                                f"{exc}") from exc
-        plan = actions.plan(snapshot, form.cleaned_data)
-        if (why := scopes.refusal(user, plan.queues)) is not None:
-            raise CommandError(f"User {user.get_username()!r}: {why}")
+        try:
+            plan = actions.plan(snapshot, form.cleaned_data, user=user)
+        except scopes.OutOfScope as exc:
+            raise CommandError(f"User {user.get_username()!r}: {exc}") from exc
         self._show(plan)
         if not plan.runnable:
             if plan.needless:
@@ -130,7 +131,10 @@ class Command(BaseCommand):
             return
         if not options["yes"]:
             self._confirm(plan)
-        outcome = actions.run(plan, user=user, reason=reason)
+        try:
+            outcome = actions.run(plan, user=user, reason=reason)
+        except scopes.OutOfScope as exc:  # narrowed while the confirmation was asked for
+            raise CommandError(f"User {user.get_username()!r}: {exc}") from exc
         if not outcome.ok:
             raise CommandError(outcome.message)
         self.stdout.write(outcome.message)
