@@ -138,6 +138,15 @@ def push(server: Node, queue: str, payloads: list[object], **fields: object) -> 
     assert api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": jobs}).status_code == 201
 
 
+def kill(server: Node, queue: str, error: str = "boom: upstream said no") -> str:
+    """Push one job with one attempt, claim it and fail it: a dead letter."""
+    push(server, queue, [{"n": 1}], max_attempts=1)
+    [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": [queue]}).json()["jobs"]
+    answer = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": error})
+    assert answer.json()["status"] == "dead"
+    return str(job["id"])
+
+
 def submit(page: Page, url: str, queue: str, payload: str, max_attempts: str = "") -> str:
     page.goto(f"{url}/submit/")
     page.locator("#id_queue").fill(queue)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.browser import PASSWORD, signed_in, with_operator
-from tests.e2e.harness import Cluster, Node, api
+from tests.e2e.browser import PASSWORD, kill, signed_in, with_operator
+from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -30,23 +30,12 @@ SCOPED = textwrap.dedent(f'''
 ''')
 
 
-def dead_job(server: Node, queue: str) -> str:
-    """Push one job with one attempt to ``queue`` and fail it: a dead letter's id."""
-    answer = api(server, "POST", "/api/v1/jobs", {"queue": queue, "jobs": [{"payload": {"q": queue},
-                                                                           "max_attempts": 1}]})
-    assert answer.status_code == 201, answer.text
-    [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": [queue]}).json()["jobs"]
-    failed = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": "boom"})
-    assert failed.json()["status"] == "dead"
-    return str(job["id"])
-
-
 def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
                                                      cluster_factory: Callable[..., Cluster]) -> None:
     cluster, server = with_operator(cluster_factory())
     made = cluster.manage("shell", "-c", SCOPED)
     assert made.returncode == 0, made.stderr.decode()
-    ours, theirs = dead_job(server, "billing-eu"), dead_job(server, "emails")
+    ours, theirs = kill(server, "billing-eu"), kill(server, "emails")
 
     with signed_in(browser, server, user="billing-ops") as page:
         page.goto(f"{server.url}/jobs/{theirs}/")

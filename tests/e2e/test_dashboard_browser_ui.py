@@ -15,19 +15,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.e2e.browser import PASSWORD, USER, push, shot, signed_in, with_operator
+from tests.e2e.browser import PASSWORD, USER, kill, push, shot, signed_in, with_operator
 from tests.e2e.harness import Cluster, Node, api
 
 pytestmark = pytest.mark.e2e
-
-
-def kill(server: Node, queue: str, error: str = "boom: upstream said no") -> str:
-    """Push one job with one attempt, claim it and fail it: a dead letter."""
-    push(server, queue, [{"n": 1}], max_attempts=1)
-    [job] = api(server, "POST", "/api/v1/claim", {"worker": "w", "queues": [queue]}).json()["jobs"]
-    answer = api(server, "POST", f"/api/v1/jobs/{job['id']}/fail", {"lease": job["lease"], "error": error})
-    assert answer.json()["status"] == "dead"
-    return str(job["id"])
 
 
 VIEWER, VIEWER_PASSWORD = "viewer", "e2e-viewer-password"

@@ -128,20 +128,21 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_migrations_login_and_an_audited_action_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+def migrated(postgres_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a process of the app on ``postgres_url`` (no broker
+    started by itself, a folder store), with ``extra``; migrated."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        DATABASE_URL=postgres_url,
-        ALLOWED_HOSTS="testserver",  # Django's test client, in the script
-        QUEUE_STORE_URL=f"file://{tmp_path / 'store'}",
-        QUEUE_BROKER_AUTOSTART="false",
-        QUEUE_HEARTBEAT_SECONDS="60",
-        QUEUE_TAKEOVER_SECONDS="120",
-    )
+    env.update(PYTHONPATH=str(ROOT), DATABASE_URL=postgres_url, QUEUE_STORE_URL=f"file://{tmp_path / 'store'}",
+               QUEUE_BROKER_AUTOSTART="false", **extra)
     migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
                              capture_output=True, timeout=120)
     assert migrate.returncode == 0, migrate.stderr.decode()
+    return env
+
+
+def test_migrations_login_and_an_audited_action_on_postgres(postgres_url: str, tmp_path: Path) -> None:
+    env = migrated(postgres_url, tmp_path, ALLOWED_HOSTS="testserver",  # Django's test client, in the script
+                   QUEUE_HEARTBEAT_SECONDS="60", QUEUE_TAKEOVER_SECONDS="120")
     check = subprocess.run([sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"], cwd=ROOT,
                            env=env, capture_output=True, timeout=120)
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
@@ -173,12 +174,7 @@ def test_an_expired_nonce_another_connection_holds_locked_is_skipped_not_waited_
     delete skipped locked rows, so every forwarded action timed out)."""
     import psycopg
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "DJANGO_"))}
-    env.update(PYTHONPATH=str(ROOT), DATABASE_URL=postgres_url, QUEUE_STORE_URL=f"file://{tmp_path / 'store'}",
-               QUEUE_BROKER_AUTOSTART="false")
-    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                             capture_output=True, timeout=120)
-    assert migrate.returncode == 0, migrate.stderr.decode()
+    env = migrated(postgres_url, tmp_path)
     dsn = postgres_url.replace("postgres://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as setup:
         setup.execute("DELETE FROM queueadmin_forwardnonce")

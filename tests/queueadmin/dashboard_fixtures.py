@@ -109,9 +109,10 @@ def queue_counters(broker: Broker, queue: str = "q") -> dict[str, Any]:
     return orjson.loads(blob.data)["queues"][queue]  # type: ignore[no-any-return]
 
 
-def claim_ids(broker: Broker, n: int = 10, queue: str = "q") -> list[str]:
-    """The ids of up to ``n`` jobs of ``queue`` a claim leases now."""
-    return [job.id for job in broker.execute(claim_op("w", [queue], policy=broker.policy, max_jobs=n))]
+def claim_ids(broker: Broker, n: int = 10, queue: str = "q", *, lease_seconds: float | None = None) -> list[str]:
+    """The ids of up to ``n`` jobs of ``queue`` a claim leases now (for ``lease_seconds``, or the policy's)."""
+    op = claim_op("w", [queue], policy=broker.policy, max_jobs=n, lease_seconds=lease_seconds)
+    return [job.id for job in broker.execute(op)]
 
 
 def queueaction(*args: str) -> str:

@@ -8,20 +8,13 @@ from __future__ import annotations
 from django.test import Client
 
 from engine import Broker
-from engine.ops import claim_op
-from tests.queueadmin.dashboard_fixtures import preview, push, queueaction
-
-
-def lease(broker: Broker, seconds: float, n: int = 1) -> list[str]:
-    """Claim ``n`` jobs of ``q`` with leases of ``seconds``; their ids."""
-    op = claim_op("w-cancel", ["q"], policy=broker.policy, max_jobs=n, lease_seconds=seconds)
-    return [job.id for job in broker.execute(op)]
+from tests.queueadmin.dashboard_fixtures import claim_ids, preview, push, queueaction
 
 
 def test_purging_a_running_job_says_its_worker_cancels_it_at_its_next_heartbeat(
         broker: Broker, operator: Client) -> None:
     waiting, running = push(broker, "q", ["waits", "runs"])
-    assert lease(broker, 30) == [waiting]  # FIFO: the first pushed is leased
+    assert claim_ids(broker, 1, lease_seconds=30) == [waiting]  # FIFO: the first pushed is leased
     waiting, running = running, waiting
 
     dry = preview(operator, action="purge", ids=f"{waiting},{running}")
@@ -38,8 +31,8 @@ def test_purging_a_running_job_says_its_worker_cancels_it_at_its_next_heartbeat(
 def test_requeuing_running_jobs_says_they_are_cancelled_and_run_again_from_the_start(
         broker: Broker, operator: Client) -> None:
     push(broker, "q", ["a", "b", "c"])
-    short = lease(broker, 3)
-    long = lease(broker, 90, n=2)
+    short = claim_ids(broker, 1, lease_seconds=3)
+    long = claim_ids(broker, 2, lease_seconds=90)
 
     plan = preview(operator, action="requeue", ids=",".join([*short, *long])).context["plan"]
     [effect] = [e for e in plan.effects if "running now" in e]
@@ -56,6 +49,6 @@ def test_queueactions_dry_run_says_it_too(broker: Broker, operator: Client) -> N
 
     make_user("ops", "view_dashboard", "purge_job")
     push(broker, "q", ["x"])
-    [job_id] = lease(broker, 30)
+    [job_id] = claim_ids(broker, 1, lease_seconds=30)
     out = queueaction("purge", "--ids", job_id, "--user", "ops", "--reason", "stuck", "--dry-run")
     assert "1 of these jobs is running now. Its worker finds out at its next heartbeat" in out
