@@ -58,3 +58,19 @@ def cancellable(payload: Any) -> None:
         _record(f"cancelled {payload['n']} {time.time():.6f} {exc.reason}")
         raise
     _record(f"done {payload['n']}")
+
+
+def database(payload: Any) -> None:
+    """Ask the database for this connection's server process, through the ORM's
+    connection, and record it ("ok N PID"); record the error ("error N ...")
+    and re-raise if the query fails."""
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()" if connection.vendor == "postgresql" else "SELECT 1")
+            (pid,) = cursor.fetchone()
+    except Exception as exc:
+        _record(f"error {payload['n']} {type(exc).__name__}")
+        raise
+    _record(f"ok {payload['n']} {pid}")

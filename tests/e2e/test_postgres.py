@@ -15,12 +15,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT, free_port
+from tests.e2e.harness import ROOT, Cluster, api, free_port
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -191,3 +191,41 @@ def test_an_expired_nonce_another_connection_holds_locked_is_skipped_not_waited_
     assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-3000:]
     # The free expired row went; the locked one is left for a later call.
     assert "left ['expired-and-locked', 'fresh-nonce-recorded-beside-a-lock']" in run.stdout.decode()
+
+
+def test_a_worker_whose_database_connection_was_closed_by_the_server_runs_its_next_job(
+    postgres_url: str, tmp_path: Path, cluster_factory: Callable[..., Cluster]
+) -> None:
+    """A long-lived ``queueworker`` handles each job's database connections as
+    Django handles a request's. The server ending the connection between two
+    jobs (a restart, a failover, an idle timeout, here pg_terminate_backend)
+    must cost the next job nothing: before, the handler thread kept its dead
+    connection, and every later job of that thread failed until the worker was
+    restarted (Django never reconnects by itself)."""
+    import psycopg
+
+    migrated(postgres_url, tmp_path)
+    record = tmp_path / "record.txt"
+    cluster = cluster_factory(DATABASE_URL=postgres_url)
+    node = cluster.node()
+    cluster.worker("--queue", "db", "--handler", "tests.e2e.handlers:database", "--broker", node.url,
+                   E2E_RECORD=str(record))
+
+    def lines(n: int) -> list[str]:
+        text = record.read_text() if record.exists() else ""
+        return [line for line in text.splitlines() if line.split()[1] == str(n)]
+
+    assert api(node, "POST", "/api/v1/jobs", {"queue": "db", "payload": {"n": 1}}).status_code == 201
+    wait_for(lambda: lines(1), 30, "the first job to run")
+    assert [line.split()[0] for line in lines(1)] == ["ok"], lines(1)
+    with psycopg.connect(postgres_url.replace("postgres://", "postgresql://"), autocommit=True) as admin:
+        # With CONN_MAX_AGE=0 (the app's setting) the first job's connection is
+        # closed when it ends, as after a request; a connection still open
+        # would be terminated here and its next use would fail.
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = 'queueadmin' AND pid <> pg_backend_pid()")
+
+    for n in (2, 3):
+        assert api(node, "POST", "/api/v1/jobs", {"queue": "db", "payload": {"n": n}}).status_code == 201
+        wait_for(lambda n=n: lines(n), 30, f"job {n} to run")  # type: ignore[misc]
+        assert [line.split()[0] for line in lines(n)] == ["ok"], lines(n)

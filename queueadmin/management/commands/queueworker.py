@@ -38,6 +38,7 @@ from engine import (
     new_worker_id,
 )
 from queueadmin import config
+from queueadmin.dbcycle import each_job_like_a_request
 from queueadmin.management import broker_client
 from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores
 
@@ -138,7 +139,7 @@ class Command(BaseCommand):
             worker = Worker(
                 client,
                 queues=queues,
-                handler=handler,
+                handler=each_job_like_a_request(handler),
                 pass_job=tasks,
                 worker_id=worker_id,
                 options=WorkerOptions(
