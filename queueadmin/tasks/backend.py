@@ -25,14 +25,17 @@ Not supported: priority (the engine's queues are strictly FIFO, I7), so
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
@@ -49,7 +52,7 @@ from queueadmin.tasks.connection import BrokerLink
 from queueadmin.tasks.payload import TaskView, describe, task_payload
 from queueadmin.tasks.results import StoredResult, load_result
 
-OPTION_NAMES = frozenset({"BROKERS", "TOKEN", "STORE_URL", "RESULT_TTL_SECONDS", "MAX_ATTEMPTS"})
+OPTION_NAMES = frozenset({"BROKERS", "TOKEN", "STORE_URL", "RESULT_TTL_SECONDS", "MAX_ATTEMPTS", "ENQUEUE_ON_COMMIT"})
 
 
 class LeaseExpired(Exception):
@@ -68,7 +71,11 @@ class ObjectStoreBackend(BaseTaskBackend):
     * ``RESULT_TTL_SECONDS``: how long a finished task's result is kept
       (default 7 days);
     * ``MAX_ATTEMPTS``: attempts before a failing task is FAILED for good
-      (default: the engine's, 3).
+      (default: the engine's, 3);
+    * ``ENQUEUE_ON_COMMIT``: ``True`` (the ``default`` database) or a
+      database alias: a task enqueued inside a transaction on that database
+      is pushed only once it commits, and never if it rolls back (default
+      ``False``: pushed at once, as Django's own backends do).
 
     ``__init__`` does no I/O (Django builds backends at import time, once per
     thread); the store and the HTTP client are made on first use, and
@@ -115,6 +122,15 @@ class ObjectStoreBackend(BaseTaskBackend):
             self.problems.append(f"OPTIONS['MAX_ATTEMPTS'] must be a whole number from 1 to 1000, got {attempts!r}")
             attempts = None
         self.max_attempts: int | None = attempts
+        on_commit = options.get("ENQUEUE_ON_COMMIT", False)
+        self.enqueue_on_commit: str | None = None  # the database alias whose transactions hold pushes back
+        if on_commit is True:
+            self.enqueue_on_commit = DEFAULT_DB_ALIAS
+        elif isinstance(on_commit, str) and on_commit in settings.DATABASES:
+            self.enqueue_on_commit = on_commit
+        elif on_commit is not False:
+            self.problems.append(f"OPTIONS['ENQUEUE_ON_COMMIT'] must be True, False or a database alias "
+                                 f"({', '.join(sorted(settings.DATABASES))}), got {on_commit!r}")
         if not self.queues:
             self.problems.append("QUEUES must name at least one queue (the worker takes jobs from them)")
         for name in sorted(self.queues):
@@ -196,15 +212,34 @@ class ObjectStoreBackend(BaseTaskBackend):
         """Push the task as a job; returns once the push is committed (I1).
         Raises InvalidTask, TypeError (arguments that are not JSON), the
         engine's errors (PayloadTooLarge, NotLeader, StoreUnavailable...) and
-        ImproperlyConfigured (no token when HTTP is needed)."""
+        ImproperlyConfigured (no token when HTTP is needed).
+
+        With ``ENQUEUE_ON_COMMIT``, inside a transaction on its database, the
+        task is checked and its id chosen now, and the push waits for the
+        transaction: the READY result comes back at once, ``task_enqueued``
+        is sent and the job exists only once the transaction has committed
+        (``get_result`` raises TaskResultDoesNotExist until then), and a
+        rollback (of the transaction, or of the savepoint around the call)
+        drops the push. A push that fails at the commit raises from the
+        end of the ``atomic`` block, after the transaction committed:
+        Django's ``on_commit`` contract."""
         op, result = self._push_op(task, args, kwargs)
+        using = self.enqueue_on_commit
+        if using is not None and transaction.get_connection(using).in_atomic_block:
+            transaction.on_commit(functools.partial(self._push, op, result), using=using)
+        else:
+            self._push(op, result)
+        return result
+
+    def _push(self, op: Any, result: TaskResult[..., Any]) -> None:
         self.link.execute(op)
         task_enqueued.send(type(self), task_result=result)
-        return result
 
     async def aenqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         """Like :meth:`enqueue`; awaits the embedded broker's commit, or sends
-        over HTTP from a worker thread."""
+        over HTTP from a worker thread. Always pushed at once: Django has no
+        transactions in async code (a sync function run with
+        ``sync_to_async`` that calls ``enqueue`` gets ``ENQUEUE_ON_COMMIT``)."""
         op, result = self._push_op(task, args, kwargs)
         await self.link.aexecute(op)
         await task_enqueued.asend(type(self), task_result=result)

@@ -403,6 +403,8 @@ def test_checks_report_bad_options_and_queues(node: Broker, settings: SettingsWr
         {"OPTIONS": {"RESULT_TTL_SECONDS": 0}},
         {"OPTIONS": {"MAX_ATTEMPTS": 0}},
         {"OPTIONS": {"TOKEN": ""}},
+        {"OPTIONS": {"ENQUEUE_ON_COMMIT": "no-such-database"}},
+        {"OPTIONS": {"ENQUEUE_ON_COMMIT": 1}},
         {"QUEUES": ["bad queue"]},
         {"QUEUES": []},
     ):
