@@ -99,3 +99,12 @@ def patient(seconds: float) -> str:
         _record(label="patient", event="cancelled", at=time.time(), reason=exc.reason)
         raise
     return "done"
+
+
+@task
+def group_name(pk: int) -> str:
+    """The name of auth Group ``pk``, as this worker's database connection
+    sees it (DoesNotExist while the row is not committed)."""
+    from django.contrib.auth.models import Group
+
+    return Group.objects.get(pk=pk).name

@@ -17,9 +17,12 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
+from engine import open_store
 from tests.e2e.harness import ROOT, Cluster, api, free_port
 from tests.helpers import wait_for
 
@@ -229,3 +232,55 @@ def test_a_worker_whose_database_connection_was_closed_by_the_server_runs_its_ne
         assert api(node, "POST", "/api/v1/jobs", {"queue": "db", "payload": {"n": n}}).status_code == 201
         wait_for(lambda n=n: lines(n), 30, f"job {n} to run")  # type: ignore[misc]
         assert [line.split()[0] for line in lines(n)] == ["ok"], lines(n)
+
+
+ON_COMMIT_SCRIPT = textwrap.dedent('''
+    import os
+    import time
+    from django.contrib.auth.models import Group
+    from django.db import transaction
+    from django.test import override_settings
+    from tests.e2e import sample_tasks as st
+
+    broker, flag = os.environ["E2E_BROKER"], os.environ["E2E_ON_COMMIT"] == "on"
+    options = {"BROKERS": [broker], "TOKEN": "e2e-token", "ENQUEUE_ON_COMMIT": flag}
+    with override_settings(TASKS={"default": {"BACKEND": "queueadmin.tasks.ObjectStoreBackend",
+                                              "QUEUES": ["default"], "OPTIONS": options}}):
+        with transaction.atomic():
+            group = Group.objects.create(name=f"on-commit-{flag}")
+            result = st.group_name.enqueue(group.pk)
+            time.sleep(4)  # a task pushed now is run now, before the row is committed
+    print("id", result.id)
+''')
+
+
+def test_a_task_enqueued_on_commit_runs_after_the_row_it_reads_is_committed(
+    postgres_url: str, tmp_path: Path, cluster_factory: Callable[..., Cluster]
+) -> None:
+    """A real task worker on PostgreSQL, a task enqueued inside the
+    transaction that creates the row it reads. Without ENQUEUE_ON_COMMIT its
+    first attempt runs before the commit and fails (the worker cannot see
+    the row); with it, the push waits for the commit and the one attempt
+    succeeds."""
+    env = migrated(postgres_url, tmp_path)
+    cluster = cluster_factory(DATABASE_URL=postgres_url)
+    node = cluster.node()
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
+    cluster.worker("--broker", node.url, "--wait-seconds", "1")
+    store = open_store(cluster.store_url)
+
+    def first_attempt(flag: str) -> dict[str, Any]:
+        run = subprocess.run([sys.executable, "manage.py", "shell", "-c", ON_COMMIT_SCRIPT], cwd=ROOT,
+                             env={**env, "QUEUE_STORE_URL": cluster.store_url, "E2E_BROKER": node.url,
+                                  "E2E_ON_COMMIT": flag}, capture_output=True, timeout=120)
+        assert run.returncode == 0, (run.stdout.decode() + run.stderr.decode())[-3000:]
+        [job_id] = [line.split()[1] for line in run.stdout.decode().splitlines() if line.startswith("id ")]
+        wait_for(lambda: store.get(f"results/{job_id}.json") is not None, 60, "the first attempt's result")
+        blob = store.get(f"results/{job_id}.json")
+        assert blob is not None
+        return orjson.loads(blob.data)  # type: ignore[no-any-return]
+
+    on = first_attempt("on")
+    assert (on["status"], on["return_value"], on["errors"]) == ("SUCCESSFUL", "on-commit-True", [])
+    off = first_attempt("off")
+    assert off["status"] == "FAILED" and "DoesNotExist" in off["errors"][0]["exception_class_path"], off
