@@ -15,6 +15,7 @@ to the defaults below, which ``settings.py`` uses too).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from django.conf import settings
@@ -128,6 +129,19 @@ def environment_color() -> str | None:
     """``QUEUE_ENVIRONMENT_COLOR``: the badge's colour; None: chosen by the name."""
     color: str | None = getattr(settings, "QUEUE_ENVIRONMENT_COLOR", None)
     return color or None
+
+
+def payload_secret_keys() -> str | None:
+    """``QUEUE_PAYLOAD_SECRET_KEYS``: the regular expression of payload keys
+    whose values the dashboard hides (queueadmin.dashboard.redaction); None:
+    its default."""
+    pattern: str | None = getattr(settings, "QUEUE_PAYLOAD_SECRET_KEYS", None)
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ImproperlyConfigured(f"QUEUE_PAYLOAD_SECRET_KEYS is not a regular expression: {exc}") from exc
+    return pattern or None
 
 
 def metrics_token() -> str | None:

@@ -26,7 +26,9 @@ in the admin like any other:
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
 * ``pause_queue``: pause, resume and limit queues (concurrency and rate), and forget empty ones;
-* ``pause_schedule``: pause and resume schedules, and forget removed ones' marks.
+* ``pause_schedule``: pause and resume schedules, and forget removed ones' marks;
+* ``view_payload_secrets``: see payload values under secret-looking keys, which
+  the dashboard hides from everyone else (queueadmin.dashboard.redaction).
 """
 
 from __future__ import annotations
@@ -294,6 +296,7 @@ class AuditEntry(models.Model):
             ("purge_job", "Can purge jobs and dead letters"),
             ("pause_queue", "Can pause, resume and limit queues"),
             ("pause_schedule", "Can pause and resume schedules"),
+            ("view_payload_secrets", "Can see payload values under secret-looking keys"),
         ]
 
     def __str__(self) -> str:

@@ -48,6 +48,10 @@ QUEUE_FINISHED_RETENTION_SECONDS
                             findable on its page, seconds (604800)
 QUEUE_METRICS_TOKEN         a bearer token that reads /metrics only, besides
                             the API tokens (unset)
+QUEUE_PAYLOAD_SECRET_KEYS   a regular expression of payload keys (as lower-case
+                            words joined by _) whose values the dashboard hides
+                            from users without view_payload_secrets (unset: the
+                            default in queueadmin.dashboard.redaction)
 QUEUE_METRICS_SAMPLE_SECONDS
                             how often the leader records the metrics history
                             for the charts, seconds (10)
@@ -365,6 +369,13 @@ QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
 # A job that left queue.json keeps a row in the database this long, for its
 # page (queueadmin.history); the leader writes the rows off the commit path.
 QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS)
+# The dashboard hides payload values under keys this matches (queueadmin.dashboard.redaction).
+QUEUE_PAYLOAD_SECRET_KEYS = env_str("QUEUE_PAYLOAD_SECRET_KEYS")
+if QUEUE_PAYLOAD_SECRET_KEYS is not None:
+    try:
+        re.compile(QUEUE_PAYLOAD_SECRET_KEYS)
+    except re.error as exc:
+        raise ImproperlyConfigured(f"QUEUE_PAYLOAD_SECRET_KEYS is not a regular expression: {exc}") from exc
 # /metrics (docs/metrics.md) accepts the API tokens and this one, which reads nothing else.
 QUEUE_METRICS_TOKEN = env_str("QUEUE_METRICS_TOKEN")
 # The leader records a point of the metrics history this often (queueadmin.metrics.sampler).

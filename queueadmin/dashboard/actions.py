@@ -41,7 +41,7 @@ from engine import EngineError, NotLeader
 from engine.ops import Operation, PurgeOutcome, Push, purge_op
 from queueadmin import runtime
 from queueadmin.api import forward
-from queueadmin.dashboard import joblist, limit_actions, pages, schedule_actions, scopes, segments
+from queueadmin.dashboard import joblist, limit_actions, pages, redaction, schedule_actions, scopes, segments
 from queueadmin.dashboard.snapshot import Doc, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
@@ -76,6 +76,9 @@ class Plan:
     group: str = ""
     #: The jobs list's filter (a query string, see :func:`.joblist.job_filters`) it was planned from.
     filter: str = ""
+    #: Its filter's payload search looked at payloads with secret values
+    #: hidden, as the list showed them to the user who planned it (:mod:`.redaction`).
+    redacted: bool = False
     seq: int = 0
     ids: list[str] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
@@ -182,7 +185,7 @@ def plan(snapshot: Snapshot, data: dict[str, Any], *, user: User | AnonymousUser
     ``snapshot``, with the queues it touches (``queues``). Raises
     :class:`.scopes.OutOfScope` if one of them is outside ``user``'s queue
     scopes (checked again by :func:`run`)."""
-    p = _plan(snapshot, data)
+    p = _plan(snapshot, data, redacted=not redaction.sees_secrets(user))
     p.queues = touched_queues(p, snapshot)
     scopes.check(user, p.queues)
     return p
@@ -201,12 +204,12 @@ def touched_queues(p: Plan, snapshot: Snapshot) -> list[str]:
     return sorted(found) if found or not p.on_schedule else [""]
 
 
-def _plan(snapshot: Snapshot, data: dict[str, Any]) -> Plan:
+def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
     action = data["action"]
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
              group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq,
              max_running=data.get("max_running"), rate_jobs=data.get("rate_jobs"),
-             rate_seconds=data.get("rate_seconds"))
+             rate_seconds=data.get("rate_seconds"), redacted=redacted)
     if p.on_schedule:
         return schedule_actions.plan_schedule(p, snapshot)
     if p.spec.limits:
@@ -328,7 +331,7 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.expect = ["pending"] * len(p.ids)
         _plan_segments(p, snapshot)
         return
-    matches, notice = joblist.matching(snapshot, filters)
+    matches, notice = joblist.matching(snapshot, filters, redact=redaction.redactor(hidden=p.redacted))
     if notice:
         p.notes.append(notice)
     # A payload search lists hits inside segment objects too; acting on all of
@@ -360,7 +363,8 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
 def fill_sample(p: Plan, snapshot: Snapshot) -> None:
     """Show the plan's first jobs as ``snapshot`` has them; when the
     document holds fewer than a sample's worth, the first segment's next
-    ones (one object read at most, through :data:`.segments.cache`)."""
+    ones (one object read at most, through :data:`.segments.cache`). Their
+    payloads show as the list showed them to the planner (:mod:`.redaction`)."""
     p.sample = []
     for job_id in p.ids[:SAMPLE_SIZE]:
         found = snapshot.job(job_id)
@@ -378,6 +382,12 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
             return
         start = ref.consumed
         p.sample.extend(dict(j, status="pending") for j in jobs[start:start + SAMPLE_SIZE - len(p.sample)])
+    _redact_sample(p)
+
+
+def _redact_sample(p: Plan) -> None:
+    redact = redaction.redactor(hidden=p.redacted)
+    p.sample = [dict(j, payload=redact(j.get("payload"))) for j in p.sample]
 
 
 def fill_effects(p: Plan, snapshot: Snapshot) -> None:
@@ -625,7 +635,8 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         return 0
     if p.filter:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
-        matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False)
+        matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
+                                      redact=redaction.redactor(hidden=p.redacted))
         now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
     elif p.group:
         group = snapshot.dead_group(p.group)

@@ -70,10 +70,12 @@ CLOSE_BAD_PAGE = 4404
 
 
 class _Params:
-    """What the page builders read from a request: its query parameters."""
+    """What the page builders read from a request: its query parameters and
+    its user (what the user may see of payloads, :mod:`.redaction`)."""
 
-    def __init__(self, query: str) -> None:
+    def __init__(self, query: str, user: Any) -> None:
         self.GET = QueryDict(query)
+        self.user = user
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
@@ -103,7 +105,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         self.page = LIVE_PAGES[match.url_name]
         self.kwargs = dict(match.kwargs)
-        self.params = _Params(target.query)
+        self.params = _Params(target.query, user)
         self.here = target.path + (f"?{target.query}" if target.query else "")
         self.user = user
         self.csrf_token = _masked_csrf_token(self.scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME, ""))

@@ -19,6 +19,7 @@ from django.utils.translation import ngettext
 
 from engine import EngineError
 from queueadmin.dashboard import segments
+from queueadmin.dashboard.redaction import Redactor
 from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
 from queueadmin.tasks import TaskView, describe
 
@@ -29,9 +30,11 @@ SEARCH_LIMIT = 20_000
 STATUSES = ("pending", "running", "dead")
 
 
-def payload_text(item: Doc) -> str:
-    """The payload as compact JSON text (for previews and search)."""
-    return orjson.dumps(item.get("payload")).decode()
+def payload_text(item: Doc, redact: Redactor) -> str:
+    """The payload as compact JSON text, as ``redact`` shows it to the
+    viewer (for previews and search: a search never finds what the viewer
+    cannot see)."""
+    return orjson.dumps(redact(item.get("payload"))).decode()
 
 
 def task_call(view: TaskView) -> str:
@@ -72,14 +75,15 @@ def job_error(item: Doc) -> str | None:
     return item.get("error") if item.get("status") == "dead" else item.get("last_error")
 
 
-def matching(snapshot: Snapshot, filters: Mapping[str, str], *,
+def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor,
              segments_too: bool = True) -> tuple[list[Doc], str | None]:
     """The jobs ``filters`` (see :func:`job_filters`) select, in document
     order, each with its ``status``, and a notice for the operator (a search
     that stopped at :data:`SEARCH_LIMIT`, an exact id not found). In format
     2 an exact id and a payload search look in segment objects too (see
     :func:`find_job`, :func:`_search_segments`); ``segments_too=False``
-    keeps them to the document, with no I/O."""
+    keeps them to the document, with no I/O. A payload search looks in the
+    payloads as ``redact`` shows them to the viewer (see :mod:`.redaction`)."""
     queue, status = filters.get("queue") or None, filters.get("status") or None
     exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
@@ -109,9 +113,9 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *,
             notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
                       "or status to search the rest.")
         budget = SEARCH_LIMIT - len(candidates)
-        candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j)]
+        candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j, redact)]
         if segments_too and _searches_segments(snapshot, filters):
-            sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0))
+            sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0), redact)
             # In FIFO order across the document and the segments (dead letters, with no pos, last).
             candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))
             notice = " ".join(n for n in (notice, segment_notice) if n) or None
@@ -125,7 +129,8 @@ def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:
                 and not filters.get("worker") and not filters.get("error"))
 
 
-def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget: int) -> tuple[list[Doc], str]:
+def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget: int,
+                     redact: Redactor) -> tuple[list[Doc], str]:
     """The pending jobs in ``queue``'s segments (every queue's, for None),
     in FIFO order per queue, whose payload holds ``needle``, reading at most
     ``budget`` of them (what :data:`SEARCH_LIMIT` leaves after the
@@ -144,7 +149,7 @@ def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget:
             return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects; then "
                            f"{segments.describe(exc)}")
         read += len(jobs)
-        found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j)]
+        found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j, redact)]
     if read < total:
         return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects, the oldest first "
                        f"(at most {SEARCH_LIMIT:,} jobs in all); narrow by queue to search further into one.")
@@ -192,13 +197,14 @@ def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
             + ": filter by one queue and status pending, with no other filter, to page through them.")
 
 
-def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
+def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> dict[str, Any]:
     """The jobs list. Filtered to one queue's pending jobs (and nothing
     else) in format 2, it lists them all in FIFO order, reading only the
     segment objects the page shows (through :data:`.segments.cache`); a
     segment that cannot be read leaves the page's rows empty and says
     which object (``segment_error``). Any other filter lists the document's
-    jobs only, and says how many pending jobs in segments it leaves out."""
+    jobs only, and says how many pending jobs in segments it leaves out.
+    Payloads show, and are searched, as ``redact`` shows them."""
     filters = job_filters(params)
     sort = params.get("sort") or ""
     if sort not in SORTS:
@@ -209,7 +215,7 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
         blocks = pending_blocks(snapshot, lane)
         total, notice, matches = sum(b.count for b in blocks), None, list[Doc]()
     else:
-        matches, notice = matching(snapshot, filters)
+        matches, notice = matching(snapshot, filters, redact=redact)
         matches = sort_jobs(matches, sort)
         total = len(matches)
         unlisted = _unlisted(snapshot, filters)
@@ -243,7 +249,7 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
         "sort_links": {key: "?" + urlencode({**{k: v for k, v in filters.items() if v},
                                              "sort": key if sort == f"-{key}" else f"-{key}"})
                        for key in ("age", "attempts")},
-        "rows": [_row(snapshot, j) for j in shown],
+        "rows": [_row(snapshot, j, redact) for j in shown],
         "total": total,
         "page": page,
         "pages": pages,
@@ -255,9 +261,9 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
+def _row(snapshot: Snapshot, item: Doc, redact: Redactor) -> dict[str, Any]:
     lease = item.get("lease")
-    view = describe(item.get("payload"))
+    view = describe(redact(item.get("payload")))
     return {
         "job": item,
         "task": task_call(view) if view is not None else None,
@@ -267,7 +273,7 @@ def _row(snapshot: Snapshot, item: Doc) -> dict[str, Any]:
         "worker": lease["worker"] if lease else None,
         # Who ran the last attempt of a job no one holds (what the worker filter also matches).
         "last_worker": None if lease else job_worker(item),
-        "payload": payload_text(item),
+        "payload": payload_text(item, redact),
         # Read from a segment object: no per-job action reaches it there (act on its queue).
         "segment": item.get("segment"),
     }

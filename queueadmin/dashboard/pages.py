@@ -9,7 +9,7 @@ a page and its live update cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,13 +21,13 @@ from django.utils.translation import ngettext
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config, runtime
-from queueadmin.dashboard import segments
+from queueadmin.dashboard import redaction, segments
 from queueadmin.dashboard.joblist import find_job, task_call
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
-from queueadmin.tasks import StoredResult, describe, read_result
+from queueadmin.tasks import StoredResult, TaskView, describe, read_result
 
 # No sign of any worker for this long while jobs wait: warn.
 WORKERS_QUIET_SECONDS = 60.0
@@ -204,19 +204,25 @@ class Event:
     tone: str = ""  # "", "ok", "warn", "bad"
 
 
-def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
+def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool) -> dict[str, Any]:
+    """The job page's context. With ``hidden``, the payload, a task's
+    arguments and its return value show with secret values hidden
+    (:mod:`.redaction`), as to a user without ``view_payload_secrets``."""
+    redact = redaction.redactor(hidden=hidden)
     found, segment_error, in_segment = find_job(snapshot, job_id)
     if found is None:
         # A task job that finished has left the document; its result says how it ended.
         result, result_error = task_result(job_id)
+        view = _shown_task(result.task, redact) if result is not None else None
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
                 "segment_error": segment_error, "segments_held": snapshot.in_segments(),
                 "lookup_reads": segments.JOB_LOOKUP_READS,
                 "result": result, "result_error": result_error,
-                "task": result.task if result is not None else None,
-                "task_call": task_call(result.task) if result is not None else None,
+                "return_value": redact(result.return_value) if result is not None else None,
+                "task": view,
+                "task_call": task_call(view) if view is not None else None,
                 # Its finished-job record, if it left within the retention (overrides "events").
-                **finished_job(job_id, actions, snapshot.taken_at)}
+                **finished_job(job_id, actions, snapshot.taken_at, hidden=hidden)}
     item, status = found
     # A job submitted from the dashboard: say who did it on the enqueue itself
     # (the audit entry is written just after the commit, so it sorts later).
@@ -241,10 +247,12 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
                             None if item.get("history") else item.get("error"), "bad"))
     events.extend(_action_events(actions))
     events.sort(key=lambda e: e.at)
-    payload = orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode()
-    task = describe(item.get("payload"))
+    shown = redact(item.get("payload"))
+    payload = orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode()
+    task = describe(shown)
     result, result_error = task_result(job_id) if task is not None else (None, None)
     return {
+        "return_value": redact(result.return_value) if result is not None else None,
         "task": task,
         "task_call": task_call(task) if task is not None else None,
         "result": result,
@@ -263,6 +271,11 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any]) -> dict[str, Any]:
         "not_before": moment(item.get("not_before")),
         "last_error": item.get("last_error") if status != "dead" else item.get("error"),
     }
+
+
+def _shown_task(view: TaskView, redact: redaction.Redactor) -> TaskView:
+    """A stored result's task call with its arguments as ``redact`` shows them."""
+    return replace(view, args=redact(view.args), kwargs=redact(view.kwargs))
 
 
 def attempt_events(history: Iterable[Doc]) -> list[Event]:
@@ -309,17 +322,26 @@ class CloneSource:
     problem: str = ""
 
 
-def clone_source(job_id: str) -> CloneSource:
+#: Why a job whose payload has hidden values cannot be cloned (or run now) by a user who cannot see them.
+HIDDEN_VALUES = ("its payload has values under secret-looking keys, hidden from you: cloning it needs the "
+                 "view_payload_secrets permission")
+
+
+def clone_source(job_id: str, *, hidden: bool) -> CloneSource:
     """What "Clone as new job" fills the submit form with: the queue, the
     payload (pretty-printed) and the max attempts of ``job_id``, found in the
     queue (the document, or a segment object) or, once it left, in its
-    finished-job record while that keeps the whole payload."""
+    finished-job record while that keeps the whole payload. With ``hidden``
+    (a user without ``view_payload_secrets``), a payload with hidden values
+    cannot be cloned: the form would show them."""
     try:
         found, segment_error, _ = find_job(source.current(), job_id)
     except EngineError as exc:
         found, segment_error = None, f"the queue document cannot be read ({type(exc).__name__}: {exc})"
     if found is not None:
         item = found[0]
+        if hidden and redaction.hides(item.get("payload")):
+            return CloneSource(job_id, None, HIDDEN_VALUES)
         return CloneSource(job_id, {"queue": item["queue"], "max_attempts": item.get("max_attempts"),
                                     "payload": orjson.dumps(item.get("payload"), option=orjson.OPT_INDENT_2).decode(),
                                     "delay_seconds": 0, "reason": f"clone of job {job_id}"})
@@ -328,6 +350,8 @@ def clone_source(job_id: str) -> CloneSource:
     except DatabaseError as exc:
         return CloneSource(job_id, None, f"the records of finished jobs cannot be read ({exc})")
     if row is not None and not row.payload_cut:
+        if hidden and redaction.redact_text(row.payload) != row.payload:
+            return CloneSource(job_id, None, HIDDEN_VALUES)
         return CloneSource(job_id, {"queue": row.queue, "max_attempts": row.max_attempts,
                                     "payload": pretty_payload(row), "delay_seconds": 0,
                                     "reason": f"clone of job {job_id}"})
@@ -337,11 +361,13 @@ def clone_source(job_id: str) -> CloneSource:
                                                       "finished within the retention")
 
 
-def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, Any]:
+def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool) -> dict[str, Any]:
     """What the page of a job that is not in the document shows: its
     finished-job record (:mod:`queueadmin.history`) when it left within the
     retention, with the purge's audit entry (who and why) and a timeline;
-    otherwise only the retention, to say how far back the lookup reaches."""
+    otherwise only the retention, to say how far back the lookup reaches.
+    With ``hidden``, the kept payload (whole, or its start) shows with
+    secret values hidden."""
     retention = config.finished_retention_seconds()
     context: dict[str, Any] = {"finished": None, "retention_seconds": retention, "finished_error": None}
     try:
@@ -376,7 +402,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime) -> dict[str, An
         duration=row.duration.total_seconds(),
         last_run=last_run,
         kept_until=row.finished_at + timedelta(seconds=retention),
-        finished_payload=pretty_payload(row),
+        finished_payload=redaction.redact_text(pretty_payload(row)) if hidden else pretty_payload(row),
         finished_attempts=[dict(a, **{k: moment(a[k]) for k in ("claimed_at", "heartbeat_at", "ended_at")})
                            for a in row.history],
     )

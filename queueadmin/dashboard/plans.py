@@ -42,7 +42,7 @@ SALT = "queueadmin.dashboard.plans"
 PLAN_TTL_SECONDS = 30 * 60
 #: The stored fields of a Plan (its sample and notes are for the dry-run page only).
 STORED = ("action", "queue", "schedule", "max_running", "rate_jobs", "rate_seconds", "target", "status", "group",
-          "filter", "seq", "ids", "expect", "queues", "before_pos", "segment_jobs", "segment_objects")
+          "filter", "redacted", "seq", "ids", "expect", "queues", "before_pos", "segment_jobs", "segment_objects")
 
 
 class PlanRefused(Exception):

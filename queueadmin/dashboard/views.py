@@ -30,7 +30,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_safe
 
 from engine import EngineError
-from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, scopes, segments
+from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, redaction, scopes, segments
 from queueadmin.dashboard import schedules as schedule_rows
 from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
 from queueadmin.dashboard.snapshot import Snapshot
@@ -80,7 +80,7 @@ class LivePage:
 
 
 def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
-    context = joblist.jobs(snapshot, request.GET)
+    context = joblist.jobs(snapshot, request.GET, redact=redaction.for_user(request.user))
     params = {k: v for k, v in context["filters"].items() if v}
     if context["sort"]:
         params["sort"] = context["sort"]
@@ -89,7 +89,7 @@ def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
 
 
 def _job(snapshot: Snapshot, request: HttpRequest, job_id: str) -> dict[str, Any]:
-    return pages.job(snapshot, job_id, job_actions(job_id))
+    return pages.job(snapshot, job_id, job_actions(job_id), hidden=not redaction.sees_secrets(request.user))
 
 
 def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
@@ -197,13 +197,17 @@ def submit(request: HttpRequest) -> HttpResponse:
         # "Run now" on the schedules page: the schedule's job, to push once more.
         name = request.GET["schedule"]
         initial = schedule_rows.run_now_initial(name)
-        run_now = {"name": name, "known": initial is not None}
+        run_now = {"name": name, "known": initial is not None, "hidden": False}
+        if initial is not None and not redaction.sees_secrets(request.user) and (
+                redaction.redact_text(initial["payload"]) != initial["payload"]):
+            # Filled in, the form would show the secret values; emptied, it would push a broken job.
+            run_now["hidden"], initial = True, None
         if initial is not None:
             form = SubmitForm(initial=initial)
     elif request.method != "POST" and request.GET.get("from"):
         # "Clone as new job": the form filled in from a job; submitting it
         # makes a new job with its own id, after the operator's edits.
-        clone = pages.clone_source(request.GET["from"])
+        clone = pages.clone_source(request.GET["from"], hidden=not redaction.sees_secrets(request.user))
         if clone.initial is not None:
             form = SubmitForm(initial=clone.initial)
     if request.method == "POST":
@@ -374,8 +378,8 @@ def job_payload(request: HttpRequest, job_id: str) -> HttpResponse:
                "it is not in the queue now (it finished, was purged, or never existed)")
         return HttpResponse(f"No payload to download for job {job_id}: {why}.\n", status=404,
                             content_type="text/plain; charset=utf-8")
-    response = HttpResponse(orjson.dumps(found[0].get("payload"), option=orjson.OPT_INDENT_2),
-                            content_type="application/json")
+    payload = redaction.for_user(request.user)(found[0].get("payload"))
+    response = HttpResponse(orjson.dumps(payload, option=orjson.OPT_INDENT_2), content_type="application/json")
     # The id matched the engine's id rule to be found: safe in a header.
     response["Content-Disposition"] = f'attachment; filename="job-{job_id}-payload.json"'
     return response

@@ -424,3 +424,21 @@ def test_the_source_stamps_an_unchanged_version_with_the_time_it_was_read(broker
     assert again.taken_at > first.taken_at
     assert again.job(first.jobs[0]["id"]) == first.job(first.jobs[0]["id"])
     assert again._by_id is first._by_id  # the lookups of an unchanged version are not rebuilt
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_live_fragments_hide_secret_payload_values_from_a_viewer(broker: Broker) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    trusted = await sync_to_async(lambda: client_for(make_user("trusted", "view_dashboard",
+                                                               "view_payload_secrets")))()
+    [job_id] = await asyncio.to_thread(push, broker, "q", [{"to": "ada", "token": "tokTOPSECRET"}])
+    for client, shown in ((viewer, False), (trusted, True)):
+        # The jobs list's rows are live (the job page's payload is not in its live part).
+        communicator, connected, _ = await connect("/jobs/?queue=q", cookie_for(client), ORIGIN)
+        assert connected
+        try:
+            fragments = "".join((await next_update(communicator))["fragments"].values())
+        finally:
+            await communicator.disconnect()
+        assert job_id in fragments and "ada" in fragments and ("tokTOPSECRET" in fragments) is shown, shown

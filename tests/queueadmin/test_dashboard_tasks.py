@@ -15,7 +15,7 @@ from engine import Broker, Worker
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
 from queueadmin.tasks.worker import TaskRunner
-from tests.e2e.sample_tasks import add, explode
+from tests.e2e.sample_tasks import add, echo, explode
 from tests.helpers import FAST_WORKER, wait_for
 
 if TYPE_CHECKING:
@@ -75,3 +75,15 @@ def test_a_failed_task_shows_its_error_and_traceback(node: Broker, viewer: Clien
     assert response.context["status"] == "dead"
     assert 'data-testid="task-status">FAILED' in body
     assert "Traceback" in body and "kaboom &lt;b&gt;" in body
+
+
+def test_a_task_s_secret_arguments_and_return_value_are_hidden_from_a_viewer(node: Broker, viewer: Client,
+                                                                              admin_client_: Client) -> None:
+    result = echo.enqueue("ada@example.com", password="hunter2TOPSECRET")
+    pending = viewer.get(f"/jobs/{result.id}/").content.decode()
+    assert "echo(" in pending and "ada@example.com" in pending and "TOPSECRET" not in pending
+    run_tasks(node)
+    source.reset()
+    done = viewer.get(f"/jobs/{result.id}/").content.decode()
+    assert 'data-testid="task-return"' in done and "ada@example.com" in done and "TOPSECRET" not in done
+    assert "hunter2TOPSECRET" in admin_client_.get(f"/jobs/{result.id}/").content.decode()

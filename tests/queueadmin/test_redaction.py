@@ -1,0 +1,110 @@
+"""Payload values under secret-looking keys (queueadmin.dashboard.redaction):
+which keys, at what depth, on whole JSON and on the start of a JSON text cut
+anywhere (a finished job's record), with properties checked by Hypothesis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from queueadmin.dashboard.redaction import SUBSTITUTE, hides, is_secret, redact, redact_text, words
+
+HIDDEN = SUBSTITUTE
+
+
+@pytest.mark.parametrize(("key", "normalised"), [
+    ("apiKey", "api_key"), ("api-key", "api_key"), ("API_KEY", "api_key"), ("api key", "api_key"),
+    ("HTTPAuthorization", "http_authorization"), ("clientSecret", "client_secret"), ("x", "x"), ("", ""),
+])
+def test_keys_are_read_as_lower_case_words(key: str, normalised: str) -> None:
+    assert words(key) == normalised
+
+
+@pytest.mark.parametrize("key", [
+    "password", "Password", "db_password", "pass", "passwd", "passphrase", "secret", "client_secret", "secrets",
+    "token",
+    "accessToken", "refresh_token", "apiKey", "api_key", "API-KEY", "apikey", "access_key", "privateKey", "auth",
+    "Authorization", "credentials", "cookie", "session_id", "sessionId", "signature", "otp", "pin", "cvv",
+    "card_number", "cardNumber", "ssn", "iban",
+])
+def test_secret_looking_keys(key: str) -> None:
+    assert is_secret(key)
+
+
+@pytest.mark.parametrize("key", [
+    "to", "email", "author", "authored_at", "passenger", "keyboard", "monkey", "tokenizer", "pinned", "spin",
+    "id", "idempotency_key_hint", "queue", "card",
+])
+def test_ordinary_keys(key: str) -> None:
+    # A key shows unless one of its words is a secret's: "author" is not "auth",
+    # "passenger" is not "pass". ("idempotency_key_hint": "key" alone is not a secret word.)
+    assert not is_secret(key), key
+
+
+def test_every_value_under_a_secret_key_is_hidden_at_any_depth_whatever_its_type() -> None:
+    payload = {"to": "ada@example.com", "apiKey": "sk_live_1", "nested": {"password": {"a": [1, 2]}, "n": 3},
+               "items": [{"token": 42}, {"token": None}, "token"], "secret": ["x"]}
+    assert redact(payload) == {"to": "ada@example.com", "apiKey": HIDDEN, "nested": {"password": HIDDEN, "n": 3},
+                               "items": [{"token": HIDDEN}, {"token": HIDDEN}, "token"], "secret": HIDDEN}
+    assert payload["apiKey"] == "sk_live_1"  # a copy: the job itself is untouched
+    assert hides(payload)
+
+
+def test_a_payload_with_nothing_to_hide_is_returned_as_is() -> None:
+    for payload in ({"to": "ada", "n": [1, {"m": 2}]}, [1, "password"], "token", 3, None):
+        assert redact(payload) is payload and not hides(payload)
+
+
+def test_the_pattern_is_a_setting(settings: Any) -> None:
+    settings.QUEUE_PAYLOAD_SECRET_KEYS = r"(^|_)iban(_|$)"
+    assert redact({"iban": "DE00", "password": "p"}) == {"iban": HIDDEN, "password": "p"}
+    settings.QUEUE_PAYLOAD_SECRET_KEYS = r"(unclosed"
+    with pytest.raises(ImproperlyConfigured, match="QUEUE_PAYLOAD_SECRET_KEYS is not a regular expression"):
+        redact({"a": 1})
+
+
+def test_the_start_of_a_cut_payload_hides_a_value_cut_short() -> None:
+    text = '{"to": "ada", "password": "hunter2-and-mo'
+    assert redact_text(text) == f'{{"to": "ada", "password": "{HIDDEN}"'
+    nested = '{"auth": {"user": "u", "pass": "p"'
+    assert redact_text(nested) == f'{{"auth": "{HIDDEN}"'
+    assert redact_text('{"to": "ada", "pass') == '{"to": "ada", "pass'  # the key itself cut: no value yet
+    assert redact_text('{"a": "b\\"token\\": c", "token": [1, "]", {"x": "}"}], "z": 1}') == (
+        f'{{"a": "b\\"token\\": c", "token": "{HIDDEN}", "z": 1}}')
+
+
+# -- properties -----------------------------------------------------------------------------
+
+KEYS = st.sampled_from(["to", "n", "password", "apiKey", "items", "auth", "note", "x y", 'q"uote'])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, st.booleans())
+def test_on_whole_json_the_text_and_the_value_redactions_agree(value: Any, indent: bool) -> None:
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0).decode()
+    assert orjson.loads(redact_text(text)) == redact(value)
+
+
+MARK = "Q7xSECRET"
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, st.text(max_size=8), st.booleans(), st.data())
+def test_no_prefix_of_a_payload_shows_any_of_a_secret_value(value: Any, tail: str, indent: bool,
+                                                            data: st.DataObject) -> None:
+    secret = MARK + tail
+    payload = {"before": value, "password": {"inner": [secret, {"k": secret}]}, "apiKey": secret}
+    text = orjson.dumps(payload, option=orjson.OPT_INDENT_2 if indent else 0).decode()
+    cut = data.draw(st.integers(0, len(text)))
+    assert MARK[:3] not in redact_text(text[:cut]).replace(orjson.dumps(value).decode(), "")
