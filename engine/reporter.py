@@ -134,7 +134,7 @@ class AckReporter:
         claim is in flight and the worker is not stopping (then it is in
         flight from here on). Call with the worker's lock held."""
         w = self.worker
-        free = w.concurrency - w._busy
+        free = w._free_slots()
         if free <= 0 or w._claim_in_flight or w._stopping.is_set():
             return None
         w._claim_in_flight = True

@@ -193,6 +193,7 @@ class Worker(WorkerHeartbeats):
         self.poll_seconds = options.poll_seconds
         self.grace_seconds = options.grace_seconds
         self.timeout_seconds = options.timeout_seconds
+        self.max_jobs = options.max_jobs
         self.backoff_seconds = options.backoff_seconds
         self.backoff_cap_seconds = options.backoff_cap_seconds
         self.monotonic = monotonic
@@ -319,11 +320,15 @@ class Worker(WorkerHeartbeats):
         try:
             while not self._stopping.is_set():
                 with self._cond:
-                    while not (self._may_claim() or self._stopping.is_set()):
+                    while not (self._may_claim() or self._stopping.is_set() or self._quota_used()):
                         self._cond.wait(MAX_WAIT_STEP_SECONDS)
                     if self._stopping.is_set():
                         break
-                    free = self.concurrency - self._busy
+                    if self._quota_used():
+                        log.info("worker %s: claimed its %d jobs (max_jobs); stops once they end",
+                                 self.worker_id, self.max_jobs)
+                        break
+                    free = self._free_slots()
                     finished = self._finished
                     self._claim_in_flight = True
                 started = self.monotonic()
@@ -367,13 +372,25 @@ class Worker(WorkerHeartbeats):
                 self._claimer_done = True
                 self._cond.notify_all()
 
+    def _free_slots(self) -> int:
+        """How many jobs a claim may ask for now: the free handler threads,
+        and no more than ``max_jobs`` leaves. Call with ``self._cond`` held."""
+        free = self.concurrency - self._busy
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.stats.claimed)
+        return free
+
+    def _quota_used(self) -> bool:
+        """Whether the worker claimed its ``max_jobs``. Call with ``self._cond`` held."""
+        return self.max_jobs is not None and self.stats.claimed >= self.max_jobs
+
     def _may_claim(self) -> bool:
         """Whether the claimer should claim now: a slot is free, no claim is in
         flight, and the reporter has no request to send or in flight, which
         would carry the claim (see :mod:`engine.reporter`): every slot that
         frees with a result does so with an acknowledgement to send. Call
         with ``self._cond`` held."""
-        if self._busy >= self.concurrency or self._claim_in_flight:
+        if self._free_slots() <= 0 or self._claim_in_flight:
             return False
         return self._reporter is None or not self._reporter.will_send()
 

@@ -76,7 +76,12 @@ class WorkerOptions:
       lease no longer renewed, and failed with a ``JobTimeout`` error once
       the handler returns (retried with backoff, or dead when its attempts
       are used up); a handler that ignores its cancellation keeps its thread
-      and the lease runs out, which fails the attempt too.
+      and the lease runs out, which fails the attempt too;
+    * ``max_jobs`` — None: no limit. Else the worker claims at most this many
+      jobs (each attempt counts), then stops claiming, lets the running ones
+      end, and ``run()`` returns: a process that leaks memory, or must pick
+      up new code, is replaced by its supervisor after N jobs (Celery's
+      ``max-tasks-per-child``, RQ's ``--max-jobs``).
 
     Raises ValueError for a value no worker could use; ``heartbeat_interval``
     is checked against the lease by the :class:`~engine.worker.Worker`,
@@ -95,6 +100,7 @@ class WorkerOptions:
     batch: bool = True
     ack_linger_seconds: float = DEFAULT_ACK_LINGER_SECONDS
     timeout_seconds: float | None = None
+    max_jobs: int | None = None
 
     def __post_init__(self) -> None:
         concurrency = self.concurrency
@@ -106,3 +112,6 @@ class WorkerOptions:
             raise ValueError("need batch to be a bool and 0 <= ack_linger_seconds <= 1")
         if self.timeout_seconds is not None and not 0 < self.timeout_seconds < float("inf"):
             raise ValueError(f"timeout_seconds must be positive and finite (or None), got {self.timeout_seconds!r}")
+        max_jobs = self.max_jobs
+        if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
+            raise ValueError(f"max_jobs must be a positive integer (or None), got {max_jobs!r}")

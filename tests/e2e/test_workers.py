@@ -166,3 +166,24 @@ def test_a_killed_worker_s_job_is_leased_again_and_a_failing_job_ends_dead(
     job = api(node, "GET", f"/api/v1/jobs/{dead_id}").json()
     assert job["attempts"] == 2 and "always fails" in job["error"] and "Traceback" in job["error"]
     assert records(record).count("fail 7") == 2
+
+
+def test_a_worker_with_max_jobs_runs_that_many_then_exits_and_the_next_one_goes_on(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """``queueworker --max-jobs 3`` (not in burst mode) runs 3 jobs, exits 0 by
+    itself with the rest pending, and a fresh process takes the rest: what
+    a supervisor restarting it sees."""
+    cluster = cluster_factory()
+    node = cluster.node()
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
+    assert api(node, "POST", "/api/v1/jobs", {"queue": "q", "jobs": [{"payload": {"n": n}} for n in range(5)]}
+               ).status_code == 201
+    record = tmp_path / "record.txt"
+    argv = ("--queue", "q", "--handler", "tests.e2e.handlers:record", "--concurrency", "2", "--max-jobs", "3",
+            "--broker", node.url)
+    assert cluster.worker(*argv, E2E_RECORD=str(record)).wait(60) == 0
+    assert sorted(records(record)) == ["0", "1", "2"]
+    assert [j["payload"]["n"] for j in cluster.document()["jobs"]] == [3, 4]
+    assert cluster.worker(*argv, "--burst", E2E_RECORD=str(record)).wait(60) == 0
+    assert sorted(records(record)) == ["0", "1", "2", "3", "4"]

@@ -161,6 +161,35 @@ def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
     assert stats.completed == 3
 
 
+@pytest.mark.parametrize(("max_jobs", "concurrency"), [(7, 3), (2, 8), (1, 1)])
+def test_max_jobs_claims_that_many_lets_them_end_and_returns(client: SpyCommitter, max_jobs: int,
+                                                              concurrency: int) -> None:
+    """Not in burst mode: the worker returns by itself once its jobs ended,
+    with the rest of the queue left pending, and never claims one more (a
+    claim riding an acknowledgement included)."""
+    client.push("q", [{"n": n} for n in range(20)])
+    seen: list[int] = []
+    stats = Worker(client, queues=["q"], handler=lambda p: seen.append(p["n"]),
+                   options=fast(concurrency=concurrency, max_jobs=max_jobs)).run()
+    assert (stats.claimed, stats.completed, stats.lost) == (max_jobs, max_jobs, 0)
+    assert sorted(seen) == list(range(max_jobs))
+    doc = client.document()
+    assert len(doc["jobs"]) == 20 - max_jobs and all(j["status"] == "pending" for j in doc["jobs"])
+
+
+def test_max_jobs_counts_every_attempt(client: SpyCommitter) -> None:
+    client.push("q", [{"fail": True}])
+    client.push("q", [{"n": 1}])
+
+    def handler(payload: Any) -> None:
+        if payload.get("fail"):
+            raise ValueError("again")
+
+    stats = Worker(client, queues=["q"], handler=handler, options=fast(max_jobs=2)).run()
+    assert stats.claimed == 2 and stats.failed + stats.completed == 2
+    assert client.document()["jobs"]  # one attempt or job left for the next process
+
+
 @pytest.mark.slow
 def test_heartbeats_keep_a_long_job_past_its_lease(client: SpyCommitter) -> None:
     [job_id] = client.push("q", ["slow"])
@@ -346,6 +375,8 @@ def test_an_idle_worker_stops_at_once_without_waiting_out_its_long_poll() -> Non
         (["q"], {"concurrency": 0}, ValueError),
         (["q"], {"lease_seconds": 1, "heartbeat_interval": 1}, ValueError),
         (["q"], {"wait_seconds": 31}, ValueError),
+        (["q"], {"max_jobs": 0}, ValueError),
+        (["q"], {"max_jobs": True}, ValueError),
     ],
 )
 def test_bad_configuration_is_refused(

@@ -112,6 +112,9 @@ class Command(BaseCommand):
                             help="fail a job whose handler runs longer than this: it is cancelled (a handler that "
                                  "calls engine.check_cancelled() stops), its lease is no longer renewed, and the "
                                  "attempt fails with a JobTimeout error (default: no limit)")
+        parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
+                            help="claim at most N jobs (each attempt counts), let them end, then exit 0, for a "
+                                 "supervisor to start a fresh process (default: no limit)")
         parser.add_argument("--wait-seconds", type=float, default=DEFAULT_WAIT_SECONDS,
                             help=f"long-poll time of one claim, 0-30 ({DEFAULT_WAIT_SECONDS:g})")
         parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
@@ -150,6 +153,7 @@ class Command(BaseCommand):
                     grace_seconds=options["grace_seconds"],
                     batch=options["batch"],
                     timeout_seconds=options["timeout"],
+                    max_jobs=options["max_jobs"],
                 ),
             )
         except (ValueError, ValidationError) as exc:
