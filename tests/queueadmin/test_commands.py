@@ -201,6 +201,11 @@ def test_queueworker_needs_a_token_and_a_queue(settings: SettingsWrapper) -> Non
     with pytest.raises(CommandError, match="invalid queue name"):
         run("queueworker", "--queue", "bad queue", "--handler", "queueadmin.demo:noop", "--token", "t",
             "--broker", "http://127.0.0.1:9")
+    with pytest.raises(CommandError, match="max_jobs must be a positive integer"):
+        run("queueworker", "--queue", "q", "--handler", "queueadmin.demo:noop", "--token", "t", "--max-jobs", "0")
+    with pytest.raises(CommandError, match="cannot be combined with --burst"):
+        run("queueworker", "--queue", "q", "--handler", "queueadmin.demo:noop", "--token", "t", "--reload",
+            "--burst")
 
 
 def test_import_handler_follows_dotted_attributes() -> None:

@@ -9,6 +9,7 @@ SIGTERM or SIGINT stops claiming and gives running jobs ``--grace-seconds``
 to finish; a second signal exits at once (running jobs are then left to
 expire, and the broker hands them out again). A worker with no job running
 exits at once, without waiting out its long poll (see ``engine.worker``).
+``--reload`` restarts it when the code changes (:mod:`queueadmin.management.reloading`).
 One line per job outcome goes
 to stderr. Finished jobs are acknowledged in batches (``POST /api/v1/ack``,
 each carrying the next claim, on the same commit) and leases heartbeated
@@ -39,7 +40,7 @@ from engine import (
 )
 from queueadmin import config
 from queueadmin.dbcycle import each_job_like_a_request
-from queueadmin.management import broker_client
+from queueadmin.management import broker_client, reloading
 from queueadmin.tasks.worker import ResultCleaner, TaskRunner, task_queues, task_stores
 
 LOGGERS = ("engine.worker", "engine.http_client", "queueadmin.tasks")
@@ -115,6 +116,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                             help="claim at most N jobs (each attempt counts), let them end, then exit 0, for a "
                                  "supervisor to start a fresh process (default: no limit)")
+        parser.add_argument("--reload", action="store_true",
+                            help="for development: restart when the code changes (Django's autoreloader), after "
+                                 "letting running jobs finish within --grace-seconds; SIGTERM and Ctrl-C then end "
+                                 "at once, and jobs still running run again when their leases run out")
         parser.add_argument("--wait-seconds", type=float, default=DEFAULT_WAIT_SECONDS,
                             help=f"long-poll time of one claim, 0-30 ({DEFAULT_WAIT_SECONDS:g})")
         parser.add_argument("--worker-id", help="the name leases show (default: host:pid:nonce)")
@@ -125,6 +130,17 @@ class Command(BaseCommand):
                                  "for brokers older than these calls")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["reload"]:
+            if options["burst"]:
+                raise CommandError("--reload runs until stopped; it cannot be combined with --burst")
+            reloading.run(lambda attach: self._serve(options, attach), grace_seconds=options["grace_seconds"],
+                          stderr=self.stderr.write)
+            return
+        self._serve(options)
+
+    def _serve(self, options: dict[str, Any], attach: Callable[[Worker], None] | None = None) -> None:
+        """Build the worker ``options`` describe and run it until it stops;
+        ``attach`` is called with it first (``--reload`` stops it on a change)."""
         tasks = options["handler"] is None  # no handler: run Django tasks
         queues = options["queues"] or (task_queues() if tasks else None)
         if not queues:
@@ -159,6 +175,8 @@ class Command(BaseCommand):
         except (ValueError, ValidationError) as exc:
             client.close()
             raise CommandError(str(exc)) from exc
+        if attach is not None:
+            attach(worker)
         with client, self._logging(), self._signals(worker):
             cleaner = ResultCleaner(task_stores()).start() if tasks else None
             try:
