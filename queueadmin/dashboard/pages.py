@@ -476,19 +476,24 @@ def dead(snapshot: Snapshot) -> dict[str, Any]:
 # -- raw document ------------------------------------------------------------------------------
 
 
-def document(snapshot: Snapshot) -> dict[str, Any]:
+def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
     """The committed document, pretty-printed, cut to RAW_LIMIT_BYTES.
 
     Only as many jobs as can be shown are printed, so a 100k-job document
     costs no more than a small one. Lease tokens are the holders' secrets
     (I4): they are shown as :data:`engine.wire.HIDDEN_TOKEN`, as the API does.
+    With ``hidden``, payloads show with secret values hidden (:mod:`.redaction`).
     """
+    redact = redaction.redactor(hidden=hidden)
+
     def hide(j: Doc) -> Doc:
-        return dict(j, lease=dict(j["lease"], token=HIDDEN_TOKEN)) if j.get("lease") else j
+        shown = dict(j, payload=redact(j.get("payload")))
+        return dict(shown, lease=dict(j["lease"], token=HIDDEN_TOKEN)) if j.get("lease") else shown
 
     # A job pretty-prints to at least ~300 bytes, so this many always fill the limit.
     most = RAW_LIMIT_BYTES // 300 + 1
-    doc = dict(snapshot.header, dead=list(snapshot.dead[:most]), jobs=[hide(j) for j in snapshot.jobs[:most]])
+    doc = dict(snapshot.header, dead=[hide(d) for d in snapshot.dead[:most]],
+               jobs=[hide(j) for j in snapshot.jobs[:most]])
     text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
     cut = len(text) > RAW_LIMIT_BYTES or len(snapshot.jobs) > most or len(snapshot.dead) > most
     return {

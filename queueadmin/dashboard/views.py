@@ -129,6 +129,10 @@ def job_actions(job_id: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(jobs__job_id=job_id).order_by("created_at")[:200])
 
 
+def _document(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
+    return pages.document(snapshot, hidden=not redaction.sees_secrets(request.user))
+
+
 def _snapshot_only(build: Callable[[Snapshot], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """A builder that needs nothing from the request."""
     return lambda snapshot, request: build(snapshot)
@@ -143,7 +147,7 @@ LIVE_PAGES: dict[str, LivePage] = {
     "job": LivePage("queueadmin/dashboard/job.html", _job, ("live-job",)),
     "workers": LivePage("queueadmin/dashboard/workers.html", _snapshot_only(pages.workers), ("live-workers",)),
     "dead": LivePage("queueadmin/dashboard/dead.html", _snapshot_only(pages.dead), ("live-dead",)),
-    "document": LivePage("queueadmin/dashboard/document.html", _snapshot_only(pages.document), ("live-document",)),
+    "document": LivePage("queueadmin/dashboard/document.html", _document, ("live-document",)),
     "schedules": LivePage("queueadmin/dashboard/schedules.html", _snapshot_only(schedule_rows.schedules),
                           ("live-schedules",)),
 }

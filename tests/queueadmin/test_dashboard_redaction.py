@@ -47,6 +47,8 @@ def test_the_job_page_and_list_hide_secret_values_from_a_viewer(job: str, viewer
     assert shows_no_secret(page) and SUBSTITUTE in page and "ada@example.com" in page
     listing = viewer.get("/jobs/", {"queue": "mail"}).content.decode()
     assert job in listing and shows_no_secret(listing) and "ada@example.com" in listing
+    raw = viewer.get("/document/").content.decode()  # the raw document page prints jobs whole
+    assert job in raw and shows_no_secret(raw) and "ada@example.com" in raw
     download = viewer.get(f"/jobs/{job}/payload.json")
     assert orjson.loads(download.content) == {"to": "ada@example.com", "apiKey": SUBSTITUTE,
                                               "nested": {"password": SUBSTITUTE, "n": 3},
@@ -60,6 +62,7 @@ def test_users_with_the_permission_and_superusers_see_everything(job: str, trust
     for client in (trusted, admin_client_):
         page = client.get(f"/jobs/{job}/").content.decode()
         assert all(secret in page for secret in SECRETS)
+        assert SECRETS[0] in client.get("/document/").content.decode()
         assert orjson.loads(client.get(f"/jobs/{job}/payload.json").content) == PAYLOAD
 
 
