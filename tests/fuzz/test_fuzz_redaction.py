@@ -1,0 +1,143 @@
+"""Fuzzing what a read-only viewer can read of secret payload values
+(queueadmin.dashboard.redaction): not only the pages we thought of.
+
+Each example pushes jobs whose payloads hold a marked secret under a
+secret-looking key (in any spelling: ``apiKey``, ``API-KEY``,
+``db_password``), at a random depth, beside ordinary values; some jobs are
+claimed, some failed into the dead letters, some are Django tasks. A viewer
+with only ``view_dashboard`` then crawls the dashboard as a browser would:
+every same-site link of every page it reaches (pages, filters, sorts, job
+pages, downloads, clones), plus payload searches for pieces of the secret.
+The mark must never appear in anything it is sent, while the superuser's
+crawl of the same pages does show it (so the crawl reaches the payloads).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from html import unescape
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import Broker
+from engine.ops import claim_op, fail_op, push_op
+from queueadmin.tasks.payload import task_payload
+from tests.e2e import sample_tasks
+from tests.fuzz.nodes import Nodes
+from tests.fuzz.pages import within
+from tests.fuzz.profiles import scaled
+
+MARK = "Zq9MARK"
+PAGE_SECONDS = 10.0
+# Links a crawl does not follow: they sign out, leave the dashboard, or stream the audit log.
+SKIP = ("/logout", "/login", "/admin", "/static", "/ws/", "/api/", "/metrics", "/healthz", "/readyz")
+
+secret_keys = st.sampled_from(["password", "apiKey", "API-KEY", "db_password", "client_secret", "accessToken",
+                               "Authorization", "card_number", "sessionId"])
+plain_keys = st.sampled_from(["to", "n", "author", "note", "items"])
+plain_values = st.one_of(st.integers(-1000, 1000), st.text(alphabet="abcxyz ", max_size=8), st.none())
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> tuple[Any, str]:
+    """A payload with a marked secret under a secret key, some levels down, and the secret."""
+    secret = MARK + draw(st.text(alphabet="0123456789abcdef", min_size=1, max_size=6))
+    value: Any = draw(st.sampled_from([secret, [secret], {"inner": secret}]))
+    node: Any = {draw(secret_keys): value}
+    for _ in range(draw(st.integers(0, 3))):
+        node = {draw(plain_keys): node} if draw(st.booleans()) else [node]
+    extra = draw(st.dictionaries(plain_keys, plain_values, max_size=2))
+    return ({**extra, "job": node} if draw(st.booleans()) else node), secret
+
+
+fates = st.sampled_from(["pending", "running", "dead"])
+
+
+@pytest.fixture
+def viewer(db: None) -> Client:
+    user = User.objects.create_user("fuzz-viewer", "viewer@example.com", "pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="queueadmin", codename="view_dashboard"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def superuser(db: None) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("fuzz-root", "root@example.com", "pw"))
+    return client
+
+
+def build(broker: Broker, jobs: list[tuple[tuple[Any, str], str]]) -> list[str]:
+    policy = broker.policy
+    ids = []
+    for i, ((payload, _), fate) in enumerate(sorted(jobs, key=lambda j: j[1] == "pending")):
+        job_id = f"j{i}"
+        broker.execute(push_op("q", [payload], policy=policy, ids=[job_id], max_attempts=1))
+        if fate != "pending":
+            [claimed] = broker.execute(claim_op("w-fuzz", ["q"], policy=policy))
+            if fate == "dead":
+                broker.execute(fail_op(job_id, claimed.lease, error="boom", retry_in_seconds=None, policy=policy))
+        ids.append(job_id)
+    return ids
+
+
+def links(html: str) -> Iterator[str]:
+    for href in re.findall(r'href="([^"#]+)"', html):
+        target = unescape(href)
+        if target.startswith("/") and not target.startswith(SKIP):
+            yield target
+
+
+def crawl(client: Client, starts: list[str], *, limit: int = 80) -> dict[str, str]:
+    """Every page reachable from ``starts`` by same-site links (at most
+    ``limit``), by path and query: what the client was sent for each."""
+    seen: dict[str, str] = {}
+    todo = list(starts)
+    while todo and len(seen) < limit:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        with within(PAGE_SECONDS, f"GET {path}"):
+            response = client.get(path)
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        text = body.decode(errors="replace")
+        assert response.status_code in (200, 302, 404), f"GET {path}: {response.status_code}"
+        seen[path] = text
+        if "html" in response.get("Content-Type", ""):
+            todo.extend(link for link in links(text) if link not in seen)
+    return seen
+
+
+@settings(max_examples=scaled(12))
+@given(jobs=st.lists(st.tuples(payloads(), fates), min_size=1, max_size=4), task=st.booleans())
+def test_a_viewer_never_reads_a_secret_value(nodes: Nodes, viewer: Client, superuser: Client,
+                                             jobs: list[tuple[tuple[Any, str], str]], task: bool) -> None:
+    # The whole secrets are looked for, not the mark: a search for a piece of
+    # one echoes the viewer's own words in the search box.
+    secrets = {secret for (_, secret), _ in jobs}
+    with nodes.fresh() as broker:
+        ids = build(broker, jobs)
+        if task:  # a Django task's job, its secret in a keyword argument
+            secrets.add(MARK + "task")
+            payload = task_payload(sample_tasks.echo, ["plain"], {"token": MARK + "task"}, backend="default")
+            broker.execute(push_op("q", [payload], policy=broker.policy, ids=["task-job"]))
+            ids.append("task-job")
+        starts = ["/", "/jobs/", "/jobs/?queue=q", "/dead/", "/workers/", "/document/", "/audit/"]
+        for job_id in ids:
+            starts += [f"/jobs/{job_id}/", f"/jobs/{job_id}/payload.json", "/submit/?" + urlencode({"from": job_id})]
+        starts += ["/jobs/?" + urlencode({"q": piece}) for piece in (MARK, MARK[:4], "MARK")]
+        shown = crawl(viewer, starts)
+        leaks = {path for path, text in shown.items() if any(secret in text for secret in secrets)}
+        assert not leaks, f"the viewer read a secret on {sorted(leaks)}"
+        assert {urlsplit(p).path for p in shown} >= {f"/jobs/{job_id}/" for job_id in ids}
+        # The same crawl as the superuser shows the secrets: the pages do reach the payloads.
+        assert any(secret in text for text in crawl(superuser, starts[:8]).values() for secret in secrets)
