@@ -97,7 +97,7 @@ class QueueScopeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Queue scopes: a user or a group, and a pattern of queue names their
     operator actions are limited to (see :mod:`queueadmin.dashboard.scopes`)."""
 
-    list_display = ("pattern", "user", "group")
-    list_filter = ("group",)
+    list_display = ("pattern", "user", "group", "hide_others")
+    list_filter = ("group", "hide_others")
     search_fields = ("pattern", "user__username", "group__name")
     autocomplete_fields = ("user", "group")

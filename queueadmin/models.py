@@ -406,6 +406,10 @@ class QueueScope(models.Model):
                               related_name="queue_scopes")
     pattern = models.CharField(max_length=200, help_text="Queue names it covers, as a shell-style pattern: "
                                                          "billing, billing-*, *-eu")
+    hide_others = models.BooleanField(
+        default=False, help_text="Also hide every queue outside this user's (or group's members') patterns from "
+                                 "them: the dashboard shows those queues, their jobs, schedules and audit entries "
+                                 "as if they did not exist")
 
     class Meta:
         constraints: ClassVar[list[models.BaseConstraint]] = [models.CheckConstraint(

@@ -15,7 +15,7 @@ export opened in a spreadsheet must not run what they wrote.
 from __future__ import annotations
 
 import csv
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import UTC, date, datetime, time, timedelta
 
 import orjson
@@ -59,12 +59,20 @@ def _day(value: str) -> date | None:
         return None
 
 
-def filtered(params: Mapping[str, str]) -> tuple[QuerySet[AuditEntry], dict[str, str]]:
+def filtered(params: Mapping[str, str], *,
+             sees: Callable[[str], bool] | None = None) -> tuple[QuerySet[AuditEntry], dict[str, str]]:
     """The entries ``params`` (a query string's values) select, newest first,
     and the filters as read (stripped; "" for none, and for a date that is
-    not one: that filter is then dropped, never guessed at)."""
+    not one: that filter is then dropped, never guessed at). ``sees``: the
+    queues the user may see (:func:`.scopes.visibility`; None: all); an
+    entry of any other queue (or of none) is left out."""
     filters = {name: (params.get(name) or "").strip() for name in FILTERS}
     entries = AuditEntry.objects.all()
+    if sees is not None:
+        # Patterns are shell-style, which SQL cannot match portably; the
+        # distinct queue names are few (an indexed column), so pick them here.
+        names = AuditEntry.objects.order_by().values_list("queue", flat=True).distinct()
+        entries = entries.filter(queue__in=[name for name in names if sees(name)])
     for name in ("since", "until"):
         day = _day(filters[name])
         if day is None:

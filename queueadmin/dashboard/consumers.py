@@ -48,10 +48,10 @@ from django.urls import Resolver404, resolve, set_script_prefix
 
 from engine import EngineError
 from queueadmin import config, mount, runtime
-from queueadmin.dashboard import sessions
+from queueadmin.dashboard import scopes, sessions
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
-from queueadmin.dashboard.views import LIVE_PAGES, VIEW, LivePage
+from queueadmin.dashboard.views import LIVE_PAGES, VIEW, LivePage, hidden_page
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,9 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             match = None
         if match is None or match.namespace != "dashboard" or match.url_name not in LIVE_PAGES:
             await self.close(code=CLOSE_BAD_PAGE)
+            return
+        if await database_sync_to_async(hidden_page)(user, match.url_name, dict(match.kwargs)):
+            await self.close(code=CLOSE_BAD_PAGE)  # as for a page that does not exist
             return
         self.page = LIVE_PAGES[match.url_name]
         self.kwargs = dict(match.kwargs)
@@ -191,13 +194,21 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         request = HttpRequest()
         request.session = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
         user = auth.get_user(request)
-        return bool(user.is_authenticated) and user.has_perm(VIEW)
+        if not (user.is_authenticated and user.has_perm(VIEW)):
+            return False
+        # Draw with the user as they are now: permissions and queue scopes
+        # changed since the socket opened apply from here on.
+        self.user = self.params.user = user
+        return True
 
     @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def _render(self, snapshot: Snapshot) -> dict[str, str]:
         # Django sets the script prefix per request, for the request's thread;
         # this is a database thread, rendering for this socket.
         set_script_prefix(self.script_prefix + "/")
+        sees = scopes.visibility(self.user)
+        if sees is not None:
+            snapshot = snapshot.visible(sees)
         context = self.page.build(snapshot, self.params, **self.kwargs)
         context.update(user=self.user, perms=PermWrapper(self.user), csrf_token=self.csrf_token, here=self.here)
         return {name: render_to_string(f"{self.page.template}#{name}", context) for name in self.page.partials}

@@ -100,6 +100,8 @@ def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:
     naming it (on this node)."""
     latest = snapshot.queue_activity()
     for queue, when in runtime.seen_workers.by_queue().items():
+        if snapshot.sees is not None and not snapshot.sees(queue):
+            continue
         if queue not in latest or when > latest[queue]:
             latest[queue] = when
     return latest
@@ -204,15 +206,23 @@ class Event:
     tone: str = ""  # "", "ok", "warn", "bad"
 
 
-def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool) -> dict[str, Any]:
+def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
+        sees: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """The job page's context. With ``hidden``, the payload, a task's
     arguments and its return value show with secret values hidden
-    (:mod:`.redaction`), as to a user without ``view_payload_secrets``."""
+    (:mod:`.redaction`), as to a user without ``view_payload_secrets``.
+    ``sees``: the queues the user may see (:func:`.scopes.visibility`; None:
+    all), ``snapshot`` already narrowed to them: a finished job, a task
+    result or an audit entry of another queue is left out, as if unknown."""
     redact = redaction.redactor(hidden=hidden)
+    if sees is not None:
+        actions = [a for a in actions if sees(a.queue)]
     found, segment_error, in_segment = find_job(snapshot, job_id)
     if found is None:
         # A task job that finished has left the document; its result says how it ended.
         result, result_error = task_result(job_id)
+        if result is not None and sees is not None and not sees(result.task.queue_name):
+            result = None
         view = _shown_task(result.task, redact) if result is not None else None
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
                 "segment_error": segment_error, "segments_held": snapshot.in_segments(),
@@ -222,7 +232,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool) ->
                 "task": view,
                 "task_call": task_call(view) if view is not None else None,
                 # Its finished-job record, if it left within the retention (overrides "events").
-                **finished_job(job_id, actions, snapshot.taken_at, hidden=hidden)}
+                **finished_job(job_id, actions, snapshot.taken_at, hidden=hidden, sees=sees)}
     item, status = found
     # A job submitted from the dashboard: say who did it on the enqueue itself
     # (the audit entry is written just after the commit, so it sorts later).
@@ -327,15 +337,17 @@ HIDDEN_VALUES = ("its payload has values under secret-looking keys, hidden from 
                  "view_payload_secrets permission")
 
 
-def clone_source(job_id: str, *, hidden: bool) -> CloneSource:
+def clone_source(job_id: str, *, hidden: bool, sees: Callable[[str], bool] | None = None) -> CloneSource:
     """What "Clone as new job" fills the submit form with: the queue, the
     payload (pretty-printed) and the max attempts of ``job_id``, found in the
     queue (the document, or a segment object) or, once it left, in its
     finished-job record while that keeps the whole payload. With ``hidden``
     (a user without ``view_payload_secrets``), a payload with hidden values
-    cannot be cloned: the form would show them."""
+    cannot be cloned: the form would show them. A job of a queue ``sees``
+    does not accept (:func:`.scopes.visibility`) is unknown."""
     try:
-        found, segment_error, _ = find_job(source.current(), job_id)
+        current = source.current()
+        found, segment_error, _ = find_job(current if sees is None else current.visible(sees), job_id)
     except EngineError as exc:
         found, segment_error = None, f"the queue document cannot be read ({type(exc).__name__}: {exc})"
     if found is not None:
@@ -349,6 +361,8 @@ def clone_source(job_id: str, *, hidden: bool) -> CloneSource:
         row = find(job_id, retention_seconds=config.finished_retention_seconds(), now=datetime.now(UTC))
     except DatabaseError as exc:
         return CloneSource(job_id, None, f"the records of finished jobs cannot be read ({exc})")
+    if row is not None and sees is not None and not sees(row.queue):
+        row = None
     if row is not None and not row.payload_cut:
         if hidden and redaction.redact_text(row.payload) != row.payload:
             return CloneSource(job_id, None, HIDDEN_VALUES)
@@ -361,13 +375,14 @@ def clone_source(job_id: str, *, hidden: bool) -> CloneSource:
                                                       "finished within the retention")
 
 
-def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool) -> dict[str, Any]:
+def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool,
+                 sees: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """What the page of a job that is not in the document shows: its
     finished-job record (:mod:`queueadmin.history`) when it left within the
     retention, with the purge's audit entry (who and why) and a timeline;
-    otherwise only the retention, to say how far back the lookup reaches.
-    With ``hidden``, the kept payload (whole, or its start) shows with
-    secret values hidden."""
+    otherwise (or when its queue is not one ``sees`` accepts) only the
+    retention, to say how far back the lookup reaches. With ``hidden``, the
+    kept payload (whole, or its start) shows with secret values hidden."""
     retention = config.finished_retention_seconds()
     context: dict[str, Any] = {"finished": None, "retention_seconds": retention, "finished_error": None}
     try:
@@ -375,7 +390,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
     except DatabaseError as exc:  # shown on the page: the queue itself does not need the database
         context["finished_error"] = f"{type(exc).__name__}: {exc}"
         return context
-    if row is None:
+    if row is None or (sees is not None and not sees(row.queue)):
         return context
     # The purge's audit entry is written just after its commit: the latest ok one is it.
     purge = next((a for a in reversed(actions) if a.action == "purge" and a.outcome == "ok"), None)
@@ -452,7 +467,9 @@ def workers(snapshot: Snapshot) -> dict[str, Any]:
     # Orphans first (longest silent first), then the rest by time left.
     leases.sort(key=lambda r: (not r["orphaned"], -r["heartbeat_age"] if r["orphaned"] else (r["left"] or 0)))
     people = []
-    for w in snapshot.workers(extra=runtime.seen_workers.snapshot()):
+    # Workers that asked this node for work, on whichever queues: not for a user narrowed to some queues.
+    extra = runtime.seen_workers.snapshot() if snapshot.sees is None else {}
+    for w in snapshot.workers(extra=extra):
         people.append({"w": w, "age": _age(now, w.last_seen), "jobs": len(w.jobs)})
     return {
         "snapshot": snapshot,

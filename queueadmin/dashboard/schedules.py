@@ -53,14 +53,17 @@ def schedules(snapshot: Snapshot) -> dict[str, Any]:
     pauses = pauses_of(snapshot)
     rows = []
     defined = runtime.get_broker().schedules
+    if snapshot.sees is not None:  # narrowed to some queues: the schedules pushing to them only
+        defined = [item for item in defined if snapshot.sees(item.queue)]
     for item in defined:
         mark = marks.get(item.name) or {}
         # A paused schedule's ticks are handled (skipped) as they come: one
         # left unhandled is as late as any other's.
         rows.append(_row(item.name, item, item.describe(), item.next_due(now), mark,
                          overdue_tick(item, moment(mark.get("tick")), now), pauses.get(item.name)))
-    known = {item.name for item in defined}
-    for name in sorted({*marks, *pauses} - known):
+    known = {item.name for item in runtime.get_broker().schedules}
+    # A mark no definition here explains names no queue: shown to who sees every queue only.
+    for name in sorted({*marks, *pauses} - known if snapshot.sees is None else ()):
         rows.append(_row(name, None, "Not configured on this node", None, marks.get(name) or {}, None,
                          pauses.get(name)))
     return {"snapshot": snapshot, "rows": rows, "overdue": sum(1 for r in rows if r.overdue is not None),
@@ -133,6 +136,8 @@ def late_schedules(snapshot: Snapshot) -> list[str]:
     marks = marks_of(snapshot)
     found = []
     for item in runtime.get_broker().schedules:
+        if snapshot.sees is not None and not snapshot.sees(item.queue):
+            continue
         late = overdue_tick(item, moment((marks.get(item.name) or {}).get("tick")), now)
         if late is not None:
             found.append(f"Schedule {item.name}: its tick of {late:%Y-%m-%d %H:%M:%S} UTC has not been pushed, "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -233,6 +233,8 @@ class Snapshot:
         #: (jobs due later, or due together past a share of the front, outside
         #: the FIFO order); empty before format 3.
         self.delays: dict[str, list[DelayedRef]] = delays_of(header) if segmented else {}
+        #: The queues this snapshot was narrowed to (:meth:`visible`); None: every queue.
+        self.sees: Callable[[str], bool] | None = None
 
     def at(self, taken_at: datetime) -> Snapshot:
         """The same version, as read again at ``taken_at``: the document is
@@ -245,6 +247,22 @@ class Snapshot:
         again._retry_groups = self._retry_groups
         again._ordered, again._sealed = self._ordered, self._sealed
         return again
+
+    def visible(self, sees: Callable[[str], bool]) -> Snapshot:
+        """This version as a user who sees only the queues ``sees`` accepts
+        (:func:`.scopes.visibility`) is shown it: the other queues' counters,
+        segment references, jobs and dead letters are left out, so every
+        summary, list and lookup drawn from it acts as if they did not exist.
+        The broker's own fields (leader, seq, size) stay. O(jobs)."""
+        header = dict(self.header, queues={q: c for q, c in (self.header.get("queues") or {}).items() if sees(q)})
+        lanes = self.header.get("lanes")
+        if isinstance(lanes, dict):
+            header["lanes"] = {q: lane for q, lane in lanes.items() if sees(q)}
+        narrowed = Snapshot(header, [j for j in self.jobs if sees(j["queue"])],
+                            [d for d in self.dead if sees(d["queue"])], etag=self.etag, size=self.size,
+                            taken_at=self.taken_at)
+        narrowed.sees = sees
+        return narrowed
 
     @classmethod
     def decoded(cls, document: DecodedDocument, *, etag: str | None, taken_at: datetime) -> Snapshot:

@@ -21,7 +21,7 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
@@ -65,7 +65,8 @@ def read_snapshot(request: HttpRequest, *, fresh_seconds: float | None = None) -
         return render(request, "queueadmin/dashboard/unreadable.html",
                       {"error": exc, "kind": type(exc).__name__}, status=503)
     segments.warm_soon(snapshot.segment_refs())
-    return snapshot
+    sees = scopes.visibility(request.user)
+    return snapshot if sees is None else snapshot.visible(sees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,8 @@ def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
 
 
 def _job(snapshot: Snapshot, request: HttpRequest, job_id: str) -> dict[str, Any]:
-    return pages.job(snapshot, job_id, job_actions(job_id), hidden=not redaction.sees_secrets(request.user))
+    return pages.job(snapshot, job_id, job_actions(job_id), hidden=not redaction.sees_secrets(request.user),
+                     sees=scopes.visibility(request.user))
 
 
 def _overview(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
@@ -133,6 +135,16 @@ def _document(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
     return pages.document(snapshot, hidden=not redaction.sees_secrets(request.user))
 
 
+def hidden_page(user: Any, name: str, kwargs: dict[str, Any]) -> bool:
+    """Whether live page ``name`` (with its URL ``kwargs``) is hidden from
+    ``user`` by their queue scopes (:func:`.scopes.visibility`): a queue
+    outside them, and the raw document page, which prints every queue."""
+    sees = scopes.visibility(user)
+    if sees is None:
+        return False
+    return name == "document" or (name == "queue" and not sees(kwargs.get("name", "")))
+
+
 def _snapshot_only(build: Callable[[Snapshot], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """A builder that needs nothing from the request."""
     return lambda snapshot, request: build(snapshot)
@@ -160,6 +172,8 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
     @require_safe
     @dashboard_page
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        if hidden_page(request.user, name, kwargs):
+            raise Http404("No such page.")
         snapshot = read_snapshot(request)
         if isinstance(snapshot, HttpResponse):
             return snapshot
@@ -201,6 +215,9 @@ def submit(request: HttpRequest) -> HttpResponse:
         # "Run now" on the schedules page: the schedule's job, to push once more.
         name = request.GET["schedule"]
         initial = schedule_rows.run_now_initial(name)
+        sees = scopes.visibility(request.user)
+        if initial is not None and sees is not None and not sees(initial["queue"]):
+            initial = None  # a schedule of a queue hidden from the user: as if there were none
         run_now = {"name": name, "known": initial is not None, "hidden": False}
         if initial is not None and not redaction.sees_secrets(request.user) and (
                 redaction.redact_text(initial["payload"]) != initial["payload"]):
@@ -211,7 +228,8 @@ def submit(request: HttpRequest) -> HttpResponse:
     elif request.method != "POST" and request.GET.get("from"):
         # "Clone as new job": the form filled in from a job; submitting it
         # makes a new job with its own id, after the operator's edits.
-        clone = pages.clone_source(request.GET["from"], hidden=not redaction.sees_secrets(request.user))
+        clone = pages.clone_source(request.GET["from"], hidden=not redaction.sees_secrets(request.user),
+                                   sees=scopes.visibility(request.user))
         if clone.initial is not None:
             form = SubmitForm(initial=clone.initial)
     if request.method == "POST":
@@ -351,7 +369,7 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
 @require_safe
 @dashboard_page
 def audit(request: HttpRequest) -> HttpResponse:
-    entries, filters = auditlog.filtered(request.GET)
+    entries, filters = auditlog.filtered(request.GET, sees=scopes.visibility(request.user))
     page = Paginator(entries, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     rows = [{"entry": e, "ids": [j.job_id for j in e.jobs.all()[:20]]} for e in page.object_list]
     return render(request, "queueadmin/dashboard/audit.html", {
@@ -398,7 +416,7 @@ def audit_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if kind not in auditlog.FORMATS:
         return HttpResponse(f"Unknown export format {kind!r}: use one of {', '.join(auditlog.FORMATS)}.\n",
                             status=400, content_type="text/plain; charset=utf-8")
-    entries, _ = auditlog.filtered(request.GET)
+    entries, _ = auditlog.filtered(request.GET, sees=scopes.visibility(request.user))
     body = auditlog.stream(entries, kind, asynchronous=isinstance(request, ASGIRequest))
     response = StreamingHttpResponse(body, content_type=auditlog.FORMATS[kind])
     stamp = timezone.now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -114,3 +114,37 @@ def within(seconds: float, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old_handler)
         if old_delay:
             signal.setitimer(signal.ITIMER_REAL, max(old_delay - (seconds - left), 0.001), old_interval)
+
+
+# Links a crawl does not follow: they sign out, leave the dashboard, or are not pages.
+CRAWL_SKIP = ("/logout", "/login", "/admin", "/static", "/ws/", "/api/", "/metrics", "/healthz", "/readyz")
+CRAWL_PAGE_SECONDS = 10.0
+
+
+def links(html: str) -> Iterator[str]:
+    """The same-site links of a page a crawl follows, unescaped."""
+    for href in re.findall(r'href="([^"#]+)"', html):
+        target = unescape(href)
+        if target.startswith("/") and not target.startswith(CRAWL_SKIP):
+            yield target
+
+
+def crawl(client: Any, starts: list[str], *, limit: int = 80) -> dict[str, str]:
+    """Every page reachable from ``starts`` by same-site links (at most
+    ``limit``), by path and query: what the Django test ``client`` was sent
+    for each (a 200, a redirect or a 404; anything else fails)."""
+    seen: dict[str, str] = {}
+    todo = list(starts)
+    while todo and len(seen) < limit:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        with within(CRAWL_PAGE_SECONDS, f"GET {path}"):
+            response = client.get(path)
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        text = body.decode(errors="replace")
+        assert response.status_code in (200, 302, 404), f"GET {path}: {response.status_code}"
+        seen[path] = text
+        if "html" in response.get("Content-Type", ""):
+            todo.extend(link for link in links(text) if link not in seen)
+    return seen

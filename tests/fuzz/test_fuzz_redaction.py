@@ -14,9 +14,6 @@ crawl of the same pages does show it (so the crawl reaches the payloads).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from html import unescape
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -31,13 +28,10 @@ from engine.ops import claim_op, fail_op, push_op
 from queueadmin.tasks.payload import task_payload
 from tests.e2e import sample_tasks
 from tests.fuzz.nodes import Nodes
-from tests.fuzz.pages import within
+from tests.fuzz.pages import crawl
 from tests.fuzz.profiles import scaled
 
 MARK = "Zq9MARK"
-PAGE_SECONDS = 10.0
-# Links a crawl does not follow: they sign out, leave the dashboard, or stream the audit log.
-SKIP = ("/logout", "/login", "/admin", "/static", "/ws/", "/api/", "/metrics", "/healthz", "/readyz")
 
 secret_keys = st.sampled_from(["password", "apiKey", "API-KEY", "db_password", "client_secret", "accessToken",
                                "Authorization", "card_number", "sessionId"])
@@ -88,33 +82,6 @@ def build(broker: Broker, jobs: list[tuple[tuple[Any, str], str]]) -> list[str]:
                 broker.execute(fail_op(job_id, claimed.lease, error="boom", retry_in_seconds=None, policy=policy))
         ids.append(job_id)
     return ids
-
-
-def links(html: str) -> Iterator[str]:
-    for href in re.findall(r'href="([^"#]+)"', html):
-        target = unescape(href)
-        if target.startswith("/") and not target.startswith(SKIP):
-            yield target
-
-
-def crawl(client: Client, starts: list[str], *, limit: int = 80) -> dict[str, str]:
-    """Every page reachable from ``starts`` by same-site links (at most
-    ``limit``), by path and query: what the client was sent for each."""
-    seen: dict[str, str] = {}
-    todo = list(starts)
-    while todo and len(seen) < limit:
-        path = todo.pop(0)
-        if path in seen:
-            continue
-        with within(PAGE_SECONDS, f"GET {path}"):
-            response = client.get(path)
-        body = b"".join(response.streaming_content) if response.streaming else response.content
-        text = body.decode(errors="replace")
-        assert response.status_code in (200, 302, 404), f"GET {path}: {response.status_code}"
-        seen[path] = text
-        if "html" in response.get("Content-Type", ""):
-            todo.extend(link for link in links(text) if link not in seen)
-    return seen
 
 
 @settings(max_examples=scaled(12))
