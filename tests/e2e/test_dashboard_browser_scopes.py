@@ -1,7 +1,8 @@
 """Queue scopes in Chromium: an operator whose group is scoped to
 ``billing-*`` requeues a dead job of ``billing-eu`` from its page; on a job
 of ``emails`` the Purge button is disabled and says why, and posting it
-anyway is refused in the action panel; that job stays where it was."""
+anyway is refused in the action panel; that job stays where it was. A scope
+that hides the other queues shows its user only theirs."""
 
 from __future__ import annotations
 
@@ -58,3 +59,34 @@ def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
         page.get_by_test_id("run-action").click()
         expect(page.get_by_test_id("job-status")).to_have_text("pending")
     assert [d["id"] for d in cluster.document()["dead"]] == [theirs]
+
+
+HIDING = textwrap.dedent(f'''
+    from django.contrib.auth.models import Permission, User
+    from queueadmin.models import QueueScope
+
+    user = User.objects.create_user("billing-only", "o@example.com", {PASSWORD!r})
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="queueadmin", codename__in=["view_dashboard", "requeue_job"]))
+    QueueScope.objects.create(user=user, pattern="billing-*", hide_others=True)
+''')
+
+
+def test_a_scope_that_hides_the_others_shows_only_its_queues(browser: Browser,
+                                                             cluster_factory: Callable[..., Cluster]) -> None:
+    cluster, server = with_operator(cluster_factory())
+    made = cluster.manage("shell", "-c", HIDING)
+    assert made.returncode == 0, made.stderr.decode()
+    ours, theirs = kill(server, "billing-eu"), kill(server, "hrpayroll")
+
+    with signed_in(browser, server, user="billing-only") as page:
+        expect(page.get_by_role("link", name="billing-eu", exact=True)).to_be_visible()
+        assert "hrpayroll" not in page.content()
+        page.goto(f"{server.url}/dead/")
+        expect(page.locator("body")).to_contain_text("billing-eu")
+        assert "hrpayroll" not in page.content() and theirs not in page.content()
+        assert page.goto(f"{server.url}/queues/hrpayroll/").status == 404  # type: ignore[union-attr]
+        page.goto(f"{server.url}/jobs/{ours}/")
+        expect(page.get_by_test_id("job-status")).to_have_text("dead")
+    with signed_in(browser, server) as page:  # the superuser sees both
+        expect(page.get_by_role("link", name="hrpayroll", exact=True)).to_be_visible()
