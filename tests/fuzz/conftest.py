@@ -15,6 +15,7 @@ from tests.fuzz import profiles
 from tests.fuzz.nodes import MAX_PAYLOAD, MAX_REQUEST, TOKEN, Nodes
 
 if TYPE_CHECKING:
+    from django.test import Client
     from pytest_django.fixtures import Settings as SettingsWrapper
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -42,3 +43,14 @@ def nodes(node_settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch, db: N
     """Fresh nodes for each example. With the test database: a wrong token
     is looked up among the API tokens there, and the dashboard needs it."""
     return Nodes(monkeypatch)
+
+
+@pytest.fixture
+def operator_client(db: None) -> Client:
+    """A signed-in superuser: every permission, every queue."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_superuser("fuzz-operator", "op@example.com", "pw"))
+    return client

@@ -94,13 +94,6 @@ def scoped_client(db: None) -> Client:
     return client
 
 
-@pytest.fixture
-def operator_client(db: None) -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("fuzz-operator", "op@example.com", "pw"))
-    return client
-
-
 def page(client: Client, path: str) -> Any:
     with within(PAGE_SECONDS, f"GET {path}"):
         return client.get(path)
