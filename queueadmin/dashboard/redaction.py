@@ -62,7 +62,15 @@ def words(key: str) -> str:
 
 
 def is_secret(key: str, pattern: re.Pattern[str] | None = None) -> bool:
-    return (pattern or secret_keys()).search(words(key)) is not None
+    """Whether the value under object key ``key`` is hidden (``pattern``:
+    the compiled setting, read when None)."""
+    return _is_secret(key, pattern or secret_keys())
+
+
+# Payloads repeat their keys: a search over 20,000 jobs asks about a few dozen.
+@functools.lru_cache(maxsize=4096)
+def _is_secret(key: str, pattern: re.Pattern[str]) -> bool:
+    return pattern.search(words(key)) is not None
 
 
 def redact(value: Any, pattern: re.Pattern[str] | None = None) -> Any:
