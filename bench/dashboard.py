@@ -121,12 +121,24 @@ def main(argv: list[str]) -> int:
                  _median_ms(first_overview, args.repeat)))
 
     user = User(username="bench", is_superuser=True, is_staff=True, is_active=True)
+    # A read-only viewer (secret payload values hidden from them), and an
+    # operator whose scope hides every queue but "emails".
+    from django.contrib.auth.models import Permission
+
+    from queueadmin.models import QueueScope
+
+    viewer = User.objects.create_user("bench-viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_dashboard"))
+    confined = User.objects.create_user("bench-confined", is_staff=True)
+    confined.user_permissions.add(Permission.objects.get(codename="view_dashboard"))
+    QueueScope.objects.create(user=confined, pattern="emails", hide_others=True)
     factory = RequestFactory()
 
-    def page(path: str, view: Callable[..., Any], **kwargs: Any) -> Callable[[], None]:
+    def page(path: str, view: Callable[..., Any], as_user: Any = None, **kwargs: Any) -> Callable[[], None]:
         def run() -> None:
             request: HttpRequest = factory.get(path)
-            request.user = user
+            # A fresh user object per request, as Django's middleware gives (its scope caches live on it).
+            request.user = user if as_user is None else User.objects.get(pk=as_user.pk)
             request.session = SessionBase()
             request.htmx = False  # type: ignore[attr-defined]
             response = view(request, **kwargs)
@@ -142,6 +154,10 @@ def main(argv: list[str]) -> int:
         ("jobs filtered: queue emails, running", "/jobs/?queue=emails&status=running", views.jobs, {}),
         ("jobs: exact id", f"/jobs/?id={some_id}", views.jobs, {}),
         ("jobs: payload search (bounded to 20,000 jobs)", "/jobs/?q=user99", views.jobs, {}),
+        ("jobs: the same search by a viewer (secret values hidden first)", "/jobs/?q=user99", views.jobs,
+         {"as_user": viewer}),
+        ("overview page, by a user whose scope hides every queue but emails", "/", views.overview,
+         {"as_user": confined}),
         ("one job's page", f"/jobs/{some_id}/", views.job, {"job_id": some_id}),
         ("workers and leases page", "/workers/", views.workers, {}),
         ("dead letters page", "/dead/", views.dead, {}),
@@ -153,6 +169,8 @@ def main(argv: list[str]) -> int:
 
     class Params:
         GET: ClassVar[dict[str, str]] = {}
+        user: ClassVar[Any] = None
+    Params.user = user
 
     def live_update() -> None:
         context = live.build(source.current(), Params())
