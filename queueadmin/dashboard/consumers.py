@@ -80,6 +80,7 @@ class _Params:
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     page: LivePage
+    page_name: str
     kwargs: dict[str, Any]
 
     async def connect(self) -> None:
@@ -106,6 +107,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if await database_sync_to_async(hidden_page)(user, match.url_name, dict(match.kwargs)):
             await self.close(code=CLOSE_BAD_PAGE)  # as for a page that does not exist
             return
+        self.page_name = match.url_name
         self.page = LIVE_PAGES[match.url_name]
         self.kwargs = dict(match.kwargs)
         self.params = _Params(target.query, user)
@@ -153,8 +155,9 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                     # A socket outlives the page's request: sign-out, a
                     # revoked permission or a deactivated account ends it.
                     checked = started
-                    if not await self._still_allowed():
-                        await self.close(code=CLOSE_UNAUTHENTICATED)
+                    refused = await self._recheck()
+                    if refused is not None:
+                        await self.close(code=refused)
                         return
                 try:
                     snapshot = await asyncio.to_thread(source.current)
@@ -181,25 +184,29 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                     await asyncio.wait_for(committed.wait(), timeout=POLL_SECONDS)
 
     @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
-    def _still_allowed(self) -> bool:
-        """Whether the socket's session still signs in a user with ``view_dashboard``.
+    def _recheck(self) -> int | None:
+        """None while the socket's session still signs in a user with
+        ``view_dashboard`` who may see this page; else the close code.
 
         The session is read afresh from its store (the scope's copy was
         loaded at connect), and Django's own ``get_user`` checks it, so a
-        sign-out, a password change or a deactivated account all count.
+        sign-out, a password change or a deactivated account all count; so
+        does a queue scope narrowed since, that now hides this queue's page.
         """
         session = self.scope.get("session")
         if session is None or session.session_key is None:
-            return False
+            return CLOSE_UNAUTHENTICATED
         request = HttpRequest()
         request.session = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
         user = auth.get_user(request)
         if not (user.is_authenticated and user.has_perm(VIEW)):
-            return False
+            return CLOSE_UNAUTHENTICATED
+        if hidden_page(user, self.page_name, self.kwargs):
+            return CLOSE_BAD_PAGE
         # Draw with the user as they are now: permissions and queue scopes
         # changed since the socket opened apply from here on.
         self.user = self.params.user = user
-        return True
+        return None
 
     @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def _render(self, snapshot: Snapshot) -> dict[str, str]:

@@ -38,34 +38,41 @@ class OutOfScope(Exception):
     message says which (see :func:`refusal`). Nothing was changed."""
 
 
-def patterns(user: Any) -> list[str] | None:
-    """The patterns of the queues ``user`` may act on; None for every queue."""
+def _scopes(user: Any, *, cached: bool) -> list[tuple[str, bool]]:
+    """``user``'s scopes as (pattern, hide_others), their own and their
+    groups'; none for a superuser or an anonymous user. One query, kept on
+    the user object for the next ``cached`` call (a request's user lives for
+    the request, a live socket's until its next recheck)."""
     from queueadmin.models import QueueScope  # models load after the app registry
 
-    if user.is_superuser:
-        return None
-    found = list(QueueScope.objects.filter(Q(user=user) | Q(group__in=user.groups.all()))
-                 .order_by("pattern").values_list("pattern", flat=True).distinct())
-    return found or None
+    if cached and hasattr(user, "_queue_scopes"):
+        kept: list[tuple[str, bool]] = user._queue_scopes
+        return kept
+    rows: list[tuple[str, bool]] = []
+    if user.is_authenticated and not user.is_superuser:
+        rows = list(QueueScope.objects.filter(Q(user=user) | Q(group__in=user.groups.all()))
+                    .values_list("pattern", "hide_others"))
+    user._queue_scopes = rows
+    return rows
+
+
+def patterns(user: Any, *, cached: bool = False) -> list[str] | None:
+    """The patterns of the queues ``user`` may act on; None for every queue.
+    Read afresh unless ``cached`` (what a page shows may reuse the request's
+    read; an action's check does not)."""
+    return sorted({pattern for pattern, _ in _scopes(user, cached=cached)}) or None
 
 
 def visibility(user: Any) -> Callable[[str], bool] | None:
     """What ``user`` may see of the queues: None for every queue (a
     superuser, or no scope of theirs hides the others), else whether a queue
-    name is one their patterns match. One query per user object (kept on it,
-    as a request's user lives for the request)."""
-    from queueadmin.models import QueueScope
-
+    name is one their patterns match. Shares :func:`patterns`' one query per
+    user object, and returns the same function for the same object."""
     if hasattr(user, "_queue_visibility"):
-        cached: Callable[[str], bool] | None = user._queue_visibility
-        return cached
-    seen: Callable[[str], bool] | None = None
-    if not user.is_superuser and user.is_authenticated:
-        rows = list(QueueScope.objects.filter(Q(user=user) | Q(group__in=user.groups.all()))
-                    .values_list("pattern", "hide_others"))
-        if any(hide for _, hide in rows):
-            scope = sorted({pattern for pattern, _ in rows})
-            seen = functools.partial(allows, scope)
+        seen: Callable[[str], bool] | None = user._queue_visibility
+        return seen
+    rows = _scopes(user, cached=True)
+    seen = functools.partial(allows, patterns(user, cached=True)) if any(hide for _, hide in rows) else None
     user._queue_visibility = seen
     return seen
 

@@ -192,11 +192,8 @@ def queue_scope_refusal(context: template.Context, queue: str) -> str:
         return ""
     from queueadmin.dashboard import scopes  # here, not at import: template libraries load before apps are ready
 
-    try:
-        scope = user._queue_scope
-    except AttributeError:
-        scope = user._queue_scope = scopes.patterns(user)
-    if scopes.allows(scope, queue):
+    scope = scopes.patterns(user, cached=True)
+    if scope is None or scopes.allows(scope, queue):
         return ""
     return f"Outside your queue scope ({', '.join(scope)}): ask an administrator to act on {queue}"
 

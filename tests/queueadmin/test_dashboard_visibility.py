@@ -22,7 +22,7 @@ from queueadmin.dashboard.source import source
 from queueadmin.history.records import FinishedJob
 from queueadmin.models import QueueScope
 from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
-from tests.queueadmin.test_dashboard_live import ORIGIN, connect, cookie_for, next_update, run_async
+from tests.queueadmin.test_dashboard_live import ORIGIN, closed_within, connect, cookie_for, next_update, run_async
 
 pytestmark = pytest.mark.django_db
 
@@ -117,3 +117,25 @@ async def test_live_sockets_draw_only_the_visible_queues(broker: Broker) -> None
     finally:
         await communicator.disconnect()
     assert "billing-eu" in fragments and HIDDEN not in fragments and "salary" not in fragments
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_an_open_socket_on_a_queue_a_narrowed_scope_hides_is_closed_at_the_recheck(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue page's charts come from the history by the queue's name, not
+    from the document: a socket left open on it after its user's scope came
+    to hide the queue must close, not keep drawing them."""
+    from queueadmin.dashboard import consumers
+
+    monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0.2)
+    await asyncio.to_thread(push, broker, HIDDEN, [{"salary": 1}])
+    client = await sync_to_async(lambda: client_for(confined(hide=False)))()
+    communicator, connected, _ = await connect(f"/queues/{HIDDEN}/", cookie_for(client), ORIGIN)
+    assert connected
+    try:
+        await next_update(communicator)
+        await sync_to_async(QueueScope.objects.update)(hide_others=True)
+        assert await closed_within(communicator, 5.0) == {"type": "websocket.close", "code": 4404}
+    finally:
+        await communicator.disconnect()
