@@ -364,7 +364,7 @@ def clone_source(job_id: str, *, hidden: bool, sees: Callable[[str], bool] | Non
     if row is not None and sees is not None and not sees(row.queue):
         row = None
     if row is not None and not row.payload_cut:
-        if hidden and redaction.redact_text(row.payload) != row.payload:
+        if hidden and redaction.hides_text(row.payload):
             return CloneSource(job_id, None, HIDDEN_VALUES)
         return CloneSource(job_id, {"queue": row.queue, "max_attempts": row.max_attempts,
                                     "payload": pretty_payload(row), "delay_seconds": 0,

@@ -92,6 +92,11 @@ def hides(value: Any) -> bool:
     return redact(value) is not value
 
 
+def hides_text(text: str) -> bool:
+    """Whether :func:`redact_text` hides anything in ``text`` (JSON text, whole or cut)."""
+    return redact_text(text) != text
+
+
 # A JSON string (possibly cut short), or any run of characters up to a
 # structural one: the tokens of :func:`redact_text`'s scan.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("|\\?$)|[{}\[\]:,]|[^\s{}\[\]:,"]+|\s+', re.DOTALL)
@@ -163,8 +168,9 @@ def for_user(user: Any) -> Redactor:
 
 
 def redactor(*, hidden: bool) -> Redactor:
-    """:func:`redact` if secret values are ``hidden``, else the identity."""
-    return redact if hidden else _shown
+    """:func:`redact` if secret values are ``hidden``, with the setting read
+    once (a search calls it for every candidate), else the identity."""
+    return functools.partial(redact, pattern=secret_keys()) if hidden else _shown
 
 
 def _shown(value: Any) -> Any:

@@ -219,8 +219,8 @@ def submit(request: HttpRequest) -> HttpResponse:
         if initial is not None and sees is not None and not sees(initial["queue"]):
             initial = None  # a schedule of a queue hidden from the user: as if there were none
         run_now = {"name": name, "known": initial is not None, "hidden": False}
-        if initial is not None and not redaction.sees_secrets(request.user) and (
-                redaction.redact_text(initial["payload"]) != initial["payload"]):
+        if initial is not None and not redaction.sees_secrets(request.user) and redaction.hides_text(
+                initial["payload"]):
             # Filled in, the form would show the secret values; emptied, it would push a broken job.
             run_now["hidden"], initial = True, None
         if initial is not None:
