@@ -17,24 +17,27 @@ from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
 
-SCOPED = textwrap.dedent(f'''
-    from django.contrib.auth.models import Group, Permission, User
-    from queueadmin.models import QueueScope
 
-    user = User.objects.create_user("billing-ops", "b@example.com", {PASSWORD!r})
-    user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="queueadmin",
-        codename__in=["view_dashboard", "requeue_job", "purge_job"]))
-    team = Group.objects.create(name="billing team")
-    QueueScope.objects.create(group=team, pattern="billing-*")
-    user.groups.add(team)
-''')
+def scoped_user(name: str, codenames: list[str], *, hide_others: bool = False) -> str:
+    """``manage.py shell`` code that makes user ``name`` with these queueadmin
+    permissions, in a group whose scope is ``billing-*``."""
+    return textwrap.dedent(f'''
+        from django.contrib.auth.models import Group, Permission, User
+        from queueadmin.models import QueueScope
+
+        user = User.objects.create_user({name!r}, "b@example.com", {PASSWORD!r})
+        user.user_permissions.add(*Permission.objects.filter(content_type__app_label="queueadmin",
+                                                             codename__in={codenames!r}))
+        team = Group.objects.create(name="billing team")
+        QueueScope.objects.create(group=team, pattern="billing-*", hide_others={hide_others!r})
+        user.groups.add(team)
+    ''')
 
 
 def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
                                                      cluster_factory: Callable[..., Cluster]) -> None:
     cluster, server = with_operator(cluster_factory())
-    made = cluster.manage("shell", "-c", SCOPED)
+    made = cluster.manage("shell", "-c", scoped_user("billing-ops", ["view_dashboard", "requeue_job", "purge_job"]))
     assert made.returncode == 0, made.stderr.decode()
     ours, theirs = kill(server, "billing-eu"), kill(server, "emails")
 
@@ -61,21 +64,11 @@ def test_a_scoped_operator_acts_on_their_queues_only(browser: Browser,
     assert [d["id"] for d in cluster.document()["dead"]] == [theirs]
 
 
-HIDING = textwrap.dedent(f'''
-    from django.contrib.auth.models import Permission, User
-    from queueadmin.models import QueueScope
-
-    user = User.objects.create_user("billing-only", "o@example.com", {PASSWORD!r})
-    user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="queueadmin", codename__in=["view_dashboard", "requeue_job"]))
-    QueueScope.objects.create(user=user, pattern="billing-*", hide_others=True)
-''')
-
-
 def test_a_scope_that_hides_the_others_shows_only_its_queues(browser: Browser,
                                                              cluster_factory: Callable[..., Cluster]) -> None:
     cluster, server = with_operator(cluster_factory())
-    made = cluster.manage("shell", "-c", HIDING)
+    made = cluster.manage("shell", "-c", scoped_user("billing-only", ["view_dashboard", "requeue_job"],
+                                                       hide_others=True))
     assert made.returncode == 0, made.stderr.decode()
     ours, theirs = kill(server, "billing-eu"), kill(server, "hrpayroll")
 
