@@ -181,3 +181,42 @@ def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
     finally:
         logging.getLogger("engine.worker").removeHandler(lost_log)
         client.stop()
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=scaled(24))
+@given(jobs=st.lists(st.tuples(st.sampled_from(("complete", "fail", "permanent", "flaky")),
+                               st.sampled_from([0.0, 0.05])), min_size=1, max_size=8),
+       max_jobs=st.integers(1, 12), batch=st.booleans(), concurrency=st.integers(1, 4))
+def test_a_worker_with_max_jobs_claims_at_most_that_many_and_returns_once_they_are_settled(
+        jobs: list[tuple[str, float]], max_jobs: int, batch: bool, concurrency: int) -> None:
+    """``max_jobs``, with claims riding acknowledgements or not, retries
+    claimed at once, and more slots than jobs left: the worker never claims
+    one job past its quota, every claim is settled, and it returns by itself
+    once it has claimed its quota (else the queue empties first)."""
+    client = GroupCommitter(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0)).start()
+    run = Run()
+    try:
+        ids = client.push("q", list(range(len(jobs))))
+        for job_id, (behaviour, hold) in zip(ids, jobs, strict=True):
+            run.behaviours[job_id], run.holds[job_id] = behaviour, hold
+        options = replace(FAST_WORKER, batch=batch, concurrency=concurrency, max_jobs=max_jobs, grace_seconds=10)
+        worker = Worker(client, queues=["q"], handler=run.handler, pass_job=True, options=options)
+        thread, result = start(worker)
+        wait_for(lambda: not thread.is_alive() or client.document()["jobs"] == [], 30,
+                 "the worker to use its quota or the queue to empty")
+        returned_by_itself = not thread.is_alive()
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive() and result == [worker.stats], result
+        stats = worker.stats
+        assert stats.claimed <= max_jobs, stats
+        assert stats.claimed == stats.completed + stats.failed + stats.lost and stats.lost == 0, stats
+        assert worker.running == 0
+        if returned_by_itself:
+            assert stats.claimed == max_jobs, stats
+        document = client.document()
+        counters = document["queues"]["q"]
+        assert counters["completed"] + len(document["dead"]) + len(document["jobs"]) == len(jobs), counters
+    finally:
+        client.stop()
