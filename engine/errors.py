@@ -13,6 +13,7 @@ Every error the engine raises derives from :class:`EngineError`::
     │   └── SegmentUnreadable      a segment the document references is missing or does not verify
     ├── NotLeader                  this broker does not (or no longer) lead; ask ``leader_url``
     ├── Unauthorized               the broker refused the API token; fix it, retrying won't help
+    │   └── Forbidden              the token is good but its scope does not allow this call or queue
     ├── CommitterStopped           the group committer is not running; nothing was applied
     ├── CommitTimeout              no answer within the caller's deadline; the operation may yet commit
     ├── InitRefused                queueinit refused: a document exists or existed; nothing was written
@@ -160,6 +161,19 @@ class Unauthorized(EngineError):
     """
 
     code = "unauthorized"
+
+
+class Forbidden(Unauthorized):
+    """The broker knows the token, but the token's scope does not allow this
+    call or this queue (an API token limited to some queues, or to pushing or
+    working only). Nothing was changed.
+
+    Use a token whose scope covers the call; retrying won't help. A subclass
+    of :class:`Unauthorized`, so that whoever stops on a refused token (a
+    worker, the client's failover) stops on this too.
+    """
+
+    code = "forbidden"
 
 
 class CommitterStopped(EngineError):

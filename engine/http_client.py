@@ -11,6 +11,7 @@ What this client raises, from the engine's tree (:mod:`engine.errors`)::
 
     EngineError
     ├── Unauthorized               the broker refused the token; fix it, retrying won't help
+    │   └── Forbidden              the token's scope does not cover the call or queue
     ├── NotLeader                  no broker led for the whole retry budget
     ├── StoreError
     │   └── StoreUnavailable       the broker's store failed (503 store_unavailable)

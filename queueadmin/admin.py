@@ -64,18 +64,20 @@ class AuditEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "hint", "created_at", "created_by", "revoked_at")
-    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
-    search_fields = ("name", "hint")
+    list_display = ("name", "hint", "scope", "created_at", "created_by", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "may_push", "may_work")
+    search_fields = ("name", "hint", "queues")
     readonly_fields = ("hint", "created_at", "created_by", "revoked_at")
     actions = ("revoke",)
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> FieldGroups:
-        return ["name"] if obj is None else ["name", "hint", "created_at", "created_by", "revoked_at"]
+        scope = ["queues", "may_push", "may_work"]
+        return ["name", *scope] if obj is None else ["name", *scope, "hint", "created_at", "created_by", "revoked_at"]
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         if change:
             super().save_model(request, obj, form, change)
+            digests.forget()  # a narrowed scope applies on this node at once, on the others within seconds
             return
         token = obj.issue()
         obj.created_by = request.user  # type: ignore[assignment]

@@ -34,17 +34,20 @@ in the admin like any other:
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine import forget_schedule_op, pause_schedule_op
 from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op
+from queueadmin.api.grants import parse_patterns
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
 if TYPE_CHECKING:
@@ -317,13 +320,29 @@ class AuditJob(models.Model):
         return self.job_id
 
 
+# A queue name's characters (engine.ops.QUEUE_NAME) and fnmatch's wildcards.
+_QUEUE_PATTERN = re.compile(r"[A-Za-z0-9_.:*?\[\]!-]{1,100}")
+
+
+def validate_queue_patterns(text: str) -> None:
+    """Raise ValidationError unless every pattern in ``text`` could match a queue name."""
+    bad = [p for p in parse_patterns(text) or () if not _QUEUE_PATTERN.fullmatch(p)]
+    if bad:
+        raise ValidationError(f"not a pattern of queue names: {', '.join(bad)} (queue names hold letters, digits, "
+                              "'_', '.', ':' and '-'; patterns add *, ?, [ and ])")
+
+
 class ApiToken(models.Model):
     """A broker API token kept in the database, beside ``QUEUE_API_TOKEN``.
 
     Give each producer or worker fleet its own, and revoke it alone. Only a
     SHA-256 digest is stored: the token itself is shown once, when it is made
-    (in Django admin), and cannot be read back. Nodes pick up a new or revoked
-    token within :data:`queueadmin.api.auth.TOKEN_CACHE_SECONDS`.
+    (in Django admin), and cannot be read back. Nodes pick up a new, changed
+    or revoked token within :data:`queueadmin.api.auth.TOKEN_CACHE_SECONDS`.
+
+    A token may be limited to some queues (``queues``) and to pushing or
+    working (``may_push``, ``may_work``), so that a producer's leaked token
+    cannot drain or read other queues (the rules: :mod:`queueadmin.api.grants`).
     """
 
     PREFIX = "qa_"
@@ -336,13 +355,29 @@ class ApiToken(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    queues = models.CharField(
+        max_length=500, blank=True, validators=[validate_queue_patterns],
+        help_text="Only these queues, as shell-style patterns separated by spaces or commas (billing billing-*); "
+                  "empty: every queue. A limited token cannot read the whole document or the metrics")
+    may_push = models.BooleanField("may push", default=True, help_text="Push jobs (producers)")
+    may_work = models.BooleanField("may work", default=True,
+                                   help_text="Claim jobs and heartbeat, complete or fail them (workers)")
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]
         verbose_name = "API token"
+        constraints: ClassVar[list[models.BaseConstraint]] = [models.CheckConstraint(
+            condition=models.Q(may_push=True) | models.Q(may_work=True), name="api_token_may_push_or_work",
+            violation_error_message="A token that may neither push nor work could do nothing: allow one")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint}…)"
+
+    @property
+    def scope(self) -> str:
+        """What it may do, in words (the admin's list)."""
+        calls = "push and work" if self.may_push and self.may_work else "push" if self.may_push else "work"
+        return f"{calls} · {' '.join(parse_patterns(self.queues) or ('every queue',))}"
 
     @staticmethod
     def digest_of(token: str) -> str:

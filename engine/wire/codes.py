@@ -24,6 +24,7 @@ from engine.errors import (
     DocumentError,
     DocumentMissing,
     EngineError,
+    Forbidden,
     InvalidPayload,
     JobNotFound,
     LeaseLost,
@@ -79,7 +80,7 @@ ENGINE_ALIASES: Mapping[str, str] = {
 }
 
 #: The engine error a client raises for each code it understands; any other
-#: code (``not_found``, ``forbidden``, ...) becomes a plain EngineError.
+#: code (``not_found``, ...) becomes a plain EngineError.
 ERROR_BY_CODE: Mapping[str, type[EngineError]] = {
     "not_leader": NotLeader,
     "store_unavailable": StoreUnavailable,
@@ -90,6 +91,7 @@ ERROR_BY_CODE: Mapping[str, type[EngineError]] = {
     "invalid": ValidationError,
     "malformed_json": ValidationError,
     "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
     "document_error": DocumentError,
     "document_missing": DocumentMissing,
     "operation_failed": OperationFailed,

@@ -4,11 +4,12 @@ Producers and workers send ``Authorization: Bearer <token>``. A token is
 good if it is the node's ``QUEUE_API_TOKEN``, or an unrevoked
 :class:`~queueadmin.models.ApiToken` from the database (made in Django admin).
 A node with neither refuses every authenticated call: an open queue is never
-the default.
+the default. A good token's :class:`~queueadmin.api.grants.Grant` says what
+it may do; the endpoints check it (:mod:`queueadmin.api.grants`).
 
 The settings token is checked first, in constant time and with no I/O, so
 the usual path costs nothing. Database tokens are checked against a
-per-process set of digests, re-read at most every :data:`TOKEN_CACHE_SECONDS`,
+per-process map of digests to grants, re-read at most every :data:`TOKEN_CACHE_SECONDS`,
 so a busy API does not query the database per request, and a new or revoked
 token takes effect within that time on every node.
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
@@ -31,6 +34,7 @@ from django.db import close_old_connections
 
 from queueadmin import config
 from queueadmin.api.errors import ApiError
+from queueadmin.api.grants import FULL, Grant, parse_patterns
 
 if TYPE_CHECKING:
     from queueadmin.api.http import Request
@@ -43,16 +47,23 @@ log = logging.getLogger(__name__)
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="queueadmin"'}
 
 
+Grants = Mapping[str, Grant]
+
+_NONE: Grants = MappingProxyType({})
+
+
 class TokenDigests:
-    """The digests of the unrevoked database tokens, re-read when stale."""
+    """The digests of the unrevoked database tokens, each with its grant,
+    re-read when stale."""
 
     def __init__(self) -> None:
-        self._digests: frozenset[str] = frozenset()
+        self._digests: Grants = _NONE
         self._read_at = float("-inf")
 
-    def fresh(self) -> frozenset[str] | None:
-        """The digests if they were read less than :data:`TOKEN_CACHE_SECONDS`
-        ago, else None (only the database can tell then). No I/O."""
+    def fresh(self) -> Grants | None:
+        """The grants by digest if they were read less than
+        :data:`TOKEN_CACHE_SECONDS` ago, else None (only the database can
+        tell then). No I/O."""
         if time.monotonic() - self._read_at < TOKEN_CACHE_SECONDS:
             return self._digests
         return None
@@ -61,8 +72,8 @@ class TokenDigests:
         """Re-read on the next check (tests; after an admin change in this process)."""
         self._read_at = float("-inf")
 
-    async def current(self) -> frozenset[str]:
-        """The digests, re-read if stale. If the database cannot be read, the
+    async def current(self) -> Grants:
+        """The grants by digest, re-read if stale. If the database cannot be read, the
         last digests read stay in use (and a read is tried again in a
         second): a database outage must not lock out a fleet of workers."""
         # No lock: requests on different event loops may share this cache,
@@ -78,8 +89,8 @@ class TokenDigests:
         return self._digests
 
 
-def _read_digests() -> frozenset[str]:
-    """The digests of the unrevoked tokens. Database I/O: run it on a thread.
+def _read_digests() -> Grants:
+    """The unrevoked tokens' grants by digest. Database I/O: run it on a thread.
 
     The API is served without Django's request handling
     (:mod:`queueadmin.api.app`), so no ``request_started``/``request_finished``
@@ -92,12 +103,20 @@ def _read_digests() -> frozenset[str]:
 
     close_old_connections()
     try:
-        return frozenset(ApiToken.objects.filter(revoked_at__isnull=True).values_list("digest", flat=True))
+        rows = ApiToken.objects.filter(revoked_at__isnull=True).values_list(
+            "digest", "name", "may_push", "may_work", "queues")
+        return MappingProxyType({digest: _grant(name, may_push, may_work, queues)
+                                 for digest, name, may_push, may_work, queues in rows})
     finally:
         close_old_connections()
 
 
-#: The process-wide cache of database token digests.
+def _grant(name: str, may_push: bool, may_work: bool, queues: str) -> Grant:
+    """A database token's grant; its name is kept for the messages of refusals."""
+    return Grant(name=name, may_push=may_push, may_work=may_work, patterns=parse_patterns(queues))
+
+
+#: The process-wide cache of database token digests and their grants.
 digests = TokenDigests()
 
 
@@ -119,7 +138,7 @@ def _settings_token_matches(token: str) -> bool:
     return bool(expected) and hmac.compare_digest(token.encode(), str(expected).encode())
 
 
-def _refused(known: frozenset[str]) -> ApiError:
+def _refused(known: Grants) -> ApiError:
     if not config.api_token() and not known:
         return ApiError(
             "unauthorized",
@@ -147,8 +166,8 @@ def refusal_without_io(header: str | None) -> ApiError | None:
     return _refused(known)
 
 
-async def check_token(request: Request) -> None:
-    """Return if ``request`` carries a good token; else raise ApiError 401.
+async def check_token(request: Request) -> Grant:
+    """The grant of the good token ``request`` carries; else raise ApiError 401.
 
     No I/O for the settings token, or while the database tokens read last
     are fresh; otherwise one database read on a thread (:class:`TokenDigests`).
@@ -157,10 +176,11 @@ async def check_token(request: Request) -> None:
     if token is None:
         raise _missing()
     if _settings_token_matches(token):
-        return
+        return FULL
     from queueadmin.models import ApiToken
 
     known = await digests.current()
-    if ApiToken.digest_of(token) in known:
-        return
+    grant = known.get(ApiToken.digest_of(token))
+    if grant is not None:
+        return grant
     raise _refused(known)

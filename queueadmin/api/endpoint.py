@@ -52,7 +52,7 @@ class Endpoint:
                     headers={"Allow": self.allow},
                 )
             if self.token:
-                await check_token(request)
+                request.grant = await check_token(request)
             return await self.view(request, **parameters)
         except ClientGone:
             raise

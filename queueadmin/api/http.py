@@ -17,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from queueadmin.api.grants import Grant
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -44,7 +47,7 @@ class Request:
     proxy's ``X_Forwarded_Host`` can never pass for ``X-Forwarded-Host``.
     """
 
-    __slots__ = ("_body", "_receive", "headers", "method", "path", "query", "scheme", "server")
+    __slots__ = ("_body", "_receive", "grant", "headers", "method", "path", "query", "scheme", "server")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.method: str = scope["method"].upper()
@@ -65,6 +68,9 @@ class Request:
         self.headers: dict[str, str] = headers
         self._receive = receive
         self._body: bytes | None = None
+        #: What the request's token may do (queueadmin.api.grants), once the
+        #: endpoint checked it; None for an endpoint that needs no token.
+        self.grant: Grant | None = None
 
     async def read(self, limit: int) -> bytes:
         """The whole body, at most ``limit`` bytes (read once, then kept).

@@ -22,12 +22,13 @@ from django import db
 from django.core import signing
 from django.db import close_old_connections
 
-from engine import Broker, EngineError, GroupCommitter, NotLeader, QueueError, ValidationError, wire
+from engine import Broker, EngineError, GroupCommitter, JobNotFound, NotLeader, QueueError, ValidationError, wire
 from engine.ops import Claim, Operation, get_job_op
 from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
 from queueadmin.api.errors import ApiError, encode_json, encoded_json_response, json_response
+from queueadmin.api.grants import Grant
 from queueadmin.api.http import Request, Response
 from queueadmin.probes import segment_problems
 
@@ -38,11 +39,19 @@ async def _body(request: Request) -> Any:
     return await parsing.read_json(request, config.max_request_bytes())
 
 
+def _grant(request: Request) -> Grant:
+    """What the request's token may do; set by the endpoint wrapper before any view of a call that needs a token."""
+    assert request.grant is not None, "a view that needs a token ran without one"
+    return request.grant
+
+
 @endpoint("POST")
 async def push(request: Request) -> Response:
     """201 ``{"ids": [...]}``, in request order, once every job is committed."""
     broker = runtime.get_broker()
+    _grant(request).require_push()
     op = wire.push_from(await _body(request), broker.policy)
+    _grant(request).require_push(op.queue)
     ids: list[str] = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, ids), status=201)
 
@@ -51,7 +60,9 @@ async def push(request: Request) -> Response:
 async def claim(request: Request) -> Response:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
+    _grant(request).require_work()
     op, wait = wire.claim_from(await _body(request), broker.policy)
+    _grant(request).require_work(op.queues)
     runtime.seen_workers.note(op.worker, op.queues)
     poll = runtime.long_poll_claim(broker, op, wait)
     # A worker that hangs up while it waits stops waiting (as Django's handler
@@ -63,6 +74,7 @@ async def claim(request: Request) -> Response:
 @endpoint("POST")
 async def heartbeat(request: Request, job_id: str) -> Response:
     """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
+    _grant(request).require_work()
     op = wire.heartbeat_from(job_id, await _body(request))
     expires_at = await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, expires_at))
@@ -71,6 +83,7 @@ async def heartbeat(request: Request, job_id: str) -> Response:
 @endpoint("POST")
 async def complete(request: Request, job_id: str) -> Response:
     """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
+    _grant(request).require_work()
     op = wire.complete_from(job_id, await _body(request))
     await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, None))
@@ -80,6 +93,7 @@ async def complete(request: Request, job_id: str) -> Response:
 async def fail(request: Request, job_id: str) -> Response:
     """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
     broker = runtime.get_broker()
+    _grant(request).require_work()
     op = wire.fail_from(job_id, await _body(request), broker.policy)
     outcome = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, outcome))
@@ -95,8 +109,11 @@ async def ack(request: Request) -> Response:
     the claim is submitted with the acks, so it rides their commit, applied
     after them; it never waits."""
     broker = runtime.get_broker()
+    _grant(request).require_work()
     items, claim = wire.ack_claim_from(await _body(request), broker.policy)
     if claim is not None:
+        # Out of scope, the whole request is refused, acks included, as for an invalid claim.
+        _grant(request).require_work(claim.queues)
         runtime.seen_workers.note(claim.worker, claim.queues)
     return json_response(await _batch(broker, items, claim))
 
@@ -106,6 +123,7 @@ async def heartbeats(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``leases`` in order:
     ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""
     broker = runtime.get_broker()
+    _grant(request).require_work()
     return json_response(await _batch(broker, wire.heartbeats_from(await _body(request))))
 
 
@@ -136,15 +154,21 @@ async def _batch(
 async def job(request: Request, job_id: str) -> Response:
     """200 the job as in the document (status pending, running or dead), no
     lease token; in format 2 also a pending job in a segment object, while
-    its id is in the document's ``sealed`` window (``Broker.aget_job``)."""
+    its id is in the document's ``sealed`` window (``Broker.aget_job``).
+    A job of a queue outside the token's scope is not found, as a job that
+    does not exist: a narrowed token learns nothing of other queues."""
     view = await runtime.get_broker().aget_job(job_id)
+    if not _grant(request).covers(view["queue"]):
+        raise JobNotFound(job_id)
     # The token hidden again: never rely on one layer alone.
     return json_response(wire.outcome_json(get_job_op(job_id), view))
 
 
 @endpoint("GET")
 async def document(request: Request) -> Response:
-    """200 the committed ``queue.json``, lease tokens replaced; 503 on a standby."""
+    """200 the committed ``queue.json``, lease tokens replaced; 503 on a
+    standby; 403 for a token limited to some queues or calls."""
+    _grant(request).require_full("the whole document")
     broker = runtime.get_broker()
     committer = broker.committer
     if committer is None:

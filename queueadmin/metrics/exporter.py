@@ -19,7 +19,8 @@ and :mod:`.requests` adds the API's requests by endpoint and status.
 :func:`application` is the ASGI endpoint (``queueadmin/asgi.py`` routes
 ``/metrics`` to it before Django). It answers ``GET`` and ``HEAD`` with a
 bearer token: ``QUEUE_METRICS_TOKEN`` or any token the broker API accepts
-(:func:`queueadmin.api.auth.check_token`).
+(:func:`queueadmin.api.auth.check_token`) that is not limited to some queues
+or calls: the metrics name every queue (:mod:`queueadmin.api.grants`).
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
                 headers={"Allow": "GET, HEAD"},
             )
         if not _metrics_token_matches(request.headers.get("authorization", "")):
-            await check_token(request)
+            (await check_token(request)).require_full("the metrics")
         body = await asyncio.to_thread(render)
     except ClientGone:
         return

@@ -23,6 +23,7 @@ from engine.errors import (
     DocumentError,
     DocumentMissing,
     EngineError,
+    Forbidden,
     InitRefused,
     JobNotFound,
     JobSealed,
@@ -294,6 +295,14 @@ def test_answers_without_a_known_code() -> None:
     assert type(wire.error_from_answer(429, {})) is BrokerUnavailable
     assert type(wire.error_from_answer(401, {})) is Unauthorized
     assert type(wire.error_from_answer(401, {"error": "forbidden"})) is Unauthorized
+
+
+def test_a_forbidden_answer_is_a_refused_token_with_the_brokers_reason() -> None:
+    """A token whose scope does not allow the call: retrying cannot help, so
+    it is an Unauthorized, which workers and the client's failover stop on."""
+    message = "the API token 'p' may not push to 'mail': its queues are billing"
+    exc = wire.error_from_answer(403, {"error": "forbidden", "message": message})
+    assert type(exc) is Forbidden and isinstance(exc, Unauthorized) and str(exc) == message
     other = wire.error_from_answer(404, {"error": "not_found", "message": "no such URL"}, where="GET /x")
     assert type(other) is EngineError and str(other) == "GET /x: the broker answered 404 not_found: no such URL"
     assert str(wire.error_from_answer(500, {}, reason="Internal Server Error", where="GET /x")) == (

@@ -151,12 +151,25 @@ def act(client: Client, *, reason: str = "r", confirm_text: str = "", next: str 
     return confirm(client, plan.token, reason=reason, confirm_text=confirm_text, next=next)
 
 
-def make_token(name: str) -> tuple[ApiToken, str]:
-    """A saved database API token named ``name``, and its secret (shown once)."""
-    row = ApiToken(name=name)
+def make_token(name: str, **scope: Any) -> tuple[ApiToken, str]:
+    """A saved database API token named ``name`` (``scope``: its ``queues``,
+    ``may_push``, ``may_work``), and its secret (shown once)."""
+    row = ApiToken(name=name, **scope)
     token = row.issue()
     row.save()
     return row, token
+
+
+@pytest.fixture
+def fresh_token_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every API request re-reads the database tokens, as a node would after
+    :data:`queueadmin.api.auth.TOKEN_CACHE_SECONDS`."""
+    from queueadmin.api import auth
+
+    monkeypatch.setattr(auth, "TOKEN_CACHE_SECONDS", 0.0)
+    auth.digests.forget()
+    yield
+    auth.digests.forget()
 
 
 def clock_ahead(monkeypatch: pytest.MonkeyPatch, ahead: timedelta) -> None:

@@ -3,7 +3,6 @@ beside the QUEUE_API_TOKEN setting."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import orjson
@@ -23,12 +22,7 @@ if TYPE_CHECKING:
 ENV_TOKEN = "env-token-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(auth, "TOKEN_CACHE_SECONDS", 0.0)  # every request re-reads the table
-    auth.digests.forget()
-    yield
-    auth.digests.forget()
+pytestmark = pytest.mark.usefixtures("fresh_token_cache")
 
 
 def push_with(token: str) -> int:
@@ -90,7 +84,8 @@ def test_when_the_database_cannot_be_read_the_last_tokens_read_still_work(
 def test_admin_makes_a_token_shows_it_once_and_revokes_it(broker: Broker, admin_client_: DjangoClient,
                                                           settings: SettingsWrapper) -> None:
     settings.QUEUE_API_TOKEN = ENV_TOKEN
-    response = admin_client_.post("/admin/queueadmin/apitoken/add/", {"name": "reports workers"}, follow=True)
+    response = admin_client_.post("/admin/queueadmin/apitoken/add/",
+                                  {"name": "reports workers", "may_push": "on", "may_work": "on"}, follow=True)
     assert response.status_code == 200
     [message] = [str(m) for m in response.context["messages"] if "Copy it now" in str(m)]
     token = message.split(" is ")[1].split(" ")[0]
