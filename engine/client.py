@@ -92,8 +92,11 @@ class QueueClient(abc.ABC):
         max_jobs: int = 1,
         lease_seconds: float | None = None,
         wait_seconds: float = 0,
+        in_order: bool = False,
     ) -> list[ClaimedJob]:
-        """Lease up to ``max_jobs`` eligible jobs of ``queues``, oldest first. May return [].
+        """Lease up to ``max_jobs`` eligible jobs of ``queues``, oldest first
+        (with ``in_order``, the first queue's before the second's: see
+        :func:`~engine.ops.claim_op`). May return [].
 
         ``wait_seconds`` is how long the caller is willing to wait for a job
         when none is claimable yet (a long poll). A client may honour it or
@@ -104,7 +107,8 @@ class QueueClient(abc.ABC):
         as soon as the claim has committed. A caller that wants to wait
         between empty claims must do so itself.
         """
-        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                      in_order=in_order)
         result: list[ClaimedJob] = self.execute(op)
         return result
 
@@ -206,9 +210,11 @@ class AsyncQueueMethods(abc.ABC):
         return result
 
     async def aclaim(
-        self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None
+        self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None,
+        in_order: bool = False,
     ) -> list[ClaimedJob]:
-        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                      in_order=in_order)
         result: list[ClaimedJob] = await self.aexecute(op)
         return result
 

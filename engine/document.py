@@ -428,12 +428,22 @@ class QueueState:
             counters.rate_limit = counters.rate_limit.started(now, count)
             self.dirty = True
 
-    def take_eligible(self, queues: Iterable[str], limit: int, now: datetime) -> list[Job]:
+    def take_eligible(self, queues: Iterable[str], limit: int, now: datetime, *,
+                      in_order: bool = False) -> list[Job]:
         """Return up to ``limit`` pending jobs of ``queues`` that may run at
-        ``now``, oldest position first across all the queues (I7), and no
-        more of a queue than its concurrency and rate limits leave room for
-        (:meth:`room`). The jobs stay pending; the caller changes them (and
-        counts them against the rate limits, :meth:`note_starts`)."""
+        ``now``, oldest position first across all the queues (I7), or with
+        ``in_order`` every job the first queue may give before any of the
+        second's, and so on; and no more of a queue than its concurrency and
+        rate limits leave room for (:meth:`room`). The jobs stay pending; the
+        caller changes them (and counts them against the rate limits,
+        :meth:`note_starts`)."""
+        if in_order:
+            taken: list[Job] = []
+            for queue in queues:
+                if len(taken) >= limit:
+                    break
+                taken += self.take_eligible((queue,), limit - len(taken), now)
+            return taken
         heads: list[tuple[int, str, str]] = []  # (pos, id, queue)
         rooms: dict[str, int] = {}
         for queue in queues:
@@ -447,7 +457,7 @@ class QueueState:
             if head is not None:
                 heads.append((head[0], head[1], queue))
         heapq.heapify(heads)
-        taken: list[Job] = []
+        taken = []
         # Each job has one current entry: a seal drops its jobs' entries
         # (tidy_ready), so a job restored from a segment at its old pos gets
         # the only one.

@@ -178,8 +178,10 @@ class BrokerClient(QueueClient):
         max_jobs: int = 1,
         lease_seconds: float | None = None,
         wait_seconds: float = 0,
+        in_order: bool = False,
     ) -> list[ClaimedJob]:
-        """Lease up to ``max_jobs`` jobs of ``queues``, oldest first. May return [].
+        """Lease up to ``max_jobs`` jobs of ``queues``, oldest first (with
+        ``in_order``, the first queue's before the second's). May return [].
 
         With ``wait_seconds`` (0 to 30) the broker holds the request until a
         job can be claimed or the time is up. Without ``lease_seconds`` the
@@ -187,7 +189,8 @@ class BrokerClient(QueueClient):
         answer may have leased jobs nobody received: they expire and are
         handed out again (at-least-once).
         """
-        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+        op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                      in_order=in_order)
         if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float) or not (
             math.isfinite(wait_seconds) and 0 <= wait_seconds <= MAX_WAIT_SECONDS
         ):

@@ -53,12 +53,13 @@ def push(state: QueueState, op: Push, now: datetime) -> list[str]:
 
 def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
     """Lease up to ``op.max_jobs`` eligible pending jobs of the queues that
-    are not paused, oldest first, within their concurrency and rate limits
-    (the starts count against the rate limits' windows). May be empty."""
+    are not paused, oldest first (with ``op.in_order``, the first queue's
+    first), within their concurrency and rate limits (the starts count
+    against the rate limits' windows). May be empty."""
     claimed: list[ClaimedJob] = []
     expires_at = now + timedelta(seconds=op.lease_seconds)
     queues = [q for q in op.queues if q not in state.queues or not state.queues[q].paused]
-    taken = state.take_eligible(queues, op.max_jobs, now)
+    taken = state.take_eligible(queues, op.max_jobs, now, in_order=op.in_order)
     rated = [q for q in queues if q in state.queues and state.queues[q].rate_limit is not None]
     if rated and taken:  # most claims: no rate limit, nothing to count
         for queue in rated:

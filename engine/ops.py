@@ -225,8 +225,15 @@ def claim_op(
     policy: Policy,
     max_jobs: int = 1,
     lease_seconds: float | None = None,
+    in_order: bool = False,
 ) -> Claim:
-    """Build a claim of up to ``max_jobs`` jobs from ``queues`` for ``worker``."""
+    """Build a claim of up to ``max_jobs`` jobs from ``queues`` for ``worker``.
+
+    By default the claim takes the oldest eligible jobs across all of
+    ``queues``. With ``in_order`` the queues are priorities, as the queues of
+    an RQ worker: a job of a queue is taken only when no queue before it has
+    a job the claim may take (pending, due, not paused, within its limits).
+    Either way each queue gives its jobs in FIFO order (I7)."""
     if not isinstance(worker, str) or not worker or len(worker) > MAX_WORKER_CHARS:
         raise ValidationError(f"worker must be a non-empty string of at most {MAX_WORKER_CHARS} characters")
     check_text("worker", worker)
@@ -238,7 +245,9 @@ def claim_op(
     count = int(_check_number("max_jobs", max_jobs, low=1, high=MAX_CLAIM_JOBS, integer=True))
     seconds = policy.lease_seconds if lease_seconds is None else lease_seconds
     seconds = float(_check_number("lease_seconds", seconds, low=0.001, high=MAX_LEASE_SECONDS))
-    return Claim(worker=worker, queues=names, max_jobs=count, lease_seconds=seconds)
+    if type(in_order) is not bool:
+        raise ValidationError(f"in_order must be true or false, got {in_order!r}")
+    return Claim(worker=worker, queues=names, max_jobs=count, lease_seconds=seconds, in_order=in_order)
 
 
 def heartbeat_op(job_id: str, lease: str, *, lease_seconds: float | None = None) -> Heartbeat:

@@ -75,6 +75,9 @@ class Claim:
     queues: tuple[str, ...]
     max_jobs: int
     lease_seconds: float
+    #: False: the oldest jobs across ``queues`` first. True: ``queues`` are
+    #: priorities, each drained before the next (see ``claim_op``).
+    in_order: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -138,7 +138,8 @@ class AckReporter:
         if free <= 0 or w._claim_in_flight or w._stopping.is_set():
             return None
         w._claim_in_flight = True
-        return claim_op(w.worker_id, w.queues, policy=w.client.policy, max_jobs=free, lease_seconds=w.lease_seconds)
+        return claim_op(w.worker_id, w.queues, policy=w.client.policy, max_jobs=free, lease_seconds=w.lease_seconds,
+                        in_order=w.in_order)
 
     def _send(self, batch: list[Ack]) -> None:
         w = self.worker

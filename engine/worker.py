@@ -179,8 +179,10 @@ class Worker(WorkerHeartbeats):
         lease_seconds = options.lease_seconds
         self.lease_seconds = float(lease_seconds if lease_seconds is not None else client.policy.lease_seconds)
         # Validate queues, worker id and lease once, here, rather than on every claim.
-        op = claim_op(self.worker_id, queues, policy=client.policy, max_jobs=1, lease_seconds=self.lease_seconds)
+        op = claim_op(self.worker_id, queues, policy=client.policy, max_jobs=1, lease_seconds=self.lease_seconds,
+                      in_order=options.in_order)
         self.queues = op.queues
+        self.in_order = op.in_order
         self.concurrency = options.concurrency
         self.heartbeat_interval = (
             options.heartbeat_interval if options.heartbeat_interval is not None
@@ -231,7 +233,8 @@ class Worker(WorkerHeartbeats):
             if self._started:
                 raise RuntimeError("a Worker runs only once; make a new one")
             self._started = True
-        log.info("worker %s: queues %s, concurrency %d", self.worker_id, ", ".join(self.queues), self.concurrency)
+        log.info("worker %s: queues %s%s, concurrency %d", self.worker_id, ", ".join(self.queues),
+                 " (in this order)" if self.in_order else "", self.concurrency)
         threads = [threading.Thread(target=self._handle_loop, name=f"handler-{i}", daemon=True)
                    for i in range(self.concurrency)]
         threads.append(threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True))
@@ -422,7 +425,7 @@ class Worker(WorkerHeartbeats):
 
     def _claim(self, free: int) -> list[ClaimedJob]:
         return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
-                                 wait_seconds=self.wait_seconds)
+                                 wait_seconds=self.wait_seconds, in_order=self.in_order)
 
     def _dispatch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self._cond:

@@ -81,7 +81,12 @@ class WorkerOptions:
       jobs (each attempt counts), then stops claiming, lets the running ones
       end, and ``run()`` returns: a process that leaks memory, or must pick
       up new code, is replaced by its supervisor after N jobs (Celery's
-      ``max-tasks-per-child``, RQ's ``--max-jobs``).
+      ``max-tasks-per-child``, RQ's ``--max-jobs``);
+    * ``in_order`` — False: each claim takes the oldest jobs across the
+      worker's queues. True: the queues, in the order given, are priorities
+      (as an RQ worker's): a job of a queue is claimed only when no queue
+      before it has one the claim may take, so a busy first queue starves
+      the later ones (:func:`~engine.ops.claim_op`).
 
     Raises ValueError for a value no worker could use; ``heartbeat_interval``
     is checked against the lease by the :class:`~engine.worker.Worker`,
@@ -101,6 +106,7 @@ class WorkerOptions:
     ack_linger_seconds: float = DEFAULT_ACK_LINGER_SECONDS
     timeout_seconds: float | None = None
     max_jobs: int | None = None
+    in_order: bool = False
 
     def __post_init__(self) -> None:
         concurrency = self.concurrency
@@ -115,3 +121,5 @@ class WorkerOptions:
         max_jobs = self.max_jobs
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1):
             raise ValueError(f"max_jobs must be a positive integer (or None), got {max_jobs!r}")
+        if not isinstance(self.in_order, bool):
+            raise ValueError(f"in_order must be a bool, got {self.in_order!r}")

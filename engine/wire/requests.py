@@ -110,6 +110,8 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
                 body["lease_seconds"] = op.lease_seconds
             if wait_seconds > 0:
                 body["wait_seconds"] = wait_seconds
+            if op.in_order:  # only then: a broker from before the field refuses it as unknown
+                body["in_order"] = True
             return Request("POST", "/claim", body, wait_seconds=wait_seconds)
         case Heartbeat():
             body = {"lease": op.lease}
@@ -212,6 +214,7 @@ def claim_from(data: object, policy: Policy) -> tuple[Claim, float]:
     max_jobs = body.optional("max_jobs")
     lease_seconds = body.optional("lease_seconds")
     wait = body.optional("wait_seconds")
+    in_order = body.optional("in_order")
     body.done()
     if wait is None:
         wait = 0.0
@@ -225,6 +228,7 @@ def claim_from(data: object, policy: Policy) -> tuple[Claim, float]:
         policy=policy,
         max_jobs=1 if max_jobs is None else max_jobs,
         lease_seconds=lease_seconds,
+        in_order=False if in_order is None else in_order,
     )
     return op, float(wait)
 

@@ -187,3 +187,26 @@ def test_a_worker_with_max_jobs_runs_that_many_then_exits_and_the_next_one_goes_
     assert [j["payload"]["n"] for j in cluster.document()["jobs"]] == [3, 4]
     assert cluster.worker(*argv, "--burst", E2E_RECORD=str(record)).wait(60) == 0
     assert sorted(records(record)) == ["0", "1", "2", "3", "4"]
+
+
+def test_a_worker_in_order_runs_its_first_queues_jobs_before_older_jobs_of_the_next(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """``queueworker --queue high --queue low --in-order``: the queues are
+    priorities, as an RQ worker's; without ``--in-order`` the oldest jobs
+    across both go first. Both runs see the same jobs, pushed low first."""
+    cluster = cluster_factory()
+    node = cluster.node()
+    wait_for(lambda: node.role() == "leader", 15, "the node to lead")
+    orders = []
+    for flags in ((), ("--in-order",)):
+        for queue, numbers in (("low", (1, 2, 3)), ("high", (4, 5))):
+            body = {"queue": queue, "jobs": [{"payload": {"n": n}} for n in numbers]}
+            assert api(node, "POST", "/api/v1/jobs", body).status_code == 201
+        record = tmp_path / f"record{len(orders)}.txt"
+        worker = cluster.worker("--queue", "high", "--queue", "low", "--handler", "tests.e2e.handlers:record",
+                                "--burst", *flags, "--broker", node.url, E2E_RECORD=str(record))
+        assert worker.wait(60) == 0
+        orders.append(records(record))
+    assert orders == [["1", "2", "3", "4", "5"], ["4", "5", "1", "2", "3"]]
+    assert "queues high, low (in this order)" in cluster.logs()

@@ -97,6 +97,7 @@ def read_back(op: Operation, request: wire.Request) -> Operation:
                 delay_seconds=12.5),
         claim_op("worker-1", ["a", "b"], policy=POLICY, max_jobs=5, lease_seconds=42.5),
         claim_op("w", ["q"], policy=POLICY),
+        claim_op("w", ["high", "low"], policy=POLICY, in_order=True),
         heartbeat_op("j1", "lease-token"),
         heartbeat_op("j1", "lease-token", lease_seconds=90),
         complete_op("j1", "lease-token"),
@@ -337,6 +338,22 @@ def test_the_longest_wait_is_one_limit_for_client_worker_and_api() -> None:
 def test_a_claim_may_wait_up_to_the_limit(wait: float) -> None:
     _, got = wire.claim_from({"worker": "w", "queues": ["q"], "wait_seconds": wait}, POLICY)
     assert got == wait and type(got) is float
+
+
+def test_a_claim_says_in_order_only_when_it_is_so_that_older_brokers_take_every_other_claim() -> None:
+    assert "in_order" not in (wire.request_for(claim_op("w", ["a", "b"], policy=POLICY)).body or {})
+    body = wire.request_for(claim_op("w", ["a", "b"], policy=POLICY, in_order=True)).body
+    assert body is not None and body["in_order"] is True
+
+
+@pytest.mark.parametrize("value", [1, 0, "true", None, [True]])
+def test_a_claims_in_order_must_be_a_boolean(value: Any) -> None:
+    body = {"worker": "w", "queues": ["q"], "in_order": value}
+    if value is None:  # null is absent
+        assert wire.claim_from(body, POLICY)[0].in_order is False
+        return
+    with pytest.raises(ValidationError, match="in_order must be true or false"):
+        wire.claim_from(body, POLICY)
 
 
 @pytest.mark.parametrize("wait", [-0.001, 30.001, 31, float("inf"), float("nan"), True, "5", [1]])

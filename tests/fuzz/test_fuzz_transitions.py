@@ -198,14 +198,15 @@ class QueueMachine(RuleBasedStateMachine):
         self.to_back(job)
 
     @rule(queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=2, unique=True),
-          max_jobs=st.integers(1, 3), seconds=st.sampled_from([5, 30]))
-    def claim(self, queues: list[str], max_jobs: int, seconds: int) -> None:
-        op = claim_op("w", queues, policy=POLICY, max_jobs=max_jobs, lease_seconds=seconds)
+          max_jobs=st.integers(1, 3), seconds=st.sampled_from([5, 30]), in_order=st.booleans())
+    def claim(self, queues: list[str], max_jobs: int, seconds: int, in_order: bool) -> None:
+        op = claim_op("w", queues, policy=POLICY, max_jobs=max_jobs, lease_seconds=seconds, in_order=in_order)
         result = self.run(op)
         paused = {q for q, c in self.counters.items() if c["paused"]}
+        # In order, the queues are priorities: the first queue's jobs, then the second's.
         eligible = sorted((j for j in self.jobs.values() if j.status == "pending" and j.queue in queues
                            and j.queue not in paused and (j.not_before is None or j.not_before <= self.now)),
-                          key=lambda j: j.pos)
+                          key=lambda j: (queues.index(j.queue) if in_order else 0, j.pos))
         # Room under each queue's concurrency limit, counted before this claim.
         room = {q: c["max_running"] - sum(1 for j in self.jobs.values() if j.queue == q and j.status == "running")
                 for q, c in self.counters.items() if c["max_running"] is not None}
@@ -224,7 +225,8 @@ class QueueMachine(RuleBasedStateMachine):
                 room[job.queue] -= 1
             expected.append(job.id)
         assert [c.id for c in result] == expected, (
-            "claims must hand out pending jobs in FIFO order (I7), within each queue's concurrency and rate limits")
+            "claims must hand out pending jobs in FIFO order (I7), queue by queue when in order, within each "
+            "queue's concurrency and rate limits")
         for q in {self.jobs[c.id].queue for c in result}:
             rate = self.counters[q]["rate_limit"]
             if rate is not None:

@@ -169,6 +169,17 @@ def test_claim_heartbeat_complete_round_trip(api: Client, store: ObjectStore) ->
     assert doc["jobs"] == [] and doc["queues"]["q"]["completed"] == 1
 
 
+def test_a_claim_in_order_takes_the_first_queues_jobs_first_and_may_ride_an_ack(api: Client) -> None:
+    low = post(api, "/api/v1/jobs", {"queue": "low", "jobs": [{"payload": 1}, {"payload": 2}]}).json()["ids"]
+    high = post(api, "/api/v1/jobs", {"queue": "high", "payload": 3}).json()["ids"]
+    plain = post(api, "/api/v1/claim", {"worker": "w1", "queues": ["high", "low"], "max_jobs": 1}).json()["jobs"]
+    assert [j["id"] for j in plain] == low[:1]  # the oldest across both queues
+    ordered = post(api, "/api/v1/ack", {
+        "acks": [{"id": plain[0]["id"], "lease": plain[0]["lease"], "outcome": "complete"}],
+        "claim": {"worker": "w1", "queues": ["high", "low"], "max_jobs": 2, "in_order": True}}).json()
+    assert [j["id"] for j in ordered["claim"]["jobs"]] == [*high, low[1]]
+
+
 def test_fail_retries_then_dead_letters_after_max_attempts(api: Client, store: ObjectStore) -> None:
     job_id = push_one(api, "x", max_attempts=2)
 

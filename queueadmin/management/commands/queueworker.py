@@ -92,7 +92,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
-                            help="a queue to take jobs from (repeat for several; earlier jobs first across them); "
+                            help="a queue to take jobs from (repeat for several; earlier jobs first across them, "
+                                 "or with --in-order the first queue's first); "
                                  "required with --handler, else default: the QUEUES of the tasks backends in TASKS")
         parser.add_argument("--handler", metavar="MODULE:FUNCTION",
                             help="the function called with each job's payload, e.g. queueadmin.demo:work; a "
@@ -116,6 +117,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
                             help="claim at most N jobs (each attempt counts), let them end, then exit 0, for a "
                                  "supervisor to start a fresh process (default: no limit)")
+        parser.add_argument("--in-order", action="store_true",
+                            help="the --queue options, in the order given, are priorities: a job of a queue is "
+                                 "claimed only when no queue before it has one that may run now, as with an RQ "
+                                 "worker's queues (default: the earliest jobs first across all of them)")
         parser.add_argument("--reload", action="store_true",
                             help="for development: restart when the code changes (Django's autoreloader), after "
                                  "letting running jobs finish within --grace-seconds; SIGTERM and Ctrl-C then end "
@@ -170,6 +175,7 @@ class Command(BaseCommand):
                     batch=options["batch"],
                     timeout_seconds=options["timeout"],
                     max_jobs=options["max_jobs"],
+                    in_order=options["in_order"],
                 ),
             )
         except (ValueError, ValidationError) as exc:

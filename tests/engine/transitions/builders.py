@@ -53,8 +53,10 @@ def claim(
     worker: str = "w1",
     max_jobs: int = 1,
     lease_seconds: float | None = None,
+    in_order: bool = False,
 ) -> list[ClaimedJob]:
-    op = claim_op(worker, queues, policy=state.policy, max_jobs=max_jobs, lease_seconds=lease_seconds)
+    op = claim_op(worker, queues, policy=state.policy, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                  in_order=in_order)
     return transitions.claim(state, op, now)
 
 

@@ -4,6 +4,8 @@ The builders and the test clock are in builders.py.
 
 from __future__ import annotations
 
+from engine import transitions
+from engine.ops import limit_op, pause_op
 from tests.engine.transitions.builders import (
     at,
     claim,
@@ -151,3 +153,52 @@ def test_claim_does_not_reorder_jobs_in_the_document() -> None:
     claim(state, max_jobs=2)
 
     assert list(state.jobs) == ids
+
+
+# -- claim in the order of the queues (priorities) ---------------------------------------------------
+
+
+def test_a_claim_in_order_drains_each_queue_before_the_next() -> None:
+    state = new_state()
+    low = push(state, "low", [1, 2], now=at(0))
+    high = push(state, "high", [3, 4], now=at(1))
+    mid = push(state, "mid", [5], now=at(2))
+
+    got = [c.id for c in claim(state, ["high", "mid", "low"], max_jobs=4, in_order=True, now=at(3))]
+
+    assert got == high + mid + low[:1]  # each queue still in FIFO order (I7)
+    assert [claim_one(state, ["high", "mid", "low"], in_order=True, now=at(3)).id] == low[1:]
+
+
+def test_a_claim_in_order_one_job_at_a_time_takes_a_later_push_to_an_earlier_queue_first() -> None:
+    state = new_state()
+    low = push(state, "low", [1, 2], now=at(0))
+    assert claim_one(state, ["high", "low"], in_order=True, now=at(1)).id == low[0]
+    high = push(state, "high", [3], now=at(2))
+    assert claim_one(state, ["high", "low"], in_order=True, now=at(3)).id == high[0]
+    assert claim_one(state, ["high", "low"], in_order=True, now=at(3)).id == low[1]
+
+
+def test_a_claim_in_order_passes_over_a_queue_that_has_nothing_it_may_take() -> None:
+    """Paused, at its concurrency limit, or holding only jobs not yet due:
+    the next queue's jobs are taken, not nothing."""
+    state = new_state()
+    push(state, "paused", [1])
+    transitions.set_paused(state, pause_op("paused"), at(0))
+    full = push(state, "full", [2, 3])
+    transitions.set_limit(state, limit_op("full", 1), at(0))
+    push(state, "later", [4], delay_seconds=60)
+    rest = push(state, "rest", [5])
+    order = ["paused", "full", "later", "rest"]
+
+    got = [c.id for c in claim(state, order, max_jobs=10, in_order=True, now=at(1))]
+
+    assert got == [full[0], *rest]
+
+
+def test_a_claim_in_order_of_one_queue_is_a_plain_claim() -> None:
+    plain, ordered = new_state(), new_state()
+    for state in (plain, ordered):
+        push(state, "q", [1, 2, 3])
+    assert [c.payload for c in claim(plain, max_jobs=2)] == [c.payload for c in claim(ordered, max_jobs=2,
+                                                                                       in_order=True)] == [1, 2]
