@@ -499,12 +499,14 @@ def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
     Only as many jobs as can be shown are printed, so a 100k-job document
     costs no more than a small one. Lease tokens are the holders' secrets
     (I4): they are shown as :data:`engine.wire.HIDDEN_TOKEN`, as the API does.
-    With ``hidden``, payloads show with secret values hidden (:mod:`.redaction`).
+    With ``hidden``, payloads and error texts show with secret values hidden (:mod:`.redaction`).
     """
     redact = redaction.redactor(hidden=hidden)
 
     def hide(j: Doc) -> Doc:
         shown = dict(j, payload=redact(j.get("payload")))
+        if hidden:
+            shown = _errors_redacted(shown)
         return dict(shown, lease=dict(j["lease"], token=HIDDEN_TOKEN)) if j.get("lease") else shown
 
     # A job pretty-prints to at least ~300 bytes, so this many always fill the limit.
@@ -519,6 +521,18 @@ def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
         "truncated": cut,
         "limit": RAW_LIMIT_BYTES,
     }
+
+
+def _errors_redacted(item: Doc) -> Doc:
+    """A document job or dead letter with the secret values of its error
+    texts (``error``, ``last_error``, each attempt's ``error``) hidden."""
+    for key in ("error", "last_error"):
+        if isinstance(item.get(key), str):
+            item[key] = redaction.redact_error(item[key])
+    if isinstance(item.get("history"), list):
+        item["history"] = [dict(a, error=redaction.redact_error(a["error"]))
+                           if isinstance(a, dict) and isinstance(a.get("error"), str) else a for a in item["history"]]
+    return item
 
 
 def age_text(seconds: float | None) -> str:

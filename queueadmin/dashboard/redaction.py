@@ -12,12 +12,20 @@ A key looks secret when its words (``apiKey``, ``api-key`` and ``API_KEY``
 all read ``api_key``) match ``QUEUE_PAYLOAD_SECRET_KEYS``
 (:data:`DEFAULT_SECRET_KEYS` when unset), a regular expression searched in
 the lower-case, underscore-separated key. The whole value under such a key
-is hidden, whatever its type. Only keys are looked at: a secret in a list,
-in a positional task argument or inside a string (a URL with a password)
-shows, so keep those out of payloads or name them.
+is hidden, whatever its type. In payloads only keys are looked at: a secret
+in a list, in a positional task argument or inside a string (a URL with a
+password) shows, so keep those out of payloads or name them.
+
+Error texts (a job's last error, its attempts' errors, a task's traceback,
+a dead-letter group's example) are scanned too (:func:`redact_error`): the
+password of a URL (``https://user:…@host``) and the value after a
+secret-looking name (``api_key=…``, ``password: …``, ``"token": "…"``,
+``Authorization: Bearer …``) are hidden, except on a traceback's lines of
+source code. The error signatures that group failures are drawn from the
+text so redacted, for everyone, so they can be shown and linked to.
 
 Only what the dashboard shows changes: the queue, the API and workers keep
-the payload as pushed.
+the payload and the errors as they were sent.
 """
 
 from __future__ import annotations
@@ -155,6 +163,69 @@ def _skip_value(tokens: list[str], i: int, out: list[str]) -> int:
                 return i + 1
         i += 1
     return i
+
+
+# The password of a URL's user information: scheme://user:PASSWORD@host.
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)([^\s@/]+)(?=@)")
+# A name, then = or : (the name may be quoted: "token": ...).
+# It starts where a name can (not inside one), so the search does not retry
+# at every letter of every word: linear in the line.
+_NAME = re.compile(r"""(?<![A-Za-z0-9_\-])(?P<key>[A-Za-z_][A-Za-z0-9_\-]*)["']?[ \t]*[:=][ \t]*""")
+# The value after a secret name: quoted (to the closing quote, or the line's
+# end), or a run up to a delimiter; an HTTP auth scheme word (Bearer,
+# Basic, ...) takes the credentials after it along.
+_VALUE = re.compile(r"""(?P<quote>["'])(?:(?!(?P=quote))[^\\]|\\.)*(?P=quote)?"""
+                    r"""|(?:(?:bearer|basic|token|digest|negotiate)[ \t]+)?[^\s&,;)}\]"']+""", re.IGNORECASE)
+# A traceback's frame line; the line after it is the frame's source code.
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+
+
+def redact_error(text: str, pattern: re.Pattern[str] | None = None) -> str:
+    """``text``, an error message or a traceback, with URL passwords and the
+    values after secret-looking names (:func:`is_secret`) replaced by
+    :data:`SUBSTITUTE` (a quoted value keeps its quotes). A traceback's
+    source lines (each after a ``File "...", line N`` line) are left as
+    they are: they are the program's code, not the data it ran on."""
+    pattern = pattern or secret_keys()
+    lines = text.split("\n")
+    source_line = False
+    for index, line in enumerate(lines):
+        if not source_line:
+            if "://" in line:
+                line = _URL_PASSWORD.sub(lambda m: m[1] + SUBSTITUTE, line)
+            lines[index] = _redact_pairs(line, pattern)
+        source_line = _FRAME.match(line) is not None
+    return "\n".join(lines)
+
+
+def _redact_pairs(line: str, pattern: re.Pattern[str]) -> str:
+    """``line`` with the value after each secret name hidden. A name that
+    is not secret gives up only itself and its separator, so that a pair
+    inside its value (``KeyError: password=…``, ``url=…?api_key=…``) is
+    still found."""
+    out: list[str] = []
+    position = 0
+    while (name := _NAME.search(line, position)) is not None:
+        out.append(line[position:name.end()])
+        position = name.end()
+        if not is_secret(name["key"], pattern):
+            continue
+        value = _VALUE.match(line, position)
+        if value is None:
+            continue
+        quote = value["quote"] or ""
+        out.append(f"{quote}{SUBSTITUTE}{quote}")
+        position = value.end()
+    out.append(line[position:])
+    return "".join(out)
+
+
+def error_for(user: Any, text: str | None) -> str | None:
+    """What ``user`` is shown of the error text ``text``: all of it if they
+    see secrets, else :func:`redact_error`'s."""
+    if not text or sees_secrets(user):
+        return text
+    return redact_error(text)
 
 
 def sees_secrets(user: Any) -> bool:

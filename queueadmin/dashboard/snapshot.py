@@ -18,6 +18,7 @@ Nothing here writes anything.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import Counter
@@ -37,6 +38,7 @@ from engine import (
     SegmentRef,
     decode_document_json,
 )
+from queueadmin.dashboard.redaction import redact_error, secret_keys
 from queueadmin.dashboard.segments import delays_of, lanes_of
 
 Doc = dict[str, Any]
@@ -558,9 +560,23 @@ _SPACES = re.compile(r"\s+")
 def error_signature(error: str) -> str:
     """What makes two errors "the same": the last non-blank line (the
     exception line of a traceback), with ids, quoted values and numbers
-    replaced by placeholders, at most 160 characters."""
+    replaced by placeholders, at most 160 characters. Secret values are
+    hidden first (:func:`.redaction.redact_error`), for everyone: a
+    signature is shown and linked to on every page."""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else "(no error text)"
+    return _line_signature(lines[-1][:_SIGNED_CHARS], secret_keys()) if lines else "(no error text)"
+
+
+# Enough of the last line for its 160 characters once secrets are hidden.
+_SIGNED_CHARS = 400
+
+
+# Jobs outlive many snapshots, and each snapshot groups them again: a
+# signature is worked out once per distinct line (its secrets hidden first,
+# which costs tens of microseconds).
+@functools.lru_cache(maxsize=8192)
+def _line_signature(last: str, secrets: re.Pattern[str]) -> str:
+    last = redact_error(last, secrets)
     last = _QUOTED.sub("'…'", last)
     last = _HEX.sub("<id>", last)
     last = _NUMBER.sub("N", last)

@@ -13,6 +13,7 @@ from django import template
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from queueadmin.dashboard import redaction
 from queueadmin.dashboard.pages import age_text
 
 register = template.Library()
@@ -119,6 +120,14 @@ def when(value: datetime | str | None, precision: str = "s") -> SafeString:
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 _ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
 _BIDI = re.compile(f"[{''.join(sorted(BIDI_CONTROLS))}]")
+
+
+@register.filter
+def error_for(text: str | None, user: Any) -> str | None:
+    """An error text as ``user`` may see it: with secret values hidden
+    unless they may see secrets (:func:`.redaction.error_for`). Put it
+    before any cut (``truncatechars``), so a cut cannot split a secret from its name."""
+    return redaction.error_for(user, text)
 
 
 @register.filter(needs_autoescape=True)

@@ -1,6 +1,7 @@
 """Secret payload values in Chromium: a read-only viewer sees a job's
 ``apiKey`` as stars on its page, in the list and in the downloaded payload,
-and cannot find it by searching; the superuser sees it."""
+and cannot find it by searching, and a dead letter's ``api_key`` in its
+error text as stars on the Dead letters page; the superuser sees both."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.e2e.browser import PASSWORD, push, signed_in, with_operator
+from tests.e2e.browser import PASSWORD, kill, push, signed_in, with_operator
 from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
@@ -33,6 +34,7 @@ def test_a_viewer_sees_secret_payload_values_as_stars(browser: Browser,
     assert made.returncode == 0, made.stderr.decode()
     push(server, "mail", [{"to": "ada@example.com", "apiKey": "sk_live_TOPSECRET"}])
     [job] = cluster.document()["jobs"]
+    kill(server, "charges", "HTTPError: 401 for url: https://pay.example.com/v1?api_key=sk_live_ERRSECRET&n=1")
 
     with signed_in(browser, server, user="viewer") as page:
         page.goto(f"{server.url}/jobs/?queue=mail")
@@ -53,7 +55,15 @@ def test_a_viewer_sees_secret_payload_values_as_stars(browser: Browser,
             assert json.load(f) == {"to": "ada@example.com", "apiKey": STARS}
         assert "TOPSECRET" not in page.content()
 
+        page.goto(f"{server.url}/dead/")
+        group = page.locator("details", has_text="Latest error")
+        group.locator("summary").first.click()
+        expect(group.locator("pre")).to_contain_text(f"api_key={STARS}&n=1")
+        assert "ERRSECRET" not in page.content()
+
     with signed_in(browser, server) as page:  # the superuser
         page.goto(f"{server.url}/jobs/{job['id']}/")
         expect(page.locator("pre.viewer")).to_contain_text('"apiKey": "sk_live_TOPSECRET"')
+        page.goto(f"{server.url}/dead/")
+        assert "api_key=sk_live_ERRSECRET&amp;n=1" in page.content()
     assert cluster.document()["jobs"][0]["payload"]["apiKey"] == "sk_live_TOPSECRET"

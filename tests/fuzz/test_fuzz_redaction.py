@@ -4,7 +4,9 @@
 Each example pushes jobs whose payloads hold a marked secret under a
 secret-looking key (in any spelling: ``apiKey``, ``API-KEY``,
 ``db_password``), at a random depth, beside ordinary values; some jobs are
-claimed, some failed into the dead letters, some are Django tasks. A viewer
+claimed, some failed (retrying, or into the dead letters) with an error
+text that holds a marked secret as real errors do (a URL's password or
+``api_key``, ``password=…``, a header), some are Django tasks. A viewer
 with only ``view_dashboard`` then crawls the dashboard as a browser would:
 every same-site link of every page it reaches (pages, filters, sorts, job
 pages, downloads, clones), plus payload searches for pieces of the secret.
@@ -51,7 +53,16 @@ def payloads(draw: st.DrawFn) -> tuple[Any, str]:
     return ({**extra, "job": node} if draw(st.booleans()) else node), secret
 
 
-fates = st.sampled_from(["pending", "running", "dead"])
+fates = st.sampled_from(["pending", "running", "retrying", "dead"])
+#: Error texts as libraries write them, each with a secret (``{s}``) in it.
+error_texts = st.sampled_from([
+    "requests.exceptions.HTTPError: 401 Client Error for url: https://api.example.com/v1/charge?api_key={s}&n=2",
+    'psycopg.OperationalError: connection to "postgres://app:{s}@db:5432/shop" failed',
+    "KeyError: password={s}, user=ada",
+    "ValueError: bad config {{'client_secret': '{s}', 'retries': 3}}",
+    'Traceback (most recent call last):\n  File "/app/pay.py", line 3, in charge\n    post(url, headers)\n'
+    "RuntimeError: refused with Authorization: Bearer {s}",
+])
 
 
 @pytest.fixture
@@ -63,29 +74,34 @@ def viewer(db: None) -> Client:
     return client
 
 
-def build(broker: Broker, jobs: list[tuple[tuple[Any, str], str]]) -> list[str]:
+def build(broker: Broker, jobs: list[tuple[tuple[Any, str], str, str]]) -> tuple[list[str], set[str]]:
+    """The jobs' ids, and the secrets their error texts hold."""
     policy = broker.policy
-    ids = []
-    for i, ((payload, _), fate) in enumerate(sorted(jobs, key=lambda j: j[1] == "pending")):
+    ids, secrets = [], set()
+    for i, ((payload, _), fate, error) in enumerate(sorted(jobs, key=lambda j: j[1] == "pending")):
         job_id = f"j{i}"
-        broker.execute(push_op("q", [payload], policy=policy, ids=[job_id], max_attempts=1))
+        broker.execute(push_op("q", [payload], policy=policy, ids=[job_id], max_attempts=1 if fate == "dead" else 3))
         if fate != "pending":
             [claimed] = broker.execute(claim_op("w-fuzz", ["q"], policy=policy))
-            if fate == "dead":
-                broker.execute(fail_op(job_id, claimed.lease, error="boom", retry_in_seconds=None, policy=policy))
+            if fate in ("dead", "retrying"):
+                secret = f"{MARK}err{i}"
+                secrets.add(secret)
+                broker.execute(fail_op(job_id, claimed.lease, error=error.format(s=secret), retry_in_seconds=3600,
+                                       policy=policy))
         ids.append(job_id)
-    return ids
+    return ids, secrets
 
 
 @settings(max_examples=scaled(12))
-@given(jobs=st.lists(st.tuples(payloads(), fates), min_size=1, max_size=4), task=st.booleans())
+@given(jobs=st.lists(st.tuples(payloads(), fates, error_texts), min_size=1, max_size=4), task=st.booleans())
 def test_a_viewer_never_reads_a_secret_value(nodes: Nodes, viewer: Client, operator_client: Client,
-                                             jobs: list[tuple[tuple[Any, str], str]], task: bool) -> None:
+                                             jobs: list[tuple[tuple[Any, str], str, str]], task: bool) -> None:
     # The whole secrets are looked for, not the mark: a search for a piece of
     # one echoes the viewer's own words in the search box.
-    secrets = {secret for (_, secret), _ in jobs}
+    secrets = {secret for (_, secret), _, _ in jobs}
     with nodes.fresh() as broker:
-        ids = build(broker, jobs)
+        ids, error_secrets = build(broker, jobs)
+        secrets |= error_secrets
         if task:  # a Django task's job, its secret in a keyword argument
             secrets.add(MARK + "task")
             payload = task_payload(sample_tasks.echo, ["plain"], {"token": MARK + "task"}, backend="default")
@@ -100,4 +116,6 @@ def test_a_viewer_never_reads_a_secret_value(nodes: Nodes, viewer: Client, opera
         assert not leaks, f"the viewer read a secret on {sorted(leaks)}"
         assert {urlsplit(p).path for p in shown} >= {f"/jobs/{job_id}/" for job_id in ids}
         # The same crawl as the superuser shows the secrets: the pages do reach the payloads.
-        assert any(secret in text for text in crawl(operator_client, starts[:8]).values() for secret in secrets)
+        seen = crawl(operator_client, starts[:8])
+        assert any(secret in text for text in seen.values() for secret in secrets)
+        assert all(any(secret in text for text in seen.values()) for secret in error_secrets)

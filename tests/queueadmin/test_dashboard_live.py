@@ -20,7 +20,7 @@ from engine import Broker, DocumentError
 from engine.ops import claim_op
 from queueadmin.dashboard import source as source_module
 from queueadmin.dashboard.snapshot import decode_document, error_signature, sortable
-from tests.queueadmin.dashboard_fixtures import client_for, make_user, push
+from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
 
 ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 HOST = (b"host", b"127.0.0.1:8000")  # the page's own origin: what a browser sends
@@ -442,3 +442,21 @@ async def test_live_fragments_hide_secret_payload_values_from_a_viewer(broker: B
         finally:
             await communicator.disconnect()
         assert job_id in fragments and "ada" in fragments and ("tokTOPSECRET" in fragments) is shown, shown
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_live_fragments_hide_secret_values_of_error_texts_from_a_viewer(broker: Broker) -> None:
+    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
+    trusted = await sync_to_async(lambda: client_for(make_user("trusted", "view_dashboard",
+                                                               "view_payload_secrets")))()
+    job_id = await asyncio.to_thread(kill, broker, "q", error="HTTPError: 401 for ?api_key=keyTOPSECRET&n=1")
+    for path in (f"/jobs/{job_id}/", "/dead/"):
+        for client, shown in ((viewer, False), (trusted, True)):
+            communicator, connected, _ = await connect(path, cookie_for(client), ORIGIN)
+            assert connected
+            try:
+                fragments = "".join((await next_update(communicator))["fragments"].values())
+            finally:
+                await communicator.disconnect()
+            assert "HTTPError" in fragments and ("keyTOPSECRET" in fragments) is shown, (path, shown)

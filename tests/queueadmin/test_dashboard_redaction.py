@@ -13,10 +13,11 @@ import pytest
 from django.test import Client
 
 from engine import Broker, ObjectStore
+from engine.ops import claim_op, fail_op
 from queueadmin.dashboard.redaction import SUBSTITUTE
 from queueadmin.history.records import FinishedJob
 from tests.helpers import document
-from tests.queueadmin.dashboard_fixtures import client_for, make_user, preview, push
+from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, preview, push
 
 pytestmark = pytest.mark.django_db
 
@@ -110,3 +111,31 @@ def test_a_finished_job_s_record_hides_secrets_whole_or_cut(broker: Broker, view
         assert "finished-payload" in page and shows_no_secret(page) and SUBSTITUTE in page, job_id
     assert SECRETS[0] in trusted.get("/jobs/done-whole/").content.decode()
     assert "hunter2TOPSEC" in trusted.get("/jobs/done-cut/").content.decode()
+
+
+ERROR = (f"requests.exceptions.HTTPError: 401 for url: https://api.example.com/v1?api_key={SECRETS[0]}&n=2 "
+         f"(password={SECRETS[1]})")
+
+
+def test_error_texts_hide_secret_values_from_a_viewer_on_every_page(broker: Broker, viewer: Client,
+                                                                    trusted: Client) -> None:
+    dead = kill(broker, "mail", {"to": "ada@example.com"}, error=ERROR)
+    [retrying] = push(broker, "mail", [{"n": 2}], max_attempts=3)
+    [claimed] = broker.execute(claim_op("w-test", ["mail"], policy=broker.policy))
+    broker.execute(fail_op(retrying, claimed.lease, error="Traceback (most recent call last):\n" + ERROR,
+                           retry_in_seconds=3600, policy=broker.policy))
+    now = datetime.now(UTC)
+    FinishedJob.objects.create(job_id="done", queue="mail", how="completed", finished_at=now, was="running",
+                               enqueued_at=now, attempts=2, max_attempts=3, last_error=ERROR,
+                               history=[{"worker": "w", "claimed_at": now.isoformat(), "heartbeat_at": now.isoformat(),
+                                         "ended_at": now.isoformat(), "end": "failed", "error": ERROR}])
+    pages = [f"/jobs/{dead}/", f"/jobs/{retrying}/", "/jobs/done/", "/dead/", "/document/"]
+    for path in pages:
+        page = viewer.get(path).content.decode()
+        assert "api.example.com" in page and shows_no_secret(page) and SUBSTITUTE in page, path
+        assert SECRETS[0] in trusted.get(path).content.decode(), path
+    # The error signatures, hidden for everyone, still find their jobs.
+    listing = viewer.get("/jobs/", {"queue": "mail", "status": "dead",
+                                    "error": f"requests.exceptions.HTTPError: N for url: https://api.example.com/v"
+                                             f"N?api_key={SUBSTITUTE}&n=N (password={SUBSTITUTE})"})
+    assert dead in listing.content.decode()

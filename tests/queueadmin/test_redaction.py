@@ -12,7 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queueadmin.dashboard.redaction import SUBSTITUTE, hides, is_secret, redact, redact_text, words
+from queueadmin.dashboard.redaction import SUBSTITUTE, hides, is_secret, redact, redact_error, redact_text, words
+from queueadmin.dashboard.snapshot import error_signature
 
 HIDDEN = SUBSTITUTE
 
@@ -108,3 +109,62 @@ def test_no_prefix_of_a_payload_shows_any_of_a_secret_value(value: Any, tail: st
     text = orjson.dumps(payload, option=orjson.OPT_INDENT_2 if indent else 0).decode()
     cut = data.draw(st.integers(0, len(text)))
     assert MARK[:3] not in redact_text(text[:cut]).replace(orjson.dumps(value).decode(), "")
+
+
+# -- error texts ---------------------------------------------------------------------------------
+
+S = "s3cr3tVALUE"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (f"HTTPError: 401 for url: https://api.example.com/v1?api_key={S}&page=2",
+     f"HTTPError: 401 for url: https://api.example.com/v1?api_key={HIDDEN}&page=2"),
+    (f'OperationalError: connection to "postgres://app:{S}@db:5432/x" failed',
+     f'OperationalError: connection to "postgres://app:{HIDDEN}@db:5432/x" failed'),
+    (f"KeyError: password={S}, user=ada", f"KeyError: password={HIDDEN}, user=ada"),
+    (f"ValueError: {{'token': '{S}', 'n': 1, \"apiKey\": \"{S} x\"}}",
+     f"ValueError: {{'token': '{HIDDEN}', 'n': 1, \"apiKey\": \"{HIDDEN}\"}}"),
+    (f"refused: Authorization: Bearer {S}.{S}", f"refused: Authorization: {HIDDEN}"),
+    (f"x-api-key:   '{S}' sent", f"x-api-key:   '{HIDDEN}' sent"),
+    (f"db.password={S}", f"db.password={HIDDEN}"),
+])
+def test_an_error_texts_secret_values_are_hidden(text: str, shown: str) -> None:
+    assert redact_error(text) == shown
+
+
+@pytest.mark.parametrize("text", [
+    "Timeout: 30s", "KeyError: 'user'", "auth.py: line 3", "ZeroDivisionError: division by zero",
+    "https://example.com:8443/path@v2", "password=", "user=ada, n=3", "(no error text)",
+])
+def test_error_texts_without_secret_values_are_unchanged(text: str) -> None:
+    assert redact_error(text) == text
+
+
+def test_a_tracebacks_source_lines_stay_as_written() -> None:
+    traceback = ('Traceback (most recent call last):\n  File "/app/pay.py", line 3, in charge\n'
+                 f'    token = "{S}"\nRuntimeError: token={S}')
+    assert redact_error(traceback) == traceback.replace(f"token={S}", f"token={HIDDEN}")
+
+
+def test_the_error_signature_hides_secret_values_for_everyone() -> None:
+    assert error_signature(f"x\nKeyError: password={S}, user 12") == f"KeyError: password={HIDDEN}, user N"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["password", "api_key", "apiKey", "X-Auth-Token", "client_secret", "sessionId"]),
+       st.sampled_from(["=", ": ", ":", " = "]), st.sampled_from(['"', "'", ""]),
+       st.text(alphabet="abcdefXYZ0123456789_-.+/", min_size=1, max_size=20),
+       st.text(alphabet="abc xyz,;()", max_size=12), st.text(alphabet="abc xyz,;()", max_size=12))
+def test_a_secret_value_after_its_name_never_shows(name: str, sep: str, quote: str, value: str, before: str,
+                                                   after: str) -> None:
+    secret = "SECRET" + value
+    text = f"{before} {name}{sep}{quote}{secret}{quote}{after}"
+    shown = redact_error(text)
+    assert secret not in shown and HIDDEN in shown
+    assert redact_error(shown) == shown  # hiding twice hides nothing more
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters=":=@", blacklist_categories=("Cs",)), max_size=60))
+def test_text_with_no_name_value_pair_and_no_url_password_is_unchanged(text: str) -> None:
+    assert redact_error(text) == text
