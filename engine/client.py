@@ -78,9 +78,17 @@ class QueueClient(abc.ABC):
         *,
         max_attempts: int | None = None,
         delay_seconds: float = 0,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
-        """Append one job per payload to ``queue``; return their ids in order."""
-        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        """Append one job per payload to ``queue``; return their ids in order.
+
+        ``ids``, one per payload, are the jobs' ids (1-200 letters, digits,
+        ``_ . : -``), chosen by the caller so that a push repeated after a
+        crash or a lost answer is not doubled: an id still in the document, or
+        in the dedup window after its job left, enqueues nothing and comes
+        back as it was (README, "Delivery guarantees"). None: new ids."""
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds,
+                     ids=ids)
         result: list[str] = self.execute(op)
         return result
 
@@ -204,8 +212,10 @@ class AsyncQueueMethods(abc.ABC):
         *,
         max_attempts: int | None = None,
         delay_seconds: float = 0,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
-        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds,
+                     ids=ids)
         result: list[str] = await self.aexecute(op)
         return result
 

@@ -121,10 +121,12 @@ class CommitCalls:
         *,
         max_attempts: int | None = None,
         delay_seconds: float = 0,
+        ids: Sequence[str] | None = None,
     ) -> list[str]:
         # As AsyncQueueMethods.apush, awaiting the future directly rather than
         # through aexecute's coroutine: one coroutine fewer per push.
-        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds)
+        op = push_op(queue, payloads, policy=self.policy, max_attempts=max_attempts, delay_seconds=delay_seconds,
+                     ids=ids)
         result: list[str] = await self._submit_async(op)
         return result
 

@@ -1,6 +1,7 @@
 """Narrowed API tokens with real processes: tokens made with ``manage.py
-queuetoken``, a daphne node, ``manage.py enqueue`` and ``queueworker``
-processes that use them (queueadmin.api.grants)."""
+queuetoken``, a daphne node, ``manage.py enqueue`` (also run twice with
+``--id``: one job) and ``queueworker`` processes that use them
+(queueadmin.api.grants)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def test_producer_and_worker_tokens_do_only_their_part(cluster_factory: Callable
         return done.returncode, (done.stdout + done.stderr).decode()
 
     assert enqueue("billing", producer)[0] == 0
+    # Run twice (a retried cron job), a push with its own id makes one job.
+    for _ in range(2):
+        done = cluster.manage("enqueue", "billing", '{"n": 2}', "--id", "invoice-7", "--broker", node.url,
+                              "--token", producer)
+        assert done.returncode == 0 and done.stdout.decode().strip() == "invoice-7", done.stderr
     code, said = enqueue("mail", producer)
     assert code != 0 and "may not push to 'mail'" in said and "'billing producers'" in said
     code, said = enqueue("billing", worker)
@@ -56,7 +62,7 @@ def test_producer_and_worker_tokens_do_only_their_part(cluster_factory: Callable
     assert "worker stopped" in logs and "for pushing only" in logs and "may not claim from 'mail'" in logs
     # The worker token drains its own queue.
     assert work("billing", worker) == 0
-    assert record.read_text().split() == ["1"]
+    assert record.read_text().split() == ["1", "2"]
     assert api(node, "GET", "/api/v1/document", token=worker).json()["error"] == "forbidden"
     revoked = cluster.manage("queuetoken", "revoke", "billing producers")
     assert revoked.returncode == 0, revoked.stderr

@@ -70,6 +70,20 @@ def test_same_life_of_a_job(make_client: Callable[..., QueueClient]) -> None:
     assert doc["queues"]["q"]["pushed"] == 2
 
 
+def test_a_push_repeated_with_its_ids_enqueues_nothing_more(make_client: Callable[..., QueueClient]) -> None:
+    client = make_client(MemoryStore())
+    assert client.push("q", [{"n": 1}, {"n": 2}], ids=["order-1", "order-2"]) == ["order-1", "order-2"]
+    # A producer that crashed before recording the first answer pushes again.
+    assert client.push("q", [{"n": 1}, {"n": 2}], ids=["order-1", "order-2"]) == ["order-1", "order-2"]
+    [claimed] = client.claim("w", ["q"])
+    client.complete(claimed.id, claimed.lease)
+    assert client.push("q", [{"n": 1}], ids=["order-1"]) == ["order-1"]  # in the dedup window after it left
+    assert [j["id"] for j in client.document()["jobs"]] == ["order-2"]
+    assert client.document()["queues"]["q"]["pushed"] == 2
+    with pytest.raises(ValidationError, match="ids and payloads differ in length"):
+        client.push("q", [1, 2], ids=["only-one"])
+
+
 def test_claim_accepts_a_long_poll_wait_and_answers_at_once(make_client: Callable[..., QueueClient]) -> None:
     # The QueueClient contract takes wait_seconds; in-process clients ignore it.
     client = make_client(MemoryStore())

@@ -169,6 +169,8 @@ def test_enqueue_refuses_bad_json_and_bad_input_without_a_broker(settings: Setti
         run("enqueue", "bad queue", "{}", "--broker", "http://127.0.0.1:9")
     with pytest.raises(CommandError, match="max_attempts"):
         run("enqueue", "q", "{}", "--max-attempts", "0", "--broker", "http://127.0.0.1:9")
+    with pytest.raises(CommandError, match="job id"):
+        run("enqueue", "q", "{}", "--id", "no spaces", "--broker", "http://127.0.0.1:9")
 
 
 def test_enqueue_needs_a_token(settings: SettingsWrapper) -> None:

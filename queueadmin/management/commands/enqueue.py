@@ -24,6 +24,10 @@ class Command(BaseCommand):
         parser.add_argument("--broker", action="append", dest="brokers", metavar="URL",
                             help="a broker node's URL (repeatable); default: the leader named by the document "
                                  "at QUEUE_STORE_URL")
+        parser.add_argument("--id", dest="job_id", metavar="ID",
+                            help="the job's id (1-200 letters, digits, _ . : -), so that running the command again "
+                                 "(a retried cron job or deploy step) pushes nothing while that job is in the queue "
+                                 "or left it less than 15 minutes ago; default: a new id")
         parser.add_argument("--token", help="the broker API token (default: QUEUE_API_TOKEN)")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -35,7 +39,8 @@ class Command(BaseCommand):
         with broker_client(brokers=options["brokers"], token=options["token"]) as client:
             try:
                 [job_id] = client.push(
-                    options["queue"], [payload], max_attempts=options["max_attempts"], delay_seconds=options["delay"]
+                    options["queue"], [payload], max_attempts=options["max_attempts"], delay_seconds=options["delay"],
+                    ids=None if options["job_id"] is None else [options["job_id"]],
                 )
             except EngineError as exc:
                 raise CommandError(f"{type(exc).__name__}: {exc}") from exc
