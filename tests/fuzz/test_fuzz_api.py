@@ -182,10 +182,10 @@ def test_deeply_nested_payloads(nodes: Nodes, depth: int, kind: str, leaf: Any, 
 claim_bodies = mutated(
     st.fixed_dictionaries({"worker": st.just("w1"), "queues": st.just(["q"])},
                           optional={"max_jobs": st.integers(1, 5), "lease_seconds": st.sampled_from([1, 30.5]),
-                                    "wait_seconds": st.sampled_from([0, 0.01])}),
+                                    "wait_seconds": st.sampled_from([0, 0.01]), "in_order": st.booleans()}),
     {"worker": hostile_text, "queues": st.one_of(st.lists(st.one_of(st.just("q"), queue_names, wrong_types),
                                                           max_size=3), wrong_types),
-     "max_jobs": numbers, "lease_seconds": numbers,
+     "max_jobs": numbers, "lease_seconds": numbers, "in_order": st.one_of(wrong_types, numbers),
      # A valid wait makes an empty claim wait that long: keep those short.
      "wait_seconds": st.one_of(st.sampled_from([0.05, -0.001]), numbers)},
 )
