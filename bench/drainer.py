@@ -71,9 +71,11 @@ class TimedBrokerClient(BrokerClient):
         max_jobs: int = 1,
         lease_seconds: float | None = None,
         wait_seconds: float = 0,
+        in_order: bool = False,
     ) -> list[ClaimedJob]:
         """Claim as usual, noting when the answer arrived for each job."""
-        jobs = super().claim(worker, queues, max_jobs=max_jobs, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        jobs = super().claim(worker, queues, max_jobs=max_jobs, lease_seconds=lease_seconds, wait_seconds=wait_seconds,
+                             in_order=in_order)
         self._record_claim(jobs)
         return jobs
 

@@ -424,8 +424,11 @@ class Worker(WorkerHeartbeats):
                     self.worker_id, type(exc).__name__, exc)
 
     def _claim(self, free: int) -> list[ClaimedJob]:
+        # in_order only when asked for: a client subclass written before it
+        # (one that overrides claim) keeps working for every other worker.
+        ordered = {"in_order": True} if self.in_order else {}
         return self.client.claim(self.worker_id, self.queues, max_jobs=free, lease_seconds=self.lease_seconds,
-                                 wait_seconds=self.wait_seconds, in_order=self.in_order)
+                                 wait_seconds=self.wait_seconds, **ordered)
 
     def _dispatch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self._cond:

@@ -133,6 +133,33 @@ def test_burst_completes_every_job_then_exits(client: SpyCommitter) -> None:
     assert len(ids) == 5
 
 
+def test_a_worker_in_order_runs_its_first_queues_jobs_first_whatever_the_protocol(client: SpyCommitter) -> None:
+    low = client.push("low", [{"n": n} for n in range(3)])
+    high = client.push("high", [{"n": n} for n in range(3, 5)])
+    order: list[str] = []
+    options = fast(burst=True, in_order=True)  # one slot: one job per claim, carried or not
+    Worker(client, queues=["high", "low"], handler=lambda job: order.append(job.id), pass_job=True,
+           options=options).run()
+    assert order == high + low
+
+
+def test_a_client_whose_claim_predates_in_order_still_serves_a_plain_worker() -> None:
+    """A client subclass that overrides ``claim`` with the arguments it had
+    before ``in_order`` existed (the benchmark's had): a worker that does not
+    ask for order does not pass it."""
+
+    class Older(GroupCommitter):
+        def claim(self, worker: str, queues: Iterable[str], *, max_jobs: int = 1, lease_seconds: float | None = None,
+                  wait_seconds: float = 0) -> list[ClaimedJob]:
+            return super().claim(worker, queues, max_jobs=max_jobs, lease_seconds=lease_seconds,
+                                 wait_seconds=wait_seconds)
+
+    with Older(MemoryStore()) as older:
+        older.push("q", [1, 2])
+        stats = Worker(older, queues=["q"], handler=lambda _: None, options=fast(burst=True)).run()
+    assert (stats.claimed, stats.completed) == (2, 2)
+
+
 def test_burst_on_empty_queues_exits_at_once(client: SpyCommitter) -> None:
     stats = Worker(client, queues=["q", "other"], handler=print, options=fast(burst=True)).run()
     assert stats == WorkerStats()
