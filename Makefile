@@ -128,8 +128,8 @@ test: venv $(AZURITE)
 	QUEUE_API_TOKEN="$${QUEUE_API_TOKEN:-makemigrations-check}" $(PY) manage.py makemigrations --check --dry-run
 	@# Two pytest workers (one per core, at most two), handing tests to whichever is
 	@# free (worksteal): most e2e tests wait on processes more than they compute, so
-	@# the suite runs in about 20 minutes here instead of 24. Every test picks its
-	@# own ports and folders; none shares state with another.
+	@# pytest takes 16 to 20 minutes here instead of 24. Every test picks its own
+	@# ports and folders; none shares state with another.
 	$(VENV)/bin/pytest -n auto --maxprocesses 2 --dist worksteal
 
 test-fast: venv
