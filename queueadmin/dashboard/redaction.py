@@ -178,23 +178,28 @@ _VALUE = re.compile(r"""(?P<quote>["'])(?:(?!(?P=quote))[^\\]|\\.)*(?P=quote)?""
                     r"""|(?:(?:bearer|basic|token|digest|negotiate)[ \t]+)?[^\s&,;)}\]"']+""", re.IGNORECASE)
 # A traceback's frame line; the line after it is the frame's source code.
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+# How Python's tracebacks indent a frame's source line (its frame line has two spaces).
+_SOURCE_INDENT = "    "
 
 
 def redact_error(text: str, pattern: re.Pattern[str] | None = None) -> str:
     """``text``, an error message or a traceback, with URL passwords and the
     values after secret-looking names (:func:`is_secret`) replaced by
     :data:`SUBSTITUTE` (a quoted value keeps its quotes). A traceback's
-    source lines (each after a ``File "...", line N`` line) are left as
-    they are: they are the program's code, not the data it ran on."""
+    source lines (indented, each right after a ``File "...", line N``
+    line) are left as they are: they are the program's code, not the data
+    it ran on. A frame without source (``<string>``, a C extension) is
+    followed by the next frame or the exception's line, which is not
+    indented so, and is scanned."""
     pattern = pattern or secret_keys()
     lines = text.split("\n")
-    source_line = False
+    after_frame = False
     for index, line in enumerate(lines):
-        if not source_line:
+        if not (after_frame and line.startswith(_SOURCE_INDENT)):
             if "://" in line:
                 line = _URL_PASSWORD.sub(lambda m: m[1] + SUBSTITUTE, line)
             lines[index] = _redact_pairs(line, pattern)
-        source_line = _FRAME.match(line) is not None
+        after_frame = _FRAME.match(line) is not None
     return "\n".join(lines)
 
 

@@ -62,6 +62,8 @@ error_texts = st.sampled_from([
     "ValueError: bad config {{'client_secret': '{s}', 'retries': 3}}",
     'Traceback (most recent call last):\n  File "/app/pay.py", line 3, in charge\n    post(url, headers)\n'
     "RuntimeError: refused with Authorization: Bearer {s}",
+    # A frame without source (code run from a string, a C extension): the exception's line comes right after it.
+    'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nRuntimeError: password={s}',
 ])
 
 

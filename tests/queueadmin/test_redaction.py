@@ -146,6 +146,13 @@ def test_a_tracebacks_source_lines_stay_as_written() -> None:
     assert redact_error(traceback) == traceback.replace(f"token={S}", f"token={HIDDEN}")
 
 
+def test_a_frame_without_source_does_not_shield_the_exception_line_after_it() -> None:
+    """Code run from a string, or a C extension, has no source line: the
+    exception's own line comes right after the frame's."""
+    traceback = f'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nRuntimeError: token={S}'
+    assert redact_error(traceback) == traceback.replace(f"token={S}", f"token={HIDDEN}")
+
+
 def test_the_error_signature_hides_secret_values_for_everyone() -> None:
     assert error_signature(f"x\nKeyError: password={S}, user 12") == f"KeyError: password={HIDDEN}, user N"
 
