@@ -46,7 +46,7 @@ PERMISSION = "queueadmin.view_payload_secrets"
 #: Searched in a key normalised to lower-case words joined by "_".
 DEFAULT_SECRET_KEYS = (
     r"(^|_)(pass(word|wd|phrase)?|pwd|secrets?|tokens?|api_?keys?|access_?keys?|private_?keys?|auth|"
-    r"authorization|credentials?|cookies?|session(_?id)?|signature|otp|pin|cvv|cvc|card_?number|ssn|iban)(_|$)"
+    r"authorization|credentials?|cookies?|session(_?id)?|signature|sig|otp|pin|cvv|cvc|card_?number|ssn|iban)(_|$)"
 )
 
 Redactor = Callable[[Any], Any]

@@ -139,3 +139,12 @@ def test_error_texts_hide_secret_values_from_a_viewer_on_every_page(broker: Brok
                                     "error": f"requests.exceptions.HTTPError: N for url: https://api.example.com/v"
                                              f"N?api_key={SUBSTITUTE}&n=N (password={SUBSTITUTE})"})
     assert dead in listing.content.decode()
+
+
+def test_the_nodes_own_last_error_hides_a_signed_urls_signature_from_a_viewer(broker: Broker, viewer: Client,
+                                                                              trusted: Client) -> None:
+    """A store error can quote a pre-signed URL (an Azure SAS ``sig``)."""
+    broker.last_error = f"StoreUnavailable: GET https://acct.blob.core.windows.net/q/queue.json?sig={SECRETS[0]}&se=1"
+    page = viewer.get("/").content.decode()
+    assert "acct.blob.core.windows.net" in page and shows_no_secret(page) and SUBSTITUTE in page
+    assert SECRETS[0] in trusted.get("/").content.decode()

@@ -127,6 +127,9 @@ S = "s3cr3tVALUE"
     (f"refused: Authorization: Bearer {S}.{S}", f"refused: Authorization: {HIDDEN}"),
     (f"x-api-key:   '{S}' sent", f"x-api-key:   '{HIDDEN}' sent"),
     (f"db.password={S}", f"db.password={HIDDEN}"),
+    # An Azure SAS URL in a store error: its signature is the credential.
+    (f"StoreUnavailable: GET https://acct.blob.core.windows.net/q/queue.json?sv=2024&sig={S}&se=1 timed out",
+     f"StoreUnavailable: GET https://acct.blob.core.windows.net/q/queue.json?sv=2024&sig={HIDDEN}&se=1 timed out"),
 ])
 def test_an_error_texts_secret_values_are_hidden(text: str, shown: str) -> None:
     assert redact_error(text) == shown
