@@ -13,16 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import ngettext
 
 from queueadmin.api.auth import digests
-from queueadmin.models import ApiToken, AuditEntry, QueueScope
+from queueadmin.models import ApiToken, ApiTokenQuerySet, AuditEntry, QueueScope
 
 SHOWN_JOB_IDS = 100
 
@@ -86,8 +84,8 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         messages.warning(request, f"The token for {obj.name!r} is {token} . Copy it now: it is not shown again.")
 
     @admin.action(description="Revoke the selected tokens")
-    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    def revoke(self, request: HttpRequest, queryset: ApiTokenQuerySet) -> None:
+        count = queryset.revoke()
         digests.forget()
         revoked = ngettext("Revoked %(n)d token; every node refuses it",
                            "Revoked %(n)d tokens; every node refuses them", count) % {"n": count}

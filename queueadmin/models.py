@@ -332,6 +332,15 @@ def validate_queue_patterns(text: str) -> None:
                               "'_', '.', ':' and '-'; patterns add *, ?, [ and ])")
 
 
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def revoke(self) -> int:
+        """Revoke the tokens of this queryset not revoked yet; how many. Every
+        node refuses them within :data:`queueadmin.api.auth.TOKEN_CACHE_SECONDS`."""
+        from django.utils import timezone
+
+        return self.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
 class ApiToken(models.Model):
     """A broker API token kept in the database, beside ``QUEUE_API_TOKEN``.
 
@@ -362,6 +371,8 @@ class ApiToken(models.Model):
     may_push = models.BooleanField("may push", default=True, help_text="Push jobs (producers)")
     may_work = models.BooleanField("may work", default=True,
                                    help_text="Claim jobs and heartbeat, complete or fail them (workers)")
+
+    objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
         ordering: ClassVar[list[str]] = ["name"]

@@ -105,15 +105,12 @@ def _read_digests() -> Grants:
     try:
         rows = ApiToken.objects.filter(revoked_at__isnull=True).values_list(
             "digest", "name", "may_push", "may_work", "queues")
-        return MappingProxyType({digest: _grant(name, may_push, may_work, queues)
+        # A database token's grant keeps its name for the messages of refusals.
+        return MappingProxyType({digest: Grant(name=name, may_push=may_push, may_work=may_work,
+                                               patterns=parse_patterns(queues))
                                  for digest, name, may_push, may_work, queues in rows})
     finally:
         close_old_connections()
-
-
-def _grant(name: str, may_push: bool, may_work: bool, queues: str) -> Grant:
-    """A database token's grant; its name is kept for the messages of refusals."""
-    return Grant(name=name, may_push=may_push, may_work=may_work, patterns=parse_patterns(queues))
 
 
 #: The process-wide cache of database token digests and their grants.

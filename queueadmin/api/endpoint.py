@@ -19,6 +19,7 @@ from engine import EngineError
 from queueadmin import runtime
 from queueadmin.api.auth import check_token
 from queueadmin.api.errors import ApiError, from_engine
+from queueadmin.api.grants import Call
 from queueadmin.api.http import ClientGone, Request, Response
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,10 @@ View = Callable[..., Awaitable[Response]]
 
 
 class Endpoint:
-    """An API view with the methods it answers and whether it needs the token.
+    """An API view with the methods it answers, whether it needs the token,
+    and the call it makes as a token's scope counts it (``call``: pushing
+    or working, checked with the token, before the view reads the body;
+    the view checks the queues the body names, :mod:`queueadmin.api.grants`).
 
     Call it like the view (``await endpoint(request, **parameters)``); it
     never raises, except ClientGone when the client hung up (there is no one
@@ -35,10 +39,11 @@ class Endpoint:
     refuse a request before reading its body (:mod:`queueadmin.edge`).
     """
 
-    def __init__(self, view: View, methods: tuple[str, ...], token: bool) -> None:
+    def __init__(self, view: View, methods: tuple[str, ...], token: bool, call: Call | None = None) -> None:
         self.view = view
         self.methods = methods
         self.token = token
+        self.call = call
         self.allow = ", ".join(methods)
         self.__name__ = view.__name__
         self.__doc__ = view.__doc__
@@ -53,6 +58,7 @@ class Endpoint:
                 )
             if self.token:
                 request.grant = await check_token(request)
+                request.grant.require(self.call)
             return await self.view(request, **parameters)
         except ClientGone:
             raise
@@ -71,17 +77,18 @@ class Endpoint:
         return f"<Endpoint {self.__name__} {self.allow}{'' if self.token else ', no token'}>"
 
 
-def endpoint(*methods: str, token: bool = True) -> Callable[[View], Endpoint]:
+def endpoint(*methods: str, token: bool = True, call: Call | None = None) -> Callable[[View], Endpoint]:
     """Make an async view an API endpoint that answers only ``methods``.
 
     With ``token`` (the default) the request must carry the bearer token,
     checked after the method and before the view runs (so before the body
     is read). The API authenticates with a header, never with cookies, so
-    there is no CSRF check.
+    there is no CSRF check. ``call`` (``"push"`` or ``"work"``): the token
+    must also be allowed that call (:meth:`.grants.Grant.require`).
     """
 
     def decorate(view: View) -> Endpoint:
-        return Endpoint(view, methods, token)
+        return Endpoint(view, methods, token, call)
 
     return decorate
 

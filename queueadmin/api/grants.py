@@ -36,10 +36,14 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Literal
 
 from queueadmin.api.errors import ApiError
 
-__all__ = ["FULL", "Grant", "parse_patterns"]
+__all__ = ["FULL", "Call", "Grant", "parse_patterns"]
+
+#: What an endpoint does, as a token's scope counts it (None: a read, which any good token may make).
+Call = Literal["push", "work"]
 
 # Patterns are separated by commas or whitespace; queue names hold neither.
 _SEPARATORS = re.compile(r"[\s,]+")
@@ -70,6 +74,14 @@ class Grant:
     def covers(self, queue: str) -> bool:
         """Whether ``queue`` is in this token's scope (case-sensitive, as queue names are)."""
         return self.patterns is None or any(fnmatchcase(queue, p) for p in self.patterns)
+
+    def require(self, call: Call | None) -> None:
+        """Return if this token may make ``call`` at all (before its queues
+        are known); else raise 403 forbidden."""
+        if call == "push":
+            self.require_push()
+        elif call == "work":
+            self.require_work()
 
     def require_push(self, queue: str | None = None) -> None:
         """Return if this token may push (to ``queue``, if given); else raise 403 forbidden."""

@@ -45,22 +45,20 @@ def _grant(request: Request) -> Grant:
     return request.grant
 
 
-@endpoint("POST")
+@endpoint("POST", call="push")
 async def push(request: Request) -> Response:
     """201 ``{"ids": [...]}``, in request order, once every job is committed."""
     broker = runtime.get_broker()
-    _grant(request).require_push()
     op = wire.push_from(await _body(request), broker.policy)
     _grant(request).require_push(op.queue)
     ids: list[str] = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, ids), status=201)
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def claim(request: Request) -> Response:
     """200 ``{"jobs": [...]}``, possibly empty after waiting ``wait_seconds``."""
     broker = runtime.get_broker()
-    _grant(request).require_work()
     op, wait = wire.claim_from(await _body(request), broker.policy)
     _grant(request).require_work(op.queues)
     runtime.seen_workers.note(op.worker, op.queues)
@@ -71,35 +69,32 @@ async def claim(request: Request) -> Response:
     return json_response(wire.outcome_json(op, jobs))
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def heartbeat(request: Request, job_id: str) -> Response:
     """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
-    _grant(request).require_work()
     op = wire.heartbeat_from(job_id, await _body(request))
     expires_at = await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, expires_at))
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def complete(request: Request, job_id: str) -> Response:
     """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
-    _grant(request).require_work()
     op = wire.complete_from(job_id, await _body(request))
     await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, None))
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def fail(request: Request, job_id: str) -> Response:
     """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
     broker = runtime.get_broker()
-    _grant(request).require_work()
     op = wire.fail_from(job_id, await _body(request), broker.policy)
     outcome = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, outcome))
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def ack(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``acks`` in order, once every
     valid item's commit landed: ``{"id", "ok": true}`` for a complete,
@@ -109,7 +104,6 @@ async def ack(request: Request) -> Response:
     the claim is submitted with the acks, so it rides their commit, applied
     after them; it never waits."""
     broker = runtime.get_broker()
-    _grant(request).require_work()
     items, claim = wire.ack_claim_from(await _body(request), broker.policy)
     if claim is not None:
         # Out of scope, the whole request is refused, acks included, as for an invalid claim.
@@ -118,12 +112,11 @@ async def ack(request: Request) -> Response:
     return json_response(await _batch(broker, items, claim))
 
 
-@endpoint("POST")
+@endpoint("POST", call="work")
 async def heartbeats(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``leases`` in order:
     ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""
     broker = runtime.get_broker()
-    _grant(request).require_work()
     return json_response(await _batch(broker, wire.heartbeats_from(await _body(request))))
 
 

@@ -426,37 +426,39 @@ def test_the_source_stamps_an_unchanged_version_with_the_time_it_was_read(broker
     assert again._by_id is first._by_id  # the lookups of an unchanged version are not rebuilt
 
 
-@pytest.mark.django_db(transaction=True)
-@run_async
-async def test_live_fragments_hide_secret_payload_values_from_a_viewer(broker: Broker) -> None:
+async def viewer_and_trusted() -> list[tuple[Client, bool]]:
+    """A viewer, who may not see secrets, and a user who may: each with whether it sees them."""
     viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
     trusted = await sync_to_async(lambda: client_for(make_user("trusted", "view_dashboard",
                                                                "view_payload_secrets")))()
+    return [(viewer, False), (trusted, True)]
+
+
+async def first_fragments(path: str, client: Client) -> str:
+    """The first live update of ``path`` for ``client``, its fragments joined."""
+    communicator, connected, _ = await connect(path, cookie_for(client), ORIGIN)
+    assert connected
+    try:
+        return "".join((await next_update(communicator))["fragments"].values())
+    finally:
+        await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@run_async
+async def test_live_fragments_hide_secret_payload_values_from_a_viewer(broker: Broker) -> None:
     [job_id] = await asyncio.to_thread(push, broker, "q", [{"to": "ada", "token": "tokTOPSECRET"}])
-    for client, shown in ((viewer, False), (trusted, True)):
+    for client, shown in await viewer_and_trusted():
         # The jobs list's rows are live (the job page's payload is not in its live part).
-        communicator, connected, _ = await connect("/jobs/?queue=q", cookie_for(client), ORIGIN)
-        assert connected
-        try:
-            fragments = "".join((await next_update(communicator))["fragments"].values())
-        finally:
-            await communicator.disconnect()
+        fragments = await first_fragments("/jobs/?queue=q", client)
         assert job_id in fragments and "ada" in fragments and ("tokTOPSECRET" in fragments) is shown, shown
 
 
 @pytest.mark.django_db(transaction=True)
 @run_async
 async def test_live_fragments_hide_secret_values_of_error_texts_from_a_viewer(broker: Broker) -> None:
-    viewer = await sync_to_async(lambda: client_for(make_user("viewer", "view_dashboard")))()
-    trusted = await sync_to_async(lambda: client_for(make_user("trusted", "view_dashboard",
-                                                               "view_payload_secrets")))()
     job_id = await asyncio.to_thread(kill, broker, "q", error="HTTPError: 401 for ?api_key=keyTOPSECRET&n=1")
-    for path in (f"/jobs/{job_id}/", "/dead/"):
-        for client, shown in ((viewer, False), (trusted, True)):
-            communicator, connected, _ = await connect(path, cookie_for(client), ORIGIN)
-            assert connected
-            try:
-                fragments = "".join((await next_update(communicator))["fragments"].values())
-            finally:
-                await communicator.disconnect()
+    for client, shown in await viewer_and_trusted():
+        for path in (f"/jobs/{job_id}/", "/dead/"):
+            fragments = await first_fragments(path, client)
             assert "HTTPError" in fragments and ("keyTOPSECRET" in fragments) is shown, (path, shown)

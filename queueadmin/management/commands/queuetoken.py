@@ -17,7 +17,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
 from queueadmin.models import ApiToken
 
@@ -63,8 +62,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{row.name}\t{row.hint}…\t{row.scope}\t{state}")
 
     def _revoke(self, options: dict[str, Any]) -> None:
-        count = ApiToken.objects.filter(name=options["name"], revoked_at__isnull=True).update(
-            revoked_at=timezone.now())
+        count = ApiToken.objects.filter(name=options["name"]).revoke()
         if not count:
             known = ApiToken.objects.filter(name=options["name"]).exists()
             raise CommandError(f"the token {options['name']!r} is already revoked" if known else
