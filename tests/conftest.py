@@ -13,6 +13,7 @@ A test that needs S3 asks for fixtures that set dummy credentials for moto
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,14 @@ def _finished_jobs_unrecorded(request: pytest.FixtureRequest, monkeypatch: pytes
     from queueadmin.history import recorder
 
     monkeypatch.setattr(recorder, "shared_recorder", lambda **kwargs: _NoRecorder())
+
+
+@pytest.fixture(autouse=True)
+def _no_api_tokens_of_other_tests() -> Iterator[None]:
+    """Each test starts with no database API token cached: the cache outlives
+    the test's database transaction, and a test without database access
+    keeps the last tokens read (as a node keeps them through an outage)."""
+    from queueadmin.api import auth
+
+    yield
+    auth.digests.clear()

@@ -72,6 +72,12 @@ class TokenDigests:
         """Re-read on the next check (tests; after an admin change in this process)."""
         self._read_at = float("-inf")
 
+    def clear(self) -> None:
+        """Forget the digests read too, so that a failed re-read finds none
+        (tests: a test's tokens must not outlive its database)."""
+        self._digests = _NONE
+        self.forget()
+
     async def current(self) -> Grants:
         """The grants by digest, re-read if stale. If the database cannot be read, the
         last digests read stay in use (and a read is tried again in a

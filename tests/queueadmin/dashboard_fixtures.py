@@ -167,9 +167,8 @@ def fresh_token_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from queueadmin.api import auth
 
     monkeypatch.setattr(auth, "TOKEN_CACHE_SECONDS", 0.0)
-    auth.digests.forget()
+    auth.digests.clear()
     yield
-    auth.digests.forget()
 
 
 def clock_ahead(monkeypatch: pytest.MonkeyPatch, ahead: timedelta) -> None:
