@@ -26,7 +26,7 @@ from engine.model import (
     decode_payload,
     new_lease_token,
 )
-from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, Requeue
+from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, QueueScope, Requeue
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 from engine.purging import still_expected
 
@@ -88,12 +88,18 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
     return claimed
 
 
-def _leased(state: QueueState, job_id: str, token: str) -> Job:
-    """The running job ``job_id`` if ``token`` is its current lease; raises otherwise."""
+def _leased(state: QueueState, job_id: str, token: str, scope: QueueScope | None = None) -> Job:
+    """The running job ``job_id`` if ``token`` is its current lease; raises
+    otherwise: JobNotFound if no job has this id, or if ``scope`` rejects its
+    queue (so that a caller confined to some queues cannot tell another
+    queue's job from none); else LeaseLost."""
     job = state.jobs.get(job_id)
     if job is None:
-        if job_id in state.dead:
+        dead = state.dead.get(job_id)
+        if dead is not None and (scope is None or scope(dead.queue)):
             raise LeaseLost(job_id, "the job is in the dead letters")
+        raise JobNotFound(job_id)
+    if scope is not None and not scope(job.queue):
         raise JobNotFound(job_id)
     if job.lease is None or job.lease.token != token:
         raise LeaseLost(job_id, "the lease expired or the job was handed to someone else")
@@ -102,7 +108,7 @@ def _leased(state: QueueState, job_id: str, token: str) -> Job:
 
 def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
     """Extend the lease by its length (or ``op.lease_seconds``); return the new deadline."""
-    job = _leased(state, op.job_id, op.lease)
+    job = _leased(state, op.job_id, op.lease, op.scope)
     assert job.lease is not None
     seconds = op.lease_seconds if op.lease_seconds is not None else job.lease.seconds
     expires_at = now + timedelta(seconds=seconds)
@@ -113,7 +119,7 @@ def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
 
 def complete(state: QueueState, op: Complete, now: datetime) -> None:
     """Finish the job: it leaves the document; ``completed`` is counted."""
-    job = _leased(state, op.job_id, op.lease)
+    job = _leased(state, op.job_id, op.lease, op.scope)
     state.remove_job(job.id)
     state.add_finished(job.id, now)
     state.counters(job.queue).completed += 1
@@ -156,7 +162,7 @@ def fail(state: QueueState, op: Fail, now: datetime) -> FailOutcome:
     """Record a failed attempt: retry later at the back of the queue, or
     dead-letter the job once its attempts reach ``max_attempts`` (or at once
     with ``op.give_up``)."""
-    job = _leased(state, op.job_id, op.lease)
+    job = _leased(state, op.job_id, op.lease, op.scope)
     state.counters(job.queue).failed += 1
     job = job._replace(history=_ended(job, "failed", now, op.error))
     if op.give_up or job.attempts >= job.max_attempts:

@@ -15,6 +15,7 @@ in :mod:`engine.optypes` and payload encoding (:func:`encode_payload`) in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -40,6 +41,7 @@ from engine.optypes import (
     PurgeOutcome,
     PurgeStatus,
     Push,
+    QueueScope,
     Refill,
     RefillDelayed,
     Requeue,
@@ -83,6 +85,7 @@ __all__ = [
     "PurgeOutcome",
     "PurgeStatus",
     "Push",
+    "QueueScope",
     "Refill",
     "RefillDelayed",
     "Requeue",
@@ -109,6 +112,7 @@ __all__ = [
     "push_op",
     "rate_limit_op",
     "requeue_op",
+    "scoped",
 ]
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
@@ -254,6 +258,15 @@ def heartbeat_op(job_id: str, lease: str, *, lease_seconds: float | None = None)
     if lease_seconds is not None:
         lease_seconds = float(_check_number("lease_seconds", lease_seconds, low=0.001, high=MAX_LEASE_SECONDS))
     return Heartbeat(job_id=_check_id("job id", job_id), lease=_check_id("lease", lease), lease_seconds=lease_seconds)
+
+
+def scoped[T: Operation](op: T, scope: QueueScope | None) -> T:
+    """``op`` confined to the jobs of the queues ``scope`` accepts, if it is
+    a lease call (Heartbeat, Complete or Fail; see :data:`QueueScope`);
+    any other operation, and any with ``scope`` None, unchanged."""
+    if scope is None or not isinstance(op, Heartbeat | Complete | Fail):
+        return op
+    return dataclasses.replace(op, scope=scope)
 
 
 def get_job_op(job_id: str) -> GetJob:

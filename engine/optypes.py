@@ -11,6 +11,7 @@ Built and validated by the builders of :mod:`engine.ops` (``push_op``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
@@ -37,6 +38,7 @@ __all__ = [
     "PurgeOutcome",
     "PurgeStatus",
     "Push",
+    "QueueScope",
     "Refill",
     "RefillDelayed",
     "Requeue",
@@ -52,6 +54,12 @@ __all__ = [
 ]
 
 PurgeStatus = Literal["pending", "running", "dead"]
+
+#: Which queues' jobs a lease call (heartbeat, complete, fail) may touch: a
+#: predicate on a queue's name. A job of a queue it rejects is not found, as a
+#: job that does not exist (JobNotFound), whatever its lease: the API narrows
+#: a call to its token's queues with it (queueadmin.api.grants). None: every queue.
+QueueScope = Callable[[str], bool]
 
 
 class NewJob(NamedTuple):
@@ -85,12 +93,14 @@ class Heartbeat:
     job_id: str
     lease: str
     lease_seconds: float | None = None
+    scope: QueueScope | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete:
     job_id: str
     lease: str
+    scope: QueueScope | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +112,7 @@ class Fail:
     #: Dead-letter the job now, whatever attempts it has left (a failure no
     #: retry can fix, such as a job naming code that does not exist).
     give_up: bool = False
+    scope: QueueScope | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

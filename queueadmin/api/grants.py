@@ -17,8 +17,11 @@ queues once the body named them.
 * a push needs ``may_push`` and the push's queue in scope;
 * a claim (alone, or riding an ack) needs ``may_work`` and every queue it
   names in scope;
-* a heartbeat, complete or fail needs ``may_work``; the lease token it
-  carries already proves that this worker claimed the job;
+* a heartbeat, complete or fail (alone, or an item of a batch) needs
+  ``may_work``, and its job's queue in scope: a job of another queue is
+  ``job_not_found`` whatever its lease (checked as the operation is applied,
+  :func:`engine.ops.scoped`), so a lease that leaked from another worker
+  fleet is of no use, and a wrong lease tells nothing;
 * ``GET /api/v1/jobs/<id>`` needs either right, and answers ``404
   job_not_found`` for a job of a queue out of scope, as for a job that does
   not exist, so a narrowed token cannot learn what other queues hold;
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from engine.ops import QueueScope
 from queueadmin.api.errors import ApiError
 
 __all__ = ["FULL", "Call", "Grant", "parse_patterns"]
@@ -70,6 +74,12 @@ class Grant:
     def full(self) -> bool:
         """Whether nothing is narrowed: every call on every queue."""
         return self.may_push and self.may_work and self.patterns is None
+
+    @property
+    def scope(self) -> QueueScope | None:
+        """What a lease call made with this token may touch
+        (:func:`engine.ops.scoped`): None for every queue."""
+        return None if self.patterns is None else self.covers
 
     def covers(self, queue: str) -> bool:
         """Whether ``queue`` is in this token's scope (case-sensitive, as queue names are)."""

@@ -23,7 +23,7 @@ from django.core import signing
 from django.db import close_old_connections
 
 from engine import Broker, EngineError, GroupCommitter, JobNotFound, NotLeader, QueueError, ValidationError, wire
-from engine.ops import Claim, Operation, get_job_op
+from engine.ops import Claim, Operation, get_job_op, scoped
 from queueadmin import config, runtime
 from queueadmin.api import forward, parsing
 from queueadmin.api.endpoint import endpoint
@@ -72,7 +72,7 @@ async def claim(request: Request) -> Response:
 @endpoint("POST", call="work")
 async def heartbeat(request: Request, job_id: str) -> Response:
     """200 ``{"lease_expires_at": ...}``; 409 lease_lost, 404 job_not_found."""
-    op = wire.heartbeat_from(job_id, await _body(request))
+    op = scoped(wire.heartbeat_from(job_id, await _body(request)), _grant(request).scope)
     expires_at = await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, expires_at))
 
@@ -80,7 +80,7 @@ async def heartbeat(request: Request, job_id: str) -> Response:
 @endpoint("POST", call="work")
 async def complete(request: Request, job_id: str) -> Response:
     """200 ``{"ok": true}``; 409 lease_lost, 404 job_not_found."""
-    op = wire.complete_from(job_id, await _body(request))
+    op = scoped(wire.complete_from(job_id, await _body(request)), _grant(request).scope)
     await runtime.get_broker().aexecute(op)
     return json_response(wire.outcome_json(op, None))
 
@@ -89,7 +89,7 @@ async def complete(request: Request, job_id: str) -> Response:
 async def fail(request: Request, job_id: str) -> Response:
     """200 ``{"status": "pending" | "dead", "not_before": ... | null}``."""
     broker = runtime.get_broker()
-    op = wire.fail_from(job_id, await _body(request), broker.policy)
+    op = scoped(wire.fail_from(job_id, await _body(request), broker.policy), _grant(request).scope)
     outcome = await broker.aexecute(op)
     return json_response(wire.outcome_json(op, outcome))
 
@@ -109,7 +109,7 @@ async def ack(request: Request) -> Response:
         # Out of scope, the whole request is refused, acks included, as for an invalid claim.
         _grant(request).require_work(claim.queues)
         runtime.seen_workers.note(claim.worker, claim.queues)
-    return json_response(await _batch(broker, items, claim))
+    return json_response(await _batch(broker, _scoped(items, _grant(request)), claim))
 
 
 @endpoint("POST", call="work")
@@ -117,7 +117,16 @@ async def heartbeats(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``leases`` in order:
     ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""
     broker = runtime.get_broker()
-    return json_response(await _batch(broker, wire.heartbeats_from(await _body(request))))
+    return json_response(await _batch(broker, _scoped(wire.heartbeats_from(await _body(request)), _grant(request))))
+
+
+def _scoped(items: list[Operation | ValidationError], grant: Grant) -> list[Operation | ValidationError]:
+    """A batch's lease calls confined to ``grant``'s queues (:func:`engine.ops.scoped`):
+    an item whose job is of another queue is answered job_not_found, alone."""
+    scope = grant.scope
+    if scope is None:
+        return items
+    return [item if isinstance(item, ValidationError) else scoped(item, scope) for item in items]
 
 
 async def _batch(

@@ -9,8 +9,10 @@ written apart from the code under test says which calls the scope allows:
 
 * a call it refuses must answer 403 ``forbidden`` and leave the stored
   document byte for byte as it was;
-* a call it allows must never answer 403, and a job read of a queue outside
-  the scope must answer exactly what an unknown job does.
+* a call it allows must never answer 403; a job read, or a lease call
+  (complete, heartbeat, an ack's item), of a job of a queue outside the
+  scope must answer exactly what an unknown job does and change nothing,
+  even with the job's own lease; one inside the scope must succeed.
 """
 
 from __future__ import annotations
@@ -100,6 +102,21 @@ def request(broker: Broker, kind: str, arg: Any) -> tuple[str, str, Any]:
     return "POST", "/api/v1/ack", body
 
 
+def check_lease_call(scope: dict[str, Any], kind: str, arg: Any, status: int, result: Any, before: bytes,
+                     broker: Broker, what: str) -> None:
+    """An allowed lease call on a job it holds the lease of: done if the job's
+    queue is in scope, else not found (alone, in a batch) and nothing changed."""
+    queue = "billing" if kind == "ack" else arg
+    item = result if kind == "complete" else result["results"][0]
+    if allowed_queue(scope["patterns"], queue):
+        assert status == 200 and "error" not in item, f"{what}: {status} {result}"
+        return
+    assert item.get("error") == "job_not_found", f"{what}: {status} {result}"
+    assert status == (404 if kind == "complete" else 200), f"{what}: {status} {result}"
+    if kind != "ack" or "claim" not in result:
+        assert stored(broker) == before, what  # a claim riding the ack may lease a job
+
+
 @settings(max_examples=scaled(40))
 @given(scope=scopes, steps=st.lists(calls, min_size=1, max_size=6))
 def test_a_narrowed_token_does_exactly_what_its_scope_allows(nodes: Nodes, fresh_token_cache: None,
@@ -126,5 +143,7 @@ def test_a_narrowed_token_does_exactly_what_its_scope_allows(nodes: Nodes, fresh
                 assert answer.status == 404 and result["error"] == unknown["error"], what
             elif kind == "read":
                 assert answer.status == 200 and result["queue"] == arg, what
+            elif kind in ("complete", "heartbeats", "ack"):
+                check_lease_call(scope, kind, arg, answer.status, result, before, broker, what)
             # The full token still does everything.
             assert call("GET", "/api/v1/document", b"", headers=AUTH).status == 200

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from engine import Broker, ObjectStore
-from engine.ops import claim_op
+from engine.ops import claim_op, fail_op
 from queueadmin.models import ApiToken
 from tests.helpers import stored
 from tests.queueadmin.api_client import Client, TestResponse
@@ -118,6 +118,49 @@ def test_an_ack_whose_claim_is_out_of_scope_applies_nothing(broker: Broker, stor
     answer = call("POST", "/api/v1/ack", token, {"acks": [{"id": job_id, "lease": lease, "outcome": "complete"}],
                                                  "claim": {"worker": "w0", "queues": ["billing"]}})
     assert answer.status_code == 200 and answer.json()["results"] == [{"id": job_id, "ok": True}]
+
+
+def test_a_lease_of_another_queues_job_is_of_no_use_to_a_narrowed_token(broker: Broker, store: ObjectStore,
+                                                                         full: str, db: None) -> None:
+    """A lease call names its job, not its queue: the job's queue is checked
+    as the call is applied. Another queue's job, with its right lease or a
+    wrong one, running or dead, is answered exactly as a job that does not
+    exist, alone in a batch, and nothing changes."""
+    _, token = make_token("billing workers", queues="billing", may_push=False)
+    theirs, their_lease = running(broker, "mail")
+    [dead] = push(broker, "mail", [{"n": 3}], max_attempts=1)
+    [claimed] = broker.execute(claim_op("w1", ["mail"], policy=broker.policy))
+    broker.execute(fail_op(dead, claimed.lease, error="boom", retry_in_seconds=None, policy=broker.policy))
+    mine, my_lease = running(broker, "billing")
+
+    def not_found(answer: TestResponse, job_id: str) -> None:
+        assert answer.status_code == 404, answer.content
+        assert answer.json() == {"error": "job_not_found", "message": f"job {job_id!r} not found"}
+
+    before = stored(store)
+    for job_id, lease in [(theirs, their_lease), (theirs, "wrong-lease"), (dead, "wrong-lease")]:
+        for path, body in [(f"/api/v1/jobs/{job_id}/heartbeat", {"lease": lease}),
+                           (f"/api/v1/jobs/{job_id}/complete", {"lease": lease}),
+                           (f"/api/v1/jobs/{job_id}/fail", {"lease": lease, "error": "x"})]:
+            not_found(call("POST", path, token, body), job_id)
+            not_found(call("POST", path.replace(job_id, "no-such-job"), token, body), "no-such-job")
+    assert stored(store) == before
+    # The full token is told what the job's state is: the lease is wrong, or the job is dead.
+    assert call("POST", f"/api/v1/jobs/{dead}/complete", full, {"lease": "wrong-lease"}).status_code == 409
+
+    # In a batch, the other queue's item alone is not found; the token's own job is completed.
+    answer = call("POST", "/api/v1/ack", token, {"acks": [
+        {"id": theirs, "lease": their_lease, "outcome": "complete"},
+        {"id": mine, "lease": my_lease, "outcome": "complete"}]})
+    assert answer.status_code == 200
+    assert answer.json()["results"] == [
+        {"id": theirs, "error": "job_not_found", "message": f"job {theirs!r} not found"},
+        {"id": mine, "ok": True}]
+    answer = call("POST", "/api/v1/heartbeat", token, {"leases": [{"id": theirs, "lease": their_lease}]})
+    assert answer.json()["results"] == [{"id": theirs, "error": "job_not_found",
+                                         "message": f"job {theirs!r} not found"}]
+    assert broker.get_job(theirs)["status"] == "running"
+    assert call("POST", f"/api/v1/jobs/{theirs}/complete", full, {"lease": their_lease}).status_code == 200
 
 
 def test_a_narrowed_token_finds_no_job_of_another_queue(broker: Broker, full: str, db: None) -> None:

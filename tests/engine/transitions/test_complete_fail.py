@@ -4,15 +4,20 @@ backoff, dead letters. The builders and the test clock are in builders.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from engine import transitions
 from engine.errors import (
     JobNotFound,
     LeaseLost,
 )
 from engine.model import FailOutcome
+from engine.ops import complete_op, fail_op, heartbeat_op, push_op, requeue_op, scoped
 from engine.policy import Policy
 from tests.engine.transitions.builders import (
+    T0,
     at,
     claim,
     claim_ids,
@@ -92,6 +97,42 @@ def test_complete_of_a_dead_job_is_lease_lost() -> None:
         complete(state, c.id, c.lease)
 
     assert c.id in state.dead
+
+
+@pytest.mark.parametrize("status", ["running", "pending", "dead"])
+def test_a_lease_call_confined_to_other_queues_finds_no_job(status: str) -> None:
+    """``engine.ops.scoped``: a job of a queue the scope rejects is not found,
+    with its own lease or a wrong one, whatever its status, and is left as it
+    was; the same job in scope is acted on."""
+    state = new_state(max_attempts=1)
+    push(state, "mail", [1])
+    c = claim_one(state, "mail")
+    if status == "pending":
+        transitions.requeue(state, requeue_op([c.id]), T0)
+    elif status == "dead":
+        fail(state, c.id, c.lease)
+    before = snapshot(state)
+    elsewhere, here = (lambda queue: queue == "billing"), (lambda queue: queue == "mail")
+    lease_calls = [heartbeat_op(c.id, c.lease), complete_op(c.id, c.lease),
+                   fail_op(c.id, c.lease, error="e", retry_in_seconds=None, policy=Policy())]
+
+    for op in lease_calls:
+        for lease in (c.lease, "wrong"):
+            with pytest.raises(JobNotFound):
+                transitions.apply(state, scoped(dataclasses.replace(op, lease=lease), elsewhere), at(1))
+    assert snapshot(state) == before
+    if status == "running":
+        transitions.apply(state, scoped(complete_op(c.id, c.lease), here), at(1))
+        assert c.id not in state.jobs
+    else:
+        with pytest.raises(LeaseLost):  # in scope, the job's own state is told
+            transitions.apply(state, scoped(complete_op(c.id, c.lease), here), at(1))
+
+
+def test_scoped_leaves_every_other_operation_as_it_is() -> None:
+    op = push_op("q", [1], policy=Policy())
+    assert scoped(op, lambda queue: False) is op
+    assert scoped(complete_op("a", "b"), None) == complete_op("a", "b")
 
 
 # -- fail ---------------------------------------------------------------------------------------------
