@@ -7,7 +7,9 @@ requests it sent (how many, with which conditions).
 
 from __future__ import annotations
 
+import sys
 import threading
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -79,16 +81,31 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """Keeps what went wrong while serving, rather than printing it from its
+    thread (outside pytest's capture): a client that hung up is expected (a
+    timeout test, a pooled connection closed), anything else is kept in
+    ``errors`` for :class:`ScriptedServers` to raise."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.errors: list[str] = []
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            self.errors.append(traceback.format_exc())
+
+
 class ScriptedServers:
     """Scripted servers started by :meth:`start` and all stopped on exit (use it in a fixture)."""
 
     def __init__(self) -> None:
-        self._started: list[tuple[ThreadingHTTPServer, threading.Thread, Script]] = []
+        self._started: list[tuple[_Server, threading.Thread, Script]] = []
 
     def start(self, *replies: Reply, fallback: Reply | None = None) -> tuple[Script, str]:
         """Start a server answering with ``replies``; return its script and its ``http://127.0.0.1:port``."""
         script = Script(deque(replies)) if fallback is None else Script(deque(replies), fallback)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        server = _Server(("127.0.0.1", 0), _handler(script))
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         self._started.append((server, thread, script))
@@ -105,3 +122,6 @@ class ScriptedServers:
             server.shutdown()
             server.server_close()
             thread.join(timeout=5)
+        errors = [error for server, _, _ in self._started for error in server.errors]
+        if errors and kind is None:
+            raise AssertionError("a scripted server failed while serving:\n" + "\n".join(errors))
