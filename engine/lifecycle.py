@@ -201,7 +201,9 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     gets LeaseLost). A dead job starts over with zero attempts. All or nothing:
     an unknown or pending id refuses the whole operation. A conditional
     requeue (``op.expect``) instead skips every job not in its expected
-    status. Returns the requeued ids.
+    status. A paced one (``op.per_second``) makes the jobs that move due one
+    after another, in order, the first at once; a job not yet due never
+    holds back the jobs behind it. Returns the requeued ids.
     """
     if op.expect:
         # Never a pending job: requeueing it would only move it to the back.
@@ -215,11 +217,13 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
                 raise JobNotFound(job_id)
             if job is not None and job.status == "pending":
                 raise ValidationError(f"job {job_id!r} is already pending")
-    for job_id in job_ids:
+    for i, job_id in enumerate(job_ids):
+        # Paced: the i-th job that moves is due i / per_second from now (the first at once).
+        not_before = now + timedelta(seconds=i / op.per_second) if op.per_second is not None and i else None
         running = state.jobs.get(job_id)
         if running is not None:
             history = _ended(running, "requeued", now)
-            state.add_job(running._replace(status="pending", lease=None, not_before=None, history=history))
+            state.add_job(running._replace(status="pending", lease=None, not_before=not_before, history=history))
         else:
             dead = state.remove_dead(job_id)
             state.add_job(
@@ -231,6 +235,7 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
                     attempts=0,
                     max_attempts=dead.max_attempts,
                     enqueued_at=dead.enqueued_at,
+                    not_before=not_before,
                     last_error=dead.error,
                     history=dead.history,
                 )

@@ -61,11 +61,13 @@ from engine.rates import MAX_RATE_JOBS, MAX_RATE_SECONDS, MIN_RATE_SECONDS
 __all__ = [
     "ID_PATTERN",
     "ID_RULE",
+    "MAX_PACE_PER_SECOND",
     "MAX_PAYLOAD_DEPTH",
     "MAX_RATE_JOBS",
     "MAX_RATE_SECONDS",
     "MAX_RUNNING_LIMIT",
     "MAX_WORKER_CHARS",
+    "MIN_PACE_PER_SECOND",
     "MIN_RATE_SECONDS",
     "QUEUE_NAME",
     "Claim",
@@ -114,6 +116,10 @@ __all__ = [
     "requeue_op",
     "scoped",
 ]
+
+#: The bounds of a paced requeue's jobs a second (one a day; no pause at all is no pace).
+MIN_PACE_PER_SECOND = 1 / 86400
+MAX_PACE_PER_SECOND = 100_000.0
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 # Ids travel as URL path segments (/api/v1/jobs/<id>/...) and must arrive as
@@ -307,13 +313,22 @@ def _expected(
     return tuple(pairs), tuple(pairs.values())
 
 
-def requeue_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> Requeue:
+def requeue_op(
+    job_ids: Iterable[str], *, expect: Iterable[str] | None = None, per_second: float | None = None
+) -> Requeue:
     """Requeue ``job_ids``: all or nothing, an unknown or pending id refuses
     the whole operation. With ``expect``, one status ("running" or "dead")
     per id, it is conditional instead: each job moves only if it is still in
     its expected status when the operation commits, the others are skipped
     (not refused), and the outcome lists the ids that moved. An operator's
-    dry run uses this, so its run never acts on a job that changed since."""
+    dry run uses this, so its run never acts on a job that changed since.
+
+    With ``per_second`` (at most :data:`MAX_PACE_PER_SECOND`), the jobs that
+    move are paced: the first is due at once, each next one ``1 /
+    per_second`` seconds after the one before, in the order of ``job_ids``,
+    so a redrive does not hand a recovering service every job at once. The
+    last is due within :data:`~engine.policy.MAX_DELAY_SECONDS`, as any
+    delayed job."""
     if isinstance(job_ids, str):
         job_ids = [job_ids]
     if expect is not None:
@@ -322,7 +337,13 @@ def requeue_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -
         ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
     if not ids:
         raise ValidationError("requeue needs at least one job id")
-    return Requeue(job_ids=ids, expect=statuses)
+    if per_second is not None:
+        per_second = float(_check_number("per_second", per_second, low=MIN_PACE_PER_SECOND,
+                                         high=MAX_PACE_PER_SECOND))
+        if (len(ids) - 1) / per_second > MAX_DELAY_SECONDS:
+            raise ValidationError(f"at {per_second:g} a second, the last of {len(ids)} jobs would be due in more "
+                                  f"than {MAX_DELAY_SECONDS / 86400:.0f} days: pace them faster")
+    return Requeue(job_ids=ids, expect=statuses, per_second=per_second)
 
 
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:

@@ -128,6 +128,9 @@ class Requeue:
 
     job_ids: tuple[str, ...]
     expect: tuple[PurgeStatus, ...] = ()
+    #: Paced (a redrive's velocity): the jobs it moves are due one after
+    #: another, this many a second, the first at once. None: all at once.
+    per_second: float | None = None
 
 
 class Excision(NamedTuple):

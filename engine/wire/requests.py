@@ -270,8 +270,13 @@ def operator_json(op: Operation) -> dict[str, Any]:
     """An operator operation as plain JSON values (what a standby signs).
     Raises ValueError for any other operation."""
     match op:
-        case Requeue():
+        case Requeue(per_second=None):
             return {"kind": "requeue", "job_ids": list(op.job_ids), "expect": list(op.expect)}
+        case Requeue():
+            # Its own kind: a leader that does not know paced requeues refuses
+            # it rather than requeue every job at once.
+            return {"kind": "requeue_paced", "job_ids": list(op.job_ids), "expect": list(op.expect),
+                    "per_second": op.per_second}
         case Purge() if op.before_pos is not None:
             # A kind of its own: a node that does not know the bound must
             # refuse it, never read it as "every pending job of the queue".
@@ -323,6 +328,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
     # conditional; without it they are all or nothing.
     if kind == "requeue":
         return requeue_op(data["job_ids"], expect=data.get("expect") or None)
+    if kind == "requeue_paced":
+        return requeue_op(data["job_ids"], expect=data.get("expect") or None, per_second=data["per_second"])
     if kind == "purge":
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)

@@ -135,6 +135,7 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
     [
         requeue_op(["a", "b"]),
         requeue_op(["a", "b"], expect=["running", "dead"]),
+        requeue_op(["a", "b"], expect=["dead", "dead"], per_second=2.5),
         purge_op(["a"]),
         purge_op(["a", "b"], expect=["pending", "dead"]),
         purge_op(queue="emails", status="dead"),
@@ -154,6 +155,12 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
 )
 def test_every_operator_operation_comes_back_from_its_json(op: Operation) -> None:
     assert wire.operator_from_json(over_the_wire(wire.operator_json(op)), policy=POLICY) == op
+
+
+def test_a_paced_requeue_is_its_own_kind_so_an_older_leader_refuses_it() -> None:
+    """A leader that knows only "requeue" would requeue every job at once."""
+    assert wire.operator_json(requeue_op(["a"], per_second=1))["kind"] == "requeue_paced"
+    assert wire.operator_json(requeue_op(["a"]))["kind"] == "requeue"
 
 
 def test_a_schedule_pause_forwarded_with_a_paused_that_is_not_a_bool_is_refused() -> None:

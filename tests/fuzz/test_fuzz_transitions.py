@@ -328,15 +328,16 @@ class QueueMachine(RuleBasedStateMachine):
     def expire_now(self) -> None:
         self.run(Expire())
 
-    @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3))
-    def requeue(self, ids: list[str]) -> None:
+    @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3),
+          per_second=st.sampled_from([None, None, 0.5, 2.0]))
+    def requeue(self, ids: list[str], per_second: float | None) -> None:
         try:
-            self.run(requeue_op(ids))
+            self.run(requeue_op(ids, per_second=per_second))
         except QueueError:
             assert any(i not in self.jobs and i not in self.dead for i in ids) or any(
                 i in self.jobs and self.jobs[i].status == "pending" for i in ids)
             return
-        for job_id in dict.fromkeys(ids):
+        for i, job_id in enumerate(dict.fromkeys(ids)):
             if job_id in self.jobs:
                 job = self.jobs[job_id]
                 assert job.status == "running", f"requeue accepted pending job {job_id}"
@@ -345,7 +346,31 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 job = self.dead.pop(job_id)
                 job.status, job.attempts = "pending", 0
-            job.not_before = None
+            # Paced: due one after another, the first at once.
+            job.not_before = self.now + timedelta(seconds=i / per_second) if per_second and i else None
+            self.to_back(job)
+
+    @precondition(lambda self: len(self.jobs) + len(self.dead) >= 2)
+    @rule(data=st.data(), per_second=st.sampled_from([0.5, 2.0]))
+    def requeue_paced(self, data: st.DataObject, per_second: float) -> None:
+        """A dashboard redrive with a velocity: a conditional requeue of jobs
+        as a dry run saw them (running or dead; a job that is pending now was
+        "running" then), paced. Only the jobs still in their status move, and
+        only they count in the pace: due one after another, the first at once."""
+        ids = data.draw(st.lists(st.sampled_from(sorted([*self.jobs, *self.dead])), min_size=2, max_size=3,
+                                 unique=True))
+        expect = ["dead" if job_id in self.dead else "running" for job_id in ids]
+        moved = self.run(requeue_op(ids, expect=expect, per_second=per_second))
+        assert moved == [i for i in ids if i in self.dead or self.jobs[i].status == "running"]
+        for i, job_id in enumerate(moved):
+            if job_id in self.jobs:
+                job = self.jobs[job_id]
+                self.end_lease(job)
+            else:
+                job = self.dead.pop(job_id)
+                job.attempts = 0
+            job.status = "pending"
+            job.not_before = self.now + timedelta(seconds=i / per_second) if i else None
             self.to_back(job)
 
     @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3))

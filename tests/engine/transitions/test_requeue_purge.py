@@ -4,7 +4,11 @@ builders and the test clock are in builders.py.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import transitions
 from engine.document import QueueState
@@ -16,6 +20,7 @@ from engine.errors import (
 from engine.ops import (
     Expire,
     push_op,
+    requeue_op,
 )
 from tests.engine.transitions.builders import (
     at,
@@ -36,6 +41,93 @@ from tests.engine.transitions.builders import (
 )
 
 # -- requeue ---------------------------------------------------------------------------------------------
+
+
+def test_a_paced_requeue_makes_its_jobs_due_one_after_another() -> None:
+    """``per_second``: in the order given, the first at once, each next one
+    1 / per_second later; dead and running jobs alike; the jobs not yet due
+    never hold back a job pushed after them."""
+    state = new_state(max_attempts=1)
+    a, b, c = push(state, "q", [1, 2, 3])
+    for job_id in (a, b):
+        kill(state, job_id)
+    running = claim_one(state, "q")
+    assert running.id == c
+
+    moved = transitions.requeue(state, requeue_op([b, a, c], per_second=4), at(10))
+
+    assert moved == [b, a, c]
+    assert [state.jobs[j].not_before for j in (b, a, c)] == [None, at(10.25), at(10.5)]
+    assert all(state.jobs[j].attempts == 0 for j in (a, b)) and state.jobs[c].attempts == 1
+    [d] = push(state, "q", [4])
+    assert claim_ids(state, "q", now=at(10)) == [b, d]
+    assert claim_ids(state, "q", now=at(10.25)) == [a]
+    assert claim_ids(state, "q", now=at(10.5)) == [c]
+
+
+def test_a_paced_conditional_requeue_paces_only_the_jobs_that_move() -> None:
+    state = new_state(max_attempts=1)
+    a, b, c = push(state, "q", [1, 2, 3])
+    for job_id in (a, b, c):
+        kill(state, job_id)
+    transitions.requeue(state, requeue_op([b], expect=["dead"]), at(1))  # b moved since the dry run
+
+    moved = transitions.requeue(state, requeue_op([a, b, c], expect=["dead"] * 3, per_second=1), at(2))
+
+    assert moved == [a, c]
+    assert state.jobs[a].not_before is None and state.jobs[c].not_before == at(3)
+
+
+@given(statuses=st.lists(st.sampled_from(["pending", "running", "dead"]), min_size=1, max_size=8),
+       picks=st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["running", "dead"])), min_size=1, max_size=8),
+       per_second=st.floats(0.01, 1000))
+def test_a_paced_requeue_paces_exactly_the_jobs_that_move(statuses: list[str], picks: list[tuple[int, str]],
+                                                          per_second: float) -> None:
+    """Whatever the jobs' statuses and the dry run's (possibly stale)
+    expectations: the jobs still in their expected status move, in the
+    order given, the i-th due i / per_second after the requeue; no claim
+    hands one out before it is due, and they are handed out in that order."""
+    state = new_state(max_attempts=1)
+    status_of: dict[str, str] = {}
+    # The jobs to run or kill first (a claim takes the oldest), then the pending ones.
+    for status in sorted(statuses, key=lambda s: s == "pending"):
+        [job_id] = push(state, "q", [len(status_of)])
+        if status != "pending":
+            claimed = claim_one(state, "q")
+            assert claimed.id == job_id
+            if status == "dead":
+                fail(state, job_id, claimed.lease)
+        status_of[job_id] = status
+    ids = list(status_of)
+    chosen = list({ids[i % len(ids)]: expected for i, expected in picks}.items())  # one expectation an id
+    now = at(100)
+
+    moved = transitions.requeue(state, requeue_op([j for j, _ in chosen], expect=[e for _, e in chosen],
+                                                  per_second=per_second), now)
+
+    assert moved == [j for j, expected in chosen if status_of[j] == expected]
+    due = [now + timedelta(seconds=i / per_second) for i in range(len(moved))]
+    assert [state.jobs[j].not_before or now for j in moved] == due
+    assert all(state.jobs[j].status == "pending" for j in moved)
+    handed = []
+    for when in sorted(set(due)):
+        taken = [c.id for c in claim(state, "q", now=when, max_jobs=100) if c.id in moved]
+        assert all(due[moved.index(j)] <= when for j in taken)
+        handed += taken
+    assert handed == moved
+
+
+@pytest.mark.parametrize("per_second", [0, -1, float("inf"), float("nan"), 1e9, True, "2"])
+def test_a_pace_that_is_not_a_positive_finite_number_is_refused(per_second: object) -> None:
+    with pytest.raises(ValidationError, match="per_second"):
+        requeue_op(["a"], per_second=per_second)  # type: ignore[arg-type]
+
+
+def test_a_pace_that_would_put_the_last_job_beyond_the_longest_delay_is_refused() -> None:
+    ids = [f"j{i}" for i in range(400)]
+    with pytest.raises(ValidationError, match="pace them faster"):
+        requeue_op(ids, per_second=1 / 86400)
+    assert requeue_op(ids[:300], per_second=1 / 86400).per_second == 1 / 86400
 
 
 def test_requeue_running_job_returns_it_to_pending_at_the_back_and_revokes_the_lease() -> None:
