@@ -65,6 +65,9 @@ class Planned(Protocol):
     rate_jobs: int | None  # a rate limit's new jobs per window (None: no rate limit)
     rate_seconds: float | None  # ... and its window's length
 
+    @property
+    def per_second(self) -> float | None: ...  # a requeue's or redrive's pace (None: every job at once)
+
 
 #: Builds an action's engine operation from its dry run.
 OperationBuilder = Callable[[Planned], Operation]
@@ -146,7 +149,7 @@ class AuditEntry(models.Model):
             scopes=(("ids",), ("filter",)),
             scope_error="Requeue takes selected running or dead jobs, or the jobs a filter matches: exactly one "
                         "of them.",
-            operation=lambda p: requeue_op(p.ids, expect=p.expect),
+            operation=lambda p: requeue_op(p.ids, expect=p.expect, per_second=p.per_second),
             leaves_out="pending",
             to_pending=True,
             done=ngettext_lazy("requeued %(n)d job", "requeued %(n)d jobs", "n"),
@@ -165,7 +168,7 @@ class AuditEntry(models.Model):
             scopes=(("group",), ("queue",)),
             scope_error="Redrive takes one dead-letter group, or one queue (every dead letter of it), and "
                         "nothing else.",
-            operation=lambda p: requeue_op(p.ids, expect=p.expect),
+            operation=lambda p: requeue_op(p.ids, expect=p.expect, per_second=p.per_second),
             queue_status="dead",
             to_pending=True,
             done=ngettext_lazy("redrove %(n)d dead letter back to pending",

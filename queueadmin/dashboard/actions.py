@@ -38,7 +38,8 @@ from django.http import QueryDict
 from django.utils.translation import ngettext
 
 from engine import EngineError, NotLeader
-from engine.ops import Operation, PurgeOutcome, Push, purge_op
+from engine import ValidationError as EngineValidationError
+from engine.ops import Operation, PurgeOutcome, Push, purge_op, requeue_op
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import joblist, limit_actions, pages, redaction, schedule_actions, scopes, segments
@@ -71,6 +72,9 @@ class Plan:
     #: A rate limit's new jobs per window and the window's seconds (None: none).
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: A requeue's or redrive's pace: so many jobs due in each so many seconds (None: all at once).
+    pace_jobs: int | None = None
+    pace_seconds: float | None = None
     target: str = ""
     status: str = ""
     group: str = ""
@@ -102,6 +106,35 @@ class Plan:
     needless: bool = False
     key: str = ""
     token: str = ""
+
+    @property
+    def per_second(self) -> float | None:
+        """The pace of the jobs it moves back to pending, in jobs a second (None: all at once)."""
+        if self.pace_jobs is None or self.pace_seconds is None:
+            return None
+        return self.pace_jobs / self.pace_seconds
+
+    @property
+    def pace_units(self) -> list[tuple[float, str]]:
+        """The pace form's units: seconds and name; and this plan's own
+        window if it is none of them (``queueaction --pace 5/30s``)."""
+        units = [(1.0, "second"), (60.0, "minute"), (3600.0, "hour")]
+        if self.pace_seconds is not None and self.pace_seconds not in dict(units):
+            units.append((self.pace_seconds, f"{self.pace_seconds:g} seconds"))
+        return units
+
+    @property
+    def scope_fields(self) -> list[tuple[str, str]]:
+        """The form fields that plan this action's jobs again (the dry-run
+        page's pace form posts them back with a pace): the one scope it was
+        planned from."""
+        if self.group:
+            return [("group", self.group)]
+        if self.filter:
+            return [("filter", self.filter)]
+        if self.action == "redrive":
+            return [("queue", self.queue)]
+        return [("ids", " ".join(self.ids))]
 
     @property
     def spec(self) -> ActionSpec:
@@ -209,7 +242,8 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
     p = Plan(action=action, queue=data.get("queue") or "", status=data.get("status") or "",
              group=data.get("group") or "", schedule=data.get("schedule") or "", seq=snapshot.seq,
              max_running=data.get("max_running"), rate_jobs=data.get("rate_jobs"),
-             rate_seconds=data.get("rate_seconds"), redacted=redacted)
+             rate_seconds=data.get("rate_seconds"), pace_jobs=data.get("pace_jobs"),
+             pace_seconds=data.get("pace_seconds"), redacted=redacted)
     if p.on_schedule:
         return schedule_actions.plan_schedule(p, snapshot)
     if p.spec.limits:
@@ -270,11 +304,43 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
         if p.status == "pending":
             _plan_segments(p, snapshot)
     fill_sample(p, snapshot)
+    if p.per_second is not None:
+        p.target += f", paced at {pace_text(p)}"
     if not p.count:
         p.problems.append("Nothing matches: no job would change.")
     else:
         fill_effects(p, snapshot)
     return p
+
+
+def pace_text(p: Plan) -> str:
+    """A pace as the operator gave it: "10 per 1 s", "1 per 60 s"."""
+    return f"{p.pace_jobs} per {p.pace_seconds:g} s"
+
+
+def _pace_effect(p: Plan) -> None:
+    """Say when the paced jobs are due, or why the pace cannot be run."""
+    assert p.per_second is not None
+    try:
+        requeue_op(p.ids, expect=p.expect, per_second=p.per_second)
+    except EngineValidationError as exc:
+        p.problems.append(f"This pace cannot be run: {exc}.")
+        return
+    last = (p.count - 1) / p.per_second
+    p.effects.insert(0, ngettext(
+        "Paced at %(pace)s: the job is due at once.",
+        "Paced at %(pace)s: the jobs are due one after another, in the order of the list, one every %(every)s; "
+        "the first at once, the last %(last)s after you confirm (fewer, and sooner, if some of them change "
+        "before then). Each waits as a delayed job, so it never holds back the jobs behind it; the queue's own "
+        "limits still apply.", p.count) % {"pace": pace_text(p), "every": _short(1 / p.per_second),
+                                          "last": _short(last)})
+
+
+def _short(seconds: float) -> str:
+    """:func:`.pages.age_text`, with the three digits a pace's intervals need under an hour ("0.25 s", "1.5 min")."""
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 3600 else pages.age_text(seconds)
 
 
 def _plan_segments(p: Plan, snapshot: Snapshot) -> None:
@@ -404,6 +470,8 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
         _running_effect(p, snapshot)
     if not p.spec.to_pending:
         return
+    if p.per_second is not None:
+        _pace_effect(p)
     # Requeue and redrive leave pending jobs out, so each of the plan's jobs
     # is running or dead: in the document, where its queue is one lookup.
     going: Counter[str] = Counter()

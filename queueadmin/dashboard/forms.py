@@ -115,6 +115,10 @@ class ActionForm(forms.Form):
     #: A rate limit's jobs per window and the window's seconds; both blank: no rate limit.
     rate_jobs = forms.IntegerField(required=False, min_value=1, max_value=MAX_RATE_JOBS)
     rate_seconds = forms.FloatField(required=False, min_value=MIN_RATE_SECONDS, max_value=MAX_RATE_SECONDS)
+    #: A requeue's or redrive's pace: this many jobs due in each ``pace_seconds``, one after
+    #: another. ``pace_jobs`` blank: every job at once (``pace_seconds`` alone means nothing).
+    pace_jobs = forms.IntegerField(required=False, min_value=1, max_value=MAX_RATE_JOBS)
+    pace_seconds = forms.FloatField(required=False, min_value=MIN_RATE_SECONDS, max_value=MAX_RATE_SECONDS)
     next = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[str]:
@@ -141,6 +145,12 @@ class ActionForm(forms.Form):
             self.add_error("rate_jobs", "A rate goes with the rate_limit action only.")
         elif any(rate) and not all(rate) and not self.has_error("rate_jobs") and not self.has_error("rate_seconds"):
             self.add_error("rate_jobs", "Give a rate's jobs and its seconds both, or neither to remove the rate limit.")
+        if data.get("pace_jobs") is None:
+            data["pace_seconds"] = None  # the page's unit list always sends one
+        elif action not in (AuditEntry.Action.REQUEUE, AuditEntry.Action.REDRIVE):
+            self.add_error("pace_jobs", "A pace goes with requeue and redrive only.")
+        elif data.get("pace_seconds") is None and not self.has_error("pace_seconds"):
+            self.add_error("pace_seconds", "Give a pace's seconds too: so many jobs in so many seconds.")
         if data.get("schedule"):
             try:
                 check_schedule_name(data["schedule"])

@@ -41,8 +41,9 @@ SALT = "queueadmin.dashboard.plans"
 #: operator does not confirm a picture of the queue from long ago.
 PLAN_TTL_SECONDS = 30 * 60
 #: The stored fields of a Plan (its sample and notes are for the dry-run page only).
-STORED = ("action", "queue", "schedule", "max_running", "rate_jobs", "rate_seconds", "target", "status", "group",
-          "filter", "redacted", "seq", "ids", "expect", "queues", "before_pos", "segment_jobs", "segment_objects")
+STORED = ("action", "queue", "schedule", "max_running", "rate_jobs", "rate_seconds", "pace_jobs", "pace_seconds",
+          "target", "status", "group", "filter", "redacted", "seq", "ids", "expect", "queues", "before_pos",
+          "segment_jobs", "segment_objects")
 
 
 class PlanRefused(Exception):

@@ -39,15 +39,16 @@ RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?|\.\d+)?\s*(s|m|h)\s*$")
 UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_rate(text: str) -> tuple[str, str]:
-    """``--rate`` as the form's ``rate_jobs`` and ``rate_seconds`` (as text;
-    the form checks their bounds): both blank for "" and "none". Raises
-    CommandError for anything else that is not N/PERIOD."""
+def parse_rate(text: str, option: str = "--rate") -> tuple[str, str]:
+    """``--rate`` (or ``--pace``) as the form's ``rate_jobs`` and
+    ``rate_seconds`` (as text; the form checks their bounds): both blank for
+    "" and "none". Raises CommandError for anything else that is not N/PERIOD."""
     if not text.strip() or text.strip().lower() == "none":
         return "", ""
     match = RATE.match(text.lower())
     if match is None:
-        raise CommandError(f"--rate: expected N/PERIOD such as 10/s, 100/m, 1000/h or 5/30s (or none), got {text!r}")
+        raise CommandError(f"{option}: expected N/PERIOD such as 10/s, 100/m, 1000/h or 5/30s (or none), got "
+                           f"{text!r}")
     jobs, count, unit = match.groups()
     seconds = float(count or 1) * UNIT_SECONDS[unit]
     short = f"{seconds:g}"
@@ -81,6 +82,9 @@ class Command(BaseCommand):
         scope.add_argument("--rate", default="", metavar="N/PERIOD",
                            help="rate_limit: at most N jobs of --queue start in each window of PERIOD, across every "
                                 "worker: 10/s, 100/m, 1000/h, 5/30s, 3/10m; 'none' removes the rate limit")
+        scope.add_argument("--pace", default="", metavar="N/PERIOD",
+                           help="requeue, redrive: the jobs are due one after another, N in each PERIOD (10/s, "
+                                "100/m, 5/30s), the first at once; without it, all at once")
         scope.add_argument("--schedule", default="", metavar="NAME",
                            help="a schedule of QUEUE_SCHEDULES (pause_schedule, resume_schedule), or one whose mark "
                                 "the document keeps after it was removed (forget_schedule)")
@@ -97,11 +101,13 @@ class Command(BaseCommand):
         if options["action"] == AuditEntry.Action.RATE_LIMIT and not options["rate"]:
             raise CommandError("rate_limit needs --rate N/PERIOD (10/s, 100/m, 5/30s), or --rate none to remove it")
         rate_jobs, rate_seconds = parse_rate(options["rate"])
+        pace_jobs, pace_seconds = parse_rate(options["pace"], "--pace")
         form = ActionForm({"action": options["action"], "ids": " ".join(options["ids"]), "queue": options["queue"],
                            "status": options["status"], "group": options["group"], "filter": options["filter"],
                            "schedule": options["schedule"],
                            "max_running": "" if options["max_running"].lower() == "none" else options["max_running"],
-                           "rate_jobs": rate_jobs, "rate_seconds": rate_seconds})
+                           "rate_jobs": rate_jobs, "rate_seconds": rate_seconds,
+                           "pace_jobs": pace_jobs, "pace_seconds": pace_seconds})
         if not form.is_valid():
             errors = [str(e) for e in form.non_field_errors()]
             errors += [f"--{name.replace('_', '-')}: {e}" for name, field_errors in form.errors.items()
