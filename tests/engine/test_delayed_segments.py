@@ -17,7 +17,7 @@ from engine import Broker, DocumentError, JobNotFound, MemoryStore, Policy, Segm
 from engine.delaysteps import read_delayed
 from engine.document import QueueState
 from engine.lanes import LaneKeeper
-from engine.ops import ForgetQueue, Purge, claim_op, complete_op, purge_op, push_op
+from engine.ops import ForgetQueue, Purge, claim_op, complete_op, fail_op, purge_op, push_op, requeue_op
 from engine.parsing import parse_document
 from engine.segments import delayed_segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
@@ -145,6 +145,34 @@ def test_a_delayed_segment_comes_back_before_its_jobs_are_due_and_none_runs_earl
     assert max((claimed_at - due).total_seconds() for claimed_at, due in seen.values()) < 3.0
     wait_for(lambda: not delayed_refs(store) and not delayed_objects(store), what="used delayed segments deleted")
     assert keeper_of(broker).refilled_delayed >= 1
+
+
+def test_a_paced_redrive_sends_its_later_jobs_to_delayed_segments_and_brings_each_back_on_time(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A redrive at a pace makes delayed jobs like any other: those due
+    beyond the horizon leave the document, and each comes back for its turn,
+    in the redrive's order, never early."""
+    store = open_store("memory://")
+    broker = leader(make_broker, store)
+    ids = [f"q-dead{i:03d}" for i in range(60)]
+    broker.execute(push_op("q", [{"i": i} for i in range(60)], ids=ids, policy=broker.policy, max_attempts=1))
+    while claimed := broker.execute(claim_op("w", ["q"], policy=broker.policy, max_jobs=50)):
+        for job in claimed:
+            broker.execute(fail_op(job.id, job.lease, error="boom", retry_in_seconds=None, policy=broker.policy))
+    order = list(reversed(ids))  # not the push order: the redrive's own
+
+    moved = broker.execute(requeue_op(order, expect=["dead"] * 60, per_second=15))
+
+    assert moved == order
+    wait_for(lambda: sum(ref["total"] for ref in delayed_refs(store)) >= 20, what="the later jobs sealed")
+    due = due_times(store)
+    assert len(due) == 59 and order[0] not in due  # the first is due at once
+    due[order[0]] = datetime.now(UTC)
+    seen = claim_all(broker, 60, due)
+    assert sorted(seen, key=lambda job_id: seen[job_id][0]) == order
+    for job_id, (claimed_at, due_at) in seen.items():
+        assert claimed_at >= due_at, f"{job_id} ran {(due_at - claimed_at).total_seconds():.3f} s early"
 
 
 def test_purging_a_queue_drops_its_delayed_segments_in_one_commit(make_broker: Callable[..., Broker]) -> None:
