@@ -49,6 +49,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "(default 0.05)")
     parser.add_argument("--no-purges", dest="purges", action="store_false",
                         help="no operator purging waiting jobs by id through /api/v1/operator (chaos.purger)")
+    parser.add_argument("--no-requeues", dest="requeues", action="store_false",
+                        help="no operator requeueing running jobs and redriving dead letters, some at a pace, "
+                             "through /api/v1/operator (chaos.requeuer)")
     parser.add_argument("--no-limits", dest="limits", action="store_false",
                         help="no operator setting the chaos queue's concurrency limit through /api/v1/operator "
                              "(chaos.pauser)")
@@ -110,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
                           deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
-                          purges=args.purges, schedule_pauses=args.schedule_pauses, limits=args.limits,
-                          rates=args.rates, segments=args.segments, delayed_horizon=args.delayed_horizon,
-                          workdir=workdir,
+                          purges=args.purges, requeues=args.requeues, schedule_pauses=args.schedule_pauses,
+                          limits=args.limits, rates=args.rates, segments=args.segments,
+                          delayed_horizon=args.delayed_horizon, workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)
         print(text(outcome), flush=True)

@@ -19,6 +19,12 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   leased B (attempt 1) must not have been answered before the one that first
   leased A was sent. Jobs whose first lease went to an answer nobody saw
   (a 5xx, a timeout) are not compared.
+* ``requeues`` — an operator's requeue (``chaos.requeuer``) answered 2xx
+  moved only ids it was sent; a job it moved is still owed (``lost_pushes``);
+  a complete or fail sent after the requeue was answered, with a lease
+  granted before it was sent (revoked by it), is never accepted; and a paced
+  requeue's i-th job moved is not leased by a claim sent after the requeue
+  was answered before ``i / per_second`` after the requeue was sent.
 * ``stale_completions`` — no complete or fail answered 2xx with a lease token
   that a later claim of the same job, acknowledged before the call was sent,
   had superseded (I4).
@@ -78,7 +84,7 @@ _STALLING = frozenset({"pause", "freeze", "kill", "hang", "slow", "error", "lost
 _PAUSES = frozenset({"pause", "freeze"})
 #: The calls sent to ``POST /api/v1/operator`` (chaos.purger, chaos.pauser):
 #: each writes its nonce to the database the nodes share.
-OPERATOR_OPS = frozenset({"purge", "limit", "rate_limit", "pause_schedule"})
+OPERATOR_OPS = frozenset({"purge", "requeue", "limit", "rate_limit", "pause_schedule"})
 DOCUMENTED_5XX = frozenset({503})
 EXPLAIN_MARGIN_SECONDS = 1.0
 
@@ -145,6 +151,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     verdict.figures["operations_by_kind"] = dict(sorted(_count(c.op for c in calls).items()))
     _check_pushes(history, calls, verdict)
     _check_purges(history, calls, verdict)
+    _check_requeues(calls, verdict)
     _check_fifo(calls, verdict)
     _check_delays(calls, verdict)
     _check_leases(calls, verdict)
@@ -281,6 +288,63 @@ def _check_purges(history: History, calls: list[Call], verdict: Verdict) -> None
                                             and 400 <= c.status < 500)
 
 
+def _requeued(calls: list[Call]) -> dict[str, list[Call]]:
+    """The requeues answered 2xx, by each job they moved (in the answer's ``result``)."""
+    moved: dict[str, list[Call]] = defaultdict(list)
+    for call in calls:
+        if call.op == "requeue" and call.ok and isinstance(call.answer, dict):
+            for job_id in map(str, call.answer.get("result") or []):
+                moved[job_id].append(call)
+    return moved
+
+
+def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
+    """See ``requeues`` in the module docstring."""
+    problems: list[str] = []
+    granted: dict[str, float] = {}  # lease -> when the claim handing it out was answered
+    for call in calls:
+        if call.op == "claim" and call.end is not None:
+            for job in _jobs_of(call):
+                granted[str(job.get("lease"))] = call.end
+    moved = _requeued(calls)
+    for call in calls:
+        if call.op == "requeue" and call.ok and isinstance(call.answer, dict):
+            result = call.answer.get("result")
+            sent = set(map(str, call.args.get("jobs", [])))
+            if not isinstance(result, list) or not set(map(str, result)) <= sent:
+                problems.append(f"call {call.id}: a requeue of {sorted(sent)} answered {call.answer!r}")
+    for call in calls:
+        if call.op not in ("complete", "fail") or not call.ok:
+            continue
+        job_id, lease = str(call.args.get("job")), str(call.args.get("lease"))
+        given = granted.get(lease)
+        for requeue in moved.get(job_id, []):
+            assert requeue.end is not None
+            if given is not None and given < requeue.start and requeue.end < call.start:
+                problems.append(f"{call.op} of {job_id} with lease {lease} (granted at {given:.3f}) accepted at "
+                                f"{call.end:.3f}, though a requeue answered at {requeue.end:.3f} had revoked it")
+    paced = 0
+    for requeue in calls:
+        pace = requeue.args.get("per_second") if requeue.op == "requeue" else None
+        if not requeue.ok or not isinstance(pace, int | float) or not isinstance(requeue.answer, dict):
+            continue
+        assert requeue.end is not None
+        turns = {job_id: i / pace for i, job_id in enumerate(map(str, requeue.answer.get("result") or []))}
+        paced += len(turns)
+        for call in calls:
+            if call.op != "claim" or call.end is None or call.start <= requeue.end:
+                continue
+            for job in _jobs_of(call):
+                turn = turns.pop(str(job.get("id")), None)  # its first lease after the requeue
+                if turn is not None and call.end - requeue.start < turn - DELAY_TOLERANCE_SECONDS:
+                    problems.append(f"{job.get('id')}, the job due {turn:.3f} s after a paced requeue (call "
+                                    f"{requeue.id}), was leased {call.end - requeue.start:.3f} s after it was sent")
+    verdict.failures["requeues"] = problems
+    verdict.figures["requeues"] = sum(1 for c in calls if c.op == "requeue")
+    verdict.figures["requeued_jobs"] = len(moved)
+    verdict.figures["requeued_paced_jobs"] = paced
+
+
 def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
     first_sent: dict[str, float] = {}  # job id -> when a push of it was first sent
     acked: dict[str, float] = {}  # job id -> when a push of it was first acknowledged
@@ -404,11 +468,14 @@ def _check_leases(calls: list[Call], verdict: Verdict) -> None:
             if call.code in ("lease_lost", "job_not_found"):
                 rejected.add(lease)
     duplicates: dict[str, list[str]] = defaultdict(list)
+    requeued = _requeued(calls)
     for job_id, leases in by_job.items():
         if len(leases) < 2:
             continue
         first = sorted(leases)[0][1]
-        if first in lost_claims:
+        if job_id in requeued:
+            why = "an operator requeued it (chaos.requeuer)"
+        elif first in lost_claims:
             why = "the answer of the claim that first leased it was lost; that lease expired"
         elif first in failed:
             why = "the worker failed it, and it was retried"

@@ -45,6 +45,7 @@ class Behaviour:
     drop_answer: float = 0.02  # act as if a push/claim/complete answer was lost, and retry
     stall: float = 0.02  # a worker stalls past its lease before completing
     fail: float = 0.05  # a worker fails the job (it is retried)
+    give_up: float = 0.2  # of those fails, the share that gives up: a dead letter (an operator may redrive it)
     odd_strings: float = 0.0  # a worker sends a lone surrogate in a fail's error or its name
     deep_payloads: float = 0.0  # a producer pushes a payload nested close to JSON's depth limit
     peek: float = 0.1  # a worker reads its job (GET /jobs/<id>) before working on it
@@ -271,7 +272,9 @@ class Worker(Client):
             raw = None
             if self.rng.random() < self.behaviour.odd_strings * 10:
                 error += "\ud800"
-            body = {"lease": lease, "error": error, "retry_in_seconds": 0}
+            body: dict[str, Any] = {"lease": lease, "error": error, "retry_in_seconds": 0}
+            if self.rng.random() < self.behaviour.give_up:
+                body["give_up"] = True
             if error.endswith("\ud800"):
                 raw = json.dumps(body).encode()
                 body = {**body, "error": repr(error)}

@@ -25,7 +25,7 @@ from typing import Any
 from chaos.clients import Client
 from chaos.cluster import SECRET_KEY
 from chaos.history import Call
-from engine.ops import Purge, PurgeStatus
+from engine.ops import Operation, Purge, PurgeStatus
 from queueadmin.api import forward
 
 PURGE_EVERY_SECONDS = (0.5, 2.5)
@@ -34,8 +34,8 @@ UNKNOWN_SHARE = 0.2
 NOT_LEADER_RETRIES = 5
 
 
-def signed(op: Purge) -> bytes:
-    """``op`` as a standby's dashboard signs it (:func:`queueadmin.api.forward.sign`),
+def signed(op: Operation) -> bytes:
+    """``op`` (a purge, a requeue, ...) as a standby's dashboard signs it (:func:`queueadmin.api.forward.sign`),
     with the nodes' key: the harness runs without Django settings."""
     return forward.sign(op, key=SECRET_KEY).encode()
 

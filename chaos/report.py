@@ -15,6 +15,8 @@ CHECKS = {
     "delays": "no delayed job leased before it was due",
     "lookups": "a pushed job not yet completed is found by id, in a segment or not",
     "purges": "a purged job is never leased, completed or kept afterwards; a refused purge changes nothing",
+    "requeues": "a requeue moves only what it was sent, its revoked leases complete nothing, and a paced "
+                "requeue's jobs are not leased before their turn",
     "stale_completions": "no completion accepted from a stale lease (I4)",
     "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
     "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
@@ -55,6 +57,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"operator purges by id (signed, /api/v1/operator): {f.get('purges', 0)} sent, "
         f"{f.get('purges_refused', 0)} refused; jobs purged {f.get('purged', 0)}, "
         f"maybe purged (answer unknown) {f.get('maybe_purged', 0)}",
+        f"operator requeues and redrives (signed, /api/v1/operator): {f.get('requeues', 0)} sent; jobs moved "
+        f"{f.get('requeued_jobs', 0)}, of which paced {f.get('requeued_paced_jobs', 0)}",
         f"stale completions accepted: {f['stale_completions']}",
         f"unanswered calls: {f['unanswered']} (timeouts explained by a fault on the node: "
         f"{f['timeouts_during_faults']})",

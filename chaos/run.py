@@ -22,6 +22,7 @@ from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.pauser import QueueLimiter, QueueRateLimiter, SchedulePauser
 from chaos.purger import Purger
+from chaos.requeuer import Requeuer
 from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, EngineError
 from engine.stores import ObjectStore
@@ -55,6 +56,7 @@ class Options:
     drop_answer: float = 0.02
     delayed: float = 0.05  # chance that a push is delayed (chaos.clients.DELAY_SECONDS)
     purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
+    requeues: bool = True  # an operator requeues running and dead jobs, some paced (chaos.requeuer)
     schedule_pauses: bool = True  # an operator pauses and resumes the nodes' schedule (chaos.pauser)
     limits: bool = True  # an operator sets and removes the chaos queue's concurrency limit (chaos.pauser)
     rates: bool = True  # an operator sets and removes the chaos queue's rate limit (chaos.pauser)
@@ -129,6 +131,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     operators: list[clients.Client] = []
     if options.purges:
         operators.append(Purger(urls, history, random.Random(rng.random()), stop_producers, behaviour))
+    if options.requeues:
+        operators.append(Requeuer(urls, history, random.Random(rng.random()), stop_producers, behaviour))
     if options.schedule_pauses:
         operators.append(SchedulePauser(urls, history, random.Random(rng.random()), stop_producers, behaviour))
     if options.limits:

@@ -595,3 +595,69 @@ def test_every_check_is_named_in_the_report() -> None:
     from chaos.report import CHECKS
 
     assert set(check(clean().final(jobs=["j2", "j3"])).failures) == set(CHECKS)
+
+
+# -- an operator's requeues and redrives (chaos.requeuer) -------------------------------------------
+
+def requeue(r: Recorder, jobs: list[str], moved: list[str] | None, *, per_second: float | None = None,
+            **kw: Any) -> Call:
+    """A requeue call; ``moved`` is the answer's result (None: no 2xx answer)."""
+    if moved is not None:
+        kw.setdefault("answer", {"result": moved, "seq": 9})
+    return r.call("requeue", {"jobs": jobs, "expect": ["running"] * len(jobs), "per_second": per_second}, **kw)
+
+
+def test_a_requeued_job_run_again_and_completed_passes_and_is_explained() -> None:
+    r = clean()
+    requeue(r, ["j2"], ["j2"])
+    r.claim("j2", "L2b")
+    r.complete("j2", "L2b")
+    r.complete("j2", "L2", status=409, answer={"error": "lease_lost"})  # the revoked lease: refused
+
+    verdict = check(r.final(jobs=["j3"]))
+
+    assert verdict.ok, verdict.failures
+    assert verdict.duplicates == {"an operator requeued it (chaos.requeuer)": ["j2"]}
+    assert (verdict.figures["requeues"], verdict.figures["requeued_jobs"]) == (1, 1)
+
+
+def test_a_completion_with_a_lease_a_requeue_revoked_is_flagged() -> None:
+    r = clean()
+    requeue(r, ["j2"], ["j2"])
+    r.complete("j2", "L2")  # accepted: the requeue did not revoke the lease
+
+    problems = check(r.final(jobs=["j3"])).failures["requeues"]
+
+    assert len(problems) == 1 and "had revoked it" in problems[0]
+
+
+def test_a_requeue_moving_what_it_was_not_sent_is_flagged_and_a_requeued_job_that_vanished_is_lost() -> None:
+    r = clean()
+    requeue(r, ["j2"], ["j2", "j3"])
+
+    verdict = check(r.final(jobs=["j3"]))  # j2 neither completed nor in the document
+
+    assert len(verdict.failures["requeues"]) == 1 and "answered" in verdict.failures["requeues"][0]
+    assert len(verdict.failures["lost_pushes"]) == 1 and "j2" in verdict.failures["lost_pushes"][0]
+
+
+def test_a_paced_requeues_job_leased_before_its_turn_is_flagged() -> None:
+    r = clean()
+    r.claim("j3", "L3")
+    paced = requeue(r, ["j2", "j3"], ["j2", "j3"], per_second=0.25)  # j3 due 4 s after it was sent
+    r.claim("j2", "L2b")  # at once: its turn
+    early = r.claim("j3", "L3b")  # 2 s after the requeue was sent: 2 s early
+    r.complete("j2", "L2b")
+    r.complete("j3", "L3b")
+
+    problems = check(r.final()).failures["requeues"]
+
+    assert early.end is not None and paced.end is not None
+    assert problems == [f"j3, the job due 4.000 s after a paced requeue (call {paced.id}), was leased "
+                        f"{early.end - paced.start:.3f} s after it was sent"]
+    r2 = clean()
+    r2.claim("j3", "L3")
+    requeue(r2, ["j2", "j3"], ["j2", "j3"], per_second=1.0)  # j3 due 1 s after: leased 2.5 s after, in time
+    r2.claim("j2", "L2b")
+    r2.claim("j3", "L3b")
+    assert check(r2.final(jobs=["j2", "j3"])).failures["requeues"] == []

@@ -1,0 +1,97 @@
+"""An operator who requeues running jobs and redrives dead letters, some at
+a pace, while the nemesis runs.
+
+The dashboard's requeue and redrive reach the leader as signed operator
+requests (``POST /api/v1/operator``, :mod:`queueadmin.api.forward`): this
+client sends the same requests, signed with the nodes' secret key, so that
+they meet every fault the producers and workers meet. Every second or three
+it picks a few jobs it saw leased and not yet acknowledged (likely running)
+or failed into the dead letters, and requeues them as a dry run would: each
+expected in the status it guessed (the engine skips those that changed).
+Half of the requeues are paced (2 to 20 jobs a second): the i-th job moved
+is due i / pace seconds after the requeue, the first at once.
+
+Each requeue is recorded as a ``requeue`` call with ``args["jobs"]``,
+``args["expect"]`` and ``args["per_second"]`` (None: all at once); its
+answer's ``result`` lists the ids that moved, in their order. A requeue
+whose answer is unknown is not sent again. The checker (``requeues``) says
+what must hold: a requeued job is still owed, its revoked lease can no
+longer complete it, and a paced job is never leased before its turn.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chaos.clients import Client
+from chaos.cluster import LEASE_SECONDS
+from chaos.history import Call
+from chaos.purger import signed
+from engine.ops import Requeue
+
+REQUEUE_EVERY_SECONDS = (1.0, 3.0)
+MOST_IDS = 4
+PACED_SHARE = 0.5
+PACE_PER_SECOND = (2.0, 20.0)
+NOT_LEADER_RETRIES = 5
+
+
+def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
+    """From a snapshot of the history's calls: the jobs leased within the
+    last lease and not yet completed or failed with that lease (likely
+    running), and those a fail answered "dead" and no requeue moved since
+    (dead letters), each oldest first."""
+    running: dict[str, str] = {}  # job -> its latest lease seen, if recent and not acknowledged
+    dead: dict[str, None] = {}
+    for call in calls:
+        if call.op == "claim" and call.ok and call.end is not None and now - call.end < LEASE_SECONDS:
+            if call.args.get("dropped"):
+                continue  # the worker never saw these leases
+            answer = call.answer if isinstance(call.answer, dict) else {}
+            for job in answer.get("jobs", []):
+                if isinstance(job, dict):
+                    running[str(job.get("id"))] = str(job.get("lease"))
+        elif call.op in ("complete", "fail"):
+            job_id = str(call.args.get("job"))
+            if running.get(job_id) == str(call.args.get("lease")):
+                del running[job_id]
+            if call.op == "fail" and call.ok and isinstance(call.answer, dict) and call.answer.get("status") == "dead":
+                dead[job_id] = None
+        elif call.op == "requeue" and call.ok and isinstance(call.answer, dict):
+            for job_id in map(str, call.answer.get("result") or []):
+                dead.pop(job_id, None)
+                running.pop(job_id, None)
+    return list(running), list(dead)
+
+
+class Requeuer(Client):
+    """Requeues a few running or dead jobs every second or three (module docstring)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__("requeuer", *args)
+        self.sent = 0
+
+    def loop(self) -> None:
+        while not self.stop_event.wait(self.rng.uniform(*REQUEUE_EVERY_SECONDS)):
+            self.requeue_some()
+
+    def requeue_some(self) -> None:
+        calls = list(self.history.calls)
+        running, dead = candidates(calls, time.monotonic())
+        picks = [(job_id, "running") for job_id in running] + [(job_id, "dead") for job_id in dead]
+        if not picks:
+            return
+        chosen = self.rng.sample(picks, min(len(picks), self.rng.randint(1, MOST_IDS)))
+        pace = round(self.rng.uniform(*PACE_PER_SECOND), 3) if self.rng.random() < PACED_SHARE else None
+        ids = tuple(job_id for job_id, _ in chosen)
+        expect: Any = tuple(status for _, status in chosen)
+        op = Requeue(job_ids=ids, expect=expect, per_second=pace)
+        args = {"jobs": list(ids), "expect": list(expect), "per_second": pace}
+        for attempt in range(NOT_LEADER_RETRIES):
+            # A fresh signature each time: a signed request runs once (its nonce).
+            call = self.send("requeue", "/operator", {}, args=args, raw=signed(op))
+            self.sent += 1
+            if call.code != "not_leader":
+                return
+            self.backoff(attempt + 1)
