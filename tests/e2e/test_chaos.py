@@ -1,8 +1,8 @@
 """A short, fixed-seed run of the chaos harness (``python -m chaos``) on a
 folder, on S3 (moto), on GCS (fake-gcs-server) and on Azure Blob (Azurite):
-real daphne nodes, producers and workers on the HTTP API, an operator
-purging waiting jobs by id through signed /api/v1/operator requests, delayed
-pushes, every fault kind
+real daphne nodes, producers and workers on the HTTP API, operators
+purging waiting jobs by id and requeuing running and dead ones (some at a
+pace) through signed /api/v1/operator requests, delayed pushes, every fault kind
 (three on the cloud stores), and every check of chaos/checker.py must hold.
 
 The long run (hundreds of faults) is ``python -m chaos --duration 720 ...``;
@@ -42,8 +42,9 @@ def _run(store: str, kinds: list[str], workdir: Path, **more: Any) -> Outcome:
 
 def test_chaos_on_a_folder(tmp_path: Path) -> None:
     outcome = _run("file", list(KINDS), tmp_path / "file")
-    # The operator's signed purges reached the leader (chaos.purger), and some removed jobs.
+    # The operators' signed purges and requeues reached the leader (chaos.purger, chaos.requeuer) and acted.
     assert outcome.verdict.figures["purged"] > 0, text(outcome)
+    assert outcome.verdict.figures["requeued_jobs"] > 0, text(outcome)
 
 
 def test_chaos_on_s3(tmp_path: Path, aws_credentials: None) -> None:
