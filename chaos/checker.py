@@ -256,13 +256,11 @@ def _check_purges(history: History, calls: list[Call], verdict: Verdict) -> None
     problems: list[str] = []
     for call in calls:
         if call.op == "purge" and call.ok and isinstance(call.answer, dict):
-            result = call.answer.get("result")
-            sent = set(map(str, call.args.get("jobs", [])))
-            if not isinstance(result, list) or not set(map(str, result)) <= sent:
-                problems.append(f"call {call.id}: a purge of {sorted(sent)} answered {call.answer!r}")
+            if (unsent := _acted_beyond(call)) is not None:
+                problems.append(unsent)
             elif call.args.get("unknown"):
                 problems.append(f"call {call.id}: an all-or-nothing purge naming an unknown id answered "
-                                f"{call.status}, removing {result}")
+                                f"{call.status}, removing {call.answer.get('result')}")
     for call in calls:
         if call.op == "claim" and call.end is not None:
             for job in _jobs_of(call):
@@ -288,6 +286,17 @@ def _check_purges(history: History, calls: list[Call], verdict: Verdict) -> None
                                             and 400 <= c.status < 500)
 
 
+def _acted_beyond(call: Call) -> str | None:
+    """The problem with an operator's purge or requeue answered 2xx whose
+    ``result`` is not a list of ids it was sent; None if it is one."""
+    assert isinstance(call.answer, dict)
+    result = call.answer.get("result")
+    sent = set(map(str, call.args.get("jobs", [])))
+    if isinstance(result, list) and set(map(str, result)) <= sent:
+        return None
+    return f"call {call.id}: a {call.op} of {sorted(sent)} answered {call.answer!r}"
+
+
 def _requeued(calls: list[Call]) -> dict[str, list[Call]]:
     """The requeues answered 2xx, by each job they moved (in the answer's ``result``)."""
     moved: dict[str, list[Call]] = defaultdict(list)
@@ -307,12 +316,8 @@ def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
             for job in _jobs_of(call):
                 granted[str(job.get("lease"))] = call.end
     moved = _requeued(calls)
-    for call in calls:
-        if call.op == "requeue" and call.ok and isinstance(call.answer, dict):
-            result = call.answer.get("result")
-            sent = set(map(str, call.args.get("jobs", [])))
-            if not isinstance(result, list) or not set(map(str, result)) <= sent:
-                problems.append(f"call {call.id}: a requeue of {sorted(sent)} answered {call.answer!r}")
+    problems += [unsent for call in calls if call.op == "requeue" and call.ok and isinstance(call.answer, dict)
+                 and (unsent := _acted_beyond(call)) is not None]
     for call in calls:
         if call.op not in ("complete", "fail") or not call.ok:
             continue

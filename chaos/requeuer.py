@@ -24,17 +24,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from chaos.clients import Client
 from chaos.cluster import LEASE_SECONDS
 from chaos.history import Call
-from chaos.purger import signed
-from engine.ops import Requeue
+from chaos.pauser import Operator
+from engine.ops import requeue_op
 
 REQUEUE_EVERY_SECONDS = (1.0, 3.0)
 MOST_IDS = 4
 PACED_SHARE = 0.5
 PACE_PER_SECOND = (2.0, 20.0)
-NOT_LEADER_RETRIES = 5
 
 
 def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
@@ -65,33 +63,24 @@ def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
     return list(running), list(dead)
 
 
-class Requeuer(Client):
+class Requeuer(Operator):
     """Requeues a few running or dead jobs every second or three (module docstring)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__("requeuer", *args)
-        self.sent = 0
 
     def loop(self) -> None:
         while not self.stop_event.wait(self.rng.uniform(*REQUEUE_EVERY_SECONDS)):
             self.requeue_some()
 
     def requeue_some(self) -> None:
-        calls = list(self.history.calls)
-        running, dead = candidates(calls, time.monotonic())
+        running, dead = candidates(list(self.history.calls), time.monotonic())
         picks = [(job_id, "running") for job_id in running] + [(job_id, "dead") for job_id in dead]
         if not picks:
             return
         chosen = self.rng.sample(picks, min(len(picks), self.rng.randint(1, MOST_IDS)))
         pace = round(self.rng.uniform(*PACE_PER_SECOND), 3) if self.rng.random() < PACED_SHARE else None
-        ids = tuple(job_id for job_id, _ in chosen)
-        expect: Any = tuple(status for _, status in chosen)
-        op = Requeue(job_ids=ids, expect=expect, per_second=pace)
-        args = {"jobs": list(ids), "expect": list(expect), "per_second": pace}
-        for attempt in range(NOT_LEADER_RETRIES):
-            # A fresh signature each time: a signed request runs once (its nonce).
-            call = self.send("requeue", "/operator", {}, args=args, raw=signed(op))
-            self.sent += 1
-            if call.code != "not_leader":
-                return
-            self.backoff(attempt + 1)
+        ids = [job_id for job_id, _ in chosen]
+        expect = [status for _, status in chosen]
+        self.operate("requeue", requeue_op(ids, expect=expect, per_second=pace),
+                     {"jobs": ids, "expect": expect, "per_second": pace})
