@@ -60,9 +60,11 @@ from engine.errors import (
 from engine.excision import purge_by_ids
 from engine.laneplans import REFILL_LEAD_SECONDS
 from engine.lanes import LaneKeeper
+from engine.leasewatch import LeaseWatches, Lost
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
 from engine.ops import FireSchedules, Operation, Purge, TakeOver, Tick, get_job_op
+from engine.optypes import QueueScope
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
@@ -143,6 +145,8 @@ class Broker:
         self._schedule_ticks: dict[str, datetime] = {}
         #: Long-poll claims waiting for work on this node (woken by its commits).
         self.waiters = WaitingClaims(clock=clock)
+        #: Long-poll lease watches of workers on this node (answered by its commits).
+        self.lease_watches = LeaseWatches()
         self.role: Role = "stopped"
         self.leader = BrokerInfo()  # as last seen in the document
         self.last_error: str | None = None  # why the last election step failed, for health pages
@@ -199,6 +203,7 @@ class Broker:
             committer.stop(timeout=timeout)
         self.role = "stopped"
         self.waiters.close(NotLeader(None))
+        self.lease_watches.close(NotLeader(None))
 
     @property
     def committer(self) -> GroupCommitter | None:
@@ -347,6 +352,17 @@ class Broker:
         view: dict[str, Any] = orjson.loads(encode_job(job))  # every field, as GetJob shows a job
         view["segment"] = ref.key
         return view
+
+    async def awatch_leases(
+        self, leases: Sequence[tuple[str, str]], wait: float, *, scope: QueueScope | None = None
+    ) -> list[Lost]:
+        """Which of ``leases`` (job id, lease token) are no longer current, as
+        soon as a landed commit shows one (or at once, if one is not now), or
+        ``[]`` after ``wait`` seconds (:mod:`engine.leasewatch`). Writes
+        nothing. Raises NotLeader if this node does not lead, or stops
+        leading while it waits."""
+        committer = await self._aleading()
+        return await self.lease_watches.watch(leases, wait, lambda: committer.state, scope=scope)
 
     async def aexecute_many(self, ops: Sequence[Operation]) -> list[Any]:
         """Submit every operation of ``ops`` to this node's committer at once
@@ -528,6 +544,10 @@ class Broker:
             self.waiters.committed(state)
         except Exception:  # a bug there must neither break commits nor starve on_commit
             log.exception("broker %s: waking long-poll claims failed", self.id)
+        try:
+            self.lease_watches.committed(state)
+        except Exception:  # as above
+            log.exception("broker %s: answering lease watches failed", self.id)
         self._plan_segments(state, landed=True)
         if self.on_commit is not None:
             self.on_commit(state)
@@ -581,6 +601,7 @@ class Broker:
         self.role = "standby"
         self.last_error = why
         self.waiters.close(error or NotLeader(self.leader.url))
+        self.lease_watches.close(error or NotLeader(self.leader.url))
         committer, self._committer = self._committer, None
         keeper, self._keeper = self._keeper, None
         if keeper is not None:

@@ -70,6 +70,11 @@ def _in_order[E: tuple[Any, ...]](heap: list[E]) -> Iterator[E]:
                 heapq.heappush(frontier, (heap[child], child))
 
 
+#: How many revoked lease tokens a leader remembers for lease watches (far more
+#: than the leases of the jobs running at once on any cluster this serves).
+REVOKED_LEASES_KEPT = 10_000
+
+
 class QueueState:
     """One version of the queue document, with claim and expiry indexes.
 
@@ -120,6 +125,10 @@ class QueueState:
         # Jobs that left since the last encoding, when someone listens for
         # them (a committer with on_departures sets a list); None: not kept.
         self.departures: list[Departure] | None = None
+        # Lease tokens revoked lately, oldest first: leases that ended without
+        # their holder (requeued, purged, run out), for lease watches
+        # (engine.leasewatch). Not in the document: a new leader starts empty.
+        self.revoked_leases: dict[str, None] = {}
         self.dirty = False
         # Encoded jobs and dead letters, in document order.
         self._encoded_jobs = EncodedSequence()
@@ -364,6 +373,16 @@ class QueueState:
         deleted once the version that dropped them has landed)."""
         taken, self.dropped_segments = self.dropped_segments, []
         return taken
+
+    def revoke(self, job: Job) -> None:
+        """Note that ``job``'s lease, if it has one, ended without its holder
+        (a requeue, a purge, an expiry): a lease watch naming it is answered
+        (engine.leasewatch). Keeps the last :data:`REVOKED_LEASES_KEPT`."""
+        if job.lease is not None:
+            revoked = self.revoked_leases
+            revoked[job.lease.token] = None
+            if len(revoked) > REVOKED_LEASES_KEPT:
+                del revoked[next(iter(revoked))]
 
     def add_finished(self, job_id: str, at: datetime) -> None:
         """Remember that ``job_id`` left the document at ``at`` (the dedup

@@ -312,6 +312,21 @@ class BrokerClient(QueueClient):
         )
         return wire.outcome_from(op, answer)
 
+    def watch_leases(self, leases: Sequence[tuple[str, str]], wait_seconds: float) -> list[tuple[str, EngineError]]:
+        """Which of ``leases`` (job id, lease token) the broker no longer holds
+        for this caller, and why (the LeaseLost or JobNotFound a heartbeat
+        would get), as soon as one is lost, or ``[]`` after ``wait_seconds``
+        (0 to 30): ``POST /api/v1/leases/watch`` (:mod:`engine.leasewatch`).
+        Writes nothing. A broker of a release without lease watches answers
+        404 ``not_found``: a plain EngineError."""
+        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float) or not (
+            math.isfinite(wait_seconds) and 0 <= wait_seconds <= MAX_WAIT_SECONDS
+        ):
+            raise ValidationError(f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS:g}, got {wait_seconds!r}")
+        request = wire.watch_request(list(leases), float(wait_seconds))
+        answer = self._call(request.method, request.path, request.body, wait_seconds=request.wait_seconds)
+        return wire.watch_outcome_from(answer)
+
     def document(self) -> dict[str, Any]:
         """The committed document from the leader (lease tokens hidden as :data:`engine.wire.HIDDEN_TOKEN`)."""
         answer = self._call("GET", "/document", None)

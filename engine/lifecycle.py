@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from engine.document import QueueState
-from engine.errors import JobNotFound, LeaseLost, ValidationError
+from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
 from engine.model import (
     Attempt,
     ClaimedJob,
@@ -30,7 +30,7 @@ from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, Queue
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 from engine.purging import still_expected
 
-__all__ = ["claim", "complete", "expire", "fail", "heartbeat", "push", "requeue"]
+__all__ = ["claim", "complete", "expire", "fail", "heartbeat", "lease_problem", "push", "requeue"]
 
 
 def push(state: QueueState, op: Push, now: datetime) -> list[str]:
@@ -104,6 +104,17 @@ def _leased(state: QueueState, job_id: str, token: str, scope: QueueScope | None
     if job.lease is None or job.lease.token != token:
         raise LeaseLost(job_id, "the lease expired or the job was handed to someone else")
     return job
+
+
+def lease_problem(state: QueueState, job_id: str, token: str, scope: QueueScope | None = None) -> QueueError | None:
+    """Why ``token`` is not the current lease of job ``job_id`` in ``state``
+    (the LeaseLost or JobNotFound a heartbeat would raise), or None if it
+    is. Reads ``state`` only."""
+    try:
+        _leased(state, job_id, token, scope)
+    except QueueError as exc:
+        return exc
+    return None
 
 
 def heartbeat(state: QueueState, op: Heartbeat, now: datetime) -> datetime:
@@ -185,6 +196,7 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
             f"(last at {job.lease.heartbeat_at.isoformat()})"
         )
         state.counters(job.queue).failed += 1
+        state.revoke(job)
         job = job._replace(history=_ended(job, "expired", now, error))
         if job.attempts >= job.max_attempts:
             _to_dead(state, job, error, now)
@@ -222,6 +234,7 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
         not_before = now + timedelta(seconds=i / op.per_second) if op.per_second is not None and i else None
         running = state.jobs.get(job_id)
         if running is not None:
+            state.revoke(running)
             history = _ended(running, "requeued", now)
             state.add_job(running._replace(status="pending", lease=None, not_before=not_before, history=history))
         else:

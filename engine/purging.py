@@ -17,6 +17,7 @@ from datetime import datetime
 
 from engine.document import QueueState
 from engine.errors import JobNotFound, JobSealed, ValidationError
+from engine.model import DeadLetter, Job
 from engine.optypes import Excision, Purge, PurgeOutcome
 from engine.segments import DelayedRef, SegmentRef, newest_first
 
@@ -50,7 +51,12 @@ def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutco
             gone = state.drop_delayed(op.queue)
             state.counters(op.queue).purged += sum(ref.remaining for ref in dropped) + sum(r.total for r in gone)
     for job_id in ids:
-        removed = state.remove_job(job_id) if job_id in state.jobs else state.remove_dead(job_id)
+        removed: Job | DeadLetter
+        if job_id in state.jobs:
+            removed = job = state.remove_job(job_id)
+            state.revoke(job)  # a running job's lease ends without its holder
+        else:
+            removed = state.remove_dead(job_id)
         state.add_finished(job_id, now)  # a retried push must not bring it back either
         state.counters(removed.queue).purged += 1
         state.departed("purged", removed, now)

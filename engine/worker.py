@@ -239,6 +239,9 @@ class Worker(WorkerHeartbeats):
                    for i in range(self.concurrency)]
         threads.append(threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True))
         threads.append(threading.Thread(target=self._claim_loop, name="claimer", daemon=True))
+        watch = getattr(self.client, "watch_leases", None) if self.options.watch_leases else None
+        if watch is not None:
+            threads.append(threading.Thread(target=self._watch_loop, args=(watch,), name="lease-watch", daemon=True))
         if self._reporter is not None:
             threads.append(threading.Thread(target=self._reporter.run, name="reporter", daemon=True))
         for thread in threads:

@@ -10,6 +10,11 @@ checks stops, and one that does not keeps running, since a thread cannot be
 killed; either way its result is never sent. A transient error retries that lease well before it
 ends. Every field it reads is the worker's, declared below and guarded by
 the worker's ``_cond``. Split from :mod:`engine.worker`.
+
+Its lease-watch thread (:meth:`WorkerHeartbeats._watch_loop`, with a client
+that has ``watch_leases``) finds a lost lease sooner: it keeps a long-poll
+watch of every running job's lease open, which the broker answers as soon
+as a commit revokes one (:mod:`engine.leasewatch`), and settles it the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.client import QueueClient
-from engine.errors import JobNotFound, LeaseLost
+from engine.errors import EngineError, JobNotFound, LeaseLost
 from engine.ops import heartbeat_op
 
 if TYPE_CHECKING:
@@ -30,6 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["WorkerHeartbeats"]
 
 log = logging.getLogger("engine.worker")  # the worker's log, as before the split
+
+#: The longest one lease watch lasts: a job started while one is open is watched from the next.
+WATCH_SECONDS = 5.0
+#: With no job running, how often the watch thread looks again (a new job also wakes it).
+WATCH_IDLE_SECONDS = 1.0
 
 
 class WorkerHeartbeats:
@@ -41,6 +51,7 @@ class WorkerHeartbeats:
     heartbeat_interval: float
     lease_seconds: float
     timeout_seconds: float | None
+    backoff_seconds: float
     backoff_cap_seconds: float
     stats: WorkerStats
     _cond: threading.Condition
@@ -67,6 +78,40 @@ class WorkerHeartbeats:
                 beats += self._timeouts()
             until = min(beats, default=self.monotonic() + self.heartbeat_interval)
             self._exit.wait(self._wait_step(until))
+
+    def _watch_loop(self, watch: Callable[[list[tuple[str, str]], float], list[tuple[str, Any]]]) -> None:
+        """While jobs run, keep one lease watch open (``watch``, the client's
+        ``watch_leases``, :mod:`engine.leasewatch`) and settle each lease it
+        finds lost as a heartbeat would: the job is marked lost and cancelled.
+        A watch lasts at most :data:`WATCH_SECONDS`, so a job started since
+        is watched from the next one. A broker that answers with no known
+        code (a release without lease watches: 404 not_found) ends the
+        watching; heartbeats still find lost leases."""
+        failures = 0
+        while not self._exit.is_set():
+            with self._cond:
+                # One lease per job: a job held twice (an older attempt still
+                # ending) keeps its newest; heartbeats watch the older one.
+                watched = {r.job.id: r for r in self._running.values() if not (r.lost or r.reporting or r.timed_out)}
+                if not watched:
+                    self._cond.wait(WATCH_IDLE_SECONDS)
+                    continue
+            sent = self.monotonic()
+            try:
+                lost = watch([(job_id, r.job.lease) for job_id, r in watched.items()], WATCH_SECONDS)
+            except Exception as exc:
+                if type(exc) is EngineError:
+                    log.info("worker: the broker does not watch leases (%s); heartbeats alone find lost leases",
+                             exc)
+                    return
+                failures += 1
+                log.debug("worker: a lease watch failed (%s: %s)", type(exc).__name__, exc)
+                self._exit.wait(min(self.backoff_cap_seconds, self.backoff_seconds * 2**failures))
+                continue
+            failures = 0
+            for job_id, error in lost:
+                if (record := watched.get(job_id)) is not None:
+                    self._beaten(record, sent, error)
 
     def _timeouts(self) -> list[float]:
         """When each running handler not timed out yet reaches the timeout

@@ -86,7 +86,14 @@ class WorkerOptions:
       worker's queues. True: the queues, in the order given, are priorities
       (as an RQ worker's): a job of a queue is claimed only when no queue
       before it has one the claim may take, so a busy first queue starves
-      the later ones (:func:`~engine.ops.claim_op`).
+      the later ones (:func:`~engine.ops.claim_op`);
+    * ``watch_leases`` — True: while jobs run, a thread keeps a long-poll
+      lease watch open (``POST /api/v1/leases/watch``, with a client that
+      has ``watch_leases``, as :class:`~engine.BrokerClient`), so that a job
+      an operator requeued or purged, or whose lease ran out, is cancelled
+      as soon as that commit lands, not at the next heartbeat. It writes
+      nothing; heartbeats still extend the leases. False, or a broker
+      without lease watches: heartbeats alone find a lost lease.
 
     Raises ValueError for a value no worker could use; ``heartbeat_interval``
     is checked against the lease by the :class:`~engine.worker.Worker`,
@@ -107,6 +114,7 @@ class WorkerOptions:
     timeout_seconds: float | None = None
     max_jobs: int | None = None
     in_order: bool = False
+    watch_leases: bool = True
 
     def __post_init__(self) -> None:
         concurrency = self.concurrency
@@ -123,3 +131,5 @@ class WorkerOptions:
             raise ValueError(f"max_jobs must be a positive integer (or None), got {max_jobs!r}")
         if not isinstance(self.in_order, bool):
             raise ValueError(f"in_order must be a bool, got {self.in_order!r}")
+        if not isinstance(self.watch_leases, bool):
+            raise ValueError(f"watch_leases must be a bool, got {self.watch_leases!r}")

@@ -26,6 +26,9 @@ operator action to the leader, in both directions and in one place.
   with :func:`batch_results_from` (one result or EngineError per operation).
   An acknowledgement may carry the worker's next claim, riding the same
   commit (:func:`ack_claim_from`, :func:`claim_json`, :func:`claim_outcome_from`).
+* **Lease watches** (:mod:`engine.wire.watches`): ``POST /leases/watch``
+  parks until a lease it names is lost (:func:`watch_from`,
+  :func:`watch_json`; :func:`watch_request`, :func:`watch_outcome_from`).
 * **Reading JSON** (:mod:`engine.wire.reading`): :func:`loads` parses a
   body exactly, :class:`Fields` reads one object field by field.
 
@@ -89,6 +92,7 @@ from engine.wire.requests import (
     push_from,
     request_for,
 )
+from engine.wire.watches import WATCH_PATH, watch_from, watch_json, watch_outcome_from, watch_request
 
 __all__ = [
     "ENGINE_ALIASES",
@@ -98,6 +102,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "RETRY_STATUSES",
     "STATUS_BY_CODE",
+    "WATCH_PATH",
     "Fields",
     "InvalidItem",
     "MalformedJson",
@@ -135,4 +140,8 @@ __all__ = [
     "parse_time",
     "push_from",
     "request_for",
+    "watch_from",
+    "watch_json",
+    "watch_outcome_from",
+    "watch_request",
 ]

@@ -24,6 +24,7 @@ urlpatterns = [
     path(f"{VERSION}/jobs/<str:job_id>/fail", views.fail, name="fail"),
     path(f"{VERSION}/ack", views.ack, name="ack"),
     path(f"{VERSION}/heartbeat", views.heartbeats, name="heartbeats"),
+    path(f"{VERSION}/leases/watch", views.watch_leases, name="watch_leases"),
     path(f"{VERSION}/document", views.document, name="document"),
     path(f"{VERSION}/health", views.health, name="health"),
     path(f"{VERSION}/operator", views.operator, name="operator"),

@@ -113,6 +113,20 @@ async def ack(request: Request) -> Response:
 
 
 @endpoint("POST", call="work")
+async def watch_leases(request: Request) -> Response:
+    """200 ``{"lost": [{"id", "error", "message"}, ...]}``: as soon as a
+    landed commit shows a lease of ``leases`` no longer current (requeued,
+    purged, run out, or a job of a queue outside the token's scope), or
+    ``{"lost": []}`` after ``wait_seconds``. Writes nothing
+    (:mod:`engine.leasewatch`)."""
+    broker = runtime.get_broker()
+    leases, wait = wire.watch_from(await _body(request))
+    watch = broker.awatch_leases(leases, wait, scope=_grant(request).scope)
+    # A worker that hangs up stops watching, as a waiting claim does.
+    return json_response(wire.watch_json(await (request.unless_disconnected(watch) if wait > 0 else watch)))
+
+
+@endpoint("POST", call="work")
 async def heartbeats(request: Request) -> Response:
     """200 ``{"results": [...]}``, one per item of ``leases`` in order:
     ``{"id", "lease_expires_at"}``, or ``{"id", "error", "message"}``."""

@@ -497,11 +497,12 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
 
 def _running_effect(p: Plan, snapshot: Snapshot) -> None:
     """Say what happens to the plan's running jobs' handlers: each worker
-    finds out at its next heartbeat and cancels the job
-    (:mod:`engine.cancellation`); a handler that checks stops, any other runs
-    to its end and its result is refused. With the workers' default
-    heartbeat (a third of the lease) that is within a third of the longest
-    lease among them, as of ``snapshot``."""
+    finds out as soon as the run commits (it watches its leases,
+    :mod:`engine.leasewatch`), at the latest at its next heartbeat, and
+    cancels the job (:mod:`engine.cancellation`); a handler that checks
+    stops, any other runs to its end and its result is refused. With the
+    workers' default heartbeat (a third of the lease) the latest is within a
+    third of the longest lease among them, as of ``snapshot``."""
     leases = []
     for job_id, status in zip(p.ids, p.expect, strict=True):
         if status == "running" and (found := snapshot.job(job_id)) is not None and found[0].get("lease"):
@@ -513,12 +514,14 @@ def _running_effect(p: Plan, snapshot: Snapshot) -> None:
     again = " It runs again from the start once a worker claims it." if p.spec.to_pending and n == 1 else (
         " They run again from the start once workers claim them." if p.spec.to_pending else "")
     p.effects.append(ngettext(
-        "%(n)d of these jobs is running now. Its worker finds out at its next heartbeat (every third of the lease "
-        "by default: within %(within)s here) and cancels it: a handler that calls engine.check_cancelled() stops "
-        "there; one that does not runs to its end, and its result is refused.",
-        "%(n)d of these jobs are running now. Each one's worker finds out at its next heartbeat (every third of the "
-        "lease by default: within %(within)s here) and cancels it: a handler that calls engine.check_cancelled() "
-        "stops there; one that does not runs to its end, and its result is refused.", n)
+        "%(n)d of these jobs is running now. Its worker finds out as soon as this runs (it watches its leases), "
+        "at the latest at its next heartbeat (every third of the lease by default: within %(within)s here), and "
+        "cancels it: a handler that calls engine.check_cancelled() stops there; one that does not runs to its "
+        "end, and its result is refused.",
+        "%(n)d of these jobs are running now. Each one's worker finds out as soon as this runs (it watches its "
+        "leases), at the latest at its next heartbeat (every third of the lease by default: within %(within)s "
+        "here), and cancels it: a handler that calls engine.check_cancelled() stops there; one that does not runs "
+        "to its end, and its result is refused.", n)
         % {"n": n, "within": pages.age_text(longest / 3)} + again)
 
 

@@ -1,9 +1,10 @@
 """Cancelling a running job through real processes: a ``queueworker``
 process runs a handler (or a Django task) that checks
 ``engine.check_cancelled()``; an operator purges the job, from its page in
-Chromium or with ``manage.py queueaction``, and the handler stops at the
-worker's next heartbeat instead of working on for a minute, with nothing
-reported for it, as the dry run said."""
+Chromium or with ``manage.py queueaction``, and the handler stops as soon as
+the purge commits (the worker watches its leases), or at its next heartbeat,
+instead of working on for a minute, with nothing reported for it, as the dry
+run said."""
 
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ def test_purging_a_running_job_from_its_page_stops_its_handler_as_the_dry_run_sa
             expect(page.get_by_test_id("job-status")).to_have_text("running")
             page.get_by_role("button", name="Purge", exact=True).click()
             expect(page.get_by_test_id("plan-effect")).to_have_text(
-                "1 of these jobs is running now. Its worker finds out at its next heartbeat (every third of the "
-                "lease by default: within 1.0 s here) and cancels it: a handler that calls engine.check_cancelled() "
-                "stops there; one that does not runs to its end, and its result is refused.")
+                "1 of these jobs is running now. Its worker finds out as soon as this runs (it watches its leases), "
+                "at the latest at its next heartbeat (every third of the lease by default: within 1.0 s here), and "
+                "cancels it: a handler that calls engine.check_cancelled() stops there; one that does not runs to "
+                "its end, and its result is refused.")
             page.get_by_test_id("reason").fill("stuck on a dead partner API")
             purged_at = time.time()
             page.get_by_test_id("run-action").click()
@@ -67,6 +69,38 @@ def test_purging_a_running_job_from_its_page_stops_its_handler_as_the_dry_run_sa
     assert (counters["purged"], counters["completed"], counters["failed"]) == (1, 0, 0)
     log = cluster.logs()
     assert "stopped on its cancellation after its lease was lost" in log, log
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_a_worker_watching_its_leases_learns_of_a_purge_before_its_next_heartbeat(
+        cluster_factory: Callable[..., Cluster], tmp_path: Path, watch: bool) -> None:
+    """A long lease (heartbeats every 20 s): with its lease watch the handler
+    is cancelled within moments of the purge; without it (``--no-lease-watch``,
+    or a broker of an older release), at the next heartbeat."""
+    record = tmp_path / "runs.txt"
+    cluster, node = with_operator(cluster_factory(E2E_RECORD=str(record)))
+    wait_for(lambda: node.role() == "leader", 30, "the node to lead")
+    answer = api(node, "POST", "/api/v1/jobs", {"queue": "long", "jobs": [{"payload": {"n": 1, "seconds": 90}}]})
+    [job_id] = answer.json()["ids"]
+    worker = cluster.worker("--queue", "long", "--handler", "tests.e2e.handlers:cancellable", "--broker", node.url,
+                            "--lease-seconds", "60", *([] if watch else ["--no-lease-watch"]))
+    try:
+        wait_for(lambda: record.exists() and "start 1" in record.read_text(), 30, "the handler to start")
+        purged_at = time.time()
+        purged = cluster.manage("queueaction", "purge", "--ids", job_id, "--user", USER, "--reason", "stuck",
+                                "--yes")
+        assert purged.returncode == 0, purged.stderr.decode()
+        if watch:
+            wait_for(lambda: "cancelled 1" in record.read_text(), 10, "the handler to be cancelled")
+            [line] = [ln for ln in record.read_text().splitlines() if ln.startswith("cancelled 1")]
+            assert float(line.split(" ")[2]) - purged_at < 10, line  # the next heartbeat is 20 s away
+            assert "its lease was lost" in line
+        else:
+            time.sleep(3)
+            assert "cancelled 1" not in record.read_text()  # it waits for its heartbeat
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
 
 
 def test_a_django_task_that_checks_stops_when_its_job_is_purged_and_its_result_says_why(

@@ -8,6 +8,7 @@ a server process. The real server is exercised by the e2e tests.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,7 @@ from engine import (
 from engine.discovery import LeaderDiscovery
 from engine.errors import BrokerUnavailable, Unauthorized
 from engine.http_client import BrokerClient
+from engine.leasewatch import lost_leases
 from engine.model import ClaimedJob, FailOutcome
 from engine.ops import complete_op, push_op
 from engine.worker import Worker, WorkerOptions
@@ -112,6 +114,15 @@ class Cluster:
             done = iter(c.execute_many([i for i in items if not isinstance(i, ValidationError)]))
             outcomes = [i if isinstance(i, ValidationError) else next(done) for i in items]
             return _json(200, wire.batch_results_json(items, outcomes))
+        if path == wire.WATCH_PATH:
+            # Answered from the committer's state, after at most a short wait
+            # (a real broker parks the watch until a commit loses a lease).
+            leases, wait = wire.watch_from(body)
+            assert c.state is not None
+            if not (lost := lost_leases(c.state, leases)) and wait:
+                time.sleep(min(wait, 0.05))
+                lost = lost_leases(c.state, leases)
+            return _json(200, wire.watch_json(lost))
         _, _, job_id, *action = path.split("/")
         if not action:
             return _json(200, c.get_job(job_id))
@@ -437,3 +448,29 @@ def test_execute_many_keeps_answered_outcomes_when_a_later_request_fails(
     with pytest.raises(BrokerUnavailable):  # nothing of the call answered: it raises
         client.execute_many([complete_op(second.id, second.lease)])
     assert [j["id"] for j in cluster.committer.document()["jobs"]] == [second.id]
+
+
+def test_watch_leases_reads_which_leases_were_lost_and_why(cluster: Cluster,
+                                                           make_client: Callable[..., BrokerClient]) -> None:
+    client = make_client()
+    client.push("q", [1, 2, 3])
+    a, b, c = client.claim("w", ["q"], max_jobs=3)
+    assert client.watch_leases([(a.id, a.lease), (b.id, b.lease)], 0) == []
+    cluster.committer.purge([a.id])
+    cluster.committer.requeue([b.id])
+
+    lost = client.watch_leases([(a.id, a.lease), (b.id, b.lease), (c.id, c.lease)], 5)
+
+    assert [(job_id, type(error)) for job_id, error in lost] == [(a.id, JobNotFound), (b.id, LeaseLost)]
+    assert cluster.paths()[-1] == f"POST {A}/api/v1/leases/watch"
+    with pytest.raises(ValidationError, match="wait_seconds must be between 0 and 30"):
+        client.watch_leases([(c.id, c.lease)], 31)
+
+
+def test_an_older_broker_without_lease_watches_is_a_plain_engine_error(
+        cluster: Cluster, make_client: Callable[..., BrokerClient]) -> None:
+    cluster.faults.append(lambda r: _error(404, "not_found", "no such URL") if r.url.path.endswith("/watch") else None)
+    client = make_client()
+    with pytest.raises(EngineError) as raised:
+        client.watch_leases([("j", "l")], 1)
+    assert type(raised.value) is EngineError  # the worker's sign to stop watching (engine.workerbeats)

@@ -317,3 +317,97 @@ def test_a_requeued_job_the_same_worker_claims_again_is_heartbeated_while_the_ol
     thread.join(TIMEOUT)
     assert (worker.stats.lost, worker.stats.completed) == (1, 1)
     assert client.document()["queues"]["q"]["completed"] == 1
+
+
+class Watching(GroupCommitter):
+    """A client with lease watches (as BrokerClient's ``POST /leases/watch``),
+    answered from the committer's own state: polled, the way a test can."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watches = 0
+
+    def watch_leases(self, leases: list[tuple[str, str]], wait_seconds: float) -> list[tuple[str, Any]]:
+        from engine.leasewatch import lost_leases
+
+        self.watches += 1
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            state = self.state
+            if state is not None and (lost := lost_leases(state, leases)):
+                return lost  # type: ignore[return-value]
+            time.sleep(0.005)
+        return []
+
+
+@pytest.mark.parametrize("revoke", ["purge", "requeue"])
+def test_a_worker_watching_its_leases_cancels_a_revoked_job_before_its_next_heartbeat(revoke: str) -> None:
+    """Heartbeats every 20 s: only the lease watch can tell the handler within the test's time."""
+    client = Watching(MemoryStore(), policy=Policy(max_attempts=3, backoff_base_seconds=0)).start()
+    try:
+        [job_id] = client.push("q", ["long"])
+        handler = Handler()
+        options = replace(FAST_WORKER, lease_seconds=60, heartbeat_interval=20)
+        worker = Worker(client, queues=["q"], handler=handler, options=options)
+        thread, _ = start(worker)
+        assert handler.running.wait(TIMEOUT)
+
+        client.purge([job_id]) if revoke == "purge" else client.requeue([job_id])
+
+        assert handler.ended.wait(TIMEOUT), "the handler was never told"
+        assert "lease was lost" in handler.reasons[0] and job_id in handler.reasons[0]
+        wait_for(lambda: worker.stats.lost == 1)
+        assert worker.stats.heartbeats == 0  # the watch found it, not a heartbeat
+        worker.stop(0)  # a requeued job runs again: abandon it, so no report outlives the client
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    finally:
+        client.stop()
+
+
+def test_a_worker_whose_broker_has_no_lease_watches_stops_watching_and_heartbeats_on() -> None:
+    """An older broker answers 404 not_found: a plain EngineError, once; heartbeats still find lost leases."""
+    from engine import EngineError
+
+    class Older(Watching):
+        def watch_leases(self, leases: list[tuple[str, str]], wait_seconds: float) -> list[tuple[str, Any]]:
+            self.watches += 1
+            raise EngineError("POST /api/v1/leases/watch: the broker answered 404 not_found: no such URL")
+
+    client = Older(MemoryStore(), policy=Policy(max_attempts=3, backoff_base_seconds=0)).start()
+    try:
+        [job_id] = client.push("q", ["long"])
+        handler = Handler()
+        worker = Worker(client, queues=["q"], handler=handler,
+                        options=replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.05))
+        thread, _ = start(worker)
+        assert handler.running.wait(TIMEOUT)
+        wait_for(lambda: client.watches == 1 and worker.stats.heartbeats > 0)
+        client.purge([job_id])
+        assert handler.ended.wait(TIMEOUT)  # found by a heartbeat
+        assert client.watches == 1
+        worker.stop(0)
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    finally:
+        client.stop()
+
+
+def test_watch_leases_false_opens_no_watch() -> None:
+    client = Watching(MemoryStore(), policy=Policy()).start()
+    try:
+        [job_id] = client.push("q", ["long"])
+        handler = Handler()
+        worker = Worker(client, queues=["q"], handler=handler,
+                        options=replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.05, watch_leases=False))
+        thread, _ = start(worker)
+        assert handler.running.wait(TIMEOUT)
+        wait_for(lambda: worker.stats.heartbeats >= 3)
+        client.purge([job_id])
+        assert handler.ended.wait(TIMEOUT)  # found by a heartbeat
+        assert client.watches == 0
+        worker.stop(0)
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    finally:
+        client.stop()

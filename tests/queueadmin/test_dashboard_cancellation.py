@@ -1,5 +1,6 @@
 """What a purge or requeue of running jobs says it does to their handlers:
-each worker finds out at its next heartbeat and cancels the job
+each worker finds out as soon as the run commits (at the latest at its next
+heartbeat) and cancels the job
 (engine.cancellation). The dry run says so, on the page and in
 ``manage.py queueaction``, with the time a third of the longest lease gives."""
 
@@ -20,9 +21,10 @@ def test_purging_a_running_job_says_its_worker_cancels_it_at_its_next_heartbeat(
     dry = preview(operator, action="purge", ids=f"{waiting},{running}")
     plan = dry.context["plan"]
     assert plan.count == 2 and plan.effects == [
-        "1 of these jobs is running now. Its worker finds out at its next heartbeat (every third of the lease by "
-        "default: within 10 s here) and cancels it: a handler that calls engine.check_cancelled() stops there; "
-        "one that does not runs to its end, and its result is refused."]
+        "1 of these jobs is running now. Its worker finds out as soon as this runs (it watches its leases), at the "
+        "latest at its next heartbeat (every third of the lease by default: within 10 s here), and cancels it: a "
+        "handler that calls engine.check_cancelled() stops there; one that does not runs to its end, and its "
+        "result is refused."]
     assert 'data-testid="plan-effect"' in dry.content.decode()
     # Only waiting jobs: nothing runs, nothing to say.
     assert preview(operator, action="purge", ids=[waiting]).context["plan"].effects == []
@@ -36,8 +38,9 @@ def test_requeuing_running_jobs_says_they_are_cancelled_and_run_again_from_the_s
 
     plan = preview(operator, action="requeue", ids=",".join([*short, *long])).context["plan"]
     [effect] = [e for e in plan.effects if "running now" in e]
-    assert effect.startswith("3 of these jobs are running now. Each one's worker finds out at its next heartbeat "
-                             "(every third of the lease by default: within 30 s here)")
+    assert effect.startswith("3 of these jobs are running now. Each one's worker finds out as soon as this runs (it "
+                             "watches its leases), at the latest at its next heartbeat (every third of the lease by "
+                             "default: within 30 s here)")
     assert effect.endswith("They run again from the start once workers claim them.")
     one = preview(operator, action="requeue", ids=short[0]).context["plan"]
     assert "within 1.0 s here" in one.effects[0] and one.effects[0].endswith(
@@ -51,4 +54,4 @@ def test_queueactions_dry_run_says_it_too(broker: Broker, operator: Client) -> N
     push(broker, "q", ["x"])
     [job_id] = claim_ids(broker, 1, lease_seconds=30)
     out = queueaction("purge", "--ids", job_id, "--user", "ops", "--reason", "stuck", "--dry-run")
-    assert "1 of these jobs is running now. Its worker finds out at its next heartbeat" in out
+    assert "1 of these jobs is running now. Its worker finds out as soon as this runs" in out

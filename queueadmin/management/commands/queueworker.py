@@ -121,6 +121,10 @@ class Command(BaseCommand):
                             help="the --queue options, in the order given, are priorities: a job of a queue is "
                                  "claimed only when no queue before it has one that may run now, as with an RQ "
                                  "worker's queues (default: the earliest jobs first across all of them)")
+        parser.add_argument("--no-lease-watch", dest="lease_watch", action="store_false",
+                            help="find a lost lease (a running job an operator purged or requeued, or whose lease "
+                                 "ran out) at the next heartbeat only, instead of as soon as it is lost through a "
+                                 "long-poll lease watch (default: watch)")
         parser.add_argument("--reload", action="store_true",
                             help="for development: restart when the code changes (Django's autoreloader), after "
                                  "letting running jobs finish within --grace-seconds; SIGTERM and Ctrl-C then end "
@@ -176,6 +180,7 @@ class Command(BaseCommand):
                     timeout_seconds=options["timeout"],
                     max_jobs=options["max_jobs"],
                     in_order=options["in_order"],
+                    watch_leases=options["lease_watch"],
                 ),
             )
         except (ValueError, ValidationError) as exc:
