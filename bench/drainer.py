@@ -156,9 +156,11 @@ def _noop(payload: Any) -> None:
     """The handler: does nothing, so the run measures the queue."""
 
 
-def worker_options(*, concurrency: int, batch: bool, wait_seconds: float) -> WorkerOptions:
-    """The drain's WorkerOptions; ``batch`` only if WorkerOptions has the field."""
+def worker_options(*, concurrency: int, batch: bool, wait_seconds: float, lease_watch: bool = True) -> WorkerOptions:
+    """The drain's WorkerOptions; ``batch`` and ``watch_leases`` only if WorkerOptions has the field."""
     extra: dict[str, Any] = {"batch": batch} if "batch" in OPTION_NAMES else {}
+    if "watch_leases" in OPTION_NAMES:
+        extra["watch_leases"] = lease_watch
     return WorkerOptions(concurrency=concurrency, wait_seconds=wait_seconds, grace_seconds=GRACE_SECONDS, **extra)
 
 
@@ -181,7 +183,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build, start, stop the workers as the protocol says; the result to report."""
     tally = Tally()
     clients = [TimedBrokerClient(args.url, token=args.token, tally=tally) for _ in range(args.workers)]
-    options = worker_options(concurrency=args.concurrency, batch=args.batch, wait_seconds=args.wait_seconds)
+    options = worker_options(concurrency=args.concurrency, batch=args.batch, wait_seconds=args.wait_seconds,
+                             lease_watch=args.lease_watch)
     workers = [
         Worker(client, queues=[args.queue], handler=_noop, worker_id=f"{args.name}-{i}", options=options)
         for i, client in enumerate(clients)
@@ -233,6 +236,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--batch", action="store_true")
     parser.add_argument("--wait-seconds", type=float, default=1.0)
+    parser.add_argument("--no-lease-watch", dest="lease_watch", action="store_false")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="stop by itself after this long")
     args = parser.parse_args()
     # A lost job or a refused result is worth seeing in the run's log; one line per job is not.

@@ -40,6 +40,7 @@ class NetworkConfig:
     latency: float = DEFAULT_LATENCY_MS / 1000
     worker_processes: int = DEFAULT_WORKER_PROCESSES
     timeout: float = MIN_TIMEOUT_SECONDS
+    lease_watch: bool = True
     command: str = "python -m bench network"
 
 
@@ -112,6 +113,9 @@ def parse_args(argv: list[str], *, description: str | None = None) -> NetworkCon
     parser.add_argument("--timeout", type=_positive_float,
                         help=f"seconds a drain may take (default: the larger of {MIN_TIMEOUT_SECONDS:g} and one "
                         f"second per {MIN_JOBS_PER_SECOND:g} jobs)")
+    parser.add_argument("--no-lease-watch", dest="lease_watch", action="store_false",
+                        help="drain workers without lease watches (WorkerOptions(watch_leases=False)), to measure "
+                        "what the watches cost (default: with them, as queueworker runs)")
     parser.add_argument("--quick", action="store_true",
                         help="a short run: 0.5 s push windows, 100 jobs per drain, 2 worker processes")
     args = parser.parse_args(argv)
@@ -137,6 +141,7 @@ def parse_args(argv: list[str], *, description: str | None = None) -> NetworkCon
         worker_processes=int(
             pick(args.worker_processes, "worker_processes", DEFAULT_WORKER_PROCESSES)  # type: ignore[call-overload]
         ),
+        lease_watch=args.lease_watch,
         timeout=args.timeout or max(MIN_TIMEOUT_SECONDS, drain_jobs / MIN_JOBS_PER_SECOND),
         command=shlex.join(["python", "-m", "bench", "network", *argv]),
     )

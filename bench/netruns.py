@@ -100,7 +100,8 @@ class Runner:
         the default protocol, each acknowledgement carrying the next claim; unbatched: the single-job calls);
         batched: one Worker."""
         common = ["--url", node.url, f"--token={node.token}", "--queue", queue, "--wait-seconds", str(WAIT_SECONDS),
-                  "--max-seconds", str(self.cfg.timeout + RESULT_TIMEOUT_SECONDS)]
+                  "--max-seconds", str(self.cfg.timeout + RESULT_TIMEOUT_SECONDS),
+                  *([] if self.cfg.lease_watch else ["--no-lease-watch"])]
         if mode == "batched":
             name = f"drain-b{slots}"
             return [self._child(name, "bench.drainer", [*common, "--name", name, "--workers", "1",

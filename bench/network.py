@@ -105,7 +105,8 @@ def header(cfg: NetworkConfig, machine: dict[str, Any]) -> str:
         "batch=False, the single-job calls: a claim and a complete per job; single: the same with the default "
         "batch=True, each acknowledgement carrying the next claim: one request per job; both spread over "
         "them) or one (batched: one engine.Worker with concurrency = slots), engine.BrokerClient each, "
-        "no-op handler, 1 s long polls. All share this machine's cores with the node (see the load CPU column)."
+        f"no-op handler, 1 s long polls, lease watches {'on' if cfg.lease_watch else 'off'}. All share this "
+        "machine's cores with the node (see the load CPU column)."
     )
     lines.append(
         f"conditions: ~200-byte JSON payloads; push: single-job POST /api/v1/jobs, closed loop, {cfg.warmup:g} s "

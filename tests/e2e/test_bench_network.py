@@ -126,3 +126,16 @@ def test_a_push_target_no_broker_could_meet_on_the_latency_store_says_so() -> No
     assert latency.endswith("0.35 — MISS")  # within reach: 1,280 is 0.64 of 2,000
     latency, _ = push_lines(3000, latency_ms=None)
     assert latency.endswith("0.23 — MISS")
+
+
+def test_no_lease_watch_reaches_the_drain_workers_options_and_the_header() -> None:
+    from bench.drainer import worker_options
+    from bench.netargs import parse_args
+    from bench.network import header
+
+    machine = {"nproc": 2, "cpu": "", "memory_gib": 1, "os": "linux", "python": "3.12", "orjson": "3", "git": "x"}
+    on, off = parse_args([]), parse_args(["--no-lease-watch"])
+    assert (on.lease_watch, off.lease_watch) == (True, False)
+    assert "lease watches on" in header(on, machine) and "lease watches off" in header(off, machine)
+    assert worker_options(concurrency=1, batch=True, wait_seconds=1, lease_watch=False).watch_leases is False
+    assert worker_options(concurrency=1, batch=True, wait_seconds=1).watch_leases is True
