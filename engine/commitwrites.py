@@ -156,6 +156,8 @@ class CommitWrites:
         and those now durable (to be answered)."""
         if done.error is None:
             assert done.etag is not None
+            # Whatever this state object held when it was encoded is in the store now.
+            done.state.landed_seq = max(done.state.landed_seq, done.seq)
             if self._state is done.state:
                 self._state.etag = done.etag
             # Otherwise the state was read again meanwhile (after an error):

@@ -127,8 +127,13 @@ class QueueState:
         self.departures: list[Departure] | None = None
         # Lease tokens revoked lately, oldest first: leases that ended without
         # their holder (requeued, purged, run out), for lease watches
-        # (engine.leasewatch). Not in the document: a new leader starts empty.
-        self.revoked_leases: dict[str, None] = {}
+        # (engine.leasewatch), each with the lowest seq of a write that can
+        # carry it (see revoke). Not in the document: a new leader starts empty.
+        self.revoked_leases: dict[str, int] = {}
+        # The seq of this state's latest write known to have landed (0: none
+        # yet); set by the committer. A revocation has landed when its seq is
+        # at most this (revocation_landed).
+        self.landed_seq = 0
         self.dirty = False
         # Encoded jobs and dead letters, in document order.
         self._encoded_jobs = EncodedSequence()
@@ -376,13 +381,25 @@ class QueueState:
 
     def revoke(self, job: Job) -> None:
         """Note that ``job``'s lease, if it has one, ended without its holder
-        (a requeue, a purge, an expiry): a lease watch naming it is answered
-        (engine.leasewatch). Keeps the last :data:`REVOKED_LEASES_KEPT`."""
+        (a requeue, a purge, an expiry): once the write carrying this lands,
+        a lease watch naming it is answered (engine.leasewatch). Keeps the
+        last :data:`REVOKED_LEASES_KEPT`."""
         if job.lease is not None:
             revoked = self.revoked_leases
-            revoked[job.lease.token] = None
+            # self.seq is the seq of this state's latest encoded write (or of
+            # the version it was read from): every write encoded from it so
+            # far has a seq at most that, and every later one, which carries
+            # this change, a higher one.
+            revoked[job.lease.token] = self.seq + 1
             if len(revoked) > REVOKED_LEASES_KEPT:
                 del revoked[next(iter(revoked))]
+
+    def revocation_landed(self, token: str) -> bool:
+        """Whether lease ``token`` was revoked (:meth:`revoke`) by a write of
+        this state that has landed; False while that write is in flight, or
+        still to be encoded (the committer pipelines writes)."""
+        carried_by = self.revoked_leases.get(token)
+        return carried_by is not None and carried_by <= self.landed_seq
 
     def add_finished(self, job_id: str, at: datetime) -> None:
         """Remember that ``job_id`` left the document at ``at`` (the dedup

@@ -16,11 +16,16 @@ A broker keeps one :class:`LeaseWatches`. A watch is registered first and
 then checked against the leader's state as it is now, so no commit falls
 between the two; after that the committer's writer thread calls
 :meth:`committed` after every landed commit, and each watch is checked again
-(a dictionary lookup per lease: a commit does not walk the backlog). The
-first check reads the writer's state from the event loop's thread, so it may
-see a change of a commit still being written: a watch answered so is early,
-and the worker cancels a job whose lease is about to be lost anyway (or, if
-that write fails for good, lets a lease run out: at-least-once delivery).
+(a dictionary lookup per lease: a commit does not walk the backlog).
+
+Only a revocation that has landed answers a watch, never one still being
+written: the writer pipelines, so the state it hands over (and the one the
+first check reads, from the event loop's thread) may already hold the next
+write's changes, and that write may never land (the leader loses the
+document to another). Each revocation carries the lowest seq of a write that
+can hold it, and counts once the state's landed seq reaches it
+(``QueueState.revocation_landed``). So a worker told that a lease is lost
+can rely on it: a result sent with that lease would be refused.
 
 Thread-safety: :meth:`committed` and :meth:`close` run on the writer or
 control thread; watches live on any number of event loops. The registry's
@@ -72,10 +77,9 @@ def lost_leases(state: QueueState, leases: Sequence[tuple[str, str]], scope: Que
     one this leader never revoked (an older leader's, or a token it never
     gave): heartbeats find those."""
     lost: list[Lost] = []
-    revoked = state.revoked_leases
     for job_id, token in leases:
         # The token lookup first: it is all most leases cost a commit.
-        if token not in revoked:
+        if not state.revocation_landed(token):
             job = state.jobs.get(job_id) or state.dead.get(job_id) if scope is not None else None
             if job is None or scope is None or scope(job.queue):
                 continue
