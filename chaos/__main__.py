@@ -47,6 +47,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--delayed", type=float, default=0.05,
                         help="chance that a push is delayed by 0.5-4 s; none is leased before it is due "
                              "(default 0.05)")
+    parser.add_argument("--watches", type=float, default=0.03,
+                        help="chance that a worker works a job for 0.5-5 s with a lease watch open "
+                             "(POST /api/v1/leases/watch) instead of heartbeating, and sends its result even when "
+                             "told the lease is lost; that result must be refused (default 0.03)")
     parser.add_argument("--no-purges", dest="purges", action="store_false",
                         help="no operator purging waiting jobs by id through /api/v1/operator (chaos.purger)")
     parser.add_argument("--no-requeues", dest="requeues", action="store_false",
@@ -90,6 +94,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--delayed-horizon is a number of seconds, 0 or more")
     if not 0 <= args.delayed <= 1:
         parser.error("--delayed is a chance, between 0 and 1")
+    if not 0 <= args.watches <= 1:
+        parser.error("--watches is a chance, between 0 and 1")
     if args.nodes < 2:
         parser.error("--nodes must be at least 2 (failover needs a standby)")
     for path in args.recheck:
@@ -113,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                           producers=args.producers, workers=args.workers, pace=args.pace, kinds=args.kinds,
                           faults=args.faults, each=args.each, odd_strings=args.odd_strings,
                           deep_payloads=args.deep_payloads, drop_answer=args.drop_answer, delayed=args.delayed,
-                          purges=args.purges, requeues=args.requeues, schedule_pauses=args.schedule_pauses,
-                          limits=args.limits, rates=args.rates, segments=args.segments,
-                          delayed_horizon=args.delayed_horizon, workdir=workdir,
+                          watches=args.watches, purges=args.purges, requeues=args.requeues,
+                          schedule_pauses=args.schedule_pauses, limits=args.limits, rates=args.rates,
+                          segments=args.segments, delayed_horizon=args.delayed_horizon, workdir=workdir,
                           command="python -m chaos " + shlex.join(argv))
         outcome = run(options)
         print(text(outcome), flush=True)

@@ -25,6 +25,14 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   granted before it was sent (revoked by it), is never accepted; and a paced
   requeue's i-th job moved is not leased by a claim sent after the requeue
   was answered before ``i / per_second`` after the requeue was sent.
+* ``watches`` — a lease watch (``POST /api/v1/leases/watch``) that says a
+  lease is lost is right, and stays right: no heartbeat, complete or fail
+  with that lease sent after the watch was answered is accepted (the
+  watching worker sends its result anyway, chaos.clients); and the loss is
+  one the history explains: a requeue or purge of the job sent before the
+  watch was answered (answered 2xx with the job moved, or with its outcome
+  unknown), or the lease's end, no earlier than a lease after the latest
+  call that renewed it (its claim or a heartbeat, answered 2xx) was sent.
 * ``stale_completions`` — no complete or fail answered 2xx with a lease token
   that a later claim of the same job, acknowledged before the call was sent,
   had superseded (I4).
@@ -102,6 +110,8 @@ class Limits:
     #: longer than it a mark may take to move on with no fault about.
     schedule_seconds: float = 2.0
     schedule_slack_seconds: float = 3.0
+    #: The lease the workers claim and heartbeat for (chaos.cluster.LEASE_SECONDS).
+    lease_seconds: float = 4.0
 
 
 @dataclass(slots=True)
@@ -152,6 +162,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_pushes(history, calls, verdict)
     _check_purges(history, calls, verdict)
     _check_requeues(calls, verdict)
+    _check_watches(calls, limits, verdict)
     _check_fifo(calls, verdict)
     _check_delays(calls, verdict)
     _check_leases(calls, verdict)
@@ -348,6 +359,60 @@ def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
     verdict.figures["requeues"] = sum(1 for c in calls if c.op == "requeue")
     verdict.figures["requeued_jobs"] = len(moved)
     verdict.figures["requeued_paced_jobs"] = paced
+
+
+def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
+    """See ``watches`` in the module docstring."""
+    problems: list[str] = []
+    renewed: dict[str, list[float]] = defaultdict(list)  # lease -> starts of the calls that renewed it (2xx)
+    for call in calls:
+        if call.op == "claim" and call.ok:
+            for job in _jobs_of(call):
+                renewed[str(job.get("lease"))].append(call.start)
+        elif call.op == "heartbeat" and call.ok:
+            renewed[str(call.args.get("lease"))].append(call.start)
+    revokers: dict[str, list[Call]] = defaultdict(list)  # job -> requeues and purges that may have moved it
+    for call in calls:
+        if call.op in ("requeue", "purge"):
+            result = call.answer.get("result") if call.ok and isinstance(call.answer, dict) else None
+            named = map(str, result) if isinstance(result, list) else (
+                map(str, call.args.get("jobs", [])) if _unknown(call) and call.code != "not_leader" else ())
+            for job_id in named:
+                revokers[job_id].append(call)
+    told: dict[str, Call] = {}  # lease -> the first watch answered that it was lost
+    causes: dict[str, int] = defaultdict(int)
+    for watch in calls:
+        lost = watch.answer.get("lost") if watch.op == "watch" and watch.ok and isinstance(watch.answer, dict) else None
+        if not lost:
+            continue
+        assert watch.end is not None
+        job_id, lease = str(watch.args.get("job")), str(watch.args.get("lease"))
+        told.setdefault(lease, watch)
+        earliest_end = max((t for t in renewed.get(lease, []) if t < watch.end), default=None)
+        if any(c.start < watch.end for c in revokers.get(job_id, [])):
+            causes[revokers[job_id][0].op] += 1
+        elif earliest_end is not None and earliest_end + limits.lease_seconds <= watch.end:
+            causes["expiry"] += 1
+        else:
+            problems.append(f"watch {watch.id} was told at {watch.end:.3f} that lease {lease} of {job_id} was lost "
+                            f"({lost!r:.120}), but no requeue or purge of it was sent before, and the lease renewed "
+                            f"at {earliest_end} could not have run out")
+    refused = 0
+    for call in calls:
+        watch = told.get(str(call.args.get("lease"))) if call.op in ("heartbeat", "complete", "fail") else None
+        if watch is None or watch.end is None or call.start <= watch.end:
+            continue
+        if call.ok:
+            problems.append(f"{call.op} of {call.args.get('job')} with lease {call.args.get('lease')}, sent at "
+                            f"{call.start:.3f}, was accepted, though watch {watch.id} was told at {watch.end:.3f} "
+                            "that the lease was lost")
+        elif call.code in ("lease_lost", "job_not_found"):
+            refused += 1
+    verdict.failures["watches"] = problems
+    verdict.figures["watches"] = sum(1 for c in calls if c.op == "watch")
+    verdict.figures["watches_told_lost"] = len(told)
+    verdict.figures["watches_lost_by"] = dict(sorted(causes.items()))
+    verdict.figures["results_refused_after_watch"] = refused
 
 
 def _check_fifo(calls: list[Call], verdict: Verdict) -> None:

@@ -34,6 +34,10 @@ DROPPED_PUSH_RETRY_SECONDS = (2.0, 12.0)
 # A delayed push is due this long after it lands: long enough to span a few
 # commits, seals and faults, short enough to be claimed within the run.
 DELAY_SECONDS = (0.5, 4.0)
+# How long a watching worker works a job, with one lease watch open and no
+# heartbeat: some beyond the lease (chaos.cluster.LEASE_SECONDS), so that an
+# expiry answers the watch too, and long enough to meet the requeuer.
+WATCH_SECONDS = (0.5, 5.0)
 # Answers that mean "not served, the outcome is unknown or nothing happened: retry".
 _RETRY_CODES = frozenset({"not_leader", "store_unavailable", "document_error", "committer_stopped"})
 
@@ -52,6 +56,7 @@ class Behaviour:
     look_back: float = 0.1  # a producer reads a job it pushed earlier (maybe waiting deep in a segment)
     batch: float = 0.5  # a worker acknowledges the jobs of one claim in one POST /ack
     delayed: float = 0.0  # a producer pushes a delayed job (due in DELAY_SECONDS): never leased before it is due
+    watch: float = 0.0  # a worker works a job for WATCH_SECONDS with a lease watch open instead of heartbeating
 
 
 class Router:
@@ -262,6 +267,8 @@ class Worker(Client):
             self.send("get", path, None, args={"job": job_id})
         if self.rng.random() < self.behaviour.stall:
             time.sleep(LEASE_SECONDS + self.rng.uniform(0.5, 2))  # a stalled worker: its lease expires
+        elif self.rng.random() < self.behaviour.watch:
+            self.watch(job_id, lease)
         else:
             seconds = self.rng.uniform(0, 0.3)
             time.sleep(seconds / 2)
@@ -285,6 +292,19 @@ class Worker(Client):
             return finish
         self.finish(finish.op, finish.path, finish.body, finish.raw)
         return None
+
+    def watch(self, job_id: str, lease: str) -> None:
+        """Work a long job with a lease watch open (``POST /leases/watch``, as
+        engine.Worker keeps between heartbeats), and no heartbeat. Told the
+        lease is lost, this worker sends its result all the same, as a
+        handler that never checks for cancellation would: the checker's
+        ``watches`` says that result must be refused."""
+        seconds = round(self.rng.uniform(*WATCH_SECONDS), 3)
+        body = {"leases": [{"id": job_id, "lease": lease}], "wait_seconds": seconds}
+        started = time.monotonic()
+        self.send("watch", "/leases/watch", body, args={"job": job_id, "lease": lease, "wait_seconds": seconds},
+                  wait=seconds)
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))  # an error answered early: work on
 
     def finish_batch(self, items: list[Finish]) -> None:
         """Acknowledge ``items`` in one ``POST /ack``; each item is recorded as

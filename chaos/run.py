@@ -17,7 +17,7 @@ import orjson
 
 from chaos import clients
 from chaos.checker import Limits, Verdict, check, recovered_after
-from chaos.cluster import HEARTBEAT_SECONDS, SCHEDULE_QUEUE, SCHEDULE_SECONDS, Cluster, cpu_seconds
+from chaos.cluster import HEARTBEAT_SECONDS, LEASE_SECONDS, SCHEDULE_QUEUE, SCHEDULE_SECONDS, Cluster, cpu_seconds
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.pauser import QueueLimiter, QueueRateLimiter, SchedulePauser
@@ -32,7 +32,8 @@ from engine.stores import ObjectStore
 # (chaos.pauser) left seed 91 with 252 jobs after 90 s, still draining.
 DRAIN_TIMEOUT_SECONDS = 180.0
 LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
-                recovery_cap_seconds=RECOVERY_CAP_SECONDS, schedule_seconds=SCHEDULE_SECONDS)
+                recovery_cap_seconds=RECOVERY_CAP_SECONDS, schedule_seconds=SCHEDULE_SECONDS,
+                lease_seconds=LEASE_SECONDS)
 IDLE_SECONDS = 3.0  # twelve heartbeats
 SETTLE_TIMEOUT_SECONDS = 30.0
 
@@ -55,6 +56,7 @@ class Options:
     deep_payloads: float = 0.005
     drop_answer: float = 0.02
     delayed: float = 0.05  # chance that a push is delayed (chaos.clients.DELAY_SECONDS)
+    watches: float = 0.03  # chance that a worker works a job with a lease watch open (chaos.clients.WATCH_SECONDS)
     purges: bool = True  # an operator purges waiting jobs by id (chaos.purger)
     requeues: bool = True  # an operator requeues running and dead jobs, some paced (chaos.requeuer)
     schedule_pauses: bool = True  # an operator pauses and resumes the nodes' schedule (chaos.pauser)
@@ -122,7 +124,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     stop_producers, stop_workers, stop_watch, stop_nemesis = (threading.Event() for _ in range(4))
     urls = [n.url for n in cluster.nodes]
     behaviour = clients.Behaviour(drop_answer=options.drop_answer, odd_strings=options.odd_strings,
-                                  deep_payloads=options.deep_payloads, delayed=options.delayed)
+                                  deep_payloads=options.deep_payloads, delayed=options.delayed,
+                                  watch=options.watches)
     producers = [clients.Producer(i, options.pace, urls, history, random.Random(rng.random()), stop_producers,
                                   behaviour) for i in range(options.producers)]
     workers = [clients.Worker(i, urls, history, random.Random(rng.random()), stop_workers, behaviour)

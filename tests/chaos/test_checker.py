@@ -661,3 +661,60 @@ def test_a_paced_requeues_job_leased_before_its_turn_is_flagged() -> None:
     r2.claim("j2", "L2b")
     r2.claim("j3", "L3b")
     assert check(r2.final(jobs=["j2", "j3"])).failures["requeues"] == []
+
+
+# -- lease watches (chaos.clients.Worker.watch) ---------------------------------------------------------------
+
+def watch(r: Recorder, job: str, lease: str, *, lost: bool, **kw: Any) -> Call:
+    """A watch of one lease, answered that it was lost or (after its wait) that it was not."""
+    error = {"id": job, "error": "lease_lost", "message": "the lease expired or the job was handed to someone else"}
+    kw.setdefault("answer", {"lost": [error] if lost else []})
+    return r.call("watch", {"job": job, "lease": lease, "wait_seconds": 2.0}, **kw)
+
+
+def test_a_watch_told_of_a_requeue_whose_late_result_is_refused_passes() -> None:
+    r = clean()
+    watch(r, "j2", "L2", lost=False)
+    requeue(r, ["j2"], ["j2"])
+    watch(r, "j2", "L2", lost=True)
+    r.complete("j2", "L2", status=409, answer={"error": "lease_lost"})  # sent anyway, refused
+    r.claim("j2", "L2b")
+    r.complete("j2", "L2b")
+
+    verdict = check(r.final(jobs=["j3"]))
+
+    assert verdict.ok, verdict.failures
+    assert verdict.figures["watches"] == 2 and verdict.figures["watches_told_lost"] == 1
+    assert verdict.figures["watches_lost_by"] == {"requeue": 1}
+    assert verdict.figures["results_refused_after_watch"] == 1
+
+
+def test_a_result_accepted_after_a_watch_said_its_lease_was_lost_is_flagged() -> None:
+    r = clean()
+    requeue(r, ["j2"], ["j2"])
+    told = watch(r, "j2", "L2", lost=True)
+    r.complete("j2", "L2")  # accepted: the watch was wrong, or the lease came back
+
+    problems = check(r.final(jobs=["j3"])).failures["watches"]
+
+    assert len(problems) == 1 and f"though watch {told.id} was told" in problems[0]
+
+
+def test_a_watch_told_of_a_loss_nothing_explains_is_flagged_and_an_expiry_explains_one() -> None:
+    r = clean()
+    r.claim("j3", "L3")  # renewed at its claim, one call before the watch: 4 s lease, not run out
+    early = watch(r, "j3", "L3", lost=True)
+
+    problems = check(r.final(jobs=["j2", "j3"])).failures["watches"]
+
+    assert len(problems) == 1 and f"watch {early.id} was told" in problems[0]
+    assert "could not have run out" in problems[0]
+    r2 = clean()
+    r2.claim("j3", "L3")
+    r2.call("get", {"job": "j1"})
+    r2.call("get", {"job": "j1"})
+    r2.call("get", {"job": "j1"})
+    watch(r2, "j3", "L3", lost=True)  # 4.5 s after the claim was sent: the lease may have run out
+    verdict = check(r2.final(jobs=["j2", "j3"]))
+    assert verdict.ok, verdict.failures
+    assert verdict.figures["watches_lost_by"] == {"expiry": 1}

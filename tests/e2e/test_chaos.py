@@ -41,10 +41,13 @@ def _run(store: str, kinds: list[str], workdir: Path, **more: Any) -> Outcome:
 
 
 def test_chaos_on_a_folder(tmp_path: Path) -> None:
-    outcome = _run("file", list(KINDS), tmp_path / "file")
+    # One job in ten worked with a lease watch open, some past the lease (chaos.clients.WATCH_SECONDS).
+    outcome = _run("file", list(KINDS), tmp_path / "file", watches=0.1)
     # The operators' signed purges and requeues reached the leader (chaos.purger, chaos.requeuer) and acted.
     assert outcome.verdict.figures["purged"] > 0, text(outcome)
     assert outcome.verdict.figures["requeued_jobs"] > 0, text(outcome)
+    # Some watch was told its lease was lost (by a requeue or the lease's end), and the checker judged it.
+    assert outcome.verdict.figures["watches_told_lost"] > 0, text(outcome)
 
 
 def test_chaos_on_s3(tmp_path: Path, aws_credentials: None) -> None:
