@@ -38,7 +38,8 @@ from engine.client import AsyncQueueMethods, QueueClient
 from engine.committer import CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
-from engine.document import FORMAT, FORMAT_DELAYED, FORMAT_SEGMENTS, QueueState, counters_dict
+from engine.document import FORMAT, FORMAT_DELAYED, FORMAT_SEGMENTS, QueueState
+from engine.encoding import counters_dict
 from engine.errors import (
     BrokerUnavailable,
     CommitterStopped,

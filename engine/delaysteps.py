@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from engine.document import encode_job
+from engine.encoding import encode_job
 from engine.errors import (
     CommitterStopped,
     DocumentError,

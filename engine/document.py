@@ -22,16 +22,16 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
-from itertools import islice
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from engine.eligibility import Eligibility
+from engine.encoding import DUMPS_OPTS, counters_dict, encode_dead, encode_job, schedule_dict
 from engine.finished import FinishedIds
-from engine.model import Attempt, BrokerInfo, DeadLetter, Departure, DepartureHow, Job, Lease, QueueCounters, exact
+from engine.model import BrokerInfo, DeadLetter, Departure, DepartureHow, Job, QueueCounters
 from engine.policy import Policy
-from engine.rates import RateLimit
 from engine.schedules import ScheduleMark
 from engine.segments import DelayedRef, SegmentRef
 from engine.sequence import EncodedSequence
@@ -50,32 +50,13 @@ READABLE_FORMATS = (FORMAT, FORMAT_SEGMENTS, FORMAT_DELAYED)
 # ambiguous write even when other writers committed after it.
 RECENT_COMMITS = 32
 
-_DUMPS_OPTS = orjson.OPT_UTC_Z
-
-
-# Promoted delayed entries a queue keeps before its list is first compacted.
-_PROMOTED_MIN_CAP = 1024
-
-
-def _in_order[E: tuple[Any, ...]](heap: list[E]) -> Iterator[E]:
-    """The entries of ``heap`` (a heapq list), smallest first, found from its
-    root: taking the first k costs O(k log k), whatever the heap's size. The
-    heap must not change while this is read."""
-    frontier = [(heap[0], 0)] if heap else []
-    while frontier:
-        entry, i = heapq.heappop(frontier)
-        yield entry
-        for child in (2 * i + 1, 2 * i + 2):
-            if child < len(heap):
-                heapq.heappush(frontier, (heap[child], child))
-
 
 #: How many revoked lease tokens a leader remembers for lease watches (far more
 #: than the leases of the jobs running at once on any cluster this serves).
 REVOKED_LEASES_KEPT = 10_000
 
 
-class QueueState:
+class QueueState(Eligibility):
     """One version of the queue document, with claim and expiry indexes.
 
     Every job has a ``pos``: its FIFO place (format 1: the document's list
@@ -199,12 +180,6 @@ class QueueState:
         self.dropped_segments.extend(ref.key for ref in dropped)
         self.dirty = True
         return dropped
-
-    def frontier(self, queue: str) -> int | None:
-        """The ``pos`` of the queue's first job still in a segment (None: it
-        has none). Only pending jobs before it may be claimed."""
-        refs = self.lanes.get(queue)
-        return refs[0].front if refs else None
 
     def ready_in_order(self, queue: str, *, after: int = -1) -> list[tuple[int, str]]:
         """``(pos, id)`` of the queue's pending jobs in the document that have
@@ -419,222 +394,6 @@ class QueueState:
         elif job.lease is not None:
             heapq.heappush(self._leases, (job.lease.expires_at, job.id, job.lease.token))
 
-    def _is_current(self, job_id: str, pos: int) -> Job | None:
-        job = self.jobs.get(job_id)
-        if job is None or job.status != "pending" or self.pos[job_id] != pos:
-            return None
-        return job
-
-    def room(self, queue: str, now: datetime) -> int | None:
-        """How many more of ``queue``'s jobs may start running at ``now``
-        under its concurrency limit (``max_running``, against the jobs
-        running) and its rate limit (what its window has left); 0 when
-        either is used up, None when it has neither."""
-        counters = self.queues.get(queue)
-        if counters is None:
-            return None
-        room: int | None = None
-        if counters.max_running is not None:
-            room = max(counters.max_running - self.running_here.get(queue, 0), 0)
-        if counters.rate_limit is not None:
-            left = counters.rate_limit.left(now)
-            room = left if room is None else min(room, left)
-        return room
-
-    def at_concurrency_limit(self, queue: str) -> bool:
-        """Whether ``queue`` runs as many jobs as its ``max_running`` allows
-        (or more): only a job leaving running makes room, not time."""
-        counters = self.queues.get(queue)
-        return (counters is not None and counters.max_running is not None
-                and self.running_here.get(queue, 0) >= counters.max_running)
-
-    def rate_reopens(self, queue: str, now: datetime) -> datetime | None:
-        """When ``queue``'s rate limit lets jobs start again, if its window
-        is used up at ``now``; None otherwise."""
-        counters = self.queues.get(queue)
-        if counters is None or counters.rate_limit is None:
-            return None
-        return counters.rate_limit.reopens(now)
-
-    def note_starts(self, queue: str, count: int, now: datetime) -> None:
-        """Count ``count`` jobs of ``queue`` started at ``now`` against its
-        rate limit's window (nothing when it has none)."""
-        counters = self.queues.get(queue)
-        if counters is not None and counters.rate_limit is not None and count > 0:
-            counters.rate_limit = counters.rate_limit.started(now, count)
-            self.dirty = True
-
-    def take_eligible(self, queues: Iterable[str], limit: int, now: datetime, *,
-                      in_order: bool = False) -> list[Job]:
-        """Return up to ``limit`` pending jobs of ``queues`` that may run at
-        ``now``, oldest position first across all the queues (I7), or with
-        ``in_order`` every job the first queue may give before any of the
-        second's, and so on; and no more of a queue than its concurrency and
-        rate limits leave room for (:meth:`room`). The jobs stay pending; the
-        caller changes them (and counts them against the rate limits,
-        :meth:`note_starts`)."""
-        if in_order:
-            taken: list[Job] = []
-            for queue in queues:
-                if len(taken) >= limit:
-                    break
-                taken += self.take_eligible((queue,), limit - len(taken), now)
-            return taken
-        heads: list[tuple[int, str, str]] = []  # (pos, id, queue)
-        rooms: dict[str, int] = {}
-        for queue in queues:
-            room = self.room(queue, now)
-            if room is not None:
-                if room == 0:
-                    continue
-                rooms[queue] = room
-            self._promote_due(queue, now)
-            head = self._ready_head(queue)
-            if head is not None:
-                heads.append((head[0], head[1], queue))
-        heapq.heapify(heads)
-        taken = []
-        # Each job has one current entry: a seal drops its jobs' entries
-        # (tidy_ready), so a job restored from a segment at its old pos gets
-        # the only one.
-        while heads and len(taken) < limit:
-            _, job_id, queue = heapq.heappop(heads)
-            ready = self._ready[queue]
-            heapq.heappop(ready)
-            taken.append(self.jobs[job_id])
-            if queue in rooms:
-                rooms[queue] -= 1
-                if rooms[queue] == 0:
-                    continue  # its limit reached: its next job stays for a later claim
-            head = self._ready_head(queue)
-            if head is not None:
-                heapq.heappush(heads, (head[0], head[1], queue))
-        return taken
-
-    def _ready_head(self, queue: str) -> tuple[int, str] | None:
-        ready = self._ready.get(queue)
-        while ready:
-            pos, job_id = ready[0]
-            # Valid while the job is pending at that position: any change that
-            # could make it ineligible (a retry, a requeue) also moves it.
-            if self._is_current(job_id, pos) is not None:
-                # Behind the queue's segments: their jobs come first (I7).
-                front = self.frontier(queue)
-                return ready[0] if front is None or pos < front else None
-            heapq.heappop(ready)
-        return None
-
-    def _promote_due(self, queue: str, now: datetime) -> None:
-        delayed = self._delayed.get(queue)
-        while delayed and delayed[0][0] <= now:
-            not_before, pos, job_id = heapq.heappop(delayed)
-            job = self._is_current(job_id, pos)
-            if job is not None and job.not_before == not_before:
-                heapq.heappush(self._ready.setdefault(queue, []), (pos, job_id))
-                promoted = self._promoted.setdefault(queue, [])
-                promoted.append((pos, job_id))
-                if len(promoted) > self._promoted_cap.get(queue, _PROMOTED_MIN_CAP):
-                    self._live_promoted(queue)  # amortized O(1) a promotion
-
-    def _live_promoted(self, queue: str) -> list[tuple[int, str]]:
-        """The queue's promoted delayed jobs still pending here with their
-        delay (claims, retries and requeues make entries stale), after
-        dropping the stale entries and setting the next compaction at twice
-        what is left. O(entries)."""
-        live = [(pos, job_id) for pos, job_id in self._promoted.get(queue, ())
-                if (job := self._is_current(job_id, pos)) is not None and job.not_before is not None]
-        if live:
-            self._promoted[queue] = live
-        else:
-            self._promoted.pop(queue, None)
-        self._promoted_cap[queue] = max(_PROMOTED_MIN_CAP, 2 * len(live))
-        return live
-
-    def delayed_due(self, queue: str, by: datetime, limit: int) -> int:
-        """How many of the queue's pending jobs in the document have a delay
-        that is due by ``by``, counted up to ``limit``: those already due and
-        waiting for their FIFO turn, and those still in the delayed index.
-        Walks the promoted entries (about what it counts: a bound on them is
-        what the caller keeps) and at most ``2 * limit + 64`` delayed-index
-        entries from the heap's root; past that budget it answers ``limit``
-        (an overestimate, never an underestimate). Changes no job."""
-        if limit <= 0:
-            return 0
-        seen = {job_id for _, job_id in self._live_promoted(queue)}
-        budget = 2 * limit + 64
-        for not_before, pos, job_id in _in_order(self._delayed.get(queue, [])):
-            if len(seen) >= limit or not_before > by:
-                break  # in order: every entry left is due later
-            budget -= 1
-            if budget < 0:
-                return limit
-            job = self._is_current(job_id, pos)
-            if job is not None and job.not_before == not_before:
-                seen.add(job_id)  # a set: the index may hold an entry twice
-        return min(len(seen), limit)
-
-    def claimable(self, queue: str, now: datetime, limit: int) -> int:
-        """How many jobs of ``queue`` a claim at ``now`` could lease, counted up
-        to ``limit`` and to the room its concurrency and rate limits leave
-        (the paused flag aside). Never walks much more than
-        ``limit`` index entries: with many stale entries it may answer
-        ``limit`` when fewer are claimable (an overestimate, never an
-        underestimate). Changes no job; tidies the indexes as a claim would."""
-        self._promote_due(queue, now)
-        room = self.room(queue, now)
-        if room is not None:
-            limit = min(limit, room)  # a queue at its limit has nothing to hand out
-        if limit <= 0 or self._ready_head(queue) is None:
-            return 0
-        count, budget = 0, 2 * limit + 64  # entries to look at before giving up and answering ``limit``
-        front = self.frontier(queue)
-        for pos, job_id in self._ready[queue]:
-            if budget == 0:
-                return limit
-            budget -= 1
-            if (front is None or pos < front) and self._is_current(job_id, pos) is not None:
-                count += 1
-                if count == limit:
-                    break
-        return count
-
-    def front_ready(self, queue: str, now: datetime, limit: int) -> int:
-        """How many jobs of ``queue`` a claim at ``now`` could take from its
-        front (before its segments; every eligible job when it has none),
-        counted exactly up to ``limit``. Walks only the index entries below
-        the first segment's ``front``, from the heap's root: O(limit) when
-        the front is full, whatever the size of the tail. Tidies the indexes
-        as a claim would; changes no job."""
-        self._promote_due(queue, now)
-        heap = self._ready.get(queue)
-        if not heap or limit <= 0:
-            return 0
-        front = self.frontier(queue)
-        seen: set[str] = set()
-        stack = [0]
-        while stack and len(seen) < limit:
-            i = stack.pop()
-            pos, job_id = heap[i]
-            if front is not None and pos >= front:
-                continue  # a heap's children are never smaller: nothing below here
-            if self._is_current(job_id, pos) is not None:
-                seen.add(job_id)
-            stack.extend(child for child in (2 * i + 1, 2 * i + 2) if child < len(heap))
-        return len(seen)
-
-    def due_times(self, queue: str, limit: int) -> list[datetime]:
-        """The not_before of up to ``limit`` delayed jobs of ``queue``, earliest
-        first, in O(limit log limit) whatever the backlog. Entries may be stale
-        (the job changed since): each one is a wake-up that may find nothing."""
-        if limit <= 0:
-            return []
-        return [not_before for not_before, _, _ in islice(_in_order(self._delayed.get(queue, [])), limit)]
-
-    def next_due(self) -> dict[str, datetime]:
-        """Per queue with delayed jobs, the earliest not_before indexed (it may
-        be stale: the job changed since). O(queues)."""
-        return {queue: heap[0][0] for queue, heap in self._delayed.items() if heap}
-
     def pop_expired(self, now: datetime) -> Iterator[Job]:
         """Yield running jobs whose lease expired at or before ``now``."""
         seen: set[str] = set()  # a heartbeat can index the same deadline twice
@@ -678,7 +437,7 @@ class QueueState:
         # that decode the parts one by one (the dashboard) expect the first
         # part to be the header and the next one to open the dead letters.
         # Its groups are encoded once and cached; only the join is per commit.
-        head = [orjson.dumps(header, option=_DUMPS_OPTS)[:-1], b',"finished":[', *self.finished.parts(), b"]"]
+        head = [orjson.dumps(header, option=DUMPS_OPTS)[:-1], b',"finished":[', *self.finished.parts(), b"]"]
         if self.segmented:
             head.extend((b',"sealed":[', *self.sealed.parts(), b"]"))
         parts = [b"".join(head), b',"dead":[']
@@ -708,164 +467,3 @@ class QueueState:
         self.etag = None
         self.recent.append((writer, seq))
         self.dirty = False
-
-
-def schedule_dict(mark: ScheduleMark) -> dict[str, Any]:
-    """``schedules.<name>``: the latest tick handled, how, and the job it pushed."""
-    return {"tick": mark.tick, "outcome": mark.outcome, "job": mark.job, "at": mark.at}
-
-
-def counters_dict(c: QueueCounters) -> dict[str, Any]:
-    """``queues.<name>``; ``max_running`` and ``rate_limit`` only when the
-    queue has them, and a rate limit's window only once a job started
-    under it."""
-    counters: dict[str, Any] = {
-        "pushed": c.pushed,
-        "completed": c.completed,
-        "failed": c.failed,
-        "dead": c.dead,
-        "purged": c.purged,
-        "dead_dropped": c.dead_dropped,
-        "paused": c.paused,
-    }
-    if c.max_running is not None:
-        counters["max_running"] = c.max_running
-    if c.rate_limit is not None:
-        counters["rate_limit"] = rate_limit_dict(c.rate_limit)
-    return counters
-
-
-def rate_limit_dict(rate: RateLimit) -> dict[str, Any]:
-    """``queues.<name>.rate_limit``: the limit, and its window once open."""
-    out: dict[str, Any] = {"jobs": rate.jobs, "seconds": rate.seconds}
-    if rate.window_start is not None:
-        out["window_start"] = rate.window_start
-        out["window_started"] = rate.window_started
-    return out
-
-
-def _lease_dict(lease: Lease | None) -> dict[str, Any] | None:
-    if lease is None:
-        return None
-    return {
-        "worker": lease.worker,
-        "token": lease.token,
-        "claimed_at": lease.claimed_at,
-        "heartbeat_at": lease.heartbeat_at,
-        "expires_at": lease.expires_at,
-        "seconds": lease.seconds,
-    }
-
-
-def _history_list(history: tuple[Attempt, ...]) -> list[dict[str, Any]]:
-    return [
-        {
-            "worker": a.worker,
-            "claimed_at": a.claimed_at,
-            "heartbeat_at": a.heartbeat_at,
-            "ended_at": a.ended_at,
-            "end": a.end,
-            "error": a.error,
-        }
-        for a in history
-    ]
-
-
-# encode_job's shortcut for jobs without a lease, history or error (every
-# pushed job): the bytes between the id and the payload are the same for all
-# jobs of one push batch, so they are encoded once per (queue, status,
-# attempts, max_attempts, enqueued_at, not_before) and reused.
-_PLAIN_MIDDLES: dict[tuple[Any, ...], bytes] = {}
-_PLAIN_MIDDLES_MAX = 64
-
-
-def _plain_middle(key: tuple[Any, ...]) -> bytes:
-    queue, status, attempts, max_attempts, enqueued_at, not_before, compact = key
-    fields = orjson.dumps(
-        {
-            "queue": queue,
-            "status": status,
-            "attempts": attempts,
-            "max_attempts": max_attempts,
-            "enqueued_at": enqueued_at,
-            **({} if compact and not_before is None else {"not_before": not_before}),
-            **({} if compact else {"lease": None, "last_error": None, "history": []}),
-        },
-        option=_DUMPS_OPTS,
-    )
-    middle = b"".join((b",", fields[1:-1], b',"payload":'))  # {...} -> ,...,"payload":
-    if len(_PLAIN_MIDDLES) >= _PLAIN_MIDDLES_MAX:
-        _PLAIN_MIDDLES.clear()
-    _PLAIN_MIDDLES[key] = middle
-    return middle
-
-
-def encode_job(job: Job, pos: int | None = None) -> bytes:
-    """The job's JSON object (byte for byte what ``_encode_job_fields`` gives),
-    with ``"pos"`` after the id when ``pos`` is given (format 2). Format 2
-    leaves out ``not_before``, ``lease`` and ``last_error`` when null and
-    ``history`` when empty (every reader takes them as absent): 55 of a
-    pushed job's ~430 bytes, in every commit and every segment."""
-    not_before = job.not_before
-    if (
-        job.lease is None
-        and not job.history
-        and job.last_error is None
-        # The cache key compares by ==: keep out what is equal but encodes
-        # differently (True == 1; the same instant in another time zone).
-        and type(job.attempts) is int
-        and type(job.max_attempts) is int
-        and job.enqueued_at.tzinfo is UTC
-        and (not_before is None or not_before.tzinfo is UTC)
-    ):
-        key = (job.queue, job.status, job.attempts, job.max_attempts, job.enqueued_at, not_before, pos is not None)
-        middle = _PLAIN_MIDDLES.get(key)
-        if middle is None:
-            middle = _plain_middle(key)
-        at = b"" if pos is None else b',"pos":%d' % pos
-        return b"".join((b'{"id":', orjson.dumps(job.id), at, middle, job.payload, b"}"))
-    return _encode_job_fields(job, pos)
-
-
-def _encode_job_fields(job: Job, pos: int | None = None) -> bytes:
-    """The general encoding of a job, field by field (format 2, ``pos``
-    given: without null or empty optional fields, see ``encode_job``)."""
-    fields: dict[str, Any] = {"id": job.id} if pos is None else {"id": job.id, "pos": pos}
-    optional: dict[str, Any] = {
-        "not_before": job.not_before,
-        "lease": _lease_dict(job.lease),
-        "last_error": job.last_error,
-        "history": _history_list(job.history),
-    }
-    if pos is not None:
-        optional = {name: value for name, value in optional.items() if value is not None and value != []}
-    return exact(orjson.dumps(
-        {
-            **fields,
-            "queue": job.queue,
-            "status": job.status,
-            "attempts": job.attempts,
-            "max_attempts": job.max_attempts,
-            "enqueued_at": job.enqueued_at,
-            **optional,
-            "payload": orjson.Fragment(job.payload),
-        },
-        option=_DUMPS_OPTS,
-    ))
-
-
-def encode_dead(dead: DeadLetter) -> bytes:
-    return exact(orjson.dumps(
-        {
-            "id": dead.id,
-            "queue": dead.queue,
-            "attempts": dead.attempts,
-            "max_attempts": dead.max_attempts,
-            "enqueued_at": dead.enqueued_at,
-            "died_at": dead.died_at,
-            "error": dead.error,
-            "history": _history_list(dead.history),
-            "payload": orjson.Fragment(dead.payload),
-        },
-        option=_DUMPS_OPTS,
-    ))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from engine.document import encode_job
+from engine.encoding import encode_job
 from engine.errors import DocumentError, SegmentUnreadable
 from engine.model import Job
 from engine.parsing import parse_segment_jobs

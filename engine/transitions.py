@@ -31,7 +31,8 @@ from typing import Any
 import orjson
 
 from engine.delaymoves import merge_delayed, refill_delayed, seal_delayed
-from engine.document import QueueState, encode_dead, encode_job
+from engine.document import QueueState
+from engine.encoding import encode_dead, encode_job
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
 from engine.lanemoves import merge, refill, seal
 from engine.lifecycle import claim, complete, expire, fail, heartbeat, push, requeue

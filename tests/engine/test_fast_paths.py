@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import GroupCommitter, LatencyStore, MemoryStore, Policy, ValidationError, document, model, transitions
+from engine import GroupCommitter, LatencyStore, MemoryStore, Policy, ValidationError, encoding, model, transitions
 from engine.model import Attempt, Job, Lease
 from engine.ops import NewJob, push_op
 from engine.parsing import empty_state
@@ -62,9 +62,9 @@ PLAIN_JOBS = [
 
 @pytest.mark.parametrize("job", PLAIN_JOBS, ids=lambda j: j.id[:8])
 def test_plain_job_encoding_is_byte_for_byte_the_general_one(job: Job) -> None:
-    general = document._encode_job_fields(job)
-    assert document.encode_job(job) == general
-    assert document.encode_job(job) == general  # again, from the cache
+    general = encoding._encode_job_fields(job)
+    assert encoding.encode_job(job) == general
+    assert encoding.encode_job(job) == general  # again, from the cache
     assert orjson.loads(general)["id"] == job.id
 
 
@@ -77,19 +77,19 @@ def test_values_equal_as_cache_keys_but_encoded_differently_are_not_confused() -
         (utc._replace(not_before=T0), utc._replace(not_before=T0.astimezone(timezone(timedelta(hours=2))))),
     ):
         assert first == second and first[4:8] == second[4:8]  # equal fields...
-        assert document.encode_job(first) == document._encode_job_fields(first)
-        assert document.encode_job(second) == document._encode_job_fields(second)  # ...other bytes
+        assert encoding.encode_job(first) == encoding._encode_job_fields(first)
+        assert encoding.encode_job(second) == encoding._encode_job_fields(second)  # ...other bytes
 
 
 def test_plain_job_encoding_takes_the_shortcut_and_stays_right_past_the_cache_size() -> None:
-    document._PLAIN_MIDDLES.clear()
+    encoding._PLAIN_MIDDLES.clear()
     jobs = [
         PLAIN_JOBS[0]._replace(id=f"j{i}", queue=f"q{i % 100}", enqueued_at=T0 + timedelta(microseconds=i))
-        for i in range(3 * document._PLAIN_MIDDLES_MAX)
+        for i in range(3 * encoding._PLAIN_MIDDLES_MAX)
     ]
     for job in jobs + jobs:
-        assert document.encode_job(job) == document._encode_job_fields(job)
-    assert 0 < len(document._PLAIN_MIDDLES) <= document._PLAIN_MIDDLES_MAX  # the shortcut was used
+        assert encoding.encode_job(job) == encoding._encode_job_fields(job)
+    assert 0 < len(encoding._PLAIN_MIDDLES) <= encoding._PLAIN_MIDDLES_MAX  # the shortcut was used
 
 
 def test_other_jobs_use_the_general_encoding() -> None:
@@ -100,9 +100,9 @@ def test_other_jobs_use_the_general_encoding() -> None:
         PLAIN_JOBS[0]._replace(history=(attempt,)),
         PLAIN_JOBS[0]._replace(last_error="boom"),
     ):
-        document._PLAIN_MIDDLES.clear()
-        assert document.encode_job(job) == document._encode_job_fields(job)
-        assert not document._PLAIN_MIDDLES
+        encoding._PLAIN_MIDDLES.clear()
+        assert encoding.encode_job(job) == encoding._encode_job_fields(job)
+        assert not encoding._PLAIN_MIDDLES
 
 
 def test_a_whole_document_of_pushed_jobs_encodes_as_before() -> None:
@@ -112,7 +112,7 @@ def test_a_whole_document_of_pushed_jobs_encodes_as_before() -> None:
     ops.append(push_op("other", [None, [1, "x"]], policy=POLICY, ids=["id-1", "id-2"]))
     transitions.apply_batch(state, ops, T0)
     for job in state.jobs.values():
-        assert state._encoded_jobs._chunks[0][job.id] == document._encode_job_fields(job)
+        assert state._encoded_jobs._chunks[0][job.id] == encoding._encode_job_fields(job)
 
 
 # -- building a push and applying it -----------------------------------------------------------------

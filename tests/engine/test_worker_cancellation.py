@@ -16,6 +16,7 @@ import pytest
 
 from engine import (
     Cancellation,
+    EngineError,
     GroupCommitter,
     JobCancelled,
     JobNotFound,
@@ -365,47 +366,30 @@ def test_a_worker_watching_its_leases_cancels_a_revoked_job_before_its_next_hear
         client.stop()
 
 
-def test_a_worker_whose_broker_has_no_lease_watches_stops_watching_and_heartbeats_on() -> None:
-    """An older broker answers 404 not_found: a plain EngineError, once; heartbeats still find lost leases."""
-    from engine import EngineError
+class Older(Watching):
+    """A broker of a release without lease watches: 404 not_found, a plain EngineError."""
 
-    class Older(Watching):
-        def watch_leases(self, leases: list[tuple[str, str]], wait_seconds: float) -> list[tuple[str, Any]]:
-            self.watches += 1
-            raise EngineError("POST /api/v1/leases/watch: the broker answered 404 not_found: no such URL")
+    def watch_leases(self, leases: list[tuple[str, str]], wait_seconds: float) -> list[tuple[str, Any]]:
+        self.watches += 1
+        raise EngineError("POST /api/v1/leases/watch: the broker answered 404 not_found: no such URL")
 
-    client = Older(MemoryStore(), policy=Policy(max_attempts=3, backoff_base_seconds=0)).start()
+
+@pytest.mark.parametrize(("broker", "watch_leases", "watches"), [(Older, True, 1), (Watching, False, 0)],
+                         ids=["older-broker-asked-once", "watch-leases-off"])
+def test_without_lease_watches_heartbeats_alone_find_a_lost_lease(broker: type[Watching], watch_leases: bool,
+                                                                  watches: int) -> None:
+    client = broker(MemoryStore(), policy=Policy(max_attempts=3, backoff_base_seconds=0)).start()
     try:
         [job_id] = client.push("q", ["long"])
         handler = Handler()
-        worker = Worker(client, queues=["q"], handler=handler,
-                        options=replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.05))
+        options = replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.05, watch_leases=watch_leases)
+        worker = Worker(client, queues=["q"], handler=handler, options=options)
         thread, _ = start(worker)
         assert handler.running.wait(TIMEOUT)
-        wait_for(lambda: client.watches == 1 and worker.stats.heartbeats > 0)
+        wait_for(lambda: client.watches == watches and worker.stats.heartbeats >= 3)
         client.purge([job_id])
         assert handler.ended.wait(TIMEOUT)  # found by a heartbeat
-        assert client.watches == 1
-        worker.stop(0)
-        thread.join(TIMEOUT)
-        assert not thread.is_alive()
-    finally:
-        client.stop()
-
-
-def test_watch_leases_false_opens_no_watch() -> None:
-    client = Watching(MemoryStore(), policy=Policy()).start()
-    try:
-        [job_id] = client.push("q", ["long"])
-        handler = Handler()
-        worker = Worker(client, queues=["q"], handler=handler,
-                        options=replace(FAST_WORKER, lease_seconds=5, heartbeat_interval=0.05, watch_leases=False))
-        thread, _ = start(worker)
-        assert handler.running.wait(TIMEOUT)
-        wait_for(lambda: worker.stats.heartbeats >= 3)
-        client.purge([job_id])
-        assert handler.ended.wait(TIMEOUT)  # found by a heartbeat
-        assert client.watches == 0
+        assert client.watches == watches  # the older broker was asked once, then never again
         worker.stop(0)
         thread.join(TIMEOUT)
         assert not thread.is_alive()
