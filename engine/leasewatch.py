@@ -71,17 +71,22 @@ def lost_leases(state: QueueState, leases: Sequence[tuple[str, str]], scope: Que
     """Which of ``leases`` (job id, lease token) ``state`` shows revoked, and
     why (the error a heartbeat would get), in order: a lease that ended
     without its holder (``QueueState.revoked_leases``: requeued, purged, run
-    out), or one of a job outside ``scope``. A lease its holder ended itself
-    (a complete or a fail, which it knows of) is not reported: a busy worker's
+    out), or the current lease of a job outside ``scope`` (the token's scope
+    was narrowed since it claimed). A lease its holder ended itself (a
+    complete or a fail, which it knows of) is not reported: a busy worker's
     watch must not be answered by each of its own acknowledgements. Nor is
     one this leader never revoked (an older leader's, or a token it never
-    gave): heartbeats find those."""
+    gave): heartbeats find those. A job outside ``scope`` named with any
+    other token gets no answer, as an id that does not exist, so that a
+    watch never tells whether another queue's job exists."""
     lost: list[Lost] = []
     for job_id, token in leases:
         # The token lookup first: it is all most leases cost a commit.
         if not state.revocation_landed(token):
-            job = state.jobs.get(job_id) or state.dead.get(job_id) if scope is not None else None
-            if job is None or scope is None or scope(job.queue):
+            if scope is None:
+                continue
+            job = state.jobs.get(job_id)
+            if job is None or job.lease is None or job.lease.token != token or scope(job.queue):
                 continue
         problem = lease_problem(state, job_id, token, scope)
         if problem is not None:

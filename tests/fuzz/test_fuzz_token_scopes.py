@@ -12,7 +12,10 @@ written apart from the code under test says which calls the scope allows:
 * a call it allows must never answer 403; a job read, or a lease call
   (complete, heartbeat, an ack's item), of a job of a queue outside the
   scope must answer exactly what an unknown job does and change nothing,
-  even with the job's own lease; one inside the scope must succeed.
+  even with the job's own lease; one inside the scope must succeed;
+* a lease watch names a job of a queue outside the scope as lost
+  (job_not_found) only with the job's own lease, and with any other lease
+  answers nothing, as for an unknown job; a job inside it, never.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import uuid
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine import Broker
@@ -59,6 +62,7 @@ calls = st.one_of(
     st.tuples(st.just("ack"), st.lists(st.sampled_from(QUEUES), max_size=2, unique=True)),
     st.tuples(st.just("complete"), st.sampled_from(QUEUES)),
     st.tuples(st.just("heartbeats"), st.sampled_from(QUEUES)),
+    st.tuples(st.just("watch"), st.tuples(st.sampled_from(QUEUES), st.booleans())),
     st.tuples(st.just("read"), st.sampled_from(QUEUES)),
     st.tuples(st.just("document"), st.just(None)),
 )
@@ -71,7 +75,7 @@ def expected(scope: dict[str, Any], kind: str, arg: Any) -> bool:
         return may_push and allowed_queue(patterns, arg)
     if kind in ("claim", "ack"):
         return may_work and all(allowed_queue(patterns, q) for q in arg)
-    if kind in ("complete", "heartbeats"):
+    if kind in ("complete", "heartbeats", "watch"):
         return may_work
     if kind == "read":
         return True  # out of scope it is "not found", never "forbidden"
@@ -89,11 +93,13 @@ def request(broker: Broker, kind: str, arg: Any) -> tuple[str, str, Any]:
         return "GET", job_path(job_id), None
     if kind == "document":
         return "GET", "/api/v1/document", None
-    queue = "billing" if kind == "ack" else arg
+    queue = "billing" if kind == "ack" else arg[0] if kind == "watch" else arg
     broker.execute(push_op(queue, [{"n": 3}], policy=broker.policy))
     [job] = broker.execute(claim_op("fz", [queue], policy=broker.policy))
     if kind == "complete":
         return "POST", job_path(job.id, "/complete"), {"lease": job.lease}
+    if kind == "watch":  # arg: (queue, whether the watch guesses the lease)
+        return "POST", "/api/v1/leases/watch", {"leases": [{"id": job.id, "lease": "guessed" if arg[1] else job.lease}]}
     if kind == "heartbeats":
         return "POST", "/api/v1/heartbeat", {"leases": [{"id": job.id, "lease": job.lease}]}
     body: dict[str, Any] = {"acks": [{"id": job.id, "lease": job.lease, "outcome": "complete"}]}
@@ -119,6 +125,9 @@ def check_lease_call(scope: dict[str, Any], kind: str, arg: Any, status: int, re
 
 @settings(max_examples=scaled(40))
 @given(scope=scopes, steps=st.lists(calls, min_size=1, max_size=6))
+# Always: a watch probing another queue's job, with a guessed lease and with its own.
+@example(scope={"patterns": ["mail"], "calls": "work"},
+         steps=[("watch", ("billing", True)), ("watch", ("billing", False))])
 def test_a_narrowed_token_does_exactly_what_its_scope_allows(nodes: Nodes, fresh_token_cache: None,
                                                              scope: dict[str, Any],
                                                              steps: list[tuple[str, Any]]) -> None:
@@ -145,5 +154,10 @@ def test_a_narrowed_token_does_exactly_what_its_scope_allows(nodes: Nodes, fresh
                 assert answer.status == 200 and result["queue"] == arg, what
             elif kind in ("complete", "heartbeats", "ack"):
                 check_lease_call(scope, kind, arg, answer.status, result, before, broker, what)
+            elif kind == "watch":
+                queue, guessed = arg
+                told = not allowed_queue(scope["patterns"], queue) and not guessed  # only its holder is told
+                assert answer.status == 200 and stored(broker) == before, f"{what}: {answer.status} {result}"
+                assert [item["error"] for item in result["lost"]] == (["job_not_found"] if told else []), what
             # The full token still does everything.
             assert call("GET", "/api/v1/document", b"", headers=AUTH).status == 200

@@ -126,6 +126,9 @@ def test_a_watch_is_a_workers_call_confined_to_its_tokens_queues(broker: Broker,
 
     answer = watch([(mine, my_lease), (theirs, their_lease)], token=worker).json()
     assert answer == {"lost": [{"id": theirs, "error": "job_not_found", "message": f"job {theirs!r} not found"}]}
+    # Without its lease, another queue's job is as silent as an id that does not exist: no existence oracle.
+    probe = [(theirs, "a-guessed-lease"), ("no-such-job", "a-guessed-lease")]
+    assert watch(probe, wait=0.2, token=worker).json() == {"lost": []}
     refused = watch([(mine, my_lease)], token=producer)
     assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
     assert watch([(mine, my_lease)], token="wrong-token-0123456789").status_code == 401
