@@ -133,6 +133,10 @@ class QueueCollector(Collector):
         waiting = GaugeMetricFamily("queueadmin_long_poll_waiters", "Long-poll claims waiting on this node now.")
         waiting.add_metric([], float(broker.waiters.waiting()))
         yield waiting
+        watches = GaugeMetricFamily("queueadmin_lease_watches",
+                                    "Lease watches of workers parked on this node now (engine.leasewatch).")
+        watches.add_metric([], float(broker.lease_watches.watching()))
+        yield watches
 
     def _document(self, snapshot: Snapshot) -> Iterator[Metric]:
         seq = GaugeMetricFamily("queueadmin_document_seq", "The commit sequence number of the latest document read.")

@@ -80,6 +80,8 @@ def test_a_waiting_watch_is_answered_by_the_commit_that_revokes_a_lease(broker: 
     thread = threading.Thread(target=lambda: result.update(answer=watch([(a, lease_a), (b, lease_b)], wait=25)))
     thread.start()
     wait_for(lambda: broker.lease_watches.watching() == 1, what="the watch parked")
+    metrics = Client().get("/metrics", headers={"Authorization": f"Bearer {full}"}).content.decode()
+    assert "\nqueueadmin_lease_watches 1.0\n" in metrics  # an operator sees it parked
     broker.execute(requeue_op([b]) if revoke == "requeue" else purge_op([b]))
     thread.join(10)
 

@@ -112,6 +112,7 @@ def test_queue_gauges_and_counters_follow_pushes_claims_and_completes(node: Brok
     assert value(after, "queueadmin_queue_oldest_pending_age_seconds", queue="sms") >= 0
     assert value(after, "queueadmin_workers_seen") == 1
     assert value(after, "queueadmin_long_poll_waiters") == 0
+    assert value(after, "queueadmin_lease_watches") == 0
 
     commits = value(after, "queueadmin_commit_duration_seconds_count")
     assert commits >= 5 + value(before, "queueadmin_commit_duration_seconds_count")
