@@ -203,6 +203,16 @@ def _new_job(queue: str, job: Fields, policy: Policy) -> NewJob:
     return op.jobs[0]
 
 
+def wait_seconds_from(wait: object) -> float:
+    """A long poll's ``wait_seconds`` (absent: 0, answer at once), 0 to
+    :data:`MAX_WAIT_SECONDS`; ValidationError for anything else."""
+    if wait is None:
+        return 0.0
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
+        raise ValidationError(f"'wait_seconds' must be a number from 0 to {MAX_WAIT_SECONDS:g}, got {wait!r}")
+    return float(wait)
+
+
 def claim_from(data: object, policy: Policy) -> tuple[Claim, float]:
     """``POST /api/v1/claim``: the Claim and how long to wait for a job (seconds)."""
     body = Fields(data)
@@ -216,10 +226,7 @@ def claim_from(data: object, policy: Policy) -> tuple[Claim, float]:
     wait = body.optional("wait_seconds")
     in_order = body.optional("in_order")
     body.done()
-    if wait is None:
-        wait = 0.0
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
-        raise ValidationError(f"'wait_seconds' must be a number from 0 to {MAX_WAIT_SECONDS:g}, got {wait!r}")
+    wait = wait_seconds_from(wait)
     op: Claim = _built(
         None,
         claim_op,
@@ -230,7 +237,7 @@ def claim_from(data: object, policy: Policy) -> tuple[Claim, float]:
         lease_seconds=lease_seconds,
         in_order=False if in_order is None else in_order,
     )
-    return op, float(wait)
+    return op, wait
 
 
 def heartbeat_from(job_id: str, data: object) -> Heartbeat:

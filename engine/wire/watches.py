@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.errors import EngineError, ValidationError
+from engine.errors import EngineError
 from engine.ops import heartbeat_op
 from engine.wire.batches import _items
 from engine.wire.codes import error_from_answer, error_json
 from engine.wire.reading import Fields
-from engine.wire.requests import MAX_WAIT_SECONDS, Request
+from engine.wire.requests import Request, wait_seconds_from
 
 __all__ = ["WATCH_PATH", "watch_from", "watch_json", "watch_outcome_from", "watch_request"]
 
@@ -38,10 +38,7 @@ def watch_from(data: object) -> tuple[list[tuple[str, str]], float]:
     body, items = _items(data, "leases")
     wait = body.optional("wait_seconds")
     body.done()
-    if wait is None:
-        wait = 0.0
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_WAIT_SECONDS:
-        raise ValidationError(f"'wait_seconds' must be a number from 0 to {MAX_WAIT_SECONDS:g}, got {wait!r}")
+    wait = wait_seconds_from(wait)
     leases: list[tuple[str, str]] = []
     for i, raw in enumerate(items):
         item = Fields(raw, f"leases[{i}]")
@@ -49,7 +46,7 @@ def watch_from(data: object) -> tuple[list[tuple[str, str]], float]:
         item.done()
         heartbeat_op(job_id, lease)  # the same checks as a heartbeat's id and lease
         leases.append((job_id, lease))
-    return list(dict.fromkeys(leases)), float(wait)
+    return list(dict.fromkeys(leases)), wait
 
 
 def watch_json(lost: Sequence[tuple[str, EngineError]]) -> dict[str, Any]:
