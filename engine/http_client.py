@@ -191,11 +191,7 @@ class BrokerClient(QueueClient):
         """
         op = claim_op(worker, queues, policy=self.policy, max_jobs=max_jobs, lease_seconds=lease_seconds,
                       in_order=in_order)
-        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float) or not (
-            math.isfinite(wait_seconds) and 0 <= wait_seconds <= MAX_WAIT_SECONDS
-        ):
-            raise ValidationError(f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS:g}, got {wait_seconds!r}")
-        request = wire.request_for(op, wait_seconds=float(wait_seconds), send_lease=lease_seconds is not None)
+        request = wire.request_for(op, wait_seconds=_wait(wait_seconds), send_lease=lease_seconds is not None)
         return self._execute(op, request)  # type: ignore[no-any-return]
 
     def execute(self, op: Operation) -> Any:
@@ -319,11 +315,7 @@ class BrokerClient(QueueClient):
         (0 to 30): ``POST /api/v1/leases/watch`` (:mod:`engine.leasewatch`).
         Writes nothing. A broker of a release without lease watches answers
         404 ``not_found``: a plain EngineError."""
-        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float) or not (
-            math.isfinite(wait_seconds) and 0 <= wait_seconds <= MAX_WAIT_SECONDS
-        ):
-            raise ValidationError(f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS:g}, got {wait_seconds!r}")
-        request = wire.watch_request(list(leases), float(wait_seconds))
+        request = wire.watch_request(list(leases), _wait(wait_seconds))
         answer = self._call(request.method, request.path, request.body, wait_seconds=request.wait_seconds)
         return wire.watch_outcome_from(answer)
 
@@ -421,3 +413,12 @@ class BrokerClient(QueueClient):
         """Ask the node at ``url`` for its role and the leader it names."""
         response = self._send("GET", f"{url}{API_PREFIX}/health", None, httpx.Timeout(self.health_timeout))
         return wire.health_from(self._answer(response, ""))
+
+
+def _wait(wait_seconds: float) -> float:
+    """A long poll's wait, checked before anything is sent (0 to MAX_WAIT_SECONDS)."""
+    if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int | float) or not (
+        math.isfinite(wait_seconds) and 0 <= wait_seconds <= MAX_WAIT_SECONDS
+    ):
+        raise ValidationError(f"wait_seconds must be between 0 and {MAX_WAIT_SECONDS:g}, got {wait_seconds!r}")
+    return float(wait_seconds)
