@@ -78,6 +78,7 @@ from engine.client import QueueClient
 from engine.errors import EngineError, QueueError, Unauthorized, ValidationError
 from engine.model import ClaimedJob, new_process_id
 from engine.ops import claim_op, complete_op, fail_op
+from engine.policy import MAX_CLAIM_JOBS
 from engine.reporter import AckReporter
 from engine.workerbeats import WorkerHeartbeats
 from engine.workeroptions import WorkerOptions as WorkerOptions  # re-exported: tests import it from here
@@ -380,8 +381,10 @@ class Worker(WorkerHeartbeats):
 
     def _free_slots(self) -> int:
         """How many jobs a claim may ask for now: the free handler threads,
-        and no more than ``max_jobs`` leaves. Call with ``self._cond`` held."""
-        free = self.concurrency - self._busy
+        no more than ``max_jobs`` leaves, and no more than one claim may
+        hold (``MAX_CLAIM_JOBS``; a worker with more threads fills them over
+        several claims). Call with ``self._cond`` held."""
+        free = min(self.concurrency - self._busy, MAX_CLAIM_JOBS)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.stats.claimed)
         return free

@@ -30,6 +30,7 @@ from engine import (
 )
 from engine.errors import Unauthorized
 from engine.ops import Claim, Complete, Fail, Heartbeat, Operation
+from engine.policy import MAX_CLAIM_JOBS
 from engine.worker import Worker, WorkerOptions, WorkerStats
 from tests.helpers import FAST_WORKER, start, wait_for
 
@@ -186,6 +187,19 @@ def test_concurrency_runs_that_many_jobs_at_once(client: SpyCommitter) -> None:
     options = fast(burst=True, concurrency=3)
     stats = Worker(client, queues=["q"], handler=lambda _: together.wait(), options=options).run()
     assert stats.completed == 3
+
+
+def test_more_slots_than_one_claim_may_hold_are_filled_over_several_claims(client: SpyCommitter) -> None:
+    # A claim holds at most MAX_CLAIM_JOBS; a worker with more slots used to
+    # ask for all of them and stop on the ValidationError.
+    slots = MAX_CLAIM_JOBS + 2
+    client.push("q", list(range(slots)))
+    together = threading.Barrier(slots, timeout=TIMEOUT)  # breaks unless every slot runs at once
+    options = fast(burst=True, concurrency=slots)
+    worker = Worker(client, queues=["q"], handler=lambda _: together.wait(), options=options)
+    stats = worker.run()
+    assert worker.fatal is None
+    assert (stats.claimed, stats.completed, stats.errors) == (slots, slots, 0)
 
 
 @pytest.mark.parametrize(("max_jobs", "concurrency"), [(7, 3), (2, 8), (1, 1)])
