@@ -429,6 +429,48 @@ def test_an_idle_keeper_sleeps_instead_of_polling() -> None:
     assert all(timeout is None for timeout in waits)
 
 
+def test_a_commit_that_plans_nothing_wakes_no_keeper_thread() -> None:
+    """The keeper plans on every commit, twice (as its write starts and once
+    it lands): a plan that adds no task must not wake the keeper's threads,
+    which would only find nothing to take (a thundering herd on the GIL of
+    the node, every commit)."""
+    import threading
+    import time
+    from datetime import UTC, datetime
+
+    from engine import QueueState
+    from engine.lanes import LaneKeeper
+    from engine.transitions import apply_batch
+
+    waits: list[float | None] = []
+
+    class Counting(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout)
+            return super().wait(timeout)
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    state = QueueState(policy=SMALL)
+    apply_batch(state, [push_op("q", [{"i": i} for i in range(5)], policy=SMALL)], now)  # within the front: no seal
+    assert state.segmented
+    keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
+                        clock=lambda: now, grace_seconds=0.1, collect_seconds=3600, retry_seconds=0.1)
+    keeper._cond = Counting()
+    keeper.start()
+    try:
+        wait_for(lambda: len(waits) >= keeper.threads, 5)
+        keeper.committed(state)  # the first landed version: the collector's deadline, every thread told once
+        wait_for(lambda: len(waits) >= 2 * keeper.threads, 5)
+        before = len(waits)
+        for _ in range(100):
+            keeper.writing(state)
+            keeper.committed(state)
+        time.sleep(0.2)  # a woken thread waits again within this (none should wake)
+        assert len(waits) == before
+    finally:
+        keeper.stop(timeout=5)
+
+
 class _InOrderCommitter:
     """A fake committer for a LaneKeeper: applies operations one at a time in
     the order they were submitted, as the committer does, tells the keeper
