@@ -107,6 +107,59 @@ def test_one_sweep_answers_stalled_bodies_and_stops_when_none_wait(
     assert len(timers) == 1
 
 
+def test_an_ended_request_leaves_daphnes_table_as_soon_as_its_application_returns() -> None:
+    """Daphne keeps every HTTP request in ``Server.connections`` until its
+    once-a-second sweep; an EdgeRequest removes itself as it ends, once its
+    application instance returned cleanly. One that raised or was cancelled
+    stays for daphne's sweep, which logs it; a live one stays."""
+    from daphne.server import Server
+
+    class Protocol:  # what _reap_when_done needs of an EdgeRequest; hashable, as daphne's table needs
+        def __init__(self, server: Server) -> None:
+            self.server = server
+
+    server = Server(application=None, endpoints=["tcp:port=0:interface=127.0.0.1"])  # built, never run
+    server.connections = {}  # as Server.run starts it
+    loop = asyncio.new_event_loop()
+    try:
+        def request(outcome: str) -> tuple[Protocol, asyncio.Future[None]]:
+            protocol = Protocol(server)
+            instance: asyncio.Future[None] = loop.create_future()
+            server.protocol_connected(protocol)
+            server.connections[protocol]["application_instance"] = instance
+            if outcome == "returned":
+                instance.set_result(None)
+            elif outcome == "raised":
+                instance.set_exception(RuntimeError("a bug"))
+            elif outcome == "cancelled":
+                instance.cancel()
+            return protocol, instance
+
+        def end(protocol: Protocol) -> None:  # what WebRequest.finish and connectionLost do, then ours
+            server.protocol_disconnected(protocol)
+            edge.EdgeRequest._reap_when_done(protocol)
+
+        returned, _ = request("returned")
+        end(returned)
+        assert returned not in server.connections
+
+        still_running, instance = request("running")  # the last body chunk is sent before the application returns
+        end(still_running)
+        assert still_running in server.connections
+        instance.set_result(None)
+        loop.run_until_complete(asyncio.sleep(0))  # its done callbacks run on the loop
+        assert still_running not in server.connections
+
+        left = [request(outcome)[0] for outcome in ("raised", "cancelled")]
+        for protocol in left:
+            end(protocol)
+        live, _ = request("running")  # not ended: stays whatever its instance does
+        edge.reap(server, live)
+        assert all(protocol in server.connections for protocol in (*left, live))
+    finally:
+        loop.close()
+
+
 @pytest.mark.parametrize(("path", "length", "expected"), [
     ("/api/v1/jobs", LIMIT + 1, "payload_too_large"),
     ("/api/v1/jobs", LIMIT, None),
