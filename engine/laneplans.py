@@ -195,13 +195,12 @@ class LanePlanning:
             # every segment, delayed ones too.
             tasks.append(WarmTask(tuple(ref for _, ref in newest_first(state.lanes, state.delays))))
         with self._cond:
-            first_landed = False
+            queued = len(self._tasks)
             if landed:
                 # Hundreds of references at 5M: only a landed version's count.
                 referenced = frozenset((*(ref.key for refs in state.lanes.values() for ref in refs),
                                         *(ref.key for refs in state.delays.values() for ref in refs)))
                 self._referenced = referenced
-                first_landed = not self.reaper.landed
                 self.reaper.seen(referenced)
             for task in tasks:
                 if not isinstance(task, WarmTask):
@@ -214,19 +213,14 @@ class LanePlanning:
             for task in delayed:
                 self._delayed_busy[task.queue] = task
                 self._tasks.append(task)
-            # Wake only what there is to do: this runs on every commit, twice,
-            # and waking all the keeper's threads each time cost the node ~5 %
-            # of its GIL in a one-job-per-request drain (py-spy --gil), with
-            # nothing for them to take. A thread already awake takes a task
-            # before it waits again (LaneKeeper._run), so none is missed. The
-            # first landed version gives the collector its first deadline:
-            # threads asleep without one must see it.
-            if first_landed:
-                self._cond.notify_all()
-            else:
-                added = len(tasks) + (merge is not None) + len(delayed)
-                if added:
-                    self._cond.notify(added)
+            # Wake a thread per task added, no more: this runs on every commit,
+            # twice, and waking all the keeper's threads each time cost the
+            # node ~5 % of its GIL in a one-job-per-request drain (py-spy
+            # --gil), with nothing for them to take. A thread already awake
+            # takes a task before it waits again (LaneKeeper._run), so none is
+            # missed; the reaper wakes them for its own deadlines (seen).
+            if len(self._tasks) > queued:
+                self._cond.notify(len(self._tasks) - queued)
 
     def _refill_task(self, state: QueueState, queue: str, now: float, shares: Shares) -> RefillTask | None:
         """A refill of ``queue``'s front, if it runs short (see _front_short)."""

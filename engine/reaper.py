@@ -114,8 +114,12 @@ class SegmentReaper:
     # -- under the keeper's condition ---------------------------------------------------
 
     def seen(self, referenced: frozenset[str]) -> None:
-        """A landed version references ``referenced`` (under the condition)."""
-        self.landed = True
+        """A landed version references ``referenced`` (under the condition).
+        The first one gives the collector its first deadline: the keeper's
+        threads asleep without one are told."""
+        if not self.landed:
+            self.landed = True
+            self._cond.notify_all()
         self._known |= referenced
 
     def due_now(self) -> bool:

@@ -455,7 +455,7 @@ def test_a_commit_that_plans_nothing_wakes_no_keeper_thread() -> None:
     assert state.segmented
     keeper = LaneKeeper(open_store("memory://"), key="queue.json", policy=SMALL, execute=lambda op: None, epoch=1,
                         clock=lambda: now, grace_seconds=0.1, collect_seconds=3600, retry_seconds=0.1)
-    keeper._cond = Counting()
+    keeper._cond = keeper.reaper._cond = Counting()  # the keeper and its reaper share one condition
     keeper.start()
     try:
         wait_for(lambda: len(waits) >= keeper.threads, 5)
