@@ -14,6 +14,7 @@ import struct
 import zlib
 from array import array
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -429,6 +430,43 @@ def test_a_late_index_is_not_written_for_a_segment_already_deleted(make_broker: 
     other = ref._replace(key=ref.key.removesuffix(".json") + "-kept.json")
     keeper._write_index(other, parts)
     assert index_key("queue.json", other.key) in broker.store.list(index_prefix("queue.json"))
+
+
+def test_an_index_write_whose_answer_was_lost_is_kept_when_it_landed_whole(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lost answer (the write landed) must not cost the segment its index:
+    without one, a lookup by id reads the segment whole, within a bound, and
+    a pending job could be answered 404 (chaos seed 107). A write that did
+    not land leaves no index, as before."""
+    broker, keeper, landed, parts = another_segment(make_broker, "landed")
+    put = broker.store.put
+    lost: list[str] = []
+
+    def put_answer_lost(key: str, data: bytes, **kwargs: Any) -> Any:
+        if key.endswith(".ids") and not lost:
+            put(key, data, **kwargs)
+            lost.append(key)
+            raise StoreUnavailable("the write landed but its answer was lost")
+        return put(key, data, **kwargs)
+
+    monkeypatch.setattr(broker.store, "put", put_answer_lost)
+    keeper._write_index(landed, parts)
+    assert lost == [index_key("queue.json", landed.key)]
+    assert lost[0] in broker.store.list(index_prefix("queue.json"))
+    assert keeper._indexes.get(landed) is not None  # a lookup reads no segment whole for it
+
+    refused = landed._replace(key=landed.key.removesuffix("-landed.json") + "-refused.json")
+    put(refused.key, b"a segment a refused seal wrote")
+
+    def put_refused(key: str, data: bytes, **kwargs: Any) -> Any:
+        if key.endswith(".ids"):
+            raise StoreUnavailable("the store answered 503")
+        return put(key, data, **kwargs)
+
+    monkeypatch.setattr(broker.store, "put", put_refused)
+    keeper._write_index(refused, parts)
+    assert index_key("queue.json", refused.key) not in broker.store.list(index_prefix("queue.json"))
 
 
 def test_a_segment_found_without_an_index_is_asked_about_again_later(monkeypatch: pytest.MonkeyPatch) -> None:
