@@ -263,6 +263,12 @@ class IndexCache:
         with self._lock:
             return self._fresh(key)
 
+    def lacks(self, key: str) -> bool:
+        """Whether segment ``key`` was found without a usable index (a cached
+        absence, fresh or not), without I/O."""
+        with self._lock:
+            return key in self._entries and self._entries[key] is None
+
     def _fresh(self, key: str) -> bool:
         if key not in self._entries:
             return False

@@ -37,7 +37,8 @@ refills (never its pushes, nor other queues) and is reported in
 
 This module holds :class:`LaneKeeper` itself: its state, its lifecycle,
 its threads' loop (and the warm-up of a new tenure), and the writing of
-segment objects and their id indexes. Its base classes hold the rest: the
+segment objects. Its base classes hold the rest: writing their id indexes,
+and again when that failed (:class:`~engine.indexwrites.IndexWrites`); the
 planning on the writer thread is :class:`~engine.laneplans.LanePlanning`;
 the seal, refill and merge steps on its threads,
 :class:`~engine.lanesteps.LaneSteps`; and rewriting segments for a purge
@@ -72,10 +73,10 @@ from engine.errors import (
 )
 from engine.excision import LaneExcision
 from engine.idindex import (
-    build_index,
-    index_key,
     shared_index_cache,
 )
+from engine.indexrepair import IndexRepairs
+from engine.indexwrites import IndexWrites
 from engine.lanecache import HeldSegments
 from engine.laneplans import LanePlanning
 from engine.lanesteps import LaneSteps
@@ -113,7 +114,7 @@ WARM_BATCH = 32
 
 
 
-class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcision):
+class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcision, IndexWrites):
     """Seals, refills, deletes and collects segments for one leader (see
     the module). ``execute(op)`` runs an operation through the leader's
     committer and returns its outcome or raises (``GroupCommitter.execute``);
@@ -234,8 +235,10 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         # leader's next tenure use too.
         self._indexes = shared_index_cache(store, key)
         self.warmed = 0  # id indexes read as the tenure started (see warm)
+        #: The segments this keeper owes an id index (engine.indexrepair).
+        self.repairs = IndexRepairs(self._cond, monotonic=monotonic, delay_seconds=retry_seconds)
         #: Finds pending jobs by id in the segments, for Broker.get_job and excise.
-        self.lookup = SegmentLookup(self._held, self._indexes)
+        self.lookup = SegmentLookup(self._held, self._indexes, unindexed=self.repairs.owe)
         #: What this keeper deletes: dropped segments after their grace, and orphans.
         self.reaper = SegmentReaper(
             store, key=key, epoch=epoch, tag=self.tag, cond=self._cond, monotonic=monotonic,
@@ -292,10 +295,12 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._tasks and not self.reaper.due_now():
+                while (not self._stopping and not self._tasks and not self.reaper.due_now()
+                       and not self.repairs.due_now()):
                     # Never a short poll: an idle leader's threads sleep until
-                    # a deletion or the collector's pass is due (I11).
-                    deadline = self.reaper.deadline()
+                    # a deletion, the collector's pass or an index repair is due (I11).
+                    deadlines = [d for d in (self.reaper.deadline(), self.repairs.deadline()) if d is not None]
+                    deadline = min(deadlines) if deadlines else None
                     self._cond.wait(None if deadline is None else max(0.01, deadline - self.monotonic()))
                 if self._stopping:
                     return
@@ -317,6 +322,7 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
                 elif isinstance(task, DelayedMergeTask):
                     self._merge_delayed(task)
                 self.reaper.delete_due()
+                self._repair_due()
                 self.reaper.collect()
             except (NotLeader, CommitterStopped):
                 return  # the broker stops this keeper on a step-down
@@ -331,7 +337,9 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         so that the first lookup by id after a takeover does not read them
         all while its client waits (~630 of them at 5 million jobs: seconds
         on a store with 50 ms requests). Returns how many it tried to read
-        (a store error leaves one unread: a lookup reads it). In batches, so that a
+        (a store error leaves one unread: a lookup reads it). A segment found
+        without a usable index (its write failed under an earlier leader, or
+        it predates indexes) is owed one (:attr:`repairs`). In batches, so that a
         stop is not held up. A keeper does this once a tenure, as a task
         queued behind the first refills and seals; the benchmark calls it."""
         started = self.monotonic()
@@ -339,7 +347,11 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         for at in range(0, len(refs), WARM_BATCH):
             if self._stopping:
                 break
-            read += self._indexes.prefetch(refs[at:at + WARM_BATCH], threads=WARM_THREADS)
+            batch = refs[at:at + WARM_BATCH]
+            read += self._indexes.prefetch(batch, threads=WARM_THREADS)
+            for ref in batch:
+                if self._indexes.lacks(ref.key):  # never written, or damaged: owed
+                    self.repairs.owe(ref)
         self.warmed += read
         if read:
             log.info("lane keeper for %s: read %d id indexes in %.2f s", self.key, read, self.monotonic() - started)
@@ -371,37 +383,6 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         self._count("abandoned")
         self.reaper.delete_segment(key)
 
-    def _write_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> None:
-        """Write the id index of the segment ``ref`` (engine.idindex) and keep
-        it. A failed write is only logged: a lookup then reads the segment
-        itself. Deleted with the segment (:meth:`SegmentReaper.delete_segment`); a seal's
-        index is written after its Seal was queued, so the segment may have
-        been refused and deleted already. A deletion marks its segment gone
-        before deleting the index; the write checks the mark before and after
-        its put, and deletes what it wrote if the segment went meanwhile, so
-        that no index outlives its segment (the collector never takes
-        this keeper's own objects)."""
-        data, built = build_index(ref.sha256, parts, ref.size)
-        key = index_key(self.key, ref.key)
-        if self.reaper.gone(ref.key):
-            return
-        try:
-            self.store.put(key, data, if_none_match=True)
-        except StoreError as exc:
-            # A write whose answer was lost may have landed whole (or an earlier
-            # attempt did): kept then. Deleted, its segment would be one a lookup
-            # by id reads whole, within JOB_LOOKUP_READS: chaos seed 107 (lost
-            # answers on every put for 1.8 s) ended with a pending job answered
-            # 404, its segment among too many a lost answer had left unindexed.
-            if not self._holds(key, data):
-                log.warning("writing the id index %s failed: %s", key, exc)
-                delete_quietly(self.store, key)  # it may have landed in part (ambiguous)
-                return
-        if self.reaper.gone(ref.key):  # deleted while the index was written: it may have missed this one
-            delete_quietly(self.store, key)
-            return
-        self._indexes.put(ref.key, built)
-
     def _prev_queued(self, task: SealTask | MergeTask) -> bool:
         """For a seal planned behind another: wait until that one is in the
         committer's queue (submitted first, it is applied first); False if
@@ -413,17 +394,6 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             if self._stopping:
                 return False
         return bool(prev.key)
-
-    def _holds(self, key: str, data: bytes) -> bool:
-        """Whether ``key`` holds exactly ``data``: a write refused because
-        the key exists is this very write landing on an earlier attempt
-        (deletable, as nothing references it) only then. Otherwise another
-        object drew the same key, and it may be referenced."""
-        try:
-            blob = self.store.get(key)
-        except StoreError:
-            return False
-        return blob is not None and blob.data == data
 
     def _put_new(self, queue: str, key: str, data: bytes) -> bool:
         """Create the segment object ``key`` of ``queue`` with ``data``

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -125,10 +125,16 @@ class RangedFinds:
 class SegmentLookup:
     """Finds pending jobs by id in a keeper's segments (see the module)."""
 
-    def __init__(self, held: HeldSegments, indexes: IndexCache) -> None:
+    def __init__(
+        self, held: HeldSegments, indexes: IndexCache, *, unindexed: Callable[[SegmentRef], None] | None = None,
+    ) -> None:
         self._held = held
         self._indexes = indexes
         self._ranged = RangedFinds()
+        # Told of each segment a lookup read whole for want of an id index:
+        # the keeper then owes it one (engine.indexrepair), so the next
+        # lookup reads its index instead and no bound hides its jobs.
+        self._unindexed = unindexed
 
     def find_pending(
         self, job_id: str, refs: Sequence[tuple[str, SegmentRef]], *, reads: int = JOB_LOOKUP_READS,
@@ -190,6 +196,8 @@ class SegmentLookup:
                 continue  # not in this segment, or moved back already
             parts = self._held.parts(ref)
             self._held.keep(ref.key, parts)
+            if not indexed and self._unindexed is not None:
+                self._unindexed(ref)
             found = self._search(needle, ref, parts)
             if found is not None:
                 return found

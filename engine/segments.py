@@ -290,24 +290,14 @@ def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) 
     segment then parses those, not 7 MB of JSON. A segment written without
     ``sizes`` is decoded whole, then sliced. Raises SegmentUnreadable."""
     _verify(ref, data)
-    at = data.find(_JOBS_AT)
-    try:
-        head = orjson.loads(data[:at] + b"}") if at > 0 else None
-    except orjson.JSONDecodeError:
-        head = None
-    sizes = head.get("sizes") if isinstance(head, dict) else None
-    if not isinstance(head, dict) or not isinstance(sizes, list):
+    layout = _jobs_layout(ref, data)
+    if layout is None:
         return decode_segment(ref, data)[max(start, 0):max(start + count, 0)]
-    # Either kind: lookups by id read delayed segments this way too, and the
-    # SHA-256 checked above pins the object its reference names anyway.
-    if (head.get("kind") not in SEGMENT_KINDS or len(sizes) != ref.total
-            or not all(isinstance(n, int) and n > 0 for n in sizes)
-            or at + len(_JOBS_AT) + sum(sizes) + max(len(sizes) - 1, 0) + 2 != len(data)):
-        raise SegmentUnreadable(ref.key, "its header's sizes do not describe its jobs")
+    at, sizes = layout
     start, end = max(start, 0), min(start + count, len(sizes))
     if start >= end:
         return []
-    begin = at + len(_JOBS_AT) + sum(sizes[:start]) + start  # one comma after each job before it
+    begin = at + sum(sizes[:start]) + start  # one comma after each job before it
     stop = begin + sum(sizes[start:end]) + (end - start - 1)
     try:
         jobs = orjson.loads(b"[" + data[begin:stop] + b"]")
@@ -316,6 +306,51 @@ def decode_segment_window(ref: SegmentRef, data: bytes, start: int, count: int) 
     if len(jobs) != end - start:
         raise SegmentUnreadable(ref.key, "its header's sizes do not describe its jobs")
     return jobs  # type: ignore[no-any-return]
+
+
+def read_segment_parts(store: ObjectStore, ref: SegmentRef) -> tuple[bytes, ...] | None:
+    """The encoded jobs of the segment ``ref`` names, byte for byte as they
+    are in the object (what :func:`encode_segment` joined), after checking
+    its size and SHA-256: what its id index must be built from, since the
+    index records where each job sits. None for a segment written without
+    ``sizes`` (before they existed), whose jobs cannot be cut out exactly.
+    Raises SegmentUnreadable (missing, altered, malformed) or StoreError."""
+    blob = store.get(ref.key)
+    if blob is None:
+        raise SegmentUnreadable(ref.key, "the object is missing")
+    data = blob.data
+    _verify(ref, data)
+    layout = _jobs_layout(ref, data)
+    if layout is None:
+        return None
+    at, sizes = layout
+    parts = []
+    for size in sizes:
+        parts.append(data[at:at + size])
+        at += size + 1  # and its comma
+    return tuple(parts)
+
+
+def _jobs_layout(ref: SegmentRef, data: bytes) -> tuple[int, list[int]] | None:
+    """Where the first job of the verified segment ``data`` starts, and each
+    job's length (the header's ``sizes``), checked against the object's
+    length and the reference's count. None if the header has no ``sizes``.
+    Raises SegmentUnreadable if they do not describe its jobs."""
+    at = data.find(_JOBS_AT)
+    try:
+        head = orjson.loads(data[:at] + b"}") if at > 0 else None
+    except orjson.JSONDecodeError:
+        head = None
+    sizes = head.get("sizes") if isinstance(head, dict) else None
+    if not isinstance(head, dict) or not isinstance(sizes, list):
+        return None
+    # Either kind: lookups by id read delayed segments this way too, and the
+    # SHA-256 checked before pins the object its reference names anyway.
+    if (head.get("kind") not in SEGMENT_KINDS or len(sizes) != ref.total
+            or not all(isinstance(n, int) and n > 0 for n in sizes)
+            or at + len(_JOBS_AT) + sum(sizes) + max(len(sizes) - 1, 0) + 2 != len(data)):
+        raise SegmentUnreadable(ref.key, "its header's sizes do not describe its jobs")
+    return at + len(_JOBS_AT), sizes
 
 
 def delete_quietly(store: ObjectStore, key: str) -> bool:
@@ -365,6 +400,7 @@ __all__ = [
     "keeper_of_key",
     "newest_first",
     "read_segment",
+    "read_segment_parts",
     "read_segment_window",
     "segment_key",
     "segment_prefix",
