@@ -105,6 +105,8 @@ class IndexWrites:
                 return
             wrote = self._put_index(ref, parts)
             again = not wrote
+            if wrote:
+                log.info("wrote the id index of segment %s again (try %d)", ref.key, tries + 1)
         except SegmentUnreadable as exc:
             log.warning("not rebuilding the id index of segment %s: %s", ref.key, exc.problem)
         except StoreError as exc:
