@@ -172,10 +172,16 @@ _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)([^\s@/]+)
 # at every letter of every word: linear in the line.
 _NAME = re.compile(r"""(?<![A-Za-z0-9_\-])(?P<key>[A-Za-z_][A-Za-z0-9_\-]*)["']?[ \t]*[:=][ \t]*""")
 # The value after a secret name: quoted (to the closing quote, or the line's
-# end), or a run up to a delimiter; an HTTP auth scheme word (Bearer,
-# Basic, ...) takes the credentials after it along.
+# end), or unquoted: words up to a delimiter, the line's end or the next
+# name-value pair (``password=correct horse battery staple user=ada`` hides
+# the whole passphrase: a value with spaces in it is still the secret, and
+# hiding a word too many is the safe side). An HTTP auth scheme word
+# (Bearer, Basic, ...) takes the credentials after it along. Linear: each
+# word is matched once, and the look-ahead reads only the next word.
+_WORD = r"""[^\s&,;)}\]"']+"""
 _VALUE = re.compile(r"""(?P<quote>["'])(?:(?!(?P=quote))[^\\]|\\.)*(?P=quote)?"""
-                    r"""|(?:(?:bearer|basic|token|digest|negotiate)[ \t]+)?[^\s&,;)}\]"']+""", re.IGNORECASE)
+                    r"""|(?:(?:bearer|basic|token|digest|negotiate)[ \t]+)?""" + _WORD
+                    + r"""(?:[ \t]+(?![A-Za-z_][A-Za-z0-9_\-]*["']?[ \t]*[:=])""" + _WORD + ")*", re.IGNORECASE)
 # A traceback's frame line; the line after it is the frame's source code.
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 # How Python's tracebacks indent a frame's source line (its frame line has two spaces).

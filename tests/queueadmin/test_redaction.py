@@ -127,6 +127,10 @@ S = "s3cr3tVALUE"
     (f"refused: Authorization: Bearer {S}.{S}", f"refused: Authorization: {HIDDEN}"),
     (f"x-api-key:   '{S}' sent", f"x-api-key:   '{HIDDEN}' sent"),
     (f"db.password={S}", f"db.password={HIDDEN}"),
+    # An unquoted value with spaces in it is the secret, up to the next pair or delimiter.
+    (f"LoginError: passphrase=correct horse {S} staple user=ada", f"LoginError: passphrase={HIDDEN} user=ada"),
+    (f"login failed (password: two words {S}); retry", f"login failed (password: {HIDDEN}); retry"),
+    (f"bad secret = {S} {S}\nnext line", f"bad secret = {HIDDEN}\nnext line"),
     # An Azure SAS URL in a store error: its signature is the credential.
     (f"StoreUnavailable: GET https://acct.blob.core.windows.net/q/queue.json?sv=2024&sig={S}&se=1 timed out",
      f"StoreUnavailable: GET https://acct.blob.core.windows.net/q/queue.json?sv=2024&sig={HIDDEN}&se=1 timed out"),
@@ -172,6 +176,18 @@ def test_a_secret_value_after_its_name_never_shows(name: str, sep: str, quote: s
     shown = redact_error(text)
     assert secret not in shown and HIDDEN in shown
     assert redact_error(shown) == shown  # hiding twice hides nothing more
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["password", "api_key", "client_secret", "passphrase"]), st.sampled_from(["=", ": ", " = "]),
+       st.lists(st.text(alphabet="abcXYZ0123_-./+", min_size=1, max_size=8), min_size=2, max_size=5),
+       st.sampled_from([" user=ada", ", user ada", "; retry", "\nnext"]))
+def test_every_word_of_an_unquoted_secret_value_is_hidden(name: str, sep: str, words: list[str], after: str) -> None:
+    """A passphrase is several words: each one is hidden, and what follows
+    the value (another pair, a delimiter, the next line) is kept."""
+    secret = ["SECRET" + word for word in words]
+    shown = redact_error(f"LoginError: {name}{sep}{' '.join(secret)}{after}")
+    assert not [word for word in secret if word in shown] and shown.endswith(after) and HIDDEN in shown
 
 
 @settings(max_examples=300, deadline=None)
