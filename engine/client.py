@@ -29,6 +29,7 @@ from engine.ops import (
     push_op,
     rate_limit_op,
     requeue_op,
+    stop_op,
 )
 from engine.optypes import Operation
 from engine.policy import Policy
@@ -150,6 +151,13 @@ class QueueClient(abc.ABC):
         result: list[str] = self.execute(requeue_op(job_ids))
         return result
 
+    def stop_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        """Stop running jobs: to the dead letters, kept, their leases revoked
+        (all or nothing; :class:`~engine.optypes.Stop`). Not ``stop``: that
+        stops a committer or a broker, which are clients too."""
+        result: list[str] = self.execute(stop_op(job_ids))
+        return result
+
     def purge(
         self, job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
     ) -> list[str]:
@@ -249,6 +257,10 @@ class AsyncQueueMethods(abc.ABC):
 
     async def arequeue(self, job_ids: Iterable[str]) -> list[str]:
         result: list[str] = await self.aexecute(requeue_op(job_ids))
+        return result
+
+    async def astop_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        result: list[str] = await self.aexecute(stop_op(job_ids))
         return result
 
     async def apurge(

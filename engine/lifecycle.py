@@ -26,7 +26,7 @@ from engine.model import (
     decode_payload,
     new_lease_token,
 )
-from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, QueueScope, Requeue
+from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, QueueScope, Requeue, Stop
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
 from engine.purging import still_expected
 
@@ -204,6 +204,38 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
             state.add_job(job._replace(status="pending", lease=None, not_before=None, last_error=error))
         expired.append(job.id)
     return expired
+
+
+#: The error of a job an operator stopped (:func:`stop`): its dead letter's,
+#: and its last attempt's, which is recorded as failed (an attempt's end is
+#: one of "failed", "expired", "requeued": a new one would be a format change).
+STOPPED_ERROR = "JobStopped: stopped by an operator"
+
+
+def stop(state: QueueState, op: Stop, now: datetime) -> list[str]:
+    """Stop running jobs: revoke each one's lease (its worker is told once
+    this lands, and its later result is refused) and move it to the dead
+    letters, whatever attempts it had left, with :data:`STOPPED_ERROR`.
+    All or nothing: an unknown id, or a job that is not running, refuses
+    the whole operation. A conditional stop (``op.expect``) instead skips
+    every job no longer running. Returns the stopped ids."""
+    if op.expect:
+        job_ids = still_expected(state, op.job_ids, op.expect)
+    else:
+        job_ids = list(op.job_ids)
+        for job_id in job_ids:
+            job = state.jobs.get(job_id)
+            if job is None and job_id not in state.dead:
+                raise JobNotFound(job_id)
+            status = job.status if job is not None else "dead"
+            if status != "running":
+                raise ValidationError(f"job {job_id!r} is {status}: only a running job can be stopped")
+    for job_id in job_ids:
+        job = state.jobs[job_id]
+        state.counters(job.queue).failed += 1
+        state.revoke(job)
+        _to_dead(state, job._replace(history=_ended(job, "failed", now, STOPPED_ERROR)), STOPPED_ERROR, now)
+    return job_ids
 
 
 def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:

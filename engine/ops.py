@@ -51,6 +51,7 @@ from engine.optypes import (
     SetLimit,
     SetPaused,
     SetRateLimit,
+    Stop,
     TakeOver,
     Tick,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "SetLimit",
     "SetPaused",
     "SetRateLimit",
+    "Stop",
     "TakeOver",
     "Tick",
     "check_queue",
@@ -115,6 +117,7 @@ __all__ = [
     "rate_limit_op",
     "requeue_op",
     "scoped",
+    "stop_op",
 ]
 
 #: The bounds of a paced requeue's jobs a second (one a day; no pause at all is no pace).
@@ -344,6 +347,24 @@ def requeue_op(
             raise ValidationError(f"at {per_second:g} a second, the last of {len(ids)} jobs would be due in more "
                                   f"than {MAX_DELAY_SECONDS / 86400:.0f} days: pace them faster")
     return Requeue(job_ids=ids, expect=statuses, per_second=per_second)
+
+
+def stop_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> Stop:
+    """Stop the running jobs ``job_ids`` (to the dead letters, kept; see
+    :class:`~engine.optypes.Stop`): all or nothing, an unknown id or a job
+    that is not running refuses the whole operation. With ``expect``
+    (``"running"`` per id) it is conditional instead, as a requeue's: a job
+    no longer running when it commits is skipped, and the outcome lists the
+    ids that were stopped."""
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]
+    if expect is not None:
+        ids, statuses = _expected(job_ids, expect, ("running",))
+    else:
+        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
+    if not ids:
+        raise ValidationError("stop needs at least one job id")
+    return Stop(job_ids=ids, expect=statuses)
 
 
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:

@@ -49,6 +49,7 @@ __all__ = [
     "SetPaused",
     "SetRateLimit",
     "SetSchedulePaused",
+    "Stop",
     "TakeOver",
     "Tick",
 ]
@@ -118,6 +119,19 @@ class Fail:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expire:
     """Send every lease past its deadline back to pending (or to the dead letters)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """Stop running jobs: each one's lease is revoked (its worker is told,
+    engine.leasewatch) and the job goes to the dead letters at once, kept
+    for inspection and a redrive, whatever attempts it had left; the attempt
+    is recorded as failed with :data:`~engine.lifecycle.STOPPED_ERROR`.
+    With ``expect`` (``"running"`` per id) only the jobs still running
+    move; see :func:`~engine.ops.stop_op`."""
+
+    job_ids: tuple[str, ...]
+    expect: tuple[PurgeStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -412,6 +426,7 @@ Operation = (
     | Fail
     | Expire
     | Requeue
+    | Stop
     | Purge
     | SetPaused
     | SetLimit

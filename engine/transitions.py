@@ -16,7 +16,7 @@ tools and simulations that drive a :class:`~engine.QueueState` directly.
 This module applies the operations (:func:`apply`, :func:`apply_batch`) and
 holds the transitions of queues and of leadership (pause, forget, get_job,
 tick, take_over). The job transitions (push, claim, heartbeat, complete,
-fail, expire, requeue) are in :mod:`engine.lifecycle`, the purge in
+fail, expire, requeue, stop) are in :mod:`engine.lifecycle`, the purge in
 :mod:`engine.purging`, the lane transitions (seal, refill, merge) in
 :mod:`engine.lanemoves` and the delayed ones (format 3) in
 :mod:`engine.delaymoves`; every one is re-exported here.
@@ -35,7 +35,7 @@ from engine.document import QueueState
 from engine.encoding import encode_dead, encode_job
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
 from engine.lanemoves import merge, refill, seal
-from engine.lifecycle import claim, complete, expire, fail, heartbeat, push, requeue
+from engine.lifecycle import claim, complete, expire, fail, heartbeat, push, requeue, stop
 from engine.model import BrokerInfo
 from engine.optypes import (
     Claim,
@@ -61,6 +61,7 @@ from engine.optypes import (
     SetPaused,
     SetRateLimit,
     SetSchedulePaused,
+    Stop,
     TakeOver,
     Tick,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "set_paused",
     "set_rate_limit",
     "still_expected",
+    "stop",
     "take_over",
     "tick",
 ]
@@ -219,6 +221,7 @@ _TRANSITIONS: dict[type, Any] = {
     Fail: fail,
     Expire: expire,
     Requeue: requeue,
+    Stop: stop,
     Purge: purge,
     SetPaused: set_paused,
     SetLimit: set_limit,

@@ -41,6 +41,7 @@ from engine.ops import (
     push_op,
     rate_limit_op,
     requeue_op,
+    stop_op,
 )
 from engine.optypes import (
     Claim,
@@ -59,6 +60,7 @@ from engine.optypes import (
     SetPaused,
     SetRateLimit,
     SetSchedulePaused,
+    Stop,
 )
 from engine.policy import Policy
 from engine.schedules import forget_schedule_op, pause_schedule_op
@@ -129,9 +131,9 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case (Requeue() | Purge() | SetPaused() | SetLimit() | SetRateLimit() | ForgetQueue() | SetSchedulePaused()
-              | ForgetSchedule()):
-            name = {Requeue: "requeue", Purge: "purge", SetPaused: "pause", SetLimit: "limit",
+        case (Requeue() | Stop() | Purge() | SetPaused() | SetLimit() | SetRateLimit() | ForgetQueue()
+              | SetSchedulePaused() | ForgetSchedule()):
+            name = {Requeue: "requeue", Stop: "stop", Purge: "purge", SetPaused: "pause", SetLimit: "limit",
                     SetRateLimit: "rate_limit", ForgetQueue: "forget", SetSchedulePaused: "pause_schedule",
                     ForgetSchedule: "forget_schedule"}[type(op)]
             raise EngineError(
@@ -284,6 +286,8 @@ def operator_json(op: Operation) -> dict[str, Any]:
             # it rather than requeue every job at once.
             return {"kind": "requeue_paced", "job_ids": list(op.job_ids), "expect": list(op.expect),
                     "per_second": op.per_second}
+        case Stop():
+            return {"kind": "stop", "job_ids": list(op.job_ids), "expect": list(op.expect)}
         case Purge() if op.before_pos is not None:
             # A kind of its own: a node that does not know the bound must
             # refuse it, never read it as "every pending job of the queue".
@@ -331,12 +335,14 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
     ValidationError, or KeyError, TypeError, IndexError or ValueError for
     values no :func:`operator_json` made."""
     kind = data.get("kind") if isinstance(data, dict) else None
-    # "expect" (a dry run's statuses, one per id) makes requeue and purge
-    # conditional; without it they are all or nothing.
+    # "expect" (a dry run's statuses, one per id) makes requeue, stop and
+    # purge conditional; without it they are all or nothing.
     if kind == "requeue":
         return requeue_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "requeue_paced":
         return requeue_op(data["job_ids"], expect=data.get("expect") or None, per_second=data["per_second"])
+    if kind == "stop":
+        return stop_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "purge":
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)

@@ -1,7 +1,7 @@
 """A stateful Hypothesis machine over the pure transitions (engine.transitions).
 
 Hypothesis runs random sequences of push, claim, heartbeat, complete, fail,
-expire, requeue, purge, pause/resume, concurrency and rate limits and forget on one :class:`QueueState`, with a
+expire, requeue, stop, purge, pause/resume, concurrency and rate limits and forget on one :class:`QueueState`, with a
 clock it moves itself, beside a small reference model of what each step
 must do. After every step it checks:
 
@@ -47,6 +47,7 @@ from engine.ops import (
     push_op,
     rate_limit_op,
     requeue_op,
+    stop_op,
 )
 from engine.transitions import apply, expire
 from tests.fuzz.profiles import scaled
@@ -372,6 +373,28 @@ class QueueMachine(RuleBasedStateMachine):
             job.status = "pending"
             job.not_before = self.now + timedelta(seconds=i / per_second) if i else None
             self.to_back(job)
+
+    @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3), conditional=st.booleans())
+    def stop(self, ids: list[str], conditional: bool) -> None:
+        """An operator stops running jobs: to the dead letters, whatever
+        attempts they had left, their leases ended. All or nothing, or (a
+        dry run's) conditional: only the jobs still running."""
+        if conditional:
+            unique = list(dict.fromkeys(ids))
+            stopped = self.run(stop_op(unique, expect=["running"] * len(unique)))
+            assert stopped == [i for i in unique if i in self.jobs and self.jobs[i].status == "running"]
+        else:
+            try:
+                stopped = self.run(stop_op(ids))
+            except QueueError:
+                assert any(i not in self.jobs or self.jobs[i].status != "running" for i in ids)
+                return
+        for job_id in stopped:
+            job = self.jobs[job_id]
+            assert job.status == "running", f"stop accepted {job.status} job {job_id}"
+            self.counter(job.queue)["failed"] += 1
+            self.end_lease(job)
+            self.to_dead(job)
 
     @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3))
     def purge_ids(self, ids: list[str]) -> None:
