@@ -25,6 +25,7 @@ in the admin like any other:
 * ``submit_job``: push a job from the Submit page;
 * ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
 * ``purge_job``: purge jobs and dead letters;
+* ``stop_job``: stop running jobs (to the dead letters, kept for a redrive);
 * ``pause_queue``: pause, resume and limit queues (concurrency and rate), and forget empty ones;
 * ``pause_schedule``: pause and resume schedules, and forget removed ones' marks;
 * ``view_payload_secrets``: see payload values under secret-looking keys, which
@@ -46,7 +47,7 @@ from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine import forget_schedule_op, pause_schedule_op
-from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op
+from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op, stop_op
 from queueadmin.api.grants import parse_patterns
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 
@@ -90,6 +91,11 @@ class ActionSpec:
     operation: OperationBuilder | None = None
     #: Jobs already in this status are left out of a selection.
     leaves_out: str = ""
+    #: Only jobs in these statuses are acted on (empty: any): the others are
+    #: left out of a selection or a filter's matches, with a note.
+    acts_on: tuple[str, ...] = ()
+    #: What the action does to its jobs, said in the dry run's effects.
+    effect: str = ""
     #: It deletes jobs: beyond a count, the operator types a confirmation.
     removes: bool = False
     #: True to pause a queue, False to resume it, None for an action on jobs.
@@ -112,6 +118,15 @@ class ActionSpec:
     needless: str = ""
     #: A queue action (pause, resume, forget) overtaken between the dry run and the run.
     overtaken: str = ""
+
+    def acts_on_status(self, status: str) -> bool:
+        """Whether a job in ``status`` is one it acts on (see ``acts_on``)."""
+        return not self.acts_on or status in self.acts_on
+
+    @property
+    def acts_on_text(self) -> str:
+        """The statuses it acts on, for a note: "running", "running or dead"."""
+        return " or ".join(self.acts_on)
 
     @property
     def sets_limit(self) -> bool:
@@ -163,6 +178,19 @@ class AuditEntry(models.Model):
             removes=True,
             done=ngettext_lazy("purged %(n)d job", "purged %(n)d jobs", "n"),
         ), "purge"
+        STOP = "stop", ActionSpec(
+            permission="stop_job",
+            scopes=(("ids",), ("filter",)),
+            scope_error="Stop takes selected running jobs, or the running jobs a filter matches: exactly one of "
+                        "them.",
+            operation=lambda p: stop_op(p.ids, expect=p.expect),
+            acts_on=("running",),
+            effect="Each goes to the dead letters at once, whatever attempts it had left, with the error "
+                   "“JobStopped: stopped by an operator”: kept there with its payload and history, to "
+                   "inspect, redrive (it then starts again from zero attempts) or purge.",
+            done=ngettext_lazy("stopped %(n)d running job, kept in the dead letters",
+                               "stopped %(n)d running jobs, kept in the dead letters", "n"),
+        ), "stop"
         REDRIVE = "redrive", ActionSpec(
             permission="requeue_job",
             scopes=(("group",), ("queue",)),
@@ -300,6 +328,7 @@ class AuditEntry(models.Model):
             ("submit_job", "Can submit jobs from the dashboard"),
             ("requeue_job", "Can requeue jobs and redrive dead letters"),
             ("purge_job", "Can purge jobs and dead letters"),
+            ("stop_job", "Can stop running jobs (to the dead letters)"),
             ("pause_queue", "Can pause, resume and limit queues"),
             ("pause_schedule", "Can pause and resume schedules"),
             ("view_payload_secrets", "Can see payload values under secret-looking keys"),

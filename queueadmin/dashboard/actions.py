@@ -284,6 +284,8 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
                                f"Job {job_id} is not in the document any more: it is left out.")
             elif found[1] == p.spec.leaves_out:
                 p.notes.append(f"Job {job_id} is already {found[1]}: it is left out.")
+            elif not p.spec.acts_on_status(found[1]):
+                p.notes.append(f"Job {job_id} is {found[1]}, not {p.spec.acts_on_text}: it is left out.")
             else:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
@@ -409,11 +411,14 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
             "%(n)d matching job waits in a segment object and is left out: select it on the list to act on it.",
             "%(n)d matching jobs wait in segment objects and are left out: select them on the list (a page at a "
             "time) to act on them.", sealed) % {"n": sealed})
-    skipped = 0
+    skipped = others = 0
     queues = set()
     for job in (j for j in matches if not j.get("segment")):
         if job["status"] == p.spec.leaves_out:
             skipped += 1
+            continue
+        if not p.spec.acts_on_status(job["status"]):
+            others += 1
             continue
         p.ids.append(job["id"])
         p.expect.append(job["status"])
@@ -423,6 +428,10 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.notes.append(ngettext("%(n)d matching job is already %(status)s: it is left out.",
                                 "%(n)d matching jobs are already %(status)s: they are left out.",
                                 skipped) % {"n": skipped, "status": p.spec.leaves_out})
+    if others:
+        p.notes.append(ngettext("%(n)d matching job is not %(status)s: it is left out.",
+                                "%(n)d matching jobs are not %(status)s: they are left out.",
+                                others) % {"n": others, "status": p.spec.acts_on_text})
     p.queue = queues.pop() if len(queues) == 1 else ""
 
 
@@ -466,6 +475,8 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
     the same rule); and how a queue's rate limit paces them. The action
     still runs; the operator decides."""
     p.effects = []
+    if p.count and p.spec.effect:
+        p.effects.append(p.spec.effect)
     if p.count:
         _running_effect(p, snapshot)
     if not p.spec.to_pending:
@@ -708,7 +719,8 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
         matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
                                       redact=redaction.redactor(hidden=p.redacted))
-        now = tuple(j["id"] for j in matches if j["status"] != p.spec.leaves_out)
+        now = tuple(j["id"] for j in matches
+                    if j["status"] != p.spec.leaves_out and p.spec.acts_on_status(j["status"]))
     elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()

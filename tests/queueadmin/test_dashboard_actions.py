@@ -56,7 +56,7 @@ def test_every_action_names_a_declared_permission_and_form_scopes() -> None:
         assert spec.permission in declared | {""}, action
         assert all(set(scope) <= fields for scope in spec.scopes), action
         assert (spec.operation is not None) == bool(spec.scopes) == bool(spec.scope_error), action
-    assert ACTIONS == ("requeue", "purge", "redrive", "pause", "resume", "limit", "rate_limit", "forget",
+    assert ACTIONS == ("requeue", "purge", "stop", "redrive", "pause", "resume", "limit", "rate_limit", "forget",
                        "pause_schedule", "resume_schedule", "forget_schedule")
 
 
