@@ -25,11 +25,18 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   granted before it was sent (revoked by it), is never accepted; and a paced
   requeue's i-th job moved is not leased by a claim sent after the requeue
   was answered before ``i / per_second`` after the requeue was sent.
+* ``stops`` — an operator's stop (``chaos.requeuer``) answered 2xx moved
+  only ids it was sent; a complete or fail sent after the stop was
+  answered, with a lease granted before it was sent (revoked by it), is
+  never accepted; a stopped job is not leased by a claim sent after the
+  stop was answered unless a requeue naming it was sent after the stop
+  (a redrive); and one no requeue named after its stop is a dead letter in
+  the final document (kept, not lost).
 * ``watches`` — a lease watch (``POST /api/v1/leases/watch``) that says a
   lease is lost is right, and stays right: no heartbeat, complete or fail
   with that lease sent after the watch was answered is accepted (the
   watching worker sends its result anyway, chaos.clients); and the loss is
-  one the history explains: a requeue or purge of the job sent before the
+  one the history explains: a requeue, stop or purge of the job sent before the
   watch was answered (answered 2xx with the job moved, or with its outcome
   unknown), or the lease's end, no earlier than a lease after the latest
   call that renewed it (its claim or a heartbeat, answered 2xx) was sent.
@@ -92,7 +99,7 @@ _STALLING = frozenset({"pause", "freeze", "kill", "hang", "slow", "error", "lost
 _PAUSES = frozenset({"pause", "freeze"})
 #: The calls sent to ``POST /api/v1/operator`` (chaos.purger, chaos.pauser):
 #: each writes its nonce to the database the nodes share.
-OPERATOR_OPS = frozenset({"purge", "requeue", "limit", "rate_limit", "pause_schedule"})
+OPERATOR_OPS = frozenset({"purge", "requeue", "stop", "limit", "rate_limit", "pause_schedule"})
 DOCUMENTED_5XX = frozenset({503})
 EXPLAIN_MARGIN_SECONDS = 1.0
 
@@ -162,6 +169,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_pushes(history, calls, verdict)
     _check_purges(history, calls, verdict)
     _check_requeues(calls, verdict)
+    _check_stops(history, calls, verdict)
     _check_watches(calls, limits, verdict)
     _check_fifo(calls, verdict)
     _check_delays(calls, verdict)
@@ -308,37 +316,53 @@ def _acted_beyond(call: Call) -> str | None:
     return f"call {call.id}: a {call.op} of {sorted(sent)} answered {call.answer!r}"
 
 
-def _requeued(calls: list[Call]) -> dict[str, list[Call]]:
-    """The requeues answered 2xx, by each job they moved (in the answer's ``result``)."""
+def _requeued(calls: list[Call], op: str = "requeue") -> dict[str, list[Call]]:
+    """The requeues (or the calls ``op``, such as stops) answered 2xx, by
+    each job they moved (in the answer's ``result``)."""
     moved: dict[str, list[Call]] = defaultdict(list)
     for call in calls:
-        if call.op == "requeue" and call.ok and isinstance(call.answer, dict):
+        if call.op == op and call.ok and isinstance(call.answer, dict):
             for job_id in map(str, call.answer.get("result") or []):
                 moved[job_id].append(call)
     return moved
 
 
-def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
-    """See ``requeues`` in the module docstring."""
-    problems: list[str] = []
-    granted: dict[str, float] = {}  # lease -> when the claim handing it out was answered
+def _granted(calls: list[Call]) -> dict[str, float]:
+    """Lease -> when the claim handing it out was answered."""
+    granted: dict[str, float] = {}
     for call in calls:
         if call.op == "claim" and call.end is not None:
             for job in _jobs_of(call):
                 granted[str(job.get("lease"))] = call.end
-    moved = _requeued(calls)
-    problems += [unsent for call in calls if call.op == "requeue" and call.ok and isinstance(call.answer, dict)
-                 and (unsent := _acted_beyond(call)) is not None]
+    return granted
+
+
+def _revoked_yet_accepted(calls: list[Call], moved: dict[str, list[Call]], what: str) -> list[str]:
+    """A complete or fail answered 2xx, sent after an operator's ``what``
+    (requeue, stop) of its job was answered, with a lease granted before
+    that was sent: the operation had revoked it."""
+    granted = _granted(calls)
+    problems = []
     for call in calls:
         if call.op not in ("complete", "fail") or not call.ok:
             continue
         job_id, lease = str(call.args.get("job")), str(call.args.get("lease"))
         given = granted.get(lease)
-        for requeue in moved.get(job_id, []):
-            assert requeue.end is not None
-            if given is not None and given < requeue.start and requeue.end < call.start:
+        for revoker in moved.get(job_id, []):
+            assert revoker.end is not None
+            if given is not None and given < revoker.start and revoker.end < call.start:
                 problems.append(f"{call.op} of {job_id} with lease {lease} (granted at {given:.3f}) accepted at "
-                                f"{call.end:.3f}, though a requeue answered at {requeue.end:.3f} had revoked it")
+                                f"{call.end:.3f}, though a {what} answered at {revoker.end:.3f} had revoked it")
+    return problems
+
+
+def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
+    """See ``requeues`` in the module docstring."""
+    problems: list[str] = []
+    moved = _requeued(calls)
+    problems += [unsent for call in calls if call.op == "requeue" and call.ok and isinstance(call.answer, dict)
+                 and (unsent := _acted_beyond(call)) is not None]
+    problems += _revoked_yet_accepted(calls, moved, "requeue")
     paced = 0
     for requeue in calls:
         pace = requeue.args.get("per_second") if requeue.op == "requeue" else None
@@ -361,6 +385,45 @@ def _check_requeues(calls: list[Call], verdict: Verdict) -> None:
     verdict.figures["requeued_paced_jobs"] = paced
 
 
+def _check_stops(history: History, calls: list[Call], verdict: Verdict) -> None:
+    """See ``stops`` in the module docstring."""
+    stopped = _requeued(calls, "stop")
+    problems = [unsent for call in calls if call.op == "stop" and call.ok and isinstance(call.answer, dict)
+                and (unsent := _acted_beyond(call)) is not None]
+    problems += _revoked_yet_accepted(calls, stopped, "stop")
+    # The requeues that may have moved a job (2xx naming it, or sent with an unknown outcome), by job.
+    revivers: dict[str, list[Call]] = defaultdict(list)
+    for call in calls:
+        if call.op == "requeue":
+            result = call.answer.get("result") if call.ok and isinstance(call.answer, dict) else None
+            named = map(str, result) if isinstance(result, list) else (
+                map(str, call.args.get("jobs", [])) if _unknown(call) else ())
+            for job_id in named:
+                revivers[job_id].append(call)
+    for claim in calls:
+        if claim.op != "claim" or claim.end is None or not claim.ok:
+            continue
+        for job in _jobs_of(claim):
+            job_id = str(job.get("id"))
+            for stop in stopped.get(job_id, []):
+                assert stop.end is not None
+                if stop.end < claim.start and not any(
+                        stop.start < r.start < claim.end for r in revivers.get(job_id, [])):
+                    problems.append(f"{job_id} was stopped (answer at {stop.end:.3f}), then leased by claim "
+                                    f"{claim.id} sent at {claim.start:.3f} with no redrive of it in between")
+    final = history.final_document
+    if final is not None:
+        dead = {str(j.get("id")) for j in final.get("dead", []) if isinstance(j, dict)}
+        for job_id, stops in stopped.items():
+            last = max(s.start for s in stops)
+            if job_id not in dead and not any(r.start > last for r in revivers.get(job_id, [])):
+                problems.append(f"{job_id} was stopped (call {stops[-1].id}) and never redriven, but is not a "
+                                "dead letter in the final document")
+    verdict.failures["stops"] = problems
+    verdict.figures["stops"] = sum(1 for c in calls if c.op == "stop")
+    verdict.figures["stopped_jobs"] = len(stopped)
+
+
 def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
     """See ``watches`` in the module docstring."""
     problems: list[str] = []
@@ -371,9 +434,9 @@ def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
                 renewed[str(job.get("lease"))].append(call.start)
         elif call.op == "heartbeat" and call.ok:
             renewed[str(call.args.get("lease"))].append(call.start)
-    revokers: dict[str, list[Call]] = defaultdict(list)  # job -> requeues and purges that may have moved it
+    revokers: dict[str, list[Call]] = defaultdict(list)  # job -> requeues, stops and purges that may have moved it
     for call in calls:
-        if call.op in ("requeue", "purge"):
+        if call.op in ("requeue", "stop", "purge"):
             result = call.answer.get("result") if call.ok and isinstance(call.answer, dict) else None
             named = map(str, result) if isinstance(result, list) else (
                 map(str, call.args.get("jobs", [])) if _unknown(call) and call.code != "not_leader" else ())
@@ -395,8 +458,8 @@ def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
             causes["expiry"] += 1
         else:
             problems.append(f"watch {watch.id} was told at {watch.end:.3f} that lease {lease} of {job_id} was lost "
-                            f"({lost!r:.120}), but no requeue or purge of it was sent before, and the lease renewed "
-                            f"at {earliest_end} could not have run out")
+                            f"({lost!r:.120}), but no requeue, stop or purge of it was sent before, and the lease "
+                            f"renewed at {earliest_end} could not have run out")
     refused = 0
     for call in calls:
         watch = told.get(str(call.args.get("lease"))) if call.op in ("heartbeat", "complete", "fail") else None

@@ -17,8 +17,10 @@ CHECKS = {
     "purges": "a purged job is never leased, completed or kept afterwards; a refused purge changes nothing",
     "requeues": "a requeue moves only what it was sent, its revoked leases complete nothing, and a paced "
                 "requeue's jobs are not leased before their turn",
-    "watches": "a lease watch that says a lease is lost is right: a requeue, a purge or its end explains it, and "
-               "no result with that lease is accepted afterwards",
+    "stops": "a stop moves only what it was sent, to the dead letters, where it stays until a redrive; its revoked "
+             "leases complete nothing",
+    "watches": "a lease watch that says a lease is lost is right: a requeue, a stop, a purge or its end explains "
+               "it, and no result with that lease is accepted afterwards",
     "stale_completions": "no completion accepted from a stale lease (I4)",
     "seq_epoch": "seq and epoch only rise, one writer per version (I3, I5, I10)",
     "unanswered": "every call got exactly one answer, no undocumented 5xx (I8)",
@@ -61,6 +63,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"maybe purged (answer unknown) {f.get('maybe_purged', 0)}",
         f"operator requeues and redrives (signed, /api/v1/operator): {f.get('requeues', 0)} sent; jobs moved "
         f"{f.get('requeued_jobs', 0)}, of which paced {f.get('requeued_paced_jobs', 0)}",
+        f"operator stops (signed, /api/v1/operator): {f.get('stops', 0)} sent; jobs stopped "
+        f"{f.get('stopped_jobs', 0)}",
         f"lease watches: {f.get('watches', 0)} sent, {f.get('watches_told_lost', 0)} told the lease was lost "
         f"({_pairs(f.get('watches_lost_by', {})) or 'none'}); results sent anyway and refused "
         f"{f.get('results_refused_after_watch', 0)}",

@@ -1,5 +1,5 @@
 """An operator who requeues running jobs and redrives dead letters, some at
-a pace, while the nemesis runs.
+a pace, and stops running jobs, while the nemesis runs.
 
 The dashboard's requeue and redrive reach the leader as signed operator
 requests (``POST /api/v1/operator``, :mod:`queueadmin.api.forward`): this
@@ -10,6 +10,12 @@ or failed into the dead letters, and requeues them as a dry run would: each
 expected in the status it guessed (the engine skips those that changed).
 Half of the requeues are paced (2 to 20 jobs a second): the i-th job moved
 is due i / pace seconds after the requeue, the first at once.
+
+A share of its turns (:data:`STOP_SHARE`) stops a few of the running jobs
+instead (``stop_op``, each expected running, as the dashboard's Stop sends
+them): they go to the dead letters, and later turns may redrive them.
+Each stop is recorded as a ``stop`` call with ``args["jobs"]`` and
+``args["expect"]``; its answer's ``result`` lists the ids stopped.
 
 Each requeue is recorded as a ``requeue`` call with ``args["jobs"]``,
 ``args["expect"]`` and ``args["per_second"]`` (None: all at once); its
@@ -27,19 +33,20 @@ from typing import Any
 from chaos.cluster import LEASE_SECONDS
 from chaos.history import Call
 from chaos.pauser import Operator
-from engine.ops import requeue_op
+from engine.ops import requeue_op, stop_op
 
 REQUEUE_EVERY_SECONDS = (1.0, 3.0)
 MOST_IDS = 4
 PACED_SHARE = 0.5
 PACE_PER_SECOND = (2.0, 20.0)
+STOP_SHARE = 0.25
 
 
 def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
     """From a snapshot of the history's calls: the jobs leased within the
     last lease and not yet completed or failed with that lease (likely
     running), and those a fail answered "dead" and no requeue moved since
-    (dead letters), each oldest first."""
+    (dead letters, by a fail or an operator's stop), each oldest first."""
     running: dict[str, str] = {}  # job -> its latest lease seen, if recent and not acknowledged
     dead: dict[str, None] = {}
     for call in calls:
@@ -60,6 +67,10 @@ def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
             for job_id in map(str, call.answer.get("result") or []):
                 dead.pop(job_id, None)
                 running.pop(job_id, None)
+        elif call.op == "stop" and call.ok and isinstance(call.answer, dict):
+            for job_id in map(str, call.answer.get("result") or []):
+                running.pop(job_id, None)
+                dead[job_id] = None
     return list(running), list(dead)
 
 
@@ -75,6 +86,11 @@ class Requeuer(Operator):
 
     def requeue_some(self) -> None:
         running, dead = candidates(list(self.history.calls), time.monotonic())
+        if running and self.rng.random() < STOP_SHARE:
+            ids = self.rng.sample(running, min(len(running), self.rng.randint(1, MOST_IDS)))
+            expect = ["running"] * len(ids)
+            self.operate("stop", stop_op(ids, expect=expect), {"jobs": ids, "expect": expect})
+            return
         picks = [(job_id, "running") for job_id in running] + [(job_id, "dead") for job_id in dead]
         if not picks:
             return

@@ -663,6 +663,48 @@ def test_a_paced_requeues_job_leased_before_its_turn_is_flagged() -> None:
     assert check(r2.final(jobs=["j2", "j3"])).failures["requeues"] == []
 
 
+# -- an operator's stops (chaos.requeuer) -----------------------------------------------------------------------
+
+def stop(r: Recorder, jobs: list[str], stopped: list[str] | None, **kw: Any) -> Call:
+    """A stop call; ``stopped`` is the answer's result (None: no 2xx answer)."""
+    if stopped is not None:
+        kw.setdefault("answer", {"result": stopped, "seq": 9})
+    return r.call("stop", {"jobs": jobs, "expect": ["running"] * len(jobs)}, **kw)
+
+
+def test_a_stopped_job_kept_as_a_dead_letter_and_one_redriven_and_completed_pass() -> None:
+    r = clean()
+    watch(r, "j2", "L2", lost=False)
+    stop(r, ["j2"], ["j2"])
+    watch(r, "j2", "L2", lost=True)  # told: the stop explains it
+    r.complete("j2", "L2", status=409, answer={"error": "lease_lost"})  # its late result: refused
+    verdict = check(r.final(jobs=["j3"], dead=["j2"]))
+    assert verdict.ok, verdict.failures
+    assert (verdict.figures["stops"], verdict.figures["stopped_jobs"]) == (1, 1)
+    assert verdict.figures["watches_lost_by"] == {"stop": 1}
+
+    requeue(r, ["j2"], ["j2"])  # a redrive: it may run again
+    r.claim("j2", "L2b")
+    r.complete("j2", "L2b")
+    verdict = check(r.final(jobs=["j3"]))
+    assert verdict.ok, verdict.failures
+
+
+def test_a_stopped_job_leased_again_completed_with_its_revoked_lease_or_not_kept_is_flagged() -> None:
+    r = clean()
+    stop(r, ["j2"], ["j2"])
+    r.complete("j2", "L2")  # accepted: the stop did not revoke the lease
+    r.claim("j2", "L2b")  # leased again with no redrive: it was not dead
+    problems = check(r.final(jobs=["j2", "j3"])).failures["stops"]
+    assert len(problems) == 3, problems
+    assert "had revoked it" in problems[0] and "with no redrive of it in between" in problems[1]
+    assert "is not a dead letter in the final document" in problems[2]
+
+    r2 = clean()
+    stop(r2, ["j2"], ["j2", "j3"])  # stopped what it was not sent
+    assert "answered" in check(r2.final(jobs=["j3"], dead=["j2"])).failures["stops"][0]
+
+
 # -- lease watches (chaos.clients.Worker.watch) ---------------------------------------------------------------
 
 def watch(r: Recorder, job: str, lease: str, *, lost: bool, **kw: Any) -> Call:
