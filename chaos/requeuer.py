@@ -11,8 +11,8 @@ expected in the status it guessed (the engine skips those that changed).
 Half of the requeues are paced (2 to 20 jobs a second): the i-th job moved
 is due i / pace seconds after the requeue, the first at once.
 
-A share of its turns (:data:`STOP_SHARE`) stops a few of the running jobs
-instead (``stop_op``, each expected running, as the dashboard's Stop sends
+Half of its turns (:data:`STOP_SHARE`) stop the oldest few of the running
+jobs instead (``stop_op``, each expected running, as the dashboard's Stop sends
 them): they go to the dead letters, and later turns may redrive them.
 Each stop is recorded as a ``stop`` call with ``args["jobs"]`` and
 ``args["expect"]``; its answer's ``result`` lists the ids stopped.
@@ -39,7 +39,7 @@ REQUEUE_EVERY_SECONDS = (1.0, 3.0)
 MOST_IDS = 4
 PACED_SHARE = 0.5
 PACE_PER_SECOND = (2.0, 20.0)
-STOP_SHARE = 0.25
+STOP_SHARE = 0.5
 
 
 def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
@@ -87,7 +87,9 @@ class Requeuer(Operator):
     def requeue_some(self) -> None:
         running, dead = candidates(list(self.history.calls), time.monotonic())
         if running and self.rng.random() < STOP_SHARE:
-            ids = self.rng.sample(running, min(len(running), self.rng.randint(1, MOST_IDS)))
+            # The oldest leases not yet acknowledged: most jobs finish within a
+            # moment, and these (a watched job works for up to 5 s) still run.
+            ids = running[:self.rng.randint(1, MOST_IDS)]
             expect = ["running"] * len(ids)
             self.operate("stop", stop_op(ids, expect=expect), {"jobs": ids, "expect": expect})
             return
