@@ -96,6 +96,9 @@ class ActionSpec:
     acts_on: tuple[str, ...] = ()
     #: What the action does to its jobs, said in the dry run's effects.
     effect: str = ""
+    #: What becomes of each job, after "N jobs would be" (default: "removed
+    #: for good" for an action that removes, else "moved back to pending").
+    would: str = ""
     #: It deletes jobs: beyond a count, the operator types a confirmation.
     removes: bool = False
     #: True to pause a queue, False to resume it, None for an action on jobs.
@@ -185,6 +188,7 @@ class AuditEntry(models.Model):
                         "them.",
             operation=lambda p: stop_op(p.ids, expect=p.expect),
             acts_on=("running",),
+            would="stopped, and kept in the dead letters",
             effect="Each goes to the dead letters at once, whatever attempts it had left, with the error "
                    "“JobStopped: stopped by an operator”: kept there with its payload and history, to "
                    "inspect, redrive (it then starts again from zero attempts) or purge.",

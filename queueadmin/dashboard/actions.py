@@ -181,6 +181,12 @@ class Plan:
         return self.spec.forgets
 
     @property
+    def would(self) -> str:
+        """What becomes of each job, after "N jobs would be": "removed for
+        good", "moved back to pending", "stopped, and kept in the dead letters"."""
+        return self.spec.would or ("removed for good" if self.removes else "moved back to pending")
+
+    @property
     def bulk(self) -> bool:
         """It acts on whatever a filter or a whole queue held, not on jobs the operator picked."""
         return bool(self.filter) or (bool(self.status) and not self.group)

@@ -102,6 +102,7 @@
     ["x", "Select or unselect the highlighted row"],
     ["r", "Requeue the selected rows (dry run first)"],
     ["p", "Purge the selected rows (dry run first)"],
+    ["s", "Stop the selected running rows (dry run first)"],
     ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"], ["g c", "Schedules"],
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
     ["f", "Freeze or unfreeze live updates"],
@@ -167,6 +168,7 @@
       case "x": event.preventDefault(); toggleSelected(); break;
       case "r": event.preventDefault(); actOnSelection("requeue"); break;
       case "p": event.preventDefault(); actOnSelection("purge"); break;
+      case "s": event.preventDefault(); actOnSelection("stop"); break;
       case "g": goPending = now; break;
       case "?": event.preventDefault(); help(); break;
       default: break;

@@ -83,6 +83,46 @@ def test_stopping_a_running_job_from_its_page_cancels_its_handler_and_keeps_it_a
     kept_as_dead_letter(cluster, job_id)
 
 
+def test_an_operator_stops_one_of_two_running_jobs_from_the_filtered_list_with_the_keyboard(
+        browser: Browser, cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
+    """``/jobs/?status=running``: ``j`` ``x`` ``s`` opens the dry run of stopping the highlighted job, which
+    says what becomes of it; the other keeps running."""
+    record = tmp_path / "runs.txt"
+    cluster, node = with_operator(cluster_factory(E2E_RECORD=str(record)))
+    wait_for(lambda: node.role() == "leader", 30, "the node to lead")
+    jobs = [{"payload": {"n": n, "seconds": 60}} for n in (1, 2)]
+    assert api(node, "POST", "/api/v1/jobs", {"queue": "long", "jobs": jobs}).status_code == 201
+    worker = cluster.worker("--queue", "long", "--handler", "tests.e2e.handlers:cancellable", "--broker", node.url,
+                            "--lease-seconds", str(LEASE), "--concurrency", "2", "--grace-seconds", "1")
+    try:
+        wait_for(lambda: record.exists() and record.read_text().count("start ") == 2, 30, "both handlers to start")
+        with signed_in(browser, node) as page:
+            page.goto(f"{node.url}/jobs/?status=running")
+            rows = page.locator("#live-jobs tbody tr[data-job-id]")
+            expect(rows).to_have_count(2)
+            expect(page.get_by_role("button", name="Stop all 2 matching")).to_be_visible()
+            page.keyboard.press("j")
+            page.keyboard.press("x")
+            expect(page.get_by_text("1 selected")).to_be_visible()
+            chosen = rows.nth(0).get_attribute("data-job-id")
+            page.keyboard.press("s")
+            expect(page.get_by_test_id("plan-count")).to_have_text(
+                "1 job would be stopped, and kept in the dead letters.")
+            page.get_by_test_id("reason").fill("keyboard stop")
+            page.get_by_test_id("run-action").click()
+            expect(page.locator(".msg")).to_have_text("Stopped 1 running job, kept in the dead letters.")
+            page.keyboard.press("?")
+            expect(page.locator("dialog.keys-help")).to_contain_text("Stop the selected running rows")
+        wait_for(lambda: "cancelled " in record.read_text(), 30, "one handler to be cancelled")
+        doc = cluster.document()
+        assert [d["id"] for d in doc["dead"]] == [chosen]
+        assert [j["status"] for j in doc["jobs"]] == ["running"]
+        assert record.read_text().count("cancelled ") == 1
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
+
+
 def test_queueaction_stop_cancels_the_handler_and_a_second_stop_finds_nothing_running(
         cluster_factory: Callable[..., Cluster], tmp_path: Path) -> None:
     record = tmp_path / "runs.txt"
@@ -93,7 +133,9 @@ def test_queueaction_stop_cancels_the_handler_and_a_second_stop_finds_nothing_ru
         stopped_at = time.time()
         stopped = cluster.manage("queueaction", "stop", "--ids", job_id, "--user", USER, "--reason", "stuck", "--yes")
         assert stopped.returncode == 0, stopped.stderr.decode()
-        assert "Stopped 1 running job, kept in the dead letters" in stopped.stdout.decode()
+        printed = stopped.stdout.decode()
+        assert "1 job would be stopped, and kept in the dead letters." in printed  # the dry run, first
+        assert "Stopped 1 running job, kept in the dead letters" in printed
         cancelled_within(record, stopped_at, 8)
         again = cluster.manage("queueaction", "stop", "--ids", job_id, "--user", USER, "--reason", "again", "--yes")
         assert again.returncode != 0

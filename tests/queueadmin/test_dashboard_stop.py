@@ -45,6 +45,7 @@ def test_a_running_job_stopped_from_its_page_goes_to_the_dead_letters_and_its_wo
     plan = dry.context["plan"]
     assert (plan.ids, plan.expect) == ([job_id], ["running"])
     text = dry.content.decode()
+    assert "would be stopped, and kept in the dead letters." in text
     assert "goes to the dead letters at once" in text and "is running now" in text
     response = confirm(stopper, plan.token, reason="runaway export")
 

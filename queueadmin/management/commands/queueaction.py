@@ -164,8 +164,7 @@ class Command(BaseCommand):
             f"{plan.target}.")
         if not plan.toggles and not plan.forgets and not plan.spec.sets_limit:  # those act on a queue, not on jobs
             count = plan.count
-            out(f"{count} job{'' if count == 1 else 's'} would be "
-                f"{'removed for good' if plan.removes else 'moved back to pending'}.")
+            out(f"{count} job{'' if count == 1 else 's'} would be {plan.would}.")
             for job in plan.sample:
                 payload = orjson.dumps(job.get("payload")).decode()
                 if len(payload) > PREVIEW_CHARS:
