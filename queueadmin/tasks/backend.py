@@ -45,6 +45,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from engine import DOCUMENT_KEY, MAX_DELAY_SECONDS, EngineError, JobNotFound, ValidationError
+from engine.lifecycle import STOPPED_ERROR
 from engine.ops import ID_PATTERN, check_queue, push_op
 from queueadmin import config
 from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS
@@ -58,6 +59,11 @@ OPTION_NAMES = frozenset({"BROKERS", "TOKEN", "STORE_URL", "RESULT_TTL_SECONDS",
 class LeaseExpired(Exception):
     """An attempt's lease ran out (its worker stopped heartbeating) and no
     error was reported; it stands for such an attempt in ``TaskResult.errors``."""
+
+
+class JobStopped(Exception):
+    """An operator stopped the task while it ran (the dashboard's Stop,
+    ``engine.ops.stop_op``): it stands for that in ``TaskResult.errors``."""
 
 
 class ObjectStoreBackend(BaseTaskBackend):
@@ -308,6 +314,9 @@ class ObjectStoreBackend(BaseTaskBackend):
                     # Its worker vanished: no error was reported for the last attempt.
                     errors.append(TaskError(exception_class_path=f"{__name__}.LeaseExpired",
                                             traceback=str(job.get("error", ""))))
+                elif job.get("error") == STOPPED_ERROR:
+                    # Its worker only saw its lease lost (JobCancelled, if it wrote the attempt): say who.
+                    errors.append(TaskError(exception_class_path=f"{__name__}.JobStopped", traceback=STOPPED_ERROR))
         result = TaskResult(
             task=task,
             id=result_id,

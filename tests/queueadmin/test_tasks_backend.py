@@ -20,7 +20,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from engine import Broker, ClaimedJob, GroupCommitter, MemoryStore, StoreUnavailable, Worker
-from engine.ops import Tick
+from engine.ops import Tick, stop_op
 from queueadmin import runtime
 from queueadmin.tasks import ObjectStoreBackend, describe, read_result
 from queueadmin.tasks.payload import MARKER
@@ -273,6 +273,17 @@ def test_an_attempt_whose_lease_expired_shows_as_an_error(node: Broker, settings
     assert failed.errors[-1].exception_class_path == "queueadmin.tasks.backend.LeaseExpired"
     assert "lease expired" in failed.errors[-1].traceback
     assert failed.errors[-1].exception_class.__name__ == "LeaseExpired"
+
+
+def test_a_task_an_operator_stopped_is_failed_and_says_so(node: Broker) -> None:
+    result = st.add.enqueue(1, 1)
+    [claimed] = committer(node).claim("w1", ["default"])
+    assert st.add.get_result(result.id).status == TaskResultStatus.RUNNING
+    node.execute(stop_op([claimed.id]))
+    stopped = st.add.get_result(result.id)
+    assert stopped.status == TaskResultStatus.FAILED and stopped.worker_ids == ["w1"]
+    assert stopped.errors[-1].exception_class_path == "queueadmin.tasks.backend.JobStopped"
+    assert stopped.errors[-1].traceback == "JobStopped: stopped by an operator"
 
 
 # -- the worker side -----------------------------------------------------------------------
