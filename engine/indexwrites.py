@@ -42,22 +42,23 @@ class IndexWrites:
         seal's index is written after its Seal was queued, so the segment may
         have been refused and deleted already: then nothing is written or owed
         (see :meth:`_put_index`)."""
-        if not self._put_index(ref, parts):
+        if self._put_index(ref, parts) is False:
             self.repairs.owe(ref)
 
-    def _put_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> bool:
-        """Write and keep the id index of segment ``ref``; False if the write
-        failed (logged). Deleted with the segment
+    def _put_index(self, ref: SegmentRef, parts: Sequence[bytes]) -> bool | None:
+        """Write and keep the id index of segment ``ref``: True once it is
+        stored (written, or found there with the same bytes), False if the
+        write failed (logged), None if the segment is gone. Deleted with the segment
         (:meth:`SegmentReaper.delete_segment`). A deletion marks its segment
         gone before deleting the index; the write checks the mark before and
         after its put, and deletes what it wrote if the segment went
         meanwhile, so that no index outlives its segment (the collector
-        never takes this keeper's own objects): True then, as no index is
+        never takes this keeper's own objects): None then, as no index is
         owed for a segment that is gone."""
         data, built = build_index(ref.sha256, parts, ref.size)
         key = index_key(self.key, ref.key)
         if self.reaper.gone(ref.key):
-            return True
+            return None
         try:
             self.store.put(key, data, if_none_match=True)
         except StoreError as exc:
@@ -77,7 +78,7 @@ class IndexWrites:
                 return False
         if self.reaper.gone(ref.key):  # deleted while the index was written: it may have missed this one
             delete_quietly(self.store, key)
-            return True
+            return None
         self._indexes.put(ref.key, built)
         return True
 
@@ -103,8 +104,8 @@ class IndexWrites:
             if parts is None:
                 log.warning("segment %s has no sizes in its header: its id index cannot be rebuilt", ref.key)
                 return
-            wrote = self._put_index(ref, parts)
-            again = not wrote
+            stored = self._put_index(ref, parts)
+            wrote, again = stored is True, stored is False
             if wrote:
                 log.info("wrote the id index of segment %s again (try %d)", ref.key, tries + 1)
         except SegmentUnreadable as exc:
