@@ -68,6 +68,7 @@ from engine.errors import (
 )
 from engine.http_client import API_PREFIX, BrokerClient
 from engine.idindex import IndexCache, shared_index_cache
+from engine.lifecycle import STOPPED_ERROR
 from engine.lineage import initialise, marker_key, read_marker
 from engine.lookup import RangedFinds, one_job, ranged_job
 from engine.model import (
@@ -147,6 +148,7 @@ __all__ = [
     "JOB_LOOKUP_READS",
     "MAX_DELAY_SECONDS",
     "SEGMENT_KINDS",
+    "STOPPED_ERROR",
     "AsyncQueueMethods",
     "Attempt",
     "Blob",

@@ -44,8 +44,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from engine import DOCUMENT_KEY, MAX_DELAY_SECONDS, EngineError, JobNotFound, ValidationError
-from engine.lifecycle import STOPPED_ERROR
+from engine import DOCUMENT_KEY, MAX_DELAY_SECONDS, STOPPED_ERROR, EngineError, JobNotFound, ValidationError
 from engine.ops import ID_PATTERN, check_queue, push_op
 from queueadmin import config
 from queueadmin.config import DEFAULT_RESULT_TTL_SECONDS

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
-from engine.lifecycle import STOPPED_ERROR
+from engine import STOPPED_ERROR
 from tests.e2e.browser import USER, signed_in, with_operator
 from tests.e2e.harness import Cluster, Node, api
 from tests.helpers import wait_for

@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from engine import Broker, LeaseLost, ObjectStore
-from engine.lifecycle import STOPPED_ERROR
+from engine import STOPPED_ERROR, Broker, LeaseLost, ObjectStore
 from engine.ops import claim_op, complete_op
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
