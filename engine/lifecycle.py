@@ -206,6 +206,17 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
     return expired
 
 
+def _status_of(state: QueueState, job_id: str) -> str:
+    """The status of job ``job_id`` in the document ("dead" for a dead
+    letter). Raises JobNotFound."""
+    job = state.jobs.get(job_id)
+    if job is not None:
+        return job.status
+    if job_id in state.dead:
+        return "dead"
+    raise JobNotFound(job_id)
+
+
 #: The error of a job an operator stopped (:func:`stop`): its dead letter's,
 #: and its last attempt's, which is recorded as failed (an attempt's end is
 #: one of "failed", "expired", "requeued": a new one would be a format change).
@@ -224,11 +235,7 @@ def stop(state: QueueState, op: Stop, now: datetime) -> list[str]:
     else:
         job_ids = list(op.job_ids)
         for job_id in job_ids:
-            job = state.jobs.get(job_id)
-            if job is None and job_id not in state.dead:
-                raise JobNotFound(job_id)
-            status = job.status if job is not None else "dead"
-            if status != "running":
+            if (status := _status_of(state, job_id)) != "running":
                 raise ValidationError(f"job {job_id!r} is {status}: only a running job can be stopped")
     for job_id in job_ids:
         job = state.jobs[job_id]
@@ -256,10 +263,7 @@ def requeue(state: QueueState, op: Requeue, now: datetime) -> list[str]:
     else:
         job_ids = list(op.job_ids)
         for job_id in job_ids:
-            job = state.jobs.get(job_id)
-            if job is None and job_id not in state.dead:
-                raise JobNotFound(job_id)
-            if job is not None and job.status == "pending":
+            if _status_of(state, job_id) == "pending":
                 raise ValidationError(f"job {job_id!r} is already pending")
     for i, job_id in enumerate(job_ids):
         # Paced: the i-th job that moves is due i / per_second from now (the first at once).
