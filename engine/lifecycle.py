@@ -28,7 +28,7 @@ from engine.model import (
 )
 from engine.optypes import Claim, Complete, Expire, Fail, Heartbeat, Push, QueueScope, Requeue, Stop
 from engine.policy import HISTORY_ATTEMPTS, HISTORY_ERROR_CHARS
-from engine.purging import still_expected
+from engine.purging import status_of, still_expected
 
 __all__ = ["claim", "complete", "expire", "fail", "heartbeat", "lease_problem", "push", "requeue"]
 
@@ -207,14 +207,12 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
 
 
 def _status_of(state: QueueState, job_id: str) -> str:
-    """The status of job ``job_id`` in the document ("dead" for a dead
-    letter). Raises JobNotFound."""
-    job = state.jobs.get(job_id)
-    if job is not None:
-        return job.status
-    if job_id in state.dead:
-        return "dead"
-    raise JobNotFound(job_id)
+    """:func:`~engine.purging.status_of`, raising JobNotFound for a job the
+    document does not hold."""
+    status = status_of(state, job_id)
+    if status is None:
+        raise JobNotFound(job_id)
+    return status
 
 
 #: The error of a job an operator stopped (:func:`stop`): its dead letter's,

@@ -21,7 +21,7 @@ from engine.model import DeadLetter, Job
 from engine.optypes import Excision, Purge, PurgeOutcome
 from engine.segments import DelayedRef, SegmentRef, newest_first
 
-__all__ = ["purge", "still_expected"]
+__all__ = ["purge", "status_of", "still_expected"]
 
 
 def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutcome:
@@ -173,11 +173,14 @@ def _purge_before(state: QueueState, queue: str, before_pos: int) -> tuple[list[
     return ids, in_segments, straddling
 
 
+def status_of(state: QueueState, job_id: str) -> str | None:
+    """The status of job ``job_id`` in the document ("dead" for a dead
+    letter), or None if it holds no such job."""
+    job = state.jobs.get(job_id)
+    return job.status if job is not None else ("dead" if job_id in state.dead else None)
+
+
 def still_expected(state: QueueState, job_ids: tuple[str, ...], expect: tuple[str, ...]) -> list[str]:
     """The ids whose job is in the document in its expected status (each
     id's status is ``expect`` at the same position)."""
-    def status(job_id: str) -> str | None:
-        job = state.jobs.get(job_id)
-        return job.status if job is not None else ("dead" if job_id in state.dead else None)
-
-    return [job_id for job_id, want in zip(job_ids, expect, strict=True) if status(job_id) == want]
+    return [job_id for job_id, want in zip(job_ids, expect, strict=True) if status_of(state, job_id) == want]
