@@ -50,6 +50,7 @@ from engine.ops import (
     push_op,
     rate_limit_op,
     requeue_op,
+    stop_op,
 )
 from engine.policy import Policy
 
@@ -120,7 +121,7 @@ def test_a_long_poll_claim_sends_its_wait_and_may_leave_the_lease_to_the_broker(
 
 
 @pytest.mark.parametrize(
-    "op", [requeue_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
+    "op", [requeue_op(["a"]), stop_op(["a"]), purge_op(queue="q", status="dead"), pause_op("q"), forget_op("q"),
            wire.operator_from_json({"kind": "pause", "queue": "q", "paused": False}, policy=POLICY),
            pause_schedule_op("nightly"), forget_schedule_op("nightly"), limit_op("q", 3),
            rate_limit_op("q", 10, 1)],
@@ -136,6 +137,8 @@ def test_operator_actions_have_no_request(op: Operation) -> None:
         requeue_op(["a", "b"]),
         requeue_op(["a", "b"], expect=["running", "dead"]),
         requeue_op(["a", "b"], expect=["dead", "dead"], per_second=2.5),
+        stop_op(["a", "b"]),
+        stop_op(["a", "b"], expect=["running", "running"]),
         purge_op(["a"]),
         purge_op(["a", "b"], expect=["pending", "dead"]),
         purge_op(queue="emails", status="dead"),
