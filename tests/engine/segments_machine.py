@@ -54,10 +54,21 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import engine.delayplans as delayplans_module
 import engine.laneplans as laneplans_module
-from engine import JobNotFound, JobSealed, MemoryStore, Policy, QueueError, QueueState, ValidationError, parse_document
+from engine import (
+    JobNotFound,
+    JobSealed,
+    MemoryStore,
+    Policy,
+    QueueError,
+    QueueState,
+    StoreUnavailable,
+    ValidationError,
+    parse_document,
+)
 from engine.delaysteps import read_delayed
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
+from engine.indexrepair import REPAIR_TRIES
 from engine.lanes import LaneKeeper
 from engine.lanetasks import (
     DelayedMergeTask,
@@ -118,11 +129,26 @@ def _counters() -> dict[str, Any]:
     return {"pushed": 0, "completed": 0, "failed": 0, "dead": 0, "purged": 0, "dead_dropped": 0, "paused": False}
 
 
+class IndexFaults(MemoryStore):
+    """A memory store whose next ``failing`` id index writes fail, as a
+    store answering 503 would (``index_writes_fail``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = 0
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if self.failing and key.startswith(index_prefix(KEY)):
+            self.failing -= 1
+            raise StoreUnavailable("injected: an id index write failed")
+        return super().put(key, data, **kwargs)
+
+
 class SegmentMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.state = QueueState(policy=POLICY)
-        self.store = MemoryStore()
+        self.store = IndexFaults()
         self.now = START
         self.keeper = LaneKeeper(self.store, key=KEY, policy=POLICY, execute=self.execute, submit=self.submit,
                                  epoch=EPOCH, clock=lambda: self.now, grace_seconds=0, collect_seconds=3600,
@@ -310,6 +336,8 @@ class SegmentMachine(RuleBasedStateMachine):
                            and job.not_before is not None and job.not_before <= due_by)
                 assert refs[0].first_due > due_by or here >= shares.head, (
                     f"queue {queue}'s delayed segment was not refilled ({here} of its jobs due here)")
+        if not self.in_keeper:  # once the keeper's own steps are done, as its threads do after a task
+            self.repair_indexes()
 
     @rule(auto=st.booleans())
     def keeper_follows_commits(self, auto: bool) -> None:
@@ -540,6 +568,26 @@ class SegmentMachine(RuleBasedStateMachine):
         self.counter(queue)["paused"] = paused
         self.after_step()
 
+    @rule(n=st.integers(1, 3))
+    def index_writes_fail(self, n: int) -> None:
+        """The store refuses the next ``n`` id index writes: each segment
+        they were for is owed its index (engine.indexrepair), and the
+        keeper writes it again from the segment's bytes, so that the
+        invariants still find every referenced segment indexed."""
+        self.store.failing = n
+        self.after_step()
+
+    def repair_indexes(self) -> None:
+        """What the keeper's threads do after each task: write the owed id
+        indexes again (with ``retry_seconds`` 0, each retry is due at once)."""
+        for _ in range(2 * REPAIR_TRIES):
+            with self.keeper._cond:
+                if not self.keeper.repairs.due_now():
+                    break
+            self.keeper._repair_due()
+        assert self.keeper.repairs.given_up == 0, "an id index was given up with the store failing 3 writes at most"
+        event(f"index repairs: {'some' if self.keeper.repairs.repaired else 'none'} so far")
+
     @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 5.0, 30.0]))
     def tick(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
@@ -748,6 +796,7 @@ class SegmentMachine(RuleBasedStateMachine):
         assert first.key and (not landed or refs[-1].key == first.key[0])  # written, even if refused
         task = self.keeper._seal_task(before, first.queue, Shares.of(POLICY, len(before.lanes)), prev=first)
         if task is None:
+            self.repair_indexes()  # the first seal ran as the keeper's own step: its threads go on to repairs
             return
         assert task.after_key() == first.key[0] and task.jobs[0][1] > first.jobs[-1][1], task
         assert task.can_follow(_last_of(self.state, first.queue)) == landed
@@ -878,7 +927,8 @@ class SegmentMachine(RuleBasedStateMachine):
         referenced.update((ref.key, ref.as_segment()) for refs in self.state.delays.values() for ref in refs)
         assert set(self.store.list(segment_prefix(KEY))) == set(referenced)
         # Every referenced segment has its id index (seals and merges write
-        # one; the machine's store never fails), and an index is only beside
+        # one; one whose write the store refused, index_writes_fail, is
+        # written again by the keeper's repairs), and an index is only beside
         # a referenced segment and names every job in it.
         indexed = {segment_of_index(KEY, key) for key in self.store.list(index_prefix(KEY))}
         assert set(referenced) <= indexed, f"segments without an index: {set(referenced) - indexed}"
