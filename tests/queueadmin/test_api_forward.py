@@ -124,17 +124,16 @@ def test_an_api_token_does_not_make_an_operator_request(broker: Broker, store: O
     assert stored(store) == before
 
 
-def test_an_action_on_a_standby_runs_on_the_leader_and_is_audited_here(
-    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    dead = kill(broker)
+def as_a_standby(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this node a standby (its broker answers NotLeader naming
+    http://leader.test:8000) whose forwarded operations reach the same broker
+    through the leader's operator endpoint (Django's test client)."""
     real_execute = broker.execute
 
     def standby(op: object) -> None:
         raise NotLeader("http://leader.test:8000")
 
     def leader(url: str, *, content: bytes, **kwargs: Any) -> httpx.Response:
-        # The leader's endpoint, reached through Django's test client.
         assert url == "http://leader.test:8000/api/v1/operator"
         monkeypatch.setattr(broker, "execute", real_execute)
         answer = post_operator(content.decode())
@@ -144,6 +143,13 @@ def test_an_action_on_a_standby_runs_on_the_leader_and_is_audited_here(
 
     monkeypatch.setattr(broker, "execute", standby)
     monkeypatch.setattr(forward.httpx, "post", leader)
+
+
+def test_an_action_on_a_standby_runs_on_the_leader_and_is_audited_here(
+    broker: Broker, operator: Client, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = kill(broker)
+    as_a_standby(broker, monkeypatch)
 
     response = act(operator, action="requeue", ids=dead, reason="from b", next="/")
 

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from django.test import Client
 
-from engine import STOPPED_ERROR, Broker, LeaseLost, NotLeader, ObjectStore
+from engine import STOPPED_ERROR, Broker, LeaseLost, ObjectStore
 from engine.ops import claim_op, complete_op
-from queueadmin.api import forward
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
 from tests.helpers import document, stored
 from tests.queueadmin.dashboard_fixtures import act, client_for, confirm, kill, make_user, preview, push
-from tests.queueadmin.test_api_forward import post_operator
+from tests.queueadmin.test_api_forward import as_a_standby
 
 
 @pytest.fixture
@@ -144,20 +142,7 @@ def test_a_stop_on_a_standby_runs_on_the_leader_and_is_audited_there_as_here(
     settings.SECRET_KEY = "test-cluster-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"  # never the dev key
     stopper = client_for(make_user("stopper", "view_dashboard", "stop_job"))  # signed in under that key
     [(job_id, _)] = running(broker)
-    real_execute = broker.execute
-
-    def standby(op: object) -> None:
-        raise NotLeader("http://leader.test:8000")
-
-    def leader(url: str, *, content: bytes, **kwargs: Any) -> httpx.Response:
-        assert url == "http://leader.test:8000/api/v1/operator"
-        monkeypatch.setattr(broker, "execute", real_execute)
-        answer = post_operator(content.decode())
-        monkeypatch.setattr(broker, "execute", standby)
-        return httpx.Response(answer.status_code, content=answer.content, request=httpx.Request("POST", url))
-
-    monkeypatch.setattr(broker, "execute", standby)
-    monkeypatch.setattr(forward.httpx, "post", leader)
+    as_a_standby(broker, monkeypatch)
     assert act(stopper, action="stop", ids=job_id, reason="from b").status_code == 302
     entry = AuditEntry.objects.get()
     assert entry.outcome == "ok" and "on the leader http://leader.test:8000" in entry.detail
