@@ -211,3 +211,29 @@ def test_the_benchmark_runs_the_apps_delayed_horizon_unless_told() -> None:
     assert APP_DELAYED_HORIZON_SECONDS == DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS
     assert parse_args(["--delayed", "3600"]).delayed_horizon == APP_DELAYED_HORIZON_SECONDS
     assert parse_args(["--delayed-horizon", "0"]).delayed_horizon == 0
+
+
+def test_the_recent_job_it_looks_up_is_in_the_most_recently_sealed_segment_of_any_queue() -> None:
+    # Two queues: the second queue's seals come after the first's, so a job
+    # of the first queue's newest segment is behind all of them in the
+    # newest-first order (run S read nearly every index for it in ten queues).
+    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
+    counted = CountingStore(MemoryStore())
+    broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
+                    heartbeat_seconds=60, takeover_seconds=600).start()
+    try:
+        wait_for(lambda: broker.role == "leader", what="the broker leading")
+        _seed(broker, ["q"], 1_000, policy)
+        _seed(broker, ["r"], 1_000, policy)
+        measured = _job_by_id(broker, counted, "q", repeat=1)
+    finally:
+        broker.stop(timeout=10)
+        segments.cache.clear()
+        segments.ranged.clear()
+
+    assert "error" not in measured, measured
+    # The first batch of indexes, newest first (8, the lookup's
+    # FIRST_CANDIDATE_BATCH), held the job's: then its entry in that index
+    # and the job. (The first queue's newest merged segment is in the second
+    # batch, which reads the other 6: 16 reads.)
+    assert measured["cold_recent_reads"] == 8 + 2, measured
