@@ -114,11 +114,43 @@ def push_ceiling(rows: Sequence[Row], latency_ms: float, clients: int = 64) -> t
     return ceiling, ceiling / limit
 
 
+def daphne_push_ceiling(rows: Sequence[Row], latency_ms: float, clients: int = 64) -> tuple[float, float] | None:
+    """The most single-job pushes a second ``clients`` closed-loop clients can
+    get from a broker served by this run's daphne, on a store that takes
+    ``latency_ms`` a write; with that, as a share of the trivial app. None
+    without a trivial-app row at ``clients`` with its CPU measured.
+
+    Writes to one document do not overlap, each takes at least ``L``, and a
+    push is answered only once its write landed (I1). A client that rides
+    two writes in a row has its answer sent and its next request read in
+    between, on daphne's one thread, at no less CPU than the trivial app's
+    request took at as many clients (``c``, measured: its ``broker CPU
+    ms/req``). Over ``W`` writes carrying ``N`` pushes, write ``i`` carries
+    ``n_i <= clients``, and at least ``n_i + n_(i-1) - clients`` of its
+    clients rode write ``i - 1`` too, so the run takes at least
+    ``W * L + c * (2N - clients * W)``. While ``L > clients * c`` that grows
+    with ``W``, and ``W >= N / clients``: at least ``N * (L / clients + c)``,
+    a ceiling of ``clients / (L + clients * c)`` pushes a second (every
+    client in every write). Otherwise the bound is the looser
+    :func:`push_ceiling`. With ``c`` at ``1 / limit`` (the trivial app's
+    thread busy), its share reaches 0.50 only while the trivial app answers
+    at most ``clients / L`` requests a second (1,280 at 50 ms)."""
+    trivial = next(iter(_find(rows, kind="limit", width=clients)), None)
+    limit = trivial.requests_per_s if trivial is not None else None
+    cpu_ms = trivial.cpu_ms_per_request if trivial is not None else None
+    if not limit or not cpu_ms or latency_ms <= 0:
+        return None
+    seconds, c = latency_ms / 1000, cpu_ms / 1000
+    ceiling = clients / (seconds + clients * c) if seconds > clients * c else clients / seconds
+    return ceiling, ceiling / limit
+
+
 def target_lines(rows: Sequence[Row], *, file_store: str, latency_store: str,
                  latency_ms: float | None = None) -> list[str]:
     """The targets side by side with this run's measurements. With
     ``latency_ms`` (the latency store's), a push target that no broker could
-    meet on that store in this run says so (:func:`push_ceiling`)."""
+    meet on that store in this run, or none served by this daphne, says so
+    (:func:`push_ceiling`, :func:`daphne_push_ceiling`)."""
     out = []
     pushes = _find(rows, kind="push", width=64)
     for r in pushes:
@@ -126,11 +158,19 @@ def target_lines(rows: Sequence[Row], *, file_store: str, latency_store: str,
         measured = "no trivial-app row at 64 clients" if ratio is None else f"{ratio:.2f}"
         line = (f"- push, 64 clients, {r.store}: >= 0.50 of the trivial app: {measured} — "
                 f"{_verdict(ratio is not None and ratio >= 0.5)}")
-        ceiling = push_ceiling(rows, latency_ms) if latency_ms is not None and r.store == latency_store else None
+        on_latency = latency_ms is not None and r.store == latency_store
+        ceiling = push_ceiling(rows, latency_ms) if on_latency and latency_ms is not None else None
+        served = daphne_push_ceiling(rows, latency_ms) if on_latency and latency_ms is not None else None
+        # Why daphne caps it (daphne_push_ceiling), for either note below.
+        daphne = (f"its one thread answers each push and reads the next between two writes, at no less CPU than "
+                  f"the trivial app's request, so 64 clients get at most {served[0]:,.0f} pushes/s, "
+                  f"{served[1]:.2f} of the trivial app") if served is not None else ""
         if ceiling is not None and ceiling[1] < 0.5:
             line += (f" (out of reach for any broker in this run: a push is answered only once its write has "
                      f"landed (I1), so 64 clients get at most 64 ÷ {latency_ms:g} ms = {ceiling[0]:,.0f} pushes/s, "
-                     f"{ceiling[1]:.2f} of the trivial app)")
+                     f"{ceiling[1]:.2f} of the trivial app" + (f"; on this daphne, {daphne})" if daphne else ")"))
+        elif served is not None and served[1] < 0.5:
+            line += f" (out of reach on this daphne in this run: {daphne})"
         out.append(line)
     if not pushes:
         out.append("- push, 64 clients: >= 0.50 of the trivial app: not run")

@@ -128,6 +128,35 @@ def test_a_push_target_no_broker_could_meet_on_the_latency_store_says_so() -> No
     assert latency.endswith("0.23 — MISS")
 
 
+def test_a_push_target_out_of_reach_on_this_daphne_says_so_from_the_trivial_apps_cpu_per_request() -> None:
+    """Between two 50 ms writes, daphne's one thread answers the 64 pushes
+    and reads the next 64, each at no less CPU than the trivial app's
+    request: at 0.57 ms that is 36.5 ms a cycle, at most 64 / 86.5 ms = 740
+    pushes a second, 0.42 of a trivial app of 1,753 (the looser bound,
+    1,280, is 0.73 and says nothing). At 1 ms a request (64 ms > 50 ms) the
+    bound is the looser one, and within reach."""
+    def push_lines(limit_rps: float, cpu_ms: float | None) -> list[str]:
+        rows = [Row(store="—", kind="limit", width=64, requests=int(limit_rps), seconds=1.0,
+                    broker_cpu=None if cpu_ms is None else int(limit_rps) * cpu_ms / 1000),
+                Row(store="memory+50ms", kind="push", width=64, requests=715, jobs=715, seconds=1.0,
+                    limit_ratio=715 / limit_rps)]
+        return [line for line in target_lines(rows, file_store="file://", latency_store="memory+50ms",
+                                              latency_ms=50) if line.startswith("- push")]
+
+    (line,) = push_lines(1753, 0.57)
+    assert line.startswith("- push, 64 clients, memory+50ms: >= 0.50 of the trivial app: 0.41 — MISS "
+                           "(out of reach on this daphne in this run: its one thread answers each push")
+    assert line.endswith("at most 740 pushes/s, 0.42 of the trivial app)")
+    assert "64 ÷ 50 ms" not in line
+    (line,) = push_lines(3000, 0.33)  # both bounds: 0.43, and 64 / 71.1 ms = 900, 0.30
+    assert "1,280 pushes/s, 0.43 of the trivial app; on this daphne, its one thread" in line
+    assert line.endswith("at most 900 pushes/s, 0.30 of the trivial app)")
+    (line,) = push_lines(1000, 1.0)
+    assert line.endswith("0.71 — PASS")
+    (line,) = push_lines(1753, None)  # no CPU measured: the looser bound only, within reach
+    assert line.endswith("0.41 — MISS")
+
+
 def test_no_lease_watch_reaches_the_drain_workers_options_and_the_header() -> None:
     from bench.drainer import worker_options
     from bench.netargs import parse_args
