@@ -75,7 +75,10 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   ``claimed_at``) are never more than the window counted. An operator sets
   and removes the chaos queue's rate (chaos.pauser).
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
-  the cluster healed, a node led before each idle measurement.
+  the cluster healed, a node led before each idle measurement, and the final
+  document's dead letters are all of them (no queue counts ``dead_dropped``:
+  a letter the dead-letter bound dropped would read as a lost push or an
+  unkept stop).
 """
 
 from __future__ import annotations
@@ -184,7 +187,22 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_rates(history, verdict)
     verdict.failures["document"] = [text for _, text in history.events if text.startswith(("I6:", "I10:"))]
     verdict.failures["harness"] = [text for _, text in history.events if text.startswith("harness:")]
+    verdict.failures["harness"] += _dropped_dead_letters(history.final_document or {})
     return verdict
+
+
+def _dropped_dead_letters(final: dict[str, Any]) -> list[str]:
+    """A failure if the dead-letter bound dropped letters (``dead_dropped``
+    in a queue's counters): ``lost_pushes`` and ``stops`` read the final
+    dead letters, and cannot tell a dropped one from a lost job."""
+    queues = final.get("queues")
+    dropped = {name: counters.get("dead_dropped") for name, counters in queues.items()
+               if isinstance(counters, dict) and counters.get("dead_dropped")} if isinstance(queues, dict) else {}
+    if not dropped:
+        return []
+    listed = ", ".join(f"{count} in {name}" for name, count in sorted(dropped.items()))
+    return [f"the dead-letter bound dropped dead letters ({listed}): the lost_pushes and stops checks read the "
+            "final dead letters and cannot tell a dropped one from a lost job; raise the bound or run shorter"]
 
 
 def _count(items: Any) -> dict[str, int]:

@@ -380,6 +380,18 @@ def test_a_harness_failure_fails_the_run() -> None:
     assert check(r.final(jobs=["j2", "j3"])).failures["harness"]
 
 
+def test_dead_letters_dropped_by_the_bound_fail_the_run_as_the_harness_not_as_lost_pushes_alone() -> None:
+    r = clean()
+    history = r.final(jobs=["j2", "j3"])
+    assert history.final_document is not None
+    history.final_document["queues"] = {"chaos": {"dead": 3, "dead_dropped": 0}}
+    assert check(history).failures["harness"] == []
+
+    history.final_document["queues"] = {"chaos": {"dead": 1003, "dead_dropped": 3}, "other": {"dead_dropped": 0}}
+    (failure,) = check(history).failures["harness"]
+    assert "dropped dead letters (3 in chaos)" in failure and "cannot tell a dropped one from a lost job" in failure
+
+
 def test_a_dumped_history_checks_the_same_when_loaded(tmp_path: Path) -> None:
     r = clean()
     r.history.faults.append(Fault(kind="kill", node=NODE_A, start=1, end=2, recovered_at=3))
