@@ -183,7 +183,7 @@ class AckReporter:
                 w._claimed([], sent)
             with w._cond:
                 self._sending = False
-                w._cond.notify_all()
+                w._wake_claimer()  # it claims when no request will carry its claim
 
     def _settle(self, ack: Ack, outcome: Any) -> None:
         w = self.worker

@@ -305,3 +305,50 @@ def test_a_stopping_worker_carries_no_claim(client: Spy) -> None:
     assert (worker.stats.claimed, worker.stats.completed) == (2, 2)
     assert client.carried == [] and client.own_claims == 1
     assert [j["status"] for j in client.document()["jobs"]] == ["pending", "pending"]
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts how often a waiting thread woke (notified or timed out)."""
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(lock)
+        self.woken = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woke = super().wait(timeout)
+        self.woken += 1
+        return woke
+
+
+def counted(worker: Worker) -> tuple[CountingCondition, CountingCondition]:
+    """Give ``worker``'s claimer and run() counting conditions on its lock."""
+    lock = worker._cond._lock  # type: ignore[attr-defined]  # the conditions share the worker's lock
+    worker._claims, worker._ends = CountingCondition(lock), CountingCondition(lock)
+    return worker._claims, worker._ends
+
+
+def test_a_one_slot_worker_does_not_wake_its_claimer_for_every_job(client: Spy) -> None:
+    """Each acknowledgement carries the next claim, so while jobs keep coming
+    the claimer has nothing to do and is not woken for each job. (One
+    condition woke every waiting thread on every change: about two claimer
+    wake-ups a job.)"""
+    client.push("q", list(range(200)))
+    worker = Worker(client, queues=["q"], handler=lambda _: None, options=options(burst=True, concurrency=1))
+    claims, _ = counted(worker)
+    stats = worker.run()
+    assert (stats.completed, stats.lost) == (200, 0)
+    assert len(client.carried) >= 190  # the acknowledgements carried the claims
+    assert claims.woken < 20, claims.woken  # at the start and the end, and a 0.5 s wait step or two
+
+
+def test_run_is_woken_by_the_last_job_of_a_stopping_worker_not_by_every_job(client: Spy) -> None:
+    """A worker reporting each job itself has no job running between two:
+    run() waits for that only once the claimer ended or a stop, and is not
+    woken every time."""
+    client.push("q", list(range(200)))
+    worker = Worker(client, queues=["q"], handler=lambda _: None,
+                    options=options(burst=True, concurrency=1, batch=False))
+    _, ends = counted(worker)
+    stats = worker.run()
+    assert (stats.completed, stats.lost) == (200, 0)
+    assert ends.woken < 20, ends.woken
