@@ -9,6 +9,7 @@ that one purge emptied the seeded queue.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -111,22 +112,31 @@ def test_the_table_and_targets_report_the_jobs_page() -> None:
     assert "FAIL" in target_lines([_row(1_000_000, 250.0)], 0.05)[-1]
 
 
-@pytest.fixture
-def seeded() -> Iterator[tuple[Broker, CountingStore]]:
-    """A leader on a counted memory store (1 ms a call), 2,000 jobs seeded
-    into segments of 20 merged up to 160: some with an id index."""
+@contextlib.contextmanager
+def seeded_leader(*seeds: tuple[str, int]) -> Iterator[tuple[Broker, CountingStore]]:
+    """A leader on a counted memory store (1 ms a call), each ``(queue,
+    jobs)`` of ``seeds`` seeded in turn into segments of 20 merged up to
+    160: some with an id index."""
     policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
     counted = CountingStore(MemoryStore())
     broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
                     heartbeat_seconds=60, takeover_seconds=600).start()
     try:
         wait_for(lambda: broker.role == "leader", what="the broker leading")
-        _seed(broker, ["q"], 2_000, policy)
+        for queue, jobs in seeds:
+            _seed(broker, [queue], jobs, policy)
         yield broker, counted
     finally:
         broker.stop(timeout=10)
         segments.cache.clear()
         segments.ranged.clear()
+
+
+@pytest.fixture
+def seeded() -> Iterator[tuple[Broker, CountingStore]]:
+    """2,000 jobs of queue q (see :func:`seeded_leader`)."""
+    with seeded_leader(("q", 2_000)) as leader:
+        yield leader
 
 
 def test_the_lookup_by_id_it_times_finds_a_job_deep_in_the_backlog_through_the_indexes(
@@ -217,19 +227,8 @@ def test_the_recent_job_it_looks_up_is_in_the_most_recently_sealed_segment_of_an
     # Two queues: the second queue's seals come after the first's, so a job
     # of the first queue's newest segment is behind all of them in the
     # newest-first order (run S read nearly every index for it in ten queues).
-    policy = Policy(segment_jobs=20, head_jobs=20, refill_below=10, merge_jobs=160)
-    counted = CountingStore(MemoryStore())
-    broker = Broker(LatencyStore(counted, latency=0.001, bandwidth=None), url="http://leader", policy=policy,
-                    heartbeat_seconds=60, takeover_seconds=600).start()
-    try:
-        wait_for(lambda: broker.role == "leader", what="the broker leading")
-        _seed(broker, ["q"], 1_000, policy)
-        _seed(broker, ["r"], 1_000, policy)
+    with seeded_leader(("q", 1_000), ("r", 1_000)) as (broker, counted):
         measured = _job_by_id(broker, counted, "q", repeat=1)
-    finally:
-        broker.stop(timeout=10)
-        segments.cache.clear()
-        segments.ranged.clear()
 
     assert "error" not in measured, measured
     # The first batch of indexes, newest first (8, the lookup's
