@@ -201,7 +201,7 @@ def test_racing_processes_lose_no_acknowledged_write(tmp_path: Path, root: Path)
 
 INCREMENT_SCRIPT = r"""
 import os, sys, time
-from engine.errors import PreconditionFailed
+from engine.errors import PreconditionFailed, StoreUnavailable
 from engine.stores import FileStore
 
 root, barrier, me, workers, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -210,16 +210,21 @@ open(os.path.join(barrier, me), "w").close()
 deadline = time.monotonic() + 20
 while len(os.listdir(barrier)) < workers and time.monotonic() < deadline:
     time.sleep(0.001)
-done = conflicts = 0
+done = conflicts = unsure = 0
 while done < n:
     blob = store.get("counter")
     try:
         store.put("counter", str(int(blob.data) + 1).encode(), if_match=blob.etag)
     except PreconditionFailed:
         conflicts += 1
+    except StoreUnavailable:
+        # Descheduled after its link while others wrote keep_versions
+        # versions on top: it may have landed (the store's documented
+        # "unsure"; the committer settles it by its seq). Re-read, go on.
+        unsure += 1
     else:
         done += 1
-print(done, conflicts)
+print(done, conflicts, unsure)
 """
 
 
@@ -239,16 +244,17 @@ def test_file_store_conditional_increments_across_processes(tmp_path: Path) -> N
         )
         for i in range(workers)
     ]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
+    finished = [proc.communicate(timeout=60) for proc in procs]  # all of them, so no pipe is left open
+    for proc, (_, err) in zip(procs, finished, strict=True):
         assert proc.returncode == 0, err
-        results.append(tuple(int(x) for x in out.split()))
+    results = [tuple(int(x) for x in out.split()) for out, _ in finished]
 
     blob = FileStore(root).get("counter")
     assert blob is not None
-    succeeded = sum(done for done, _ in results)
+    succeeded = sum(done for done, _, _ in results)
     assert succeeded == workers * increments
-    assert int(blob.data) == succeeded
+    # No update lost, none counted twice: each increment acknowledged is in the
+    # counter, and beyond them only writes whose outcome was unsure (usually none).
+    assert succeeded <= int(blob.data) <= succeeded + sum(unsure for _, _, unsure in results)
     # The workers really raced: otherwise this test could not catch a lost update.
-    assert sum(conflicts for _, conflicts in results) > 0
+    assert sum(conflicts for _, conflicts, _ in results) > 0
