@@ -101,13 +101,19 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def _trivial(rows: Sequence[Row], clients: int) -> Row | None:
+    """This run's trivial-app row at ``clients`` clients, if it has one."""
+    return next(iter(_find(rows, kind="limit", width=clients)), None)
+
+
 def push_ceiling(rows: Sequence[Row], latency_ms: float, clients: int = 64) -> tuple[float, float] | None:
     """The most single-job pushes a second ``clients`` closed-loop clients can
     get from a store that takes ``latency_ms`` a write, whatever the broker:
     each push is answered only once a write holding it has landed (I1), so a
     client sends at most one push per write. With that, as a share of this
     run's trivial app at as many clients; None without a trivial-app row."""
-    limit = next((r.requests_per_s for r in _find(rows, kind="limit", width=clients)), None)
+    trivial = _trivial(rows, clients)
+    limit = trivial.requests_per_s if trivial is not None else None
     if not limit or latency_ms <= 0:
         return None
     ceiling = clients / (latency_ms / 1000)
@@ -135,7 +141,7 @@ def daphne_push_ceiling(rows: Sequence[Row], latency_ms: float, clients: int = 6
     :func:`push_ceiling`. With ``c`` at ``1 / limit`` (the trivial app's
     thread busy), its share reaches 0.50 only while the trivial app answers
     at most ``clients / L`` requests a second (1,280 at 50 ms)."""
-    trivial = next(iter(_find(rows, kind="limit", width=clients)), None)
+    trivial = _trivial(rows, clients)
     limit = trivial.requests_per_s if trivial is not None else None
     cpu_ms = trivial.cpu_ms_per_request if trivial is not None else None
     if not limit or not cpu_ms or latency_ms <= 0:

@@ -508,13 +508,14 @@ class Worker(WorkerHeartbeats):
                     if ack is not None and not self._exit.is_set():
                         # Handed to the reporter, which releases it once its ack is
                         # settled. In the same hold as the slot it frees, so that the
-                        # reporter, which sends once no handler is busy, wakes once.
+                        # reporter (put wakes it; it sends once no handler is busy)
+                        # wakes once.
                         assert self._reporter is not None
                         self._reporter.put(record, *ack)
+                        self._wake_claimer()  # a slot is free
                     else:  # reported, or past the grace period (abandoned: nothing is sent)
-                        self._job_ended(record)
-                    self._cond.notify_all()  # the reporter sends once no handler is busy
-                    self._wake_claimer()  # a slot is free
+                        self._job_ended(record)  # wakes the claimer if it may claim
+                        self._cond.notify_all()  # the reporter sends once no handler is busy
 
     def _handle(self, record: _Running) -> tuple[Complete | Fail, float] | None:
         """Run the handler on ``record``'s job and report the outcome: itself
