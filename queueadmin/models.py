@@ -126,6 +126,12 @@ class ActionSpec:
         """Whether a job in ``status`` is one it acts on (see ``acts_on``)."""
         return not self.acts_on or status in self.acts_on
 
+    def takes(self, status: str) -> bool:
+        """Whether a job in ``status`` stays in a selection or a filter's
+        matches: neither left out (``leaves_out``) nor of a status it does
+        not act on (``acts_on``)."""
+        return status != self.leaves_out and self.acts_on_status(status)
+
     @property
     def acts_on_text(self) -> str:
         """The statuses it acts on, for a note: "running", "running or dead"."""

@@ -725,8 +725,7 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
         matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
                                       redact=redaction.redactor(hidden=p.redacted))
-        now = tuple(j["id"] for j in matches
-                    if j["status"] != p.spec.leaves_out and p.spec.acts_on_status(j["status"]))
+        now = tuple(j["id"] for j in matches if p.spec.takes(j["status"]))
     elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()

@@ -21,6 +21,7 @@ from engine import EngineError
 from queueadmin.dashboard import segments
 from queueadmin.dashboard.redaction import Redactor
 from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
+from queueadmin.models import AuditEntry
 from queueadmin.tasks import TaskView, describe
 
 PAGE_SIZE = 50
@@ -87,14 +88,23 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
     queue, status = filters.get("queue") or None, filters.get("status") or None
     exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
-    if exact:  # an exact id is the whole filter; found as a job page finds it, segments included
+    if exact:  # found as a job page finds it, segments included; then held to the other filters
         found, segment_error, key = find_job(snapshot, exact) if segments_too else (snapshot.job(exact), None, None)
         if segment_error is not None:
             notice = f"Looking for job {exact!r} in the segment objects failed: {segment_error}"
         elif not found:
             where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
             notice = f"No job with id {exact!r} is in {where} (completed and purged jobs leave it)."
-        return ([dict(found[0], status=found[1], **({"segment": key} if key else {}))] if found else []), notice
+        if not found:
+            return [], notice
+        hit = dict(found[0], status=found[1], **({"segment": key} if key else {}))
+        # "All N matching" acts on what the list shows: a job of another queue
+        # or status must not be listed (nor purged) under this filter.
+        kept = _narrowed([hit], filters, redact)
+        if not kept:
+            notice = (f"Job {exact!r} is {hit['status']} in queue {hit['queue']!r}: it does not match the other "
+                      "filters.")
+        return kept, notice
     if status is None:
         candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
             queue=queue, status="dead"))]
@@ -102,12 +112,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
         candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
     else:
         candidates = snapshot.select(queue=queue, status=status)
-    worker, signature = filters.get("worker") or "", filters.get("error") or ""
-    if worker:
-        candidates = [j for j in candidates if job_worker(j) == worker]
-    if signature:
-        candidates = [j for j in candidates if (error := job_error(j)) is not None
-                      and error_signature(error) == signature]
+    candidates = _narrowed(candidates, {**filters, "queue": "", "status": "", "q": ""}, redact)
     if needle:
         if len(candidates) > SEARCH_LIMIT:
             notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
@@ -120,6 +125,19 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
             candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))
             notice = " ".join(n for n in (notice, segment_notice) if n) or None
     return candidates, notice
+
+
+def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redactor) -> list[Doc]:
+    """The ``candidates`` (each with its ``status``) that every filter of
+    ``filters`` but the id keeps: queue, status, worker, error signature and
+    payload substring (as ``redact`` shows it), each only when set."""
+    queue, status = filters.get("queue") or "", filters.get("status") or ""
+    worker, signature, needle = filters.get("worker") or "", filters.get("error") or "", filters.get("q") or ""
+    return [j for j in candidates
+            if (not queue or j["queue"] == queue) and (not status or j["status"] == status)
+            and (not worker or job_worker(j) == worker)
+            and (not signature or ((error := job_error(j)) is not None and error_signature(error) == signature))
+            and (not needle or needle in payload_text(j, redact))]
 
 
 def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:
@@ -151,8 +169,10 @@ def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget:
         read += len(jobs)
         found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j, redact)]
     if read < total:
+        further = ("narrow by queue to search further into one" if queue is None else
+                   "the rest is not searched: a job further in is found by its id")
         return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects, the oldest first "
-                       f"(at most {SEARCH_LIMIT:,} jobs in all); narrow by queue to search further into one.")
+                       f"(at most {SEARCH_LIMIT:,} jobs in all); {further}.")
     return found, f"Searched the {total:,} pending jobs in segment objects too."
 
 
@@ -210,10 +230,16 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
     if sort not in SORTS:
         sort = ""
     segment_error = None
-    lane = segmented_queue(snapshot, filters) if not sort else None
+    lane = segmented_queue(snapshot, filters)
     if lane is not None:
+        # The list pages into the segments in FIFO order; sorting it would mean
+        # reading every segment, and a list of the document's jobs alone would
+        # show far fewer jobs than its "all N matching" purges.
         blocks = pending_blocks(snapshot, lane)
-        total, notice, matches = sum(b.count for b in blocks), None, list[Doc]()
+        total, matches = sum(b.count for b in blocks), list[Doc]()
+        notice = (f"Queue {lane}'s backlog sits in segment objects: its pending jobs are listed in queue order "
+                  "(the order workers claim them), not sorted.") if sort else None
+        sort = ""
     else:
         matches, notice = matching(snapshot, filters, redact=redact)
         matches = sort_jobs(matches, sort)
@@ -258,7 +284,32 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
         "notice": notice,
         "segment_error": segment_error,
         "in_segments": snapshot.in_segments(lane) if lane is not None else 0,
+        # Sorting pages into segments is not offered (see above): the headers are plain.
+        "sortable": lane is None,
+        **bulk_counts(matches, lane_total=total if lane is not None else None),
     }
+
+
+#: The actions "all N matching this filter" offers, by the name of their spec.
+BULK_ACTIONS = ("requeue", "stop", "purge")
+
+
+def bulk_counts(matches: list[Doc], *, lane_total: int | None) -> dict[str, Any]:
+    """How many jobs each "all N matching" action would act on, as its dry
+    run (``actions._plan_filter``) plans it, so that a button never names a
+    number its dry run does not act on: ``bulk`` maps each of
+    :data:`BULK_ACTIONS` to its count, and ``bulk_in_segments`` counts the
+    matches in segment objects every one of them leaves out (a payload
+    search's hits there: selected on the list instead). ``lane_total``: the
+    list is one queue's pending jobs in format 2 (:func:`segmented_queue`),
+    which a purge takes whole, segments included, and nothing else takes."""
+    specs = {name: AuditEntry.Action(name).spec for name in BULK_ACTIONS}
+    if lane_total is not None:  # every job listed is pending
+        return {"bulk": {name: lane_total if spec.takes("pending") else 0 for name, spec in specs.items()},
+                "bulk_in_segments": 0}
+    here = [j["status"] for j in matches if not j.get("segment")]
+    return {"bulk": {name: sum(1 for status in here if spec.takes(status)) for name, spec in specs.items()},
+            "bulk_in_segments": len(matches) - len(here)}
 
 
 def _row(snapshot: Snapshot, item: Doc, redact: Redactor) -> dict[str, Any]:

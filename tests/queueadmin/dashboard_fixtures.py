@@ -8,7 +8,9 @@ checked byte for byte.
 
 from __future__ import annotations
 
+import html
 import io
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -185,3 +187,17 @@ def clock_ahead(monkeypatch: pytest.MonkeyPatch, ahead: timedelta) -> None:
     monkeypatch.setattr(source_module, "datetime", Later)
     monkeypatch.setattr(runtime, "datetime", Later)
     source_module.source.reset()
+
+
+def forms_with(page: str, text: str) -> list[dict[str, str]]:
+    """The hidden fields of each action form on ``page`` whose button says ``text``."""
+    found = []
+    for form in re.findall(r"<form .*?</form>", page, re.S):
+        if text in html.unescape(form):
+            found.append(
+                {
+                    html.unescape(k): html.unescape(v)
+                    for k, v in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form)
+                }
+            )
+    return found

@@ -25,7 +25,7 @@ from queueadmin.dashboard.snapshot import error_signature
 from queueadmin.models import AuditEntry
 from tests.helpers import document, stored
 from tests.queueadmin.api_client import Client as ApiClient
-from tests.queueadmin.dashboard_fixtures import act, confirm, kill, preview, push
+from tests.queueadmin.dashboard_fixtures import act, confirm, forms_with, kill, preview, push
 
 
 def statuses(store: ObjectStore) -> dict[str, str]:
@@ -37,20 +37,6 @@ def statuses(store: ObjectStore) -> dict[str, str]:
 
 def shown_ids(response: Any) -> list[str]:
     return re.findall(r'<tr data-job-id="([^"]+)"', response.content.decode())
-
-
-def forms_with(page: str, text: str) -> list[dict[str, str]]:
-    """The hidden fields of each action form on ``page`` whose button says ``text``."""
-    found = []
-    for form in re.findall(r"<form .*?</form>", page, re.S):
-        if text in html.unescape(form):
-            found.append(
-                {
-                    html.unescape(k): html.unescape(v)
-                    for k, v in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form)
-                }
-            )
-    return found
 
 
 _queues = 0

@@ -9,6 +9,7 @@ pages are read as a user reads them.
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
 from tests.helpers import stored, wait_for
 from tests.queueadmin.api_client import Client as ApiClient
-from tests.queueadmin.dashboard_fixtures import confirm, preview, push
+from tests.queueadmin.dashboard_fixtures import confirm, forms_with, preview, push
 from tests.queueadmin.node_fixtures import AUTH, TOKEN
 
 if TYPE_CHECKING:
@@ -301,6 +302,10 @@ def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_boun
     bounded = viewer.get("/jobs/", {"q": "75"})
     assert bounded.context["rows"] == []  # 75 is further in than 30 jobs into the segments
     assert bounded.context["notice"].startswith(f"Searched 30 of the {held} pending jobs in segment objects")
+    assert bounded.context["notice"].endswith("narrow by queue to search further into one.")
+    # Narrowed to the queue already, it does not send the operator there again.
+    narrowed = viewer.get("/jobs/", {"q": "75", "queue": "q", "status": "pending"})
+    assert narrowed.context["notice"].endswith("the rest is not searched: a job further in is found by its id.")
     # The document's jobs (the front, 0-19, and the tail) and the first 30 in segments (20-49).
     tail = [j["payload"] for j in document(broker.store)["jobs"] if j["payload"] >= 20]
     assert listed(viewer, q="3") == [n for n in [*range(50), *tail] if "3" in str(n)]
@@ -328,6 +333,64 @@ def test_purging_all_jobs_a_payload_search_matches_leaves_those_in_segments_to_b
     entry = AuditEntry.objects.get(action="purge")
     assert entry.count == len(doc_hits)
     assert "arrived after the dry run" not in entry.detail  # the hits left out were there all along
+
+
+def test_each_all_matching_button_names_what_its_dry_run_acts_on(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """A payload search lists hits inside segment objects, which "all N
+    matching" leaves out: the purge button counts only the others, says
+    how many it leaves, and agrees with its dry run. Requeue, which leaves
+    pending jobs out, is not offered for a list of pending jobs."""
+    backlog(broker, n=100)
+    doc_hits = [j["payload"] for j in document(broker.store)["jobs"] if "7" in str(j["payload"])]
+    page = operator.get("/jobs/", {"q": "7"})
+    assert page.context["total"] == 19 and 0 < len(doc_hits) < 19
+    text = html.unescape(page.content.decode())
+    [fields] = forms_with(page.content.decode(), f"Purge all {len(doc_hits)} matching")
+    assert f"{19 - len(doc_hits)} matching jobs wait in segment objects and are not included" in text
+    assert "Requeue all" not in text
+    assert operator.post("/actions/", fields).context["plan"].count == len(doc_hits)
+
+    # Every hit of this one sits in a segment (75): no button, since no action would take any of them.
+    only_sealed = operator.get("/jobs/", {"q": "75"})
+    assert only_sealed.context["total"] == 1 and only_sealed.context["bulk"]["purge"] == 0
+    assert "matching</button>" not in only_sealed.content.decode()
+    assert "1 matching job waits in segment objects and is not included" in only_sealed.content.decode()
+
+
+def test_a_sorted_list_of_a_queues_pending_jobs_still_lists_its_segments_in_queue_order(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """Sorting would have listed the document's jobs only, under a button
+    purging every pending job of the queue: the list stays whole, in FIFO
+    order, and says it is not sorted; the headers offer no sort."""
+    backlog(broker, n=100)
+    for sort in ("age", "-attempts"):
+        page = operator.get("/jobs/", {"queue": "q", "status": "pending", "sort": sort})
+        assert page.context["total"] == 100 and page.context["sort"] == ""
+        assert "listed in queue order (the order workers claim them), not sorted" in page.context["notice"]
+        assert [r["job"]["payload"] for r in page.context["rows"]] == list(range(50))
+        assert 'data-sort="age"' not in page.content.decode()
+        [fields] = forms_with(page.content.decode(), "Purge all 100 matching")
+        assert operator.post("/actions/", fields).context["plan"].count == 100
+    # Any other list still sorts.
+    assert 'data-sort="age"' in operator.get("/jobs/", {"queue": "q", "sort": "age"}).content.decode()
+
+
+def test_an_exact_id_is_held_to_the_other_filters(small_segments: None, broker: Broker, operator: Client) -> None:
+    """``id=`` with a queue (or status) it is not in lists nothing, and
+    says where the job is, so that "all N matching" never reaches a job of
+    another queue; a job in a segment is held to them too."""
+    [front] = push(broker, "a", ["x"])
+    sealed = backlog(broker, "q", n=100)[40]
+    for job_id, queue, status in ((front, "a", "pending"), (sealed, "q", "pending")):
+        assert len(operator.get("/jobs/", {"id": job_id, "queue": queue}).context["rows"]) == 1
+        other = operator.get("/jobs/", {"id": job_id, "queue": "b"})
+        assert other.context["rows"] == [] and other.context["total"] == 0
+        assert other.context["notice"] == (f"Job {job_id!r} is {status} in queue {queue!r}: it does not match the "
+                                           "other filters.")
+        assert operator.get("/jobs/", {"id": job_id, "status": "dead"}).context["rows"] == []
+        assert preview(operator, action="purge", filter=f"id={job_id}&queue=b").context["plan"].count == 0
+    assert not AuditEntry.objects.exists()  # a dry run only
 
 
 def test_the_api_shows_a_pending_job_in_a_segment_by_id(
