@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from django.db import DatabaseError
+from django.db.models import Count, F
 from django.template.defaultfilters import filesizeformat
 from django.utils.translation import ngettext
 
@@ -27,6 +28,7 @@ from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
+from queueadmin.models import AuditEntry
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
 
 # No sign of any worker for this long while jobs wait: warn.
@@ -375,6 +377,29 @@ def clone_source(job_id: str, *, hidden: bool, sees: Callable[[str], bool] | Non
                                                       "finished within the retention")
 
 
+#: At most this many purges are named on an unknown job's page (see segment_purges).
+SEGMENT_PURGES_SHOWN = 5
+
+
+def segment_purges(since: datetime, *, sees: Callable[[str], bool] | None = None) -> list[AuditEntry]:
+    """The latest purges since ``since`` (at most :data:`SEGMENT_PURGES_SHOWN`,
+    newest first, of queues ``sees`` accepts) that removed jobs whose ids
+    were not recorded: those that sat in segment objects when a queue's
+    pending jobs were purged went with their objects' references (one
+    commit however many), so neither the audit entry nor the finished-job
+    records list them one by one. Each entry's ``unlisted`` is how many."""
+    entries = (AuditEntry.objects.filter(action="purge", outcome="ok", created_at__gte=since)
+               .annotate(listed=Count("jobs")).filter(count__gt=F("listed")).order_by("-created_at"))
+    found: list[AuditEntry] = []
+    for entry in entries.iterator():
+        if sees is None or sees(entry.queue):
+            entry.unlisted = entry.count - entry.listed  # type: ignore[attr-defined]
+            found.append(entry)
+            if len(found) == SEGMENT_PURGES_SHOWN:
+                break
+    return found
+
+
 def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool,
                  sees: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """What the page of a job that is not in the document shows: its
@@ -391,6 +416,10 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
         context["finished_error"] = f"{type(exc).__name__}: {exc}"
         return context
     if row is None or (sees is not None and not sees(row.queue)):
+        try:
+            context["segment_purges"] = segment_purges(now - timedelta(seconds=retention), sees=sees)
+        except DatabaseError:  # only a hint: the page says what it knows without it
+            context["segment_purges"] = []
         return context
     # The purge's audit entry is written just after its commit: the latest ok one is it.
     purge = next((a for a in reversed(actions) if a.action == "purge" and a.outcome == "ok"), None)

@@ -693,6 +693,30 @@ def test_a_purge_of_a_queues_pending_jobs_counts_and_removes_those_in_segments(
     assert viewer_count(operator, "q") == 0
 
 
+def test_the_page_of_a_job_purged_with_its_segment_names_the_purge(
+        small_segments: None, broker: Broker, operator: Client) -> None:
+    """A queue's purge drops its segments' references without recording
+    each job in them (one commit however many): the page of such a job,
+    which finds no record, names the purge that took it, who and why."""
+    ids = backlog(broker, n=100)
+    in_document = {j["id"] for j in document(broker.store)["jobs"]}
+    sealed = next(job_id for job_id in ids if job_id not in in_document)
+    assert "segment-purges" not in operator.get(f"/jobs/{sealed}/").content.decode()  # still pending
+    plan = preview(operator, action="purge", queue="q", status="pending").context["plan"]
+    assert confirm(operator, plan.token, reason="junk backlog", confirm_text="purge 100").status_code == 302
+    source.reset()
+
+    page = operator.get(f"/jobs/{sealed}/").content.decode()
+    assert 'data-testid="job-unknown"' in page and 'data-testid="segment-purges"' in page
+    unlisted = 100 - len(in_document)
+    text = html.unescape(page)
+    assert f"{unlisted} of 100 jobs not listed, purged by operator" in text and "(junk backlog)" in text
+    assert "/audit/?action=purge&queue=q" in text
+    # A purge that listed every job it removed is not named: its jobs have pages of their own.
+    AuditEntry.objects.filter(action="purge").update(count=len(in_document))
+    assert "segment-purges" not in operator.get(f"/jobs/{sealed}/").content.decode()
+
+
 def viewer_count(client: Client, queue: str) -> int:
     row = next(r for r in client.get("/").context["rows"] if r["q"].name == queue)
     return int(row["q"].pending)
