@@ -29,6 +29,7 @@ from tests.queueadmin.dashboard_fixtures import (
     client_for,
     clock_ahead,
     confirm,
+    forms_with,
     kill,
     make_user,
     preview,
@@ -311,6 +312,28 @@ def test_the_queue_page_says_who_paused_it_and_why_when_the_audit_log_knows(
     push(broker, "other", [1])
     assert act(operator, action="pause", queue="other", reason="x").status_code == 302
     assert queue_page(viewer).context["paused_by"] is None
+
+
+def test_the_queue_page_pauses_and_resumes_it_and_counts_what_was_purged(
+        broker: Broker, operator: Client, viewer: Client, store: ObjectStore) -> None:
+    """The queue page offers the pause (or the resume) its overview row
+    offers, to those who may, and its totals account for purged jobs, so
+    that pushed = completed + dead + purged + what is left adds up."""
+    ids = push(broker, "q", [1, 2, 3])
+    assert act(operator, action="purge", ids=ids[0], reason="junk").status_code == 302
+    page = queue_page(operator).content.decode()
+    assert re.search(r'data-testid="totals">3 · 0 · 0 · 1<', page)
+    assert 'href="/jobs/?queue=q&amp;status=dead">0</a>' in page
+    assert 'href="/jobs/?queue=q&amp;status=running">0</a>' in page
+    [pause] = forms_with(page, "Pause")
+    assert (pause["action"], pause["queue"]) == ("pause", "q")
+    assert not forms_with(queue_page(viewer).content.decode(), "Pause")  # read-only staff
+
+    assert operator.post("/actions/", pause).context["plan"].action == "pause"
+    assert act(operator, action="pause", queue="q", reason="deploying").status_code == 302
+    page = queue_page(operator).content.decode()
+    [resume] = forms_with(page, "Resume")
+    assert (resume["action"], resume["queue"]) == ("resume", "q") and not forms_with(page, "Pause")
 
 
 def test_the_audit_log_shows_no_job_count_for_pause_and_resume_and_plural_counts_for_jobs(
