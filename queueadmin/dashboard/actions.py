@@ -280,24 +280,29 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
         p.target = "selected jobs"
         queues = set()
         sealed = 0
+        # Why jobs are left out, each reason once with its jobs (a page of 50
+        # selected pending jobs gave 50 lines saying the same).
+        left_out: dict[str, list[str]] = {}
         for job_id in data["ids"]:
             # In format 2 a pending job may sit in a segment object: looked for
             # as its job page does (within that bound, through the cache).
             found, segment_error, in_segment = joblist.find_job(snapshot, job_id)
-            if found is None:
+            if found is None and segment_error:
                 p.notes.append(f"Job {job_id} could not be looked for in the segment objects ({segment_error}): "
-                               "it is left out." if segment_error else
-                               f"Job {job_id} is not in the document any more: it is left out.")
+                               "it is left out.")
+            elif found is None:
+                left_out.setdefault("not in the document any more", []).append(job_id)
             elif found[1] == p.spec.leaves_out:
-                p.notes.append(f"Job {job_id} is already {found[1]}: it is left out.")
+                left_out.setdefault(f"already {found[1]}", []).append(job_id)
             elif not p.spec.acts_on_status(found[1]):
-                p.notes.append(f"Job {job_id} is {found[1]}, not {p.spec.acts_on_text}: it is left out.")
+                left_out.setdefault(f"{found[1]}, not {p.spec.acts_on_text}", []).append(job_id)
             else:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
                 queues.add(found[0]["queue"])
                 sealed += in_segment is not None
         p.queues = sorted(queues)
+        p.notes.extend(_left_out_note(why, ids) for why, ids in left_out.items())
         if sealed and p.removes:
             p.notes.append(ngettext(
                 "%(n)d of these jobs waits in a segment object: the purge writes that object again without "
@@ -319,6 +324,19 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
     else:
         fill_effects(p, snapshot)
     return p
+
+
+#: A note on jobs left out of a selection names at most this many of them.
+LEFT_OUT_NAMED = 3
+
+
+def _left_out_note(why: str, ids: list[str]) -> str:
+    """One note for the selected jobs left out for one reason (``why``:
+    "already pending", "pending, not running", ...), naming the first few."""
+    if len(ids) == 1:
+        return f"Job {ids[0]} is {why}: it is left out."
+    named = ", ".join(ids[:LEFT_OUT_NAMED]) + (", …" if len(ids) > LEFT_OUT_NAMED else "")
+    return f"{len(ids)} of the selected jobs are {why}: they are left out ({named})."
 
 
 def pace_text(p: Plan) -> str:

@@ -178,6 +178,20 @@ def test_all_matching_requeue_leaves_out_pending_jobs_and_says_how_many(
     assert plan.confirm_phrase is None
 
 
+def test_selected_jobs_left_out_for_one_reason_get_one_note(broker: Broker, operator: Client) -> None:
+    """A page of selected pending jobs sent to requeue is one note, naming
+    a few of them, not a line a job."""
+    dead = kill(broker)
+    pending = push(broker, "q", list(range(5)))
+    plan = preview(operator, action="requeue", ids=",".join([*pending, dead])).context["plan"]
+    assert plan.ids == [dead]
+    left = [n for n in plan.notes if "left out" in n]
+    assert left == [f"5 of the selected jobs are already pending: they are left out ({', '.join(pending[:3])}, …)."]
+    # One job left out for a reason keeps its own sentence (test_dashboard_stop.py has a stop's).
+    single = preview(operator, action="requeue", ids=",".join([pending[0], dead])).context["plan"]
+    assert [n for n in single.notes if "left out" in n] == [f"Job {pending[0]} is already pending: it is left out."]
+
+
 def test_all_matching_without_a_filter_is_refused(broker: Broker, operator: Client, store: ObjectStore) -> None:
     kill(broker)
     dry = preview(operator, action="purge", filter="page=2&sort=age")
