@@ -159,7 +159,7 @@ def test_requeue_a_queues_dead_letters_and_forget_a_drained_queue(browser: Brows
         expect(retrying).to_contain_text("2 jobs retrying")
         expect(retrying.locator("article")).to_contain_text("flaky: ConnectionError: reset by N.N")
         shot(page, "dead-letters-bulk")
-        page.get_by_role("button", name="Requeue every dead job of redo").click()
+        page.get_by_role("button", name="Redrive every dead job of redo").click()
         expect(page.get_by_test_id("plan-count")).to_have_text("3 jobs would be moved back to pending.")
         expect(page.get_by_test_id("plan-effect")).to_have_text(
             "Queue redo is paused: the 3 jobs go back to it and wait there until it is resumed.")

@@ -214,7 +214,7 @@ def test_read_only_staff_get_no_bulk_buttons(broker: Broker, viewer: Client) -> 
     jobs = viewer.get("/jobs/", {"queue": "q"}).content.decode()
     dead = viewer.get("/dead/").content.decode()
     assert "matching</button>" not in jobs and "data-select-all" not in jobs
-    assert "Requeue every dead job" not in dead
+    assert "Redrive every dead job" not in dead
 
 
 # -- dead letters: every dead job of a queue -------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_requeue_every_dead_job_of_a_queue(broker: Broker, operator: Client, sto
     mine = [kill(broker, error="A"), kill(broker, error="B")]  # two groups, one queue
     theirs = kill(broker, "other")
     page = operator.get("/dead/").content.decode()
-    [fields] = forms_with(page, "Requeue every dead job of q<")
+    [fields] = forms_with(page, "Redrive every dead job of q<")
     assert {k: fields[k] for k in ("action", "queue")} == {"action": "redrive", "queue": "q"}
     assert "status" not in fields and "group" not in fields
 
