@@ -40,10 +40,11 @@ SALT = "queueadmin.dashboard.plans"
 #: Long enough to read a dry run and write a reason; short enough that the
 #: operator does not confirm a picture of the queue from long ago.
 PLAN_TTL_SECONDS = 30 * 60
-#: The stored fields of a Plan (its sample and notes are for the dry-run page only).
+#: The stored fields of a Plan (its sample and effects are drawn again for a
+#: confirmation shown again; its notes, which the planning alone can say, are kept).
 STORED = ("action", "queue", "schedule", "max_running", "rate_jobs", "rate_seconds", "pace_jobs", "pace_seconds",
           "target", "status", "group", "filter", "redacted", "seq", "ids", "expect", "queues", "before_pos",
-          "segment_jobs", "segment_objects")
+          "segment_jobs", "segment_objects", "notes")
 
 
 class PlanRefused(Exception):

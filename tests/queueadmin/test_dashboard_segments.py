@@ -680,6 +680,10 @@ def test_a_purge_of_a_queues_pending_jobs_counts_and_removes_those_in_segments(
     assert b"sit in" in dry.content and b"segment objects" in dry.content
     assert plan.confirm_phrase == "purge 300"
     seq = document(broker.store)["seq"]
+    # A mistyped confirmation shows the dry run again, with what it said about the segments.
+    wrong = confirm(operator, plan.token, reason="backlog of junk", confirm_text="purge 30")
+    assert wrong.status_code == 422 and document(broker.store)["seq"] == seq
+    assert b"sit in" in wrong.content and b"segment objects" in wrong.content
     done = confirm(operator, plan.token, reason="backlog of junk", confirm_text="purge 300")
     assert done.status_code == 302
     doc = document(broker.store)
