@@ -104,6 +104,18 @@ def test_each_dead_letter_group_links_to_the_list_of_its_jobs(broker: Broker, vi
     assert sorted(shown_ids(viewer.get(target))) == sorted(group)
 
 
+def test_a_shortened_job_id_carries_the_whole_id(broker: Broker, viewer: Client) -> None:
+    """Lists cut ids to 14 characters; the whole id is the link's title,
+    for an operator to read or copy into the exact-id search."""
+    [job_id] = push(broker, "q", [1], ids=["invoice-2026-12-06-000042"])
+    kill(broker, "d")
+    jobs = viewer.get("/jobs/", {"queue": "q"}).content.decode()
+    assert f'title="{job_id}">invoice-2026-…</a>' in jobs
+    dead = viewer.get("/dead/").content.decode()
+    shown = re.findall(r'href="/jobs/([^/"]+)/" class="id"', dead)
+    assert shown and all(f'title="{i}">' in dead for i in shown)
+
+
 @pytest.mark.parametrize("sort", ["age", "-age", "attempts", "-attempts"])
 def test_jobs_sort_by_age_and_attempts_both_ways(broker: Broker, viewer: Client, sort: str) -> None:
     [oldest] = push(broker, "q", [1])
