@@ -166,8 +166,10 @@ def _draw(queue: str, span: Range, now: datetime) -> dict[str, SafeString]:
         "failures": chart(
             "Failures",
             [
-                Series("failed attempts", rate(mine, "failed", step=step), "s2"),
-                Series("moved to dead letters", rate(mine, "dead_total", step=step), "s1"),
+                # Dead letters in the Depth chart's red; failed attempts (most
+                # retried) in amber, drawn first so that neither hides the other.
+                Series("failed attempts", rate(mine, "failed", step=step), "s3"),
+                Series("moved to dead letters", rate(mine, "dead_total", step=step), "s2"),
             ],
             "per s",
         ),

@@ -153,6 +153,16 @@ def test_the_queue_page_draws_five_charts_from_the_history(broker: Broker, viewe
 
 
 @pytest.mark.django_db
+def test_dead_letters_have_one_colour_on_every_chart_and_failed_attempts_another(
+        broker: Broker, viewer: Client) -> None:
+    push(broker, "mail", [1])
+    html = viewer.get("/queues/mail/").content.decode()
+    keys = {name: css for css, name in re.findall(r'<span class="key ([^"]+)">([^<]+)</span>', html)}
+    assert keys["dead letters"] == keys["moved to dead letters"]
+    assert keys["failed attempts"] not in (keys["dead letters"], keys["completed"], keys["pending"])
+
+
+@pytest.mark.django_db
 def test_the_range_selector_switches_resolution(broker: Broker, viewer: Client) -> None:
     push(broker, "mail", [1])
     html = viewer.get("/queues/mail/?range=7d").content.decode()
