@@ -167,6 +167,15 @@ class QueueCollector(Collector):
             ),
             "running": GaugeMetricFamily("queueadmin_queue_running", "Jobs leased to a worker.", labels=["queue"]),
             "dead": GaugeMetricFamily("queueadmin_queue_dead_letters", "Jobs in the dead letters.", labels=["queue"]),
+            # Format 2: how much of the backlog sits outside queue.json (counted in pending too).
+            "in_segments": GaugeMetricFamily(
+                "queueadmin_queue_in_segments",
+                "Pending jobs (counted in queueadmin_queue_pending) held in segment objects, not in queue.json.",
+                labels=["queue"],
+            ),
+            "segments": GaugeMetricFamily(
+                "queueadmin_queue_segments", "Segment objects holding the queue's pending jobs.", labels=["queue"]
+            ),
         }
         paused = GaugeMetricFamily("queueadmin_queue_paused", "1 if the queue is paused.", labels=["queue"])
         limits = GaugeMetricFamily("queueadmin_queue_max_running",

@@ -21,6 +21,7 @@ import orjson
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine import Broker, ObjectStore
 from engine.ops import Tick, claim_op, complete_op
@@ -659,6 +660,20 @@ def test_queuestatus_counts_the_jobs_in_segments(small_segments: None, broker: B
     header = next(line.split() for line in lines if line.startswith("queue "))
     row = next(line.split() for line in lines if line.startswith("q "))
     assert header[:3] == ["queue", "ready", "segments"] and row[:3] == ["q", str(100 - held), str(held)]
+
+
+def test_metrics_count_the_jobs_and_objects_in_segments(
+        small_segments: None, broker: Broker, settings: SettingsWrapper) -> None:
+    settings.QUEUE_API_TOKEN = TOKEN
+    backlog(broker, n=100)
+    refs = document(broker.store)["lanes"]["q"]["segments"]
+    response = ApiClient().get("/metrics", headers=AUTH)
+    assert response.status_code == 200
+    samples = {(s.name, s.labels.get("queue")): s.value
+               for family in text_string_to_metric_families(response.content.decode()) for s in family.samples}
+    assert samples[("queueadmin_queue_in_segments", "q")] == sum(r["total"] - r["consumed"] for r in refs)
+    assert samples[("queueadmin_queue_segments", "q")] == len(refs)
+    assert samples[("queueadmin_queue_pending", "q")] == 100
 
 
 # -- operator actions ------------------------------------------------------------------------------
