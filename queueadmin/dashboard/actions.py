@@ -423,7 +423,7 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.expect = ["pending"] * len(p.ids)
         _plan_segments(p, snapshot)
         return
-    matches, notice = joblist.matching(snapshot, filters, redact=redaction.redactor(hidden=p.redacted))
+    matches, notice, _ = joblist.matching(snapshot, filters, redact=redaction.redactor(hidden=p.redacted))
     if notice:
         p.notes.append(notice)
     # A payload search lists hits inside segment objects too; acting on all of
@@ -741,7 +741,7 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         return 0
     if p.filter:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
-        matches, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
+        matches, _, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
                                       redact=redaction.redactor(hidden=p.redacted))
         now = tuple(j["id"] for j in matches if p.spec.takes(j["status"]))
     elif p.group:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 import orjson
@@ -76,15 +76,29 @@ def job_error(item: Doc) -> str | None:
     return item.get("error") if item.get("status") == "dead" else item.get("last_error")
 
 
+class Matches(NamedTuple):
+    """What :func:`matching` found: the jobs, a notice for the operator, and
+    where a payload search that stopped inside the segments would go on
+    (``search_from``, the number of segment jobs searched so far; None when
+    it searched them all, or none)."""
+
+    jobs: list[Doc]
+    notice: str | None
+    search_from: int | None = None
+
+
 def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor,
-             segments_too: bool = True) -> tuple[list[Doc], str | None]:
+             segments_too: bool = True, search_from: int = 0) -> Matches:
     """The jobs ``filters`` (see :func:`job_filters`) select, in document
     order, each with its ``status``, and a notice for the operator (a search
     that stopped at :data:`SEARCH_LIMIT`, an exact id not found). In format
     2 an exact id and a payload search look in segment objects too (see
     :func:`find_job`, :func:`_search_segments`); ``segments_too=False``
     keeps them to the document, with no I/O. A payload search looks in the
-    payloads as ``redact`` shows them to the viewer (see :mod:`.redaction`)."""
+    payloads as ``redact`` shows them to the viewer (see :mod:`.redaction`).
+    ``search_from`` > 0 goes on with such a search past that many jobs in
+    segments, up to :data:`SEARCH_LIMIT` more, and then lists only the
+    segments' hits (the document's were listed by the search's first page)."""
     queue, status = filters.get("queue") or None, filters.get("status") or None
     exact, needle = filters.get("id") or "", filters.get("q") or ""
     notice = None
@@ -96,7 +110,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
             where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
             notice = f"No job with id {exact!r} is in {where} (completed and purged jobs leave it)."
         if not found:
-            return [], notice
+            return Matches([], notice)
         hit = dict(found[0], status=found[1], **({"segment": key} if key else {}))
         # "All N matching" acts on what the list shows: a job of another queue
         # or status must not be listed (nor purged) under this filter.
@@ -104,7 +118,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
         if not kept:
             notice = (f"Job {exact!r} is {hit['status']} in queue {hit['queue']!r}: it does not match the other "
                       "filters.")
-        return kept, notice
+        return Matches(kept, notice)
     if status is None:
         candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
             queue=queue, status="dead"))]
@@ -113,18 +127,24 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
     else:
         candidates = snapshot.select(queue=queue, status=status)
     candidates = _narrowed(candidates, {**filters, "queue": "", "status": "", "q": ""}, redact)
+    further = None
     if needle:
-        if len(candidates) > SEARCH_LIMIT:
-            notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
-                      "or status to search the rest.")
-        budget = SEARCH_LIMIT - len(candidates)
-        candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j, redact)]
+        going_on = search_from > 0 and segments_too and _searches_segments(snapshot, filters)
+        if going_on:
+            candidates, budget = [], SEARCH_LIMIT
+        else:
+            if len(candidates) > SEARCH_LIMIT:
+                notice = (f"Searched the first {SEARCH_LIMIT:,} of {len(candidates):,} jobs; narrow by queue "
+                          "or status to search the rest.")
+            budget = SEARCH_LIMIT - len(candidates)
+            candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j, redact)]
         if segments_too and _searches_segments(snapshot, filters):
-            sealed, segment_notice = _search_segments(snapshot, queue, needle, max(budget, 0), redact)
+            sealed, segment_notice, further = _search_segments(snapshot, queue, needle, max(budget, 0), redact,
+                                                               skip=search_from if going_on else 0)
             # In FIFO order across the document and the segments (dead letters, with no pos, last).
             candidates = sorted([*candidates, *sealed], key=lambda j: j.get("pos", math.inf))
             notice = " ".join(n for n in (notice, segment_notice) if n) or None
-    return candidates, notice
+    return Matches(candidates, notice, further)
 
 
 def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redactor) -> list[Doc]:
@@ -148,32 +168,49 @@ def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:
 
 
 def _search_segments(snapshot: Snapshot, queue: str | None, needle: str, budget: int,
-                     redact: Redactor) -> tuple[list[Doc], str]:
+                     redact: Redactor, *, skip: int = 0) -> tuple[list[Doc], str, int | None]:
     """The pending jobs in ``queue``'s segments (every queue's, for None),
     in FIFO order per queue, whose payload holds ``needle``, reading at most
     ``budget`` of them (what :data:`SEARCH_LIMIT` leaves after the
-    document's jobs), through :data:`.segments.cache`; and a notice saying
-    how far it got. An unreadable segment stops it and is named."""
+    document's jobs) after the first ``skip``, through
+    :data:`.segments.cache`; a notice saying how far it got; and where a
+    search would go on (None: it reached the end). An unreadable segment
+    stops it and is named. Skipped segments are not read."""
     refs = [(lane, ref) for lane, lane_refs in snapshot.lanes.items() if queue in (None, lane) for ref in lane_refs]
     total = sum(ref.total - ref.consumed for _, ref in refs)
     found: list[Doc] = []
     read = 0
+    passed = 0  # jobs in segments before this window, skipped unread
     for _, ref in refs:
         if read >= budget:
             break
+        held = ref.total - ref.consumed
+        if passed + held <= skip:
+            passed += held
+            continue
+        start = ref.consumed + (skip - passed if passed < skip else 0)
+        passed = max(passed, skip)
         try:
-            jobs = segments.cache.jobs(ref)[ref.consumed:][: budget - read]
+            jobs = segments.cache.jobs(ref)[start:][: budget - read]
         except EngineError as exc:  # SegmentUnreadable (I6) or store trouble: say which, keep what was found
-            return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects; then "
-                           f"{segments.describe(exc)}")
+            return found, (f"Searched {_window(skip, read)} of the {total:,} pending jobs in segment objects; "
+                           f"then {segments.describe(exc)}"), None
         read += len(jobs)
         found += [dict(j, status="pending", segment=ref.key) for j in jobs if needle in payload_text(j, redact)]
-    if read < total:
-        further = ("narrow by queue to search further into one" if queue is None else
-                   "the rest is not searched: a job further in is found by its id")
-        return found, (f"Searched {read:,} of the {total:,} pending jobs in segment objects, the oldest first "
-                       f"(at most {SEARCH_LIMIT:,} jobs in all); {further}.")
-    return found, f"Searched the {total:,} pending jobs in segment objects too."
+    if skip + read < total:
+        further = ("narrow by queue to search further into one, or search the next jobs" if queue is None else
+                   "search the next jobs to go on")
+        return found, (f"Searched {_window(skip, read)} of the {total:,} pending jobs in segment objects, the "
+                       f"oldest first (at most {SEARCH_LIMIT:,} jobs a page of results); {further}."), skip + read
+    if skip:
+        return found, (f"Searched {_window(skip, read)} of the {total:,} pending jobs in segment objects: "
+                       "the last of them."), None
+    return found, f"Searched the {total:,} pending jobs in segment objects too.", None
+
+
+def _window(skip: int, read: int) -> str:
+    """Which of the segments' jobs a search read: "19,250", or "20,001 to 40,000"."""
+    return f"{read:,}" if not skip else f"{skip + 1:,} to {skip + read:,}"
 
 
 def sort_jobs(items: list[Doc], sort: str) -> list[Doc]:
@@ -230,6 +267,7 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
     if sort not in SORTS:
         sort = ""
     segment_error = None
+    search_next = None
     lane = segmented_queue(snapshot, filters)
     if lane is not None:
         # The list pages into the segments in FIFO order; sorting it would mean
@@ -241,7 +279,11 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
                   "(the order workers claim them), not sorted.") if sort else None
         sort = ""
     else:
-        matches, notice = matching(snapshot, filters, redact=redact)
+        try:
+            search_from = max(int(params.get("from") or 0), 0)
+        except ValueError:
+            search_from = 0
+        matches, notice, search_next = matching(snapshot, filters, redact=redact, search_from=search_from)
         matches = sort_jobs(matches, sort)
         total = len(matches)
         unlisted = _unlisted(snapshot, filters)
@@ -286,6 +328,9 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
         "in_segments": snapshot.in_segments(lane) if lane is not None else 0,
         # Sorting pages into segments is not offered (see above): the headers are plain.
         "sortable": lane is None,
+        # A payload search that stopped inside the segments: the link that goes on.
+        "search_next": ("?" + urlencode({**{k: v for k, v in filters.items() if v}, "from": search_next})
+                        if search_next is not None else None),
         **bulk_counts(matches, lane_total=total if lane is not None else None),
     }
 

@@ -303,10 +303,21 @@ def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_boun
     bounded = viewer.get("/jobs/", {"q": "75"})
     assert bounded.context["rows"] == []  # 75 is further in than 30 jobs into the segments
     assert bounded.context["notice"].startswith(f"Searched 30 of the {held} pending jobs in segment objects")
-    assert bounded.context["notice"].endswith("narrow by queue to search further into one.")
-    # Narrowed to the queue already, it does not send the operator there again.
+    assert bounded.context["notice"].endswith("narrow by queue to search further into one, or search the next jobs.")
+    # Narrowed to the queue already, it does not send the operator there again; it goes on, page by page.
     narrowed = viewer.get("/jobs/", {"q": "75", "queue": "q", "status": "pending"})
-    assert narrowed.context["notice"].endswith("the rest is not searched: a job further in is found by its id.")
+    assert narrowed.context["notice"].endswith("search the next jobs to go on.")
+    assert narrowed.context["search_next"] == "?queue=q&status=pending&q=75&from=30"
+    assert 'data-testid="search-next"' in narrowed.content.decode()
+    going = viewer.get("/jobs/?queue=q&status=pending&q=75&from=30")
+    assert [r["job"]["payload"] for r in going.context["rows"]] == [75]  # 20-49 searched, then 50-...
+    assert going.context["rows"][0]["segment"]
+    assert going.context["notice"].startswith(f"Searched 31 to {min(30 + in_document + 30, held)} of the {held}")
+    # A window that starts inside a segment (of 10 jobs) starts at that job: 35 jobs in, payload 55.
+    mid = viewer.get("/jobs/?queue=q&status=pending&q=5&from=35")
+    assert [r["job"]["payload"] for r in mid.context["rows"]] == [n for n in range(55, 20 + held) if "5" in str(n)]
+    # Its hits sit in segments: no "all matching" action takes them (they are selected on the list).
+    assert going.context["bulk"]["purge"] == 0 and going.context["bulk_in_segments"] == 1
     # The document's jobs (the front, 0-19, and the tail) and the first 30 in segments (20-49).
     tail = [j["payload"] for j in document(broker.store)["jobs"] if j["payload"] >= 20]
     assert listed(viewer, q="3") == [n for n in [*range(50), *tail] if "3" in str(n)]
