@@ -99,7 +99,13 @@ def test_an_operator_purges_a_queue_whose_jobs_sit_in_segments(
     sealed_backlog(cluster, server)
     push(server, "keep", [{"n": n} for n in range(3)])
     with signed_in(browser, server) as page:
-        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending")
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&page=5")
+        deep = page.locator("#live-jobs tbody tr[data-job-id]").nth(7).get_attribute("data-job-id")  # {"n": 207}
+        # Asked to sort, the list stays whole, in queue order, and its button counts every job it purges.
+        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&sort=-age")
+        expect(page.get_by_test_id("jobs-total")).to_contain_text(f"{BACKLOG} jobs")
+        expect(page.locator("#live-jobs")).to_contain_text("listed in queue order")
+        assert shown_payloads(page) == list(range(50))
         page.get_by_role("button", name=f"Purge all {BACKLOG} matching").click()
         expect(page.get_by_test_id("plan-count")).to_have_text(f"{BACKLOG} jobs would be removed for good.")
         expect(page.locator("#action-panel")).to_contain_text("segment objects")
@@ -115,6 +121,12 @@ def test_an_operator_purges_a_queue_whose_jobs_sit_in_segments(
         assert sorted(j["payload"]["n"] for j in doc["jobs"] if j["queue"] == "keep") == [0, 1, 2]
         page.goto(f"{server.url}/")
         expect(page.locator('tr[data-row="backlog"] td.num a').first).to_have_text("0")
+        # A job that went with its segment has no record of its own: its page names the purge.
+        page.goto(f"{server.url}/jobs/{deep}/")
+        expect(page.get_by_test_id("job-unknown")).to_be_visible()
+        expect(page.get_by_test_id("segment-purges")).to_contain_text("purged by")
+        expect(page.get_by_test_id("segment-purges")).to_contain_text("(a runaway producer)")
+        shot(page, "segments-purged-job-page")
 
 
 def test_an_operator_purges_one_job_deep_in_the_backlog_from_its_page(
