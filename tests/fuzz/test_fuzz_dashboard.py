@@ -120,7 +120,7 @@ odd_payloads = st.one_of(
 odd_job_ids = st.one_of(st.sampled_from([".", "..", "...", "-", "a.", "x" * 200, ":", "_"]),
                         st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True))
 page_params = st.dictionaries(st.sampled_from(["queue", "status", "q", "id", "page", "action", "outcome", "user",
-                                               "job", "worker", "error", "sort", "since", "until", "format"]),
+                                               "job", "worker", "error", "sort", "since", "until", "format", "from"]),
                               st.one_of(st.sampled_from(["", "q", "pending", "dead", "-1", "999", "x" * 300, "w-fuzz",
                                                          "boom", "age", "-attempts", "2026-12-04", "0000-01-01",
                                                          "9999-12-31", "csv", "json"]),
