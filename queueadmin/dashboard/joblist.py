@@ -267,7 +267,7 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
     if sort not in SORTS:
         sort = ""
     segment_error = None
-    search_next = None
+    search_from, search_next = 0, None
     lane = segmented_queue(snapshot, filters)
     if lane is not None:
         # The list pages into the segments in FIFO order; sorting it would mean
@@ -283,6 +283,8 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
             search_from = max(int(params.get("from") or 0), 0)
         except ValueError:
             search_from = 0
+        if not _searches_segments(snapshot, filters):
+            search_from = 0  # only a payload search into segments goes on from somewhere
         matches, notice, search_next = matching(snapshot, filters, redact=redact, search_from=search_from)
         matches = sort_jobs(matches, sort)
         total = len(matches)
@@ -328,6 +330,8 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
         "in_segments": snapshot.in_segments(lane) if lane is not None else 0,
         # Sorting pages into segments is not offered (see above): the headers are plain.
         "sortable": lane is None,
+        # Where this page's payload search began in the segments (0: the start), for the pager's links.
+        "search_from": search_from,
         # A payload search that stopped inside the segments: the link that goes on.
         "search_next": ("?" + urlencode({**{k: v for k, v in filters.items() if v}, "from": search_next})
                         if search_next is not None else None),

@@ -85,6 +85,8 @@ def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
     params = {k: v for k, v in context["filters"].items() if v}
     if context["sort"]:
         params["sort"] = context["sort"]
+    if context["search_from"]:  # the pages of a search's later window stay in that window
+        params["from"] = str(context["search_from"])
     context["query_base"] = urlencode(params)
     return context
 

@@ -312,6 +312,8 @@ def test_a_payload_search_goes_on_into_the_segments_oldest_first_within_its_boun
     going = viewer.get("/jobs/?queue=q&status=pending&q=75&from=30")
     assert [r["job"]["payload"] for r in going.context["rows"]] == [75]  # 20-49 searched, then 50-...
     assert going.context["rows"][0]["segment"]
+    assert going.context["query_base"] == "queue=q&status=pending&q=75&from=30"  # its pages stay in its window
+    assert viewer.get("/jobs/?queue=q&status=pending&from=30").context["query_base"] == "queue=q&status=pending"
     assert going.context["notice"].startswith(f"Searched 31 to {min(30 + in_document + 30, held)} of the {held}")
     # A window that starts inside a segment (of 10 jobs) starts at that job: 35 jobs in, payload 55.
     mid = viewer.get("/jobs/?queue=q&status=pending&q=5&from=35")
