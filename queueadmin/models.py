@@ -326,6 +326,9 @@ class AuditEntry(models.Model):
     target = models.CharField(max_length=500, blank=True)
     #: How many jobs the action affected (or would have, if it failed).
     count = models.PositiveIntegerField(default=0)
+    #: Of ``count``, how many have no job row: jobs in segment objects that a
+    #: purge of a queue's pending jobs removed with their objects' references.
+    unlisted = models.PositiveIntegerField(default=0)
     outcome = models.CharField(max_length=8, choices=Outcome.choices, db_index=True)
     detail = models.TextField(blank=True)
     seq = models.PositiveBigIntegerField(null=True, blank=True, help_text="queue.json seq after the action")

@@ -798,6 +798,7 @@ def audit(user: User | AnonymousUser, action: str, *, reason: str, queue: str, t
             queue=queue,
             target=target[:500],
             count=len(ids) + unlisted,
+            unlisted=unlisted,
             outcome=AuditEntry.Outcome.OK if ok else AuditEntry.Outcome.FAILED,
             detail=detail,
             seq=seq,

@@ -129,7 +129,8 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
     candidates = _narrowed(candidates, {**filters, "queue": "", "status": "", "q": ""}, redact)
     further = None
     if needle:
-        going_on = search_from > 0 and segments_too and _searches_segments(snapshot, filters)
+        into_segments = segments_too and _searches_segments(snapshot, filters)
+        going_on = search_from > 0 and into_segments
         if going_on:
             candidates, budget = [], SEARCH_LIMIT
         else:
@@ -138,7 +139,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
                           "or status to search the rest.")
             budget = SEARCH_LIMIT - len(candidates)
             candidates = [j for j in candidates[:SEARCH_LIMIT] if needle in payload_text(j, redact)]
-        if segments_too and _searches_segments(snapshot, filters):
+        if into_segments:
             sealed, segment_notice, further = _search_segments(snapshot, queue, needle, max(budget, 0), redact,
                                                                skip=search_from if going_on else 0)
             # In FIFO order across the document and the segments (dead letters, with no pos, last).

@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 from django.db import DatabaseError
-from django.db.models import Count, F
 from django.template.defaultfilters import filesizeformat
 from django.utils.translation import ngettext
 
@@ -387,13 +386,13 @@ def segment_purges(since: datetime, *, sees: Callable[[str], bool] | None = None
     were not recorded: those that sat in segment objects when a queue's
     pending jobs were purged went with their objects' references (one
     commit however many), so neither the audit entry nor the finished-job
-    records list them one by one. Each entry's ``unlisted`` is how many."""
-    entries = (AuditEntry.objects.filter(action="purge", outcome="ok", created_at__gte=since)
-               .annotate(listed=Count("jobs")).filter(count__gt=F("listed")).order_by("-created_at"))
+    records list them one by one (``AuditEntry.unlisted``, set as the entry
+    is written: no join with its job rows, which the live page would redo
+    on every redraw)."""
+    entries = AuditEntry.objects.filter(action="purge", outcome="ok", created_at__gte=since, unlisted__gt=0)
     found: list[AuditEntry] = []
-    for entry in entries.iterator():
+    for entry in entries.order_by("-created_at").iterator():
         if sees is None or sees(entry.queue):
-            entry.unlisted = entry.count - entry.listed  # type: ignore[attr-defined]
             found.append(entry)
             if len(found) == SEGMENT_PURGES_SHOWN:
                 break

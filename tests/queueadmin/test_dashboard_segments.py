@@ -744,8 +744,10 @@ def test_the_page_of_a_job_purged_with_its_segment_names_the_purge(
     text = html.unescape(page)
     assert f"{unlisted} of 100 jobs not listed, purged by operator" in text and "(junk backlog)" in text
     assert "/audit/?action=purge&queue=q" in text
+    entry = AuditEntry.objects.get(action="purge")
+    assert entry.unlisted == unlisted and entry.count - entry.jobs.count() == unlisted
     # A purge that listed every job it removed is not named: its jobs have pages of their own.
-    AuditEntry.objects.filter(action="purge").update(count=len(in_document))
+    AuditEntry.objects.filter(action="purge").update(count=len(in_document), unlisted=0)
     assert "segment-purges" not in operator.get(f"/jobs/{sealed}/").content.decode()
 
 
