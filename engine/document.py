@@ -383,7 +383,7 @@ class QueueState(Eligibility):
         finished = self.finished
         finished.add(job_id, at)
         if len(finished) > self.policy.dedup_window_ids:
-            finished.prune(at, max_ids=self.policy.dedup_window_ids, max_seconds=self.policy.dedup_window_seconds)
+            finished.trim(self.policy.dedup_window_ids)
 
     def _index(self, job: Job, pos: int) -> None:
         if job.status == "pending":

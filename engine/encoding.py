@@ -115,6 +115,72 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
     return middle
 
 
+# encode_job's shortcut for a job on its first lease (every claimed job, and
+# every heartbeat of one): no history, error or not_before. The bytes around
+# its lease token are the same for all jobs of one claim (one worker, one
+# instant, one lease length), so they are encoded once per claim and reused:
+# the job's fields up to the lease, and the lease's fields after its token.
+_LEASED_FIELDS: dict[tuple[Any, ...], bytes] = {}
+_LEASE_TIMES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+_LEASED_MAX = 64
+
+
+def _leased_fields(key: tuple[Any, ...]) -> bytes:
+    """``,"queue":…,"enqueued_at":…,"lease":`` (format 1: ``not_before`` null before the lease)."""
+    queue, status, attempts, max_attempts, enqueued_at, compact = key
+    fields = orjson.dumps(
+        {
+            "queue": queue,
+            "status": status,
+            "attempts": attempts,
+            "max_attempts": max_attempts,
+            "enqueued_at": enqueued_at,
+            **({} if compact else {"not_before": None}),
+        },
+        option=DUMPS_OPTS,
+    )
+    middle = b"".join((b",", fields[1:-1], b',"lease":'))
+    if len(_LEASED_FIELDS) >= _LEASED_MAX:
+        _LEASED_FIELDS.clear()
+    _LEASED_FIELDS[key] = middle
+    return middle
+
+
+def _lease_around_token(key: tuple[Any, ...]) -> tuple[bytes, bytes]:
+    """``{"worker":…,"token":`` and ``,"claimed_at":…,"seconds":…}``."""
+    worker, claimed_at, heartbeat_at, expires_at, seconds = key
+    before = b"".join((b'{"worker":', orjson.dumps(worker), b',"token":'))
+    after = orjson.dumps(
+        {"claimed_at": claimed_at, "heartbeat_at": heartbeat_at, "expires_at": expires_at, "seconds": seconds},
+        option=DUMPS_OPTS,
+    )
+    around = (before, b"," + after[1:])
+    if len(_LEASE_TIMES) >= _LEASED_MAX:
+        _LEASE_TIMES.clear()
+    _LEASE_TIMES[key] = around
+    return around
+
+
+def _encode_leased(job: Job, lease: Lease, pos: int | None) -> bytes:
+    """A job on its first lease (see ``encode_job``), from the caches above."""
+    key = (job.queue, job.status, job.attempts, job.max_attempts, job.enqueued_at, pos is not None)
+    fields = _LEASED_FIELDS.get(key)
+    if fields is None:
+        fields = _leased_fields(key)
+    times = (lease.worker, lease.claimed_at, lease.heartbeat_at, lease.expires_at, lease.seconds)
+    around = _LEASE_TIMES.get(times)
+    if around is None:
+        around = _lease_around_token(times)
+    at = b"" if pos is None else b',"pos":%d' % pos
+    # Format 1 writes last_error and history even when empty (format 2 leaves them out).
+    tail = b',"payload":' if pos is not None else b',"last_error":null,"history":[],"payload":'
+    return b"".join((
+        b'{"id":', orjson.dumps(job.id), at, fields,
+        around[0], orjson.dumps(lease.token), around[1],
+        tail, job.payload, b"}",
+    ))
+
+
 def encode_job(job: Job, pos: int | None = None) -> bytes:
     """The job's JSON object (byte for byte what ``_encode_job_fields`` gives),
     with ``"pos"`` after the id when ``pos`` is given (format 2). Format 2
@@ -139,6 +205,24 @@ def encode_job(job: Job, pos: int | None = None) -> bytes:
             middle = _plain_middle(key)
         at = b"" if pos is None else b',"pos":%d' % pos
         return b"".join((b'{"id":', orjson.dumps(job.id), at, middle, job.payload, b"}"))
+    lease = job.lease
+    if (
+        lease is not None
+        and not job.history
+        and job.last_error is None
+        and not_before is None
+        # As above: keys compare by ==, so only types that encode one way.
+        and type(job.attempts) is int
+        and type(job.max_attempts) is int
+        and job.enqueued_at.tzinfo is UTC
+        and type(lease.worker) is str
+        and type(lease.seconds) is float
+        and lease.seconds > 0  # not -0.0, equal to 0.0 as a key
+        and lease.claimed_at.tzinfo is UTC
+        and lease.heartbeat_at.tzinfo is UTC
+        and lease.expires_at.tzinfo is UTC
+    ):
+        return _encode_leased(job, lease, pos)
     return _encode_job_fields(job, pos)
 
 

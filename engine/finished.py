@@ -79,6 +79,13 @@ class FinishedIds:
         while self._groups and self._groups[0].at <= cutoff:
             self._drop_oldest_group()
             changed = True
+        return self.trim(max_ids) or changed
+
+    def trim(self, max_ids: int) -> bool:
+        """Forget the oldest ids beyond ``max_ids`` (the count half of
+        :meth:`prune`, for one id added to a full window). Returns whether
+        anything was forgotten."""
+        changed = False
         excess = len(self._at) - max_ids
         while excess > 0:
             oldest = self._groups[0]

@@ -64,16 +64,12 @@ def claim(state: QueueState, op: Claim, now: datetime) -> list[ClaimedJob]:
     if rated and taken:  # most claims: no rate limit, nothing to count
         for queue in rated:
             state.note_starts(queue, sum(1 for job in taken if job.queue == queue), now)
+    worker, seconds = op.worker, op.lease_seconds
     for job in taken:
-        lease = Lease(
-            worker=op.worker,
-            token=new_lease_token(),
-            claimed_at=now,
-            heartbeat_at=now,
-            expires_at=expires_at,
-            seconds=op.lease_seconds,
-        )
-        running = job._replace(status="running", attempts=job.attempts + 1, not_before=None, lease=lease)
+        # Lease(worker=..., ...) and job._replace(status="running", ...), in
+        # field order, without keyword arguments (every claimed job builds both).
+        lease = tuple.__new__(Lease, (worker, new_lease_token(), now, now, expires_at, seconds))
+        running = tuple.__new__(Job, (*job[:3], "running", job.attempts + 1, *job[5:7], None, lease, *job[9:]))
         state.replace_job(running)
         claimed.append(
             ClaimedJob(

@@ -16,7 +16,7 @@ import pytest
 
 from engine import GroupCommitter, LatencyStore, MemoryStore, Policy, ValidationError, encoding, model, transitions
 from engine.model import Attempt, Job, Lease
-from engine.ops import NewJob, push_op
+from engine.ops import NewJob, claim_op, push_op
 from engine.parsing import empty_state
 
 POLICY = Policy(max_attempts=3)
@@ -95,14 +95,96 @@ def test_plain_job_encoding_takes_the_shortcut_and_stays_right_past_the_cache_si
 def test_other_jobs_use_the_general_encoding() -> None:
     lease = Lease(worker="w", token="t", claimed_at=T0, heartbeat_at=T0, expires_at=T0, seconds=30.0)
     attempt = Attempt(worker="w", claimed_at=T0, heartbeat_at=T0, ended_at=T0, end="failed", error="x")
+    leased = PLAIN_JOBS[0]._replace(lease=lease, status="running", attempts=1)
     for job in (
-        PLAIN_JOBS[0]._replace(lease=lease, status="running", attempts=1),
+        leased._replace(history=(attempt,)),
+        leased._replace(last_error="boom"),
+        leased._replace(not_before=T0),
         PLAIN_JOBS[0]._replace(history=(attempt,)),
         PLAIN_JOBS[0]._replace(last_error="boom"),
     ):
-        encoding._PLAIN_MIDDLES.clear()
+        for pos in (None, 3):
+            encoding._PLAIN_MIDDLES.clear()
+            encoding._LEASED_FIELDS.clear()
+            assert encoding.encode_job(job, pos) == encoding._encode_job_fields(job, pos)
+            assert not encoding._PLAIN_MIDDLES and not encoding._LEASED_FIELDS
+
+
+# -- encoding a job on its first lease (claimed, heartbeated) ----------------------------------------
+
+LEASE = Lease(worker="host:12:ab", token="f" * 24, claimed_at=T0, heartbeat_at=T0 + timedelta(seconds=2),
+              expires_at=T0 + timedelta(seconds=32), seconds=30.0)
+LEASED_JOBS = [
+    PLAIN_JOBS[0]._replace(status="running", attempts=1, lease=LEASE),
+    PLAIN_JOBS[1]._replace(status="running", attempts=3, lease=LEASE._replace(seconds=0.001)),
+    # Not produced by the engine, but encodable: each must still give the general bytes.
+    PLAIN_JOBS[4]._replace(status="running", lease=LEASE._replace(worker='w"\\ é \u2028', token='t"\n')),
+    PLAIN_JOBS[0]._replace(status="running", lease=LEASE._replace(seconds=30)),  # an int
+    PLAIN_JOBS[0]._replace(status="running", lease=LEASE._replace(seconds=-0.0)),
+    PLAIN_JOBS[0]._replace(status="running",
+                           lease=LEASE._replace(expires_at=T0.astimezone(timezone(timedelta(hours=3))))),
+    PLAIN_JOBS[6]._replace(status="running", lease=LEASE),  # enqueued_at not in UTC
+    PLAIN_JOBS[0]._replace(status="running", attempts=True, lease=LEASE),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("pos", [None, 0, 41310])
+@pytest.mark.parametrize("job", LEASED_JOBS, ids=lambda j: f"{j.id[:8]}-{j.lease.seconds!r}")
+def test_a_leased_job_encodes_byte_for_byte_as_the_general_one(job: Job, pos: int | None) -> None:
+    general = encoding._encode_job_fields(job, pos)
+    assert encoding.encode_job(job, pos) == general
+    assert encoding.encode_job(job, pos) == general  # again, from the caches
+    decoded = orjson.loads(general)
+    assert decoded["lease"]["token"] == job.lease.token and ("pos" in decoded) == (pos is not None)
+
+
+def test_a_leased_job_takes_the_shortcut_and_lease_values_equal_as_keys_are_not_confused() -> None:
+    encoding._LEASED_FIELDS.clear()
+    encoding._LEASE_TIMES.clear()
+    first = LEASED_JOBS[0]
+    assert encoding.encode_job(first, 1) == encoding._encode_job_fields(first, 1)
+    assert encoding._LEASED_FIELDS and encoding._LEASE_TIMES  # the shortcut was taken
+    for other in (
+        first._replace(lease=first.lease._replace(seconds=30)),
+        first._replace(lease=first.lease._replace(claimed_at=T0.astimezone(timezone(timedelta(hours=1))))),
+        first._replace(attempts=True),
+    ):
+        assert other == first  # equal as cache keys, encoded differently
+        assert encoding.encode_job(other, 1) == encoding._encode_job_fields(other, 1)
+    zero = first._replace(lease=first.lease._replace(seconds=0.0))
+    negative_zero = first._replace(lease=first.lease._replace(seconds=-0.0))
+    for job in (zero, negative_zero):
+        assert encoding.encode_job(job, 1) == encoding._encode_job_fields(job, 1)
+    # Many claims (workers, instants) and queues: past both caches' size, still right.
+    jobs = [
+        first._replace(id=f"j{i}", queue=f"q{i % 100}",
+                       lease=first.lease._replace(worker=f"w{i % 7}", token=f"{i:024x}",
+                                                  claimed_at=T0 + timedelta(microseconds=i)))
+        for i in range(3 * encoding._LEASED_MAX)
+    ]
+    for job in jobs + jobs:
+        assert encoding.encode_job(job, 5) == encoding._encode_job_fields(job, 5)
         assert encoding.encode_job(job) == encoding._encode_job_fields(job)
-        assert not encoding._PLAIN_MIDDLES
+    assert 0 < len(encoding._LEASE_TIMES) <= encoding._LEASED_MAX
+
+
+def test_a_claim_builds_the_running_job_a_replace_would() -> None:
+    state = empty_state(policy=POLICY)
+    pushes = [push_op("q", [{"n": i}], policy=POLICY) for i in range(2)]
+    pushes.append(push_op("q", [{"n": 2}], policy=POLICY, delay_seconds=1))  # due by the claim
+    transitions.apply_batch(state, pushes, T0)
+    before = dict(state.jobs)
+    later = T0 + timedelta(seconds=2)
+    [claimed] = transitions.apply_batch(state, [claim_op("w", ["q"], policy=POLICY, max_jobs=3)], later)
+    assert len(claimed) == 3 and any(job.not_before is not None for job in before.values())
+    for item in claimed:
+        running = state.jobs[item.id]
+        lease = Lease(worker="w", token=item.lease, claimed_at=later, heartbeat_at=later,
+                      expires_at=item.lease_expires_at, seconds=POLICY.lease_seconds)
+        expected = before[item.id]._replace(status="running", attempts=1, not_before=None, lease=lease)
+        assert running == expected
+        assert type(running) is Job and type(running.lease) is Lease
+        assert state._encoded_jobs._chunks[0][item.id] == encoding._encode_job_fields(expected)
 
 
 def test_a_whole_document_of_pushed_jobs_encodes_as_before() -> None:
