@@ -513,7 +513,8 @@ class Snapshot:
 
     def retry_groups(self) -> list[RetryGroup]:
         """Jobs in the document that failed and will be tried again (pending or
-        running, with a last error), grouped by queue and error signature,
+        running, with a last error from an attempt since the job last started
+        over: :func:`failed_since_started`), grouped by queue and error signature,
         largest group first (computed once). Jobs waiting in segment objects
         are not read: retries whose backoff reaches past the delayed horizon
         are counted in the queue's totals, not here."""
@@ -521,7 +522,7 @@ class Snapshot:
             grouped: dict[tuple[str, str], list[Doc]] = {}
             for job in self.jobs:
                 error = job.get("last_error")
-                if error and job["status"] in ("pending", "running"):
+                if error and failed_since_started(job):
                     grouped.setdefault((job["queue"], error_signature(error)), []).append(job)
             groups = []
             for (queue, signature), jobs in grouped.items():
@@ -547,6 +548,19 @@ class Snapshot:
                 counts["pending"] += self.in_segments()
             self._status_counts = counts
         return Counter(self._status_counts)
+
+
+def failed_since_started(job: Doc) -> bool:
+    """Whether a pending or running job in the document failed an attempt
+    since it last started over. A dead letter sent back (redriven) starts
+    over with no attempts but keeps its last error, so its error is from
+    before: pending with no attempts, or running its first attempt since, it
+    has not failed again (yet). Any other job with a last error failed one
+    of its counted attempts."""
+    attempts = job.get("attempts") or 0
+    if job.get("status") == "pending":
+        return attempts > 0
+    return job.get("status") == "running" and attempts > 1
 
 
 # -- error signatures ------------------------------------------------------------------

@@ -9,7 +9,8 @@ import re
 from django.test import Client
 
 from engine import Broker
-from engine.ops import claim_op, fail_op
+from engine.ops import claim_op, fail_op, requeue_op
+from queueadmin.dashboard.source import source
 from tests.queueadmin.dashboard_fixtures import kill, push
 
 
@@ -47,6 +48,34 @@ def test_failing_jobs_are_grouped_before_they_are_dead(broker: Broker, viewer: C
     # The link lists exactly the group's jobs.
     rows = viewer.get(links[0].replace("&amp;", "&")).context["rows"]
     assert sorted(row["job"]["id"] for row in rows) == sorted(smtp)
+
+
+def test_a_redriven_dead_letter_is_not_failing_until_it_fails_again(broker: Broker, viewer: Client) -> None:
+    push(broker, "emails", [0], max_attempts=2)
+    [dead] = fail(broker, "emails", "SMTPError: 550 mailbox 13 unknown", n=1, retry_in=0)
+    assert fail(broker, "emails", "SMTPError: 550 mailbox 13 unknown", n=1, retry_in=0) == [dead]
+    push(broker, "emails", [1], max_attempts=5)
+    [retrying] = fail(broker, "emails", "SMTPError: 550 mailbox 12 unknown", n=1, retry_in=600)
+    assert [g.ids for g in viewer.get("/dead/").context["groups"]] == [(dead,)]
+    broker.execute(requeue_op([dead]))  # redriven: no attempts, its last error kept
+
+    def failing() -> list[tuple[str, tuple[str, ...], int]]:
+        source.reset()  # read the document as it is now
+        return [(g.signature, g.ids, g.running) for g in viewer.get("/dead/").context["retrying"]]
+
+    assert failing() == [("SMTPError: N mailbox N unknown", (retrying,), 0)]
+    # Its error signature still finds it in the jobs list, attempts 0 of 2.
+    rows = viewer.get("/jobs/", {"queue": "emails", "error": "SMTPError: N mailbox N unknown"}).context["rows"]
+    assert sorted(row["job"]["id"] for row in rows) == sorted([retrying, dead])
+    [claimed] = broker.execute(claim_op("w-2", ["emails"], policy=broker.policy, max_jobs=1))
+    assert claimed.id == dead and claimed.attempt == 1  # running its first attempt since: not failing either
+    assert failing() == [("SMTPError: N mailbox N unknown", (retrying,), 0)]
+    broker.execute(fail_op(dead, claimed.lease, error="SMTPError: 550 mailbox 13 unknown", retry_in_seconds=0,
+                           policy=broker.policy))  # failed again: failing now
+    assert failing() == [("SMTPError: N mailbox N unknown", (retrying, dead), 0)]
+    [claimed] = broker.execute(claim_op("w-2", ["emails"], policy=broker.policy, max_jobs=1))
+    assert claimed.id == dead and claimed.attempt == 2
+    assert failing() == [("SMTPError: N mailbox N unknown", (retrying, dead), 1)]  # and running again
 
 
 def test_nothing_failing_says_so(broker: Broker, viewer: Client) -> None:
