@@ -249,9 +249,9 @@ def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
     held = snapshot.in_segments(queue)
     if not held:
         return None
-    return (ngettext("%(n)d pending job sits in segment objects and is not listed (or searched) here",
-                     "%(n)d pending jobs sit in segment objects and are not listed (or searched) here",
-                     held) % {"n": held}
+    return (ngettext("%(n)s pending job sits in segment objects and is not listed (or searched) here",
+                     "%(n)s pending jobs sit in segment objects and are not listed (or searched) here",
+                     held) % {"n": f"{held:,}"}
             + ": filter by one queue and status pending, with no other filter, to page through them.")
 
 

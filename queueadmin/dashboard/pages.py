@@ -130,7 +130,7 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
     found.extend(Alert("warn", text) for text in late_schedules(snapshot))
     for q in snapshot.queues.values():
         if q.paused:
-            waits = ngettext("%(n)d pending job waits", "%(n)d pending jobs wait", q.pending) % {"n": q.pending}
+            waits = ngettext("%(n)s pending job waits", "%(n)s pending jobs wait", q.pending) % {"n": f"{q.pending:,}"}
             found.append(Alert("info", f"Queue {q.name} is paused: {waits} for a resume."))
     for name, paused_at in sorted(pauses_of(snapshot).items()):
         found.append(Alert("info", f"Schedule {name} is paused (since {paused_at:%Y-%m-%d %H:%M} UTC): its ticks push "

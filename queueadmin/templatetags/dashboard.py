@@ -28,6 +28,15 @@ def age(seconds: float | None) -> str:
 
 
 @register.filter
+def count(value: Any) -> Any:
+    """An integer with thousands separators, for counts an operator reads
+    ("200,277"); anything else as it is (None, "—", a float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return value
+
+
+@register.filter
 def ago(moment: datetime | None, now: datetime | None = None) -> str:
     """How long before ``now`` (default: the current time) ``moment`` was."""
     if moment is None:

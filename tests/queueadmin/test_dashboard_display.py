@@ -53,6 +53,27 @@ def test_when_text_takes_datetimes_and_document_strings() -> None:
     assert when_text(None) == when_text("not a time") == "—"
 
 
+# -- counts ----------------------------------------------------------------------------------------------
+
+
+def test_counts_in_the_thousands_are_grouped_where_an_operator_reads_them(broker: Broker,
+                                                                          admin_client_: Client) -> None:
+    push(broker, "q", list(range(1234)))
+    text = re.sub(r"\s+", " ", admin_client_.get("/").content.decode())
+    assert ">1,234</a>" in text and "1234" not in text  # pending, in the queues table
+    assert "1,234 pending" in text  # the document line
+    page = re.sub(r"\s+", " ", admin_client_.get("/queues/q/").content.decode())
+    assert 'data-testid="pending">1,234' in page and "1,234 · 0 · 0 · 0" in page  # pushed · completed · failed · purged
+    jobs = admin_client_.get("/jobs/", {"queue": "q"}).content.decode()
+    assert "1,234 jobs · page 1 of 25" in jobs and "Purge all 1,234 matching" in jobs
+    assert "page=25\">last" in jobs  # a link's page number stays a number
+    assert template_count(1234567) == "1,234,567" and template_count(None) == "None" and template_count(7) == "7"
+
+
+def template_count(value: object) -> str:
+    return Template("{% load dashboard %}{{ value|count }}").render(Context({"value": value}))
+
+
 # -- bidirectional control characters ---------------------------------------------------------------
 
 EVIL = '"\u202eevil"'  # shows as "live" where the override is honoured
