@@ -88,6 +88,7 @@ def _jobs(snapshot: Snapshot, request: HttpRequest) -> dict[str, Any]:
     if context["search_from"]:  # the pages of a search's later window stay in that window
         params["from"] = str(context["search_from"])
     context["query_base"] = urlencode(params)
+    context["query_params"] = sorted(params.items())  # the page jump's hidden fields
     return context
 
 

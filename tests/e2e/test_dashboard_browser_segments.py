@@ -79,8 +79,12 @@ def test_the_overview_counts_and_a_deep_page_lists_jobs_in_segments(
         expect(page.get_by_test_id("jobs-total")).to_contain_text("page 2 of 6")
         assert shown_payloads(page) == list(range(50, 100))
 
-        page.goto(f"{server.url}/jobs/?queue=backlog&status=pending&page=5")
+        # The page jump: a page number typed in, the filter kept.
+        jump = page.get_by_test_id("page-jump")
+        jump.get_by_role("spinbutton").fill("5")
+        jump.get_by_role("button", name="Go").click()
         expect(page.get_by_test_id("jobs-total")).to_contain_text("page 5 of 6")
+        assert "queue=backlog" in page.url and "status=pending" in page.url and "page=5" in page.url
         expect(page.locator("#live-jobs tbody tr[data-job-id]")).to_have_count(50)
         assert shown_payloads(page) == list(range(200, 250))
         shot(page, "segments-deep-page")
