@@ -243,6 +243,25 @@ if _secret_key is None:
     _secret_key = "django-insecure-queueadmin-local-development-only"
 SECRET_KEY = _secret_key
 
+# Django's own messages ("Not Found: /x", "Unprocessable Entity: /actions/")
+# go to the root logger only, as every other logger's do. Django's default
+# also prints them on a console handler of its own when DEBUG is on, so under
+# daphne, which gives the root logger a handler, each one appeared twice.
+# The mail to ADMINS on a server error (DEBUG off) is kept as Django has it.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
+    "handlers": {
+        "mail_admins": {
+            "level": "ERROR",
+            "filters": ["require_debug_false"],
+            "class": "django.utils.log.AdminEmailHandler",
+        },
+    },
+    "loggers": {"django": {"handlers": ["mail_admins"], "level": "INFO", "propagate": True}},
+}
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Origins other than the request's own that forms (Django's CSRF check) and
 # the live socket (queueadmin.dashboard.origin) accept.

@@ -114,3 +114,25 @@ def test_the_served_application_starts_without_a_warning(tmp_path: Path) -> None
         check=False,
     )
     assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
+
+
+def test_djangos_own_messages_are_logged_once_under_a_server_that_configures_logging(tmp_path: Path) -> None:
+    """As under daphne, which gives the root logger a handler before Django
+    starts: a warning of Django's (what a 404 or 422 logs, with DEBUG on)
+    appears once, through the root handler, not also through a console
+    handler of Django's own."""
+    script = (
+        "import logging, django; "
+        "logging.basicConfig(level=logging.INFO, format='ROOT %(levelname)s %(message)s'); "
+        "django.setup(); "
+        "logging.getLogger('django.request').warning('Not Found: /nope')"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "QUEUE_", "DATABASE_URL"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "queueadmin.settings", "DJANGO_DEBUG": "1",
+             "QUEUE_STORE_URL": (tmp_path / "queue").as_uri(), "QUEUE_BROKER_AUTOSTART": "0"},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "/nope" in line]
+    assert lines == ["ROOT WARNING Not Found: /nope"]
