@@ -110,6 +110,11 @@ class QueueSummary:
     due_away: int = 0
     #: How many segment objects hold them.
     segments: int = 0
+    #: Those objects' size in the store, in bytes (an object stays whole
+    #: until every job in it is claimed).
+    segment_bytes: int = 0
+    #: When the oldest of them was written (None: no segments).
+    oldest_sealed_at: datetime | None = None
     #: Pending and due (no not_before in the future): in the document, in
     #: segments, and ``due_away``.
     ready: int = 0
@@ -391,6 +396,8 @@ class Snapshot:
             row.ready += held
             row.in_segments = held
             row.segments = len(refs)
+            row.segment_bytes = sum(ref.size for ref in refs)
+            row.oldest_sealed_at = min(ref.sealed_at for ref in refs)
             # A reference knows the enqueue time of its first unconsumed job:
             # the first segment's is the oldest the backlog holds in FIFO
             # order (a requeued job deeper inside may be older; it is not read).
@@ -410,6 +417,10 @@ class Snapshot:
             row.delayed_away = held
             row.due_away = due
             row.segments += len(delays)
+            row.segment_bytes += sum(ref.size for ref in delays)
+            sealed = min(ref.sealed_at for ref in delays)
+            if row.oldest_sealed_at is None or sealed < row.oldest_sealed_at:
+                row.oldest_sealed_at = sealed
             # In due order: the first not due yet is the soonest of them.
             coming = next((sortable(ref.first_due.isoformat()) for ref in delays
                            if ref.first_due > self.taken_at), None)

@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from engine import Broker, Policy, parse_document
+from queueadmin.dashboard.snapshot import moment
 from queueadmin.models import AuditEntry
 from tests.queueadmin.dashboard_fixtures import clock_ahead, confirm, preview, push
 from tests.queueadmin.test_dashboard_segments import document, every_pending, settle, small_segments
@@ -58,6 +59,8 @@ def test_counts_include_the_delayed_jobs_in_delayed_segments_as_pending_not_read
     row = next(r for r in response.context["rows"] if r["q"].name == "q")
     assert row["q"].pending == 100 and row["q"].ready == 0
     assert row["q"].in_segments == 80 and row["q"].segments == len(delayed_refs(doc))
+    assert row["q"].segment_bytes == sum(ref["size"] for ref in delayed_refs(doc)) > 0
+    assert row["q"].oldest_sealed_at == min(moment(ref["sealed_at"]) for ref in delayed_refs(doc))
     assert response.context["totals"]["pending"] == 100
 
     out = StringIO()

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 from django.core.management import call_command
+from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import Broker, ObjectStore
 from engine.ops import Tick, claim_op, complete_op
 from queueadmin.dashboard import segments
-from queueadmin.dashboard.snapshot import Snapshot
+from queueadmin.dashboard.snapshot import Snapshot, moment
 from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
 from tests.helpers import stored, wait_for
@@ -133,6 +134,14 @@ def test_counts_include_the_jobs_in_segments(small_segments: None, broker: Broke
     assert queue_page.context["q"].pending == 300
     in_segments = row["q"].in_segments
     assert f"{in_segments} of them, in {row['q'].segments} segment objects" in queue_page.content.decode()
+    # The objects' size in the store, and when the oldest was written.
+    refs = doc["lanes"]["q"]["segments"]
+    q = queue_page.context["q"]
+    assert q.segment_bytes == sum(ref["size"] for ref in refs) > 0
+    assert q.oldest_sealed_at == min(moment(ref["sealed_at"]) for ref in refs)
+    size = re.search(r'data-testid="segments-size">\(([^;]+); the oldest written <time[^>]*>([^<]+)</time>\)',
+                     queue_page.content.decode())
+    assert size is not None and size.group(1) == filesizeformat(q.segment_bytes) and size.group(2).endswith(" ago")
     # The oldest pending job is the first one pushed, at the front.
     first = min(j["enqueued_at"] for j in doc["jobs"])
     assert queue_page.context["q"].oldest_pending_at.isoformat().replace("+00:00", "Z").startswith(first[:19])
