@@ -14,6 +14,8 @@ operator action a standby forwards to the leader usable once, on every node.
 :class:`QueueScope` rows limit a user's or a group's actions to some queues.
 :class:`~queueadmin.history.records.FinishedJob` rows keep jobs that left
 ``queue.json`` findable for a while (defined in :mod:`queueadmin.history`).
+:class:`~queueadmin.workers.records.SeenWorker` rows are the workers the
+leader saw ask for work, for every node's dashboard (:mod:`queueadmin.workers`).
 
 :class:`AuditEntry.Action` names every audited action, once: its stored
 value and, for the dashboard, everything else about it (:class:`ActionSpec`).
@@ -50,6 +52,7 @@ from engine import forget_schedule_op, pause_schedule_op
 from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op, stop_op
 from queueadmin.api.grants import parse_patterns
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
+from queueadmin.workers.records import SeenWorker as SeenWorker  # a model of this app, defined there
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise  # installed with django-stubs (dev only)

@@ -117,20 +117,11 @@ class SeenWorkers:
             while len(self._seen) > self.limit:
                 self._seen.pop(next(iter(self._seen)))
 
-    def snapshot(self) -> dict[str, datetime]:
-        """Worker name to when it last asked for work."""
+    def items(self, *, since: datetime | None = None) -> dict[str, tuple[datetime, tuple[str, ...]]]:
+        """Worker name to when it last asked for work and from which queues;
+        with ``since``, only those that asked after it."""
         with self._lock:
-            return {name: when for name, (when, _) in self._seen.items()}
-
-    def by_queue(self) -> dict[str, datetime]:
-        """Queue name to when any worker last asked for work from it."""
-        latest: dict[str, datetime] = {}
-        with self._lock:
-            for when, queues in self._seen.values():
-                for queue in queues:
-                    if queue not in latest or when > latest[queue]:
-                        latest[queue] = when
-        return latest
+            return {name: seen for name, seen in self._seen.items() if since is None or seen[0] > since}
 
     def clear(self) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from django.utils.translation import ngettext
 
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
-from queueadmin import config, runtime
+from queueadmin import config
 from queueadmin.dashboard import redaction, segments
 from queueadmin.dashboard.joblist import find_job, task_call
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
@@ -29,6 +29,7 @@ from queueadmin.dashboard.source import Rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
 from queueadmin.models import AuditEntry
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
+from queueadmin.workers import seen
 
 # No sign of any worker for this long while jobs wait: warn.
 WORKERS_QUIET_SECONDS = 60.0
@@ -98,9 +99,9 @@ def drain_seconds(pending: int, rate: Rates | None) -> float | None:
 def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:
     """Per queue, the latest sign of a worker working on it: a lease
     heartbeat or an ended attempt of one of its jobs, or a claim request
-    naming it (on this node)."""
+    naming it (to any leader: :mod:`queueadmin.workers.seen`)."""
     latest = snapshot.queue_activity()
-    for queue, when in runtime.seen_workers.by_queue().items():
+    for queue, when in seen.by_queue(snapshot.taken_at).items():
         if snapshot.sees is not None and not snapshot.sees(queue):
             continue
         if queue not in latest or when > latest[queue]:
@@ -495,8 +496,8 @@ def workers(snapshot: Snapshot) -> dict[str, Any]:
     # Orphans first (longest silent first), then the rest by time left.
     leases.sort(key=lambda r: (not r["orphaned"], -r["heartbeat_age"] if r["orphaned"] else (r["left"] or 0)))
     people = []
-    # Workers that asked this node for work, on whichever queues: not for a user narrowed to some queues.
-    extra = runtime.seen_workers.snapshot() if snapshot.sees is None else {}
+    # Workers that asked for work, on whichever queues: not for a user narrowed to some queues.
+    extra = seen.last_seen(now) if snapshot.sees is None else {}
     for w in snapshot.workers(extra=extra):
         people.append({"w": w, "age": _age(now, w.last_seen), "jobs": len(w.jobs)})
     return {

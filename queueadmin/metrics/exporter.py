@@ -81,7 +81,8 @@ class QueueCollector(Collector):
                 "queueadmin_workers_seen",
                 "Workers seen in the last 15 minutes: holding leases, ending attempts, or asking this node for work.",
             )
-            workers.add_metric([], float(len(snapshot.workers(extra=runtime.seen_workers.snapshot()))))
+            asked = {name: when for name, (when, _) in runtime.seen_workers.items().items()}
+            workers.add_metric([], float(len(snapshot.workers(extra=asked))))
             yield workers
 
     def _node(self, broker: Broker) -> Iterator[Metric]:

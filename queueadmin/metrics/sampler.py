@@ -8,7 +8,8 @@ decodes only what changed) and the committer's statistics
 (:attr:`engine.Broker.stats`). It writes one raw point per queue and one for
 the node, merges them into the minute and ten-minute rollups, and once a
 minute prunes what has aged out. A standby records nothing: it reads what
-the leader wrote, from the shared database.
+the leader wrote, from the shared database. The leader also saves the
+workers it saw ask for work (:mod:`queueadmin.workers`).
 
 A failed step (the database is down, the document is unreadable) is logged
 and skipped; the next one tries again. ``stop()`` is idempotent and waits
@@ -40,6 +41,7 @@ from queueadmin.metrics.records import (
     MetricPoint,
     floor_time,
 )
+from queueadmin.workers import seen
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,7 @@ class Sampler:
         self._last_stats: tuple[int, float] | None = None  # (commits, latency sum) at the last sample
         self._stats: CommitStats | None = None
         self._pruned = float("-inf")
+        self._workers_saved: datetime | None = None  # the latest sighting saved
         #: Set after each step that recorded a sample (tests wait on it).
         self.sampled = threading.Event()
 
@@ -198,9 +201,15 @@ class Sampler:
         commits = landed - previous[0] if previous is not None else 0
         mean = (total - previous[1]) / commits if previous is not None and commits > 0 else None
         record(points_of(snapshot, at=now, commits=commits, commit_seconds=mean))
+        # The workers this node saw ask for work since the last save, for
+        # every node's dashboard (queueadmin.workers: they ask the leader only).
+        noted = runtime.seen_workers.items(since=self._workers_saved)
+        seen.save(noted)
+        self._workers_saved = max((when for when, _ in noted.values()), default=self._workers_saved)
         if time.monotonic() - self._pruned >= PRUNE_SECONDS:
             self._pruned = time.monotonic()
             prune(now)
+            seen.prune(now)
         self.sampled.set()
         return True
 
