@@ -78,8 +78,25 @@ class FinishedJob(models.Model):
         return len(self.payload.encode()) < self.payload_bytes
 
 
+# Every finished job's row formats four or five times, most shared by the
+# jobs of one commit (claimed together, ended together, pushed together): a
+# UTC time is formatted once and looked up after (~0.1 us against 1.7 us for
+# isoformat, 2.8 us for the SQLite form), bounded by clearing. Only UTC times:
+# equal times in other zones are equal as keys but format differently.
+_ISO: dict[datetime, str] = {}
+_SQLITE: dict[datetime, str] = {}
+_FORMATTED_MAX = 4096
+
+
 def _moment(value: datetime) -> str:
-    return value.isoformat()
+    if value.tzinfo is not UTC:
+        return value.isoformat()
+    text = _ISO.get(value)
+    if text is None:
+        if len(_ISO) >= _FORMATTED_MAX:
+            _ISO.clear()
+        text = _ISO[value] = value.isoformat()
+    return text
 
 
 def _text(value: str) -> str:
@@ -164,8 +181,13 @@ def row_of(departure: Departure) -> Row:
 def _sqlite_moment(value: datetime) -> str:
     """As Django stores an aware datetime in SQLite: naive UTC, ``str()``."""
     if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    return str(value.replace(tzinfo=None))
+        return str(value.astimezone(UTC).replace(tzinfo=None))
+    text = _SQLITE.get(value)
+    if text is None:
+        if len(_SQLITE) >= _FORMATTED_MAX:
+            _SQLITE.clear()
+        text = _SQLITE[value] = str(value.replace(tzinfo=None))
+    return text
 
 
 def _sqlite_json(value: Any) -> str:

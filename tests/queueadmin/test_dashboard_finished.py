@@ -19,13 +19,13 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.test import Client
 
 from engine import Broker, Departure, Job, Policy, Worker, utc_now
@@ -34,6 +34,7 @@ from queueadmin import config, runtime
 from queueadmin.dashboard import pages
 from queueadmin.dashboard.source import source
 from queueadmin.history import recorder as recorder_module
+from queueadmin.history import records
 from queueadmin.history.recorder import FinishedRecorder, prune
 from queueadmin.history.records import COLUMNS, FinishedJob, Row, find, insert_rows, row_of
 from queueadmin.tasks.worker import TaskRunner
@@ -378,3 +379,14 @@ def test_a_process_that_exits_normally_writes_its_backlog_first(tmp_path: Path) 
     with sqlite3.connect(database) as connection:
         rows = connection.execute("SELECT job_id, how FROM queueadmin_finishedjob").fetchall()
     assert rows == [("written-at-exit", "purged")]
+
+
+def test_times_are_formatted_as_django_formats_them_cached_or_not(db: None) -> None:
+    """The recorder's formatting of times (cached for UTC times) gives what
+    isoformat and Django's own SQLite adapter give, for equal times in other
+    zones too, which equal a cached key but format differently."""
+    t = datetime(2026, 12, 6, 5, 0, 0, 123456, tzinfo=UTC)
+    for value in (t, t.astimezone(timezone(timedelta(hours=2))), t, t.replace(microsecond=0), t):
+        assert records._moment(value) == value.isoformat()
+        if connection.vendor == "sqlite":
+            assert records._sqlite_moment(value) == connection.ops.adapt_datetimefield_value(value)
