@@ -33,6 +33,7 @@ from engine import (
     ObjectStore,
     Policy,
     Schedule,
+    StoreConfigError,
     open_store,
 )
 
@@ -257,12 +258,20 @@ def broker_client(brokers: Sequence[str] | None = None, *, token: str,
 
     It reaches ``brokers`` (node URLs) or, with none, the leader named by the
     document in ``store``; that store is only read, and is
-    :func:`open_queue_store` when not given. ``token`` is the API token to
-    send: callers resolve it (their option, else :func:`api_token`) and say
-    themselves what to do when there is none. Does no network I/O. Raises
-    ValueError for unusable URLs or token, StoreConfigError for a bad store
-    URL.
+    :func:`open_queue_store` when not given. With ``brokers``, the store (if
+    it opens) is also where the client looks once none of them answers: a
+    worker given one node finds the new leader when that node dies (or give
+    it every node). ``token`` is the API token to send: callers resolve it
+    (their option, else :func:`api_token`) and say themselves what to do
+    when there is none. Does no network I/O. Raises ValueError for unusable
+    URLs or token, StoreConfigError for a bad store URL (only without
+    ``brokers``).
     """
-    if not brokers and store is None:
+    if store is None and not brokers:
         store = open_queue_store()
+    elif store is None:
+        try:
+            store = open_queue_store()
+        except (StoreConfigError, ImproperlyConfigured):
+            store = None  # the nodes given are all it has
     return BrokerClient(brokers or (), token=token, store=store, policy=policy())

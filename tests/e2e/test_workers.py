@@ -138,6 +138,37 @@ def test_failover_under_load_and_a_paused_leader_is_fenced(
     assert [j["id"] for j in doc["jobs"]] == [job_id]
 
 
+def test_a_worker_given_only_the_leader_finds_the_new_one_from_the_document_when_it_dies(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """``--broker`` names the leader alone: when it is killed, the worker
+    (which reads the same store, as the cluster's environment gives it)
+    finds the node that took over from the document, not only once the old
+    node is back."""
+    cluster = cluster_factory(QUEUE_LEASE_SECONDS="3")
+    a = cluster.node()
+    wait_for(lambda: a.role() == "leader", 15, "node a to lead")
+    b = cluster.node()
+    wait_for(lambda: b.role() == "standby", 15, "node b to stand by")
+    record = tmp_path / "record.txt"
+    worker = cluster.worker("--queue", "q", "--handler", "tests.e2e.handlers:record", "--concurrency", "2",
+                            "--broker", a.url, E2E_RECORD=str(record))
+    try:
+        with BrokerClient([a.url], token=TOKEN) as client:
+            client.push("q", [{"n": n} for n in range(50)])
+        wait_for(lambda: len(records(record)) >= 50, 60, "the first jobs to run")
+        a.kill()  # and it stays dead
+        wait_for(lambda: b.role() == "leader", TAKEOVER_SECONDS + 8, "node b to take over")
+        with BrokerClient([b.url], token=TOKEN) as client:
+            client.push("q", [{"n": n} for n in range(50, 100)])
+        wait_for(lambda: set(records(record)) >= {str(n) for n in range(100)}, 60,
+                 "the jobs pushed after the failover to run, on the worker given the dead node only")
+        assert worker.poll() is None  # it never gave up
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+
+
 def test_a_killed_worker_s_job_is_leased_again_and_a_failing_job_ends_dead(
     cluster_factory: Callable[..., Cluster], tmp_path: Path
 ) -> None:

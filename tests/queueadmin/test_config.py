@@ -113,11 +113,20 @@ def test_the_request_limit_without_its_setting_follows_the_payload_limit(setting
 def test_broker_client_for_given_brokers(settings: SettingsWrapper) -> None:
     settings.QUEUE_LEASE_SECONDS = 9.0
     settings.QUEUE_MAX_PAYLOAD_BYTES = 4096
+    name = f"memory://config-{uuid.uuid4().hex}"
+    settings.QUEUE_STORE_URL = name
     with config.broker_client(["http://node-a.test:8000/"], token="t") as client:
         assert client.urls == ("http://node-a.test:8000",)
-        assert client.store is None
+        # Where it looks once no node given answers (a worker given one node, which died).
+        assert client.store is open_store(name)
         assert client.policy == Policy(lease_seconds=9.0, max_payload_bytes=4096,
                                        segment_jobs=config.policy().segment_jobs, delayed_horizon_seconds=60)
+    # A store it cannot open (no credentials, a bad URL) leaves it the nodes given, without an error.
+    settings.QUEUE_STORE_URL = "nosuchscheme://bucket/queue"
+    with config.broker_client(["http://node-a.test:8000/"], token="t") as client:
+        assert client.store is None
+    with pytest.raises(StoreConfigError):
+        config.broker_client(None, token="t")
 
 
 def test_broker_client_without_brokers_reads_the_leader_from_the_settings_store(settings: SettingsWrapper) -> None:
