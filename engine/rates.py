@@ -93,5 +93,5 @@ class RateLimit:
         return replace(self, window_start=now)
 
     def describe(self) -> str:
-        """``"10 per 1 s"``: the limit in words, for errors and pages."""
-        return f"{self.jobs} per {self.seconds:g} s"
+        """``"10 per 1 s"``, ``"1,000 per 60 s"``: the limit in words, for errors and pages."""
+        return f"{self.jobs:,} per {self.seconds:g} s"

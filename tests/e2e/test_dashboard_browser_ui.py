@@ -425,3 +425,19 @@ def test_the_overview_warns_of_a_large_document_and_says_what_holds_it(
         expect(alert).to_contain_text("20,000 delayed jobs (later 20,000)")
         expect(alert).to_contain_text("with QUEUE_DELAYED_HORIZON_SECONDS=0: set it")
         shot(page, "overview-large-document")
+
+
+def test_the_audit_log_fits_a_phone_whatever_its_targets_hold(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    _, server = node
+    kill(server, "emails", error="queueadmin.integrations.payments.PaymentGatewayTimeoutError: gave up after 30 s")
+    with signed_in(browser, server, viewport={"width": 390, "height": 844}, is_mobile=True) as page:
+        page.goto(f"{server.url}/dead/")
+        page.locator("article.group").first.get_by_role("button", name="Purge").click()
+        page.get_by_test_id("reason").fill("a known outage")
+        page.get_by_test_id("run-action").click()
+        expect(page.locator(".msg")).to_contain_text("urged")
+        page.goto(f"{server.url}/audit/")
+        # The entry's target: the group's signature, one long dotted word.
+        expect(page.locator("table.audit tbody tr").first).to_contain_text("PaymentGatewayTimeoutError")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        shot(page, "audit-phone-cards")

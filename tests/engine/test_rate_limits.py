@@ -251,3 +251,8 @@ def test_a_completion_does_not_reopen_a_used_up_window() -> None:
         assert desk.line.wakes == 0
 
     run_line(scenario)
+
+
+def test_a_rate_limit_in_words_groups_its_thousands() -> None:
+    assert RateLimit(jobs=10, seconds=60.0).describe() == "10 per 60 s"
+    assert RateLimit(jobs=1000, seconds=0.5).describe() == "1,000 per 0.5 s"

@@ -102,7 +102,7 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=1, help="jobs run at once, one thread each (1)")
         parser.add_argument("--broker", action="append", dest="brokers", metavar="URL",
                             help="a broker node's URL (repeatable); default: the leader named by the document "
-                                 "at QUEUE_STORE_URL")
+                                 "at QUEUE_STORE_URL, which is also where it looks when no node given answers")
         parser.add_argument("--burst", action="store_true",
                             help="exit once nothing can be claimed and no job is running")
         parser.add_argument("--token", help="the broker API token (default: QUEUE_API_TOKEN)")
