@@ -21,6 +21,7 @@ from django.utils.translation import ngettext
 from engine import EngineError, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config
+from queueadmin.api.forward import insecure_key
 from queueadmin.dashboard import redaction, segments
 from queueadmin.dashboard.joblist import find_job, task_call
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
@@ -80,9 +81,22 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
         "commit_late": commit_age is not None and commit_age > 3 * heartbeat,
         "heartbeat_seconds": heartbeat,
         "takeover_seconds": config.takeover_seconds(),
-        "alerts": alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat),
+        "alerts": [*alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat), *node_alerts(snapshot, node.role)],
         "totals": snapshot.status_counts(),
     }
+
+
+def node_alerts(snapshot: Snapshot, role: str) -> list[Alert]:
+    """What is wrong with this node rather than the queue: a standby signing
+    with the public development key forwards no operator action to the
+    leader (queueadmin.api.forward), so say so before one is tried."""
+    if role == "leader" or not insecure_key():
+        return []
+    leader = snapshot.broker.get("url")
+    where = f"the leader's dashboard ({leader})" if leader else "the leader's dashboard"
+    return [Alert("warn", "This node runs with the public development secret key, so the actions tried here "
+                          f"cannot be forwarded to the leader and fail: act on {where}, or set DJANGO_SECRET_KEY "
+                          "(the same on every node).")]
 
 
 def drain_seconds(pending: int, rate: Rates | None) -> float | None:

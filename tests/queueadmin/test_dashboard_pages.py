@@ -6,8 +6,10 @@ never change the document, so most tests also check its bytes are unchanged.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -320,3 +322,23 @@ def test_the_large_document_alert_of_format_1_points_to_segments_and_to_the_dead
     [alert] = [a.text for a in viewer.get("/").context["alerts"] if "every commit writes all of it" in a.text]
     assert "11 ready pending jobs (backlog 11); 1 dead letter (backlog 1)" in alert
     assert "set QUEUE_SEGMENT_JOBS" in alert and "purge the dead letters" in alert and "delayed" not in alert
+
+
+def test_a_standby_with_the_development_key_warns_that_its_actions_cannot_be_forwarded(
+        broker: Broker, viewer: Client, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The key the node signs with, as queueadmin.api.forward judges it (the
+    # session's key stays as it is: changing SECRET_KEY would sign us out).
+    monkeypatch.setattr(pages, "insecure_key", lambda: True)
+
+    def overview() -> str:
+        response = viewer.get("/")
+        assert response.status_code == 200
+        return re.sub(r"\s+", " ", response.content.decode())
+
+    assert "cannot be forwarded" not in overview()  # this node leads: it runs them itself
+    as_it_is = source.node
+    monkeypatch.setattr(source, "node", lambda: replace(as_it_is(), role="standby"))
+    assert ("the actions tried here cannot be forwarded to the leader and fail: act on the leader&#x27;s dashboard "
+            "(http://node-a.test:8000), or set DJANGO_SECRET_KEY") in overview()
+    monkeypatch.setattr(pages, "insecure_key", lambda: False)
+    assert "cannot be forwarded" not in overview()
