@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from engine import Broker
-from engine.ops import claim_op, rate_limit_op
+from engine.ops import claim_op, limit_op, rate_limit_op
 from queueadmin.dashboard.source import source
 from queueadmin.management.commands.queueaction import parse_rate
 from queueadmin.models import AuditEntry
@@ -148,6 +148,12 @@ def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Br
     assert dry.context["plan"].effects == [
         "Queue q starts at most 2 per 60 s: the 4 jobs going back to it wait behind its 3 ready, and the last of "
         "them starts 3 min from now at the earliest."]
+    # With a concurrency limit too, when they start also depends on how long the running ones take.
+    broker.execute(limit_op("q", 2))
+    dry = preview(operator, action="redrive", queue="q")
+    assert dry.context["plan"].effects[1:] == [
+        "Queue q runs at most 2 of its jobs at once: the 4 jobs go back to it behind its 3 ready, and start as "
+        "places free up, later than its rate alone allows."]
 
 
 # -- manage.py queueaction, queuestatus and /metrics -----------------------------------------------
