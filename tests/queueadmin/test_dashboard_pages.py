@@ -21,7 +21,7 @@ from queueadmin import runtime
 from queueadmin.dashboard import joblist, pages
 from queueadmin.dashboard.source import Rates, source
 from tests.helpers import stored
-from tests.queueadmin.dashboard_fixtures import client_for, kill, make_user, push
+from tests.queueadmin.dashboard_fixtures import client_for, clock_ahead, kill, make_user, push
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -342,3 +342,28 @@ def test_a_standby_with_the_development_key_warns_that_its_actions_cannot_be_for
             "(http://node-a.test:8000), or set DJANGO_SECRET_KEY") in overview()
     monkeypatch.setattr(pages, "insecure_key", lambda: False)
     assert "cannot be forwarded" not in overview()
+
+
+@pytest.mark.parametrize(("arrivals", "completions", "why"), [
+    (40.0, 10.0, "arrivals keep up with completions"),
+    (0.0, 0.0, "none of its jobs completed in the last 60 s"),  # nothing arrives either: no worker takes them
+])
+def test_not_draining_says_why(broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch,
+                               arrivals: float, completions: float, why: str) -> None:
+    push(broker, "q", [1, 2])
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=arrivals, completions=completions,
+                                                             seconds=60.0)})
+    cell = re.search(r'<span class="warn" title="([^"]*)">not draining</span>', viewer.get("/").content.decode())
+    assert cell is not None and cell.group(1) == why
+
+
+def test_a_delayed_jobs_page_says_when_it_comes_due_and_once_due_since_when(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.ops import push_op
+
+    [job_id] = broker.execute(push_op("q", [1], policy=broker.policy, delay_seconds=600))
+    text = re.sub(r"\s+", " ", viewer.get(f"/jobs/{job_id}/").content.decode())
+    assert re.search(r"<dt>Not before</dt><dd>.*? \(in (9|10) min\)</dd>", text)
+    clock_ahead(monkeypatch, timedelta(minutes=13))
+    text = re.sub(r"\s+", " ", viewer.get(f"/jobs/{job_id}/").content.decode())
+    assert re.search(r"<dt>Not before</dt><dd>.*? \(due (2|3) min ago\)</dd>", text)
