@@ -191,8 +191,13 @@ def test_job_page_of_a_large_payload_shows_a_truncation_notice(broker: Broker, v
 
 
 def test_job_page_of_a_job_no_longer_in_the_document_says_so(broker: Broker, viewer: Client) -> None:
+    # Nothing at all is known of it: the page explains, under a 404.
     response = viewer.get("/jobs/finished-long-ago/")
-    assert response.status_code == 200 and b"not in the queue document" in response.content
+    assert response.status_code == 404 and b"not in the queue document" in response.content
+    # A job in the document is a 200, as is one of the dead letters.
+    for job_id in (push(broker, "q", [1])[0], kill(broker)):
+        source.reset()  # read afresh
+        assert viewer.get(f"/jobs/{job_id}/").status_code == 200
 
 
 def test_workers_page_lists_orphaned_leases_first(broker: Broker, viewer: Client,

@@ -554,7 +554,8 @@ def test_a_job_found_by_range_and_then_refilled_and_done_is_not_shown_pending_fr
         broker.execute(Tick())
     source.reset()
     page = viewer.get(f"/jobs/{target['id']}/")
-    assert page.status_code == 200 and not page.context["found"] and page.context.get("in_segment") is None
+    # Nothing is known of it (no finished-job record here): a 404 that says so.
+    assert page.status_code == 404 and not page.context["found"] and page.context.get("in_segment") is None
 
 
 def test_a_job_page_finds_a_job_deep_in_a_merged_segment_through_its_index(
