@@ -91,11 +91,25 @@ def _history_list(history: tuple[Attempt, ...]) -> list[dict[str, Any]]:
 # jobs of one push batch, so they are encoded once per (queue, status,
 # attempts, max_attempts, enqueued_at, not_before) and reused.
 _PLAIN_MIDDLES: dict[tuple[Any, ...], bytes] = {}
-_PLAIN_MIDDLES_MAX = 64
+#: How many entries each of the caches of this module keeps before it is emptied.
+_CACHED_MAX = 64
+_PLAIN_MIDDLES_MAX = _CACHED_MAX
 
 
 def _plain_middle(key: tuple[Any, ...]) -> bytes:
     queue, status, attempts, max_attempts, enqueued_at, not_before, compact = key
+    rest = {
+        **({} if compact and not_before is None else {"not_before": not_before}),
+        **({} if compact else {"lease": None, "last_error": None, "history": []}),
+    }
+    middle = _fields_between(queue, status, attempts, max_attempts, enqueued_at, rest, b',"payload":')
+    return _remember(_PLAIN_MIDDLES, key, middle)
+
+
+def _fields_between(queue: str, status: str, attempts: int, max_attempts: int, enqueued_at: Any,
+                    rest: dict[str, Any], then: bytes) -> bytes:
+    """A job's bytes after its id (and pos): ``,"queue":…,"enqueued_at":…``,
+    the fields of ``rest``, and ``then`` (the next field's name)."""
     fields = orjson.dumps(
         {
             "queue": queue,
@@ -103,16 +117,19 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
             "attempts": attempts,
             "max_attempts": max_attempts,
             "enqueued_at": enqueued_at,
-            **({} if compact and not_before is None else {"not_before": not_before}),
-            **({} if compact else {"lease": None, "last_error": None, "history": []}),
+            **rest,
         },
         option=DUMPS_OPTS,
     )
-    middle = b"".join((b",", fields[1:-1], b',"payload":'))  # {...} -> ,...,"payload":
-    if len(_PLAIN_MIDDLES) >= _PLAIN_MIDDLES_MAX:
-        _PLAIN_MIDDLES.clear()
-    _PLAIN_MIDDLES[key] = middle
-    return middle
+    return b"".join((b",", fields[1:-1], then))  # {...} -> ,...<then>
+
+
+def _remember[V](cache: dict[tuple[Any, ...], V], key: tuple[Any, ...], value: V) -> V:
+    """Keep ``value`` under ``key`` in one of the caches below, emptied when full."""
+    if len(cache) >= _CACHED_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 # encode_job's shortcut for a job on its first lease (every claimed job, and
@@ -122,28 +139,15 @@ def _plain_middle(key: tuple[Any, ...]) -> bytes:
 # the job's fields up to the lease, and the lease's fields after its token.
 _LEASED_FIELDS: dict[tuple[Any, ...], bytes] = {}
 _LEASE_TIMES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
-_LEASED_MAX = 64
+_LEASED_MAX = _CACHED_MAX
 
 
 def _leased_fields(key: tuple[Any, ...]) -> bytes:
     """``,"queue":…,"enqueued_at":…,"lease":`` (format 1: ``not_before`` null before the lease)."""
     queue, status, attempts, max_attempts, enqueued_at, compact = key
-    fields = orjson.dumps(
-        {
-            "queue": queue,
-            "status": status,
-            "attempts": attempts,
-            "max_attempts": max_attempts,
-            "enqueued_at": enqueued_at,
-            **({} if compact else {"not_before": None}),
-        },
-        option=DUMPS_OPTS,
-    )
-    middle = b"".join((b",", fields[1:-1], b',"lease":'))
-    if len(_LEASED_FIELDS) >= _LEASED_MAX:
-        _LEASED_FIELDS.clear()
-    _LEASED_FIELDS[key] = middle
-    return middle
+    rest = {} if compact else {"not_before": None}
+    return _remember(_LEASED_FIELDS, key,
+                     _fields_between(queue, status, attempts, max_attempts, enqueued_at, rest, b',"lease":'))
 
 
 def _lease_around_token(key: tuple[Any, ...]) -> tuple[bytes, bytes]:
@@ -154,11 +158,7 @@ def _lease_around_token(key: tuple[Any, ...]) -> tuple[bytes, bytes]:
         {"claimed_at": claimed_at, "heartbeat_at": heartbeat_at, "expires_at": expires_at, "seconds": seconds},
         option=DUMPS_OPTS,
     )
-    around = (before, b"," + after[1:])
-    if len(_LEASE_TIMES) >= _LEASED_MAX:
-        _LEASE_TIMES.clear()
-    _LEASE_TIMES[key] = around
-    return around
+    return _remember(_LEASE_TIMES, key, (before, b"," + after[1:]))
 
 
 def _encode_leased(job: Job, lease: Lease, pos: int | None) -> bytes:
