@@ -111,7 +111,7 @@ actions_strategy = st.lists(st.tuples(st.floats(0, LEASE), st.sampled_from(["pur
                             max_size=4)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(scaled(600))  # as long again for each scaling of the examples (the long profile)
 @settings(max_examples=scaled(24))
 # The retry of a failed attempt rides the failure's acknowledgement and is claimed by the same worker
 # while the failed attempt's record is still on its books: kept by job id, the record's release
@@ -183,7 +183,7 @@ def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
         client.stop()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(scaled(600))  # as long again for each scaling of the examples (the long profile)
 @settings(max_examples=scaled(24))
 @given(jobs=st.lists(st.tuples(st.sampled_from(("complete", "fail", "permanent", "flaky")),
                                st.sampled_from([0.0, 0.05])), min_size=1, max_size=8),
