@@ -93,7 +93,6 @@ def _history_list(history: tuple[Attempt, ...]) -> list[dict[str, Any]]:
 _PLAIN_MIDDLES: dict[tuple[Any, ...], bytes] = {}
 #: How many entries each of the caches of this module keeps before it is emptied.
 _CACHED_MAX = 64
-_PLAIN_MIDDLES_MAX = _CACHED_MAX
 
 
 def _plain_middle(key: tuple[Any, ...]) -> bytes:
@@ -139,7 +138,6 @@ def _remember[V](cache: dict[tuple[Any, ...], V], key: tuple[Any, ...], value: V
 # the job's fields up to the lease, and the lease's fields after its token.
 _LEASED_FIELDS: dict[tuple[Any, ...], bytes] = {}
 _LEASE_TIMES: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
-_LEASED_MAX = _CACHED_MAX
 
 
 def _leased_fields(key: tuple[Any, ...]) -> bytes:

@@ -240,6 +240,12 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         if result is not None and sees is not None and not sees(result.task.queue_name):
             result = None
         view = _shown_task(result.task, redact) if result is not None else None
+        # Its finished-job record, if it left within the retention (overrides "events").
+        record = finished_job(job_id, actions, snapshot.taken_at, hidden=hidden, sees=sees)
+        # Nothing at all known of it, and no read failed (then it might exist): a 404 that still
+        # explains where the page looked, and stays live (the id may yet be pushed).
+        unknown = (result is None and record["finished"] is None and not segment_error and not result_error
+                   and not record["finished_error"])
         return {"snapshot": snapshot, "job_id": job_id, "found": False, "events": _action_events(actions),
                 "segment_error": segment_error, "segments_held": snapshot.in_segments(),
                 "lookup_reads": segments.JOB_LOOKUP_READS,
@@ -247,8 +253,8 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
                 "return_value": redact(result.return_value) if result is not None else None,
                 "task": view,
                 "task_call": task_call(view) if view is not None else None,
-                # Its finished-job record, if it left within the retention (overrides "events").
-                **finished_job(job_id, actions, snapshot.taken_at, hidden=hidden, sees=sees)}
+                "status_code": 404 if unknown else 200,
+                **record}
     item, status = found
     # A job submitted from the dashboard: say who did it on the enqueue itself
     # (the audit entry is written just after the commit, so it sorts later).

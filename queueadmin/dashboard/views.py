@@ -185,20 +185,11 @@ def live_view(name: str) -> Callable[..., HttpResponse]:
         socket = request.META.get("SCRIPT_NAME", "").rstrip("/") + "/ws/dashboard/"
         context.update(live_page=name, live_partials=" ".join(page.partials), live_socket=socket,
                        here=request.get_full_path())
-        return render(request, page.template, context, status=404 if _unknown_job(name, context) else 200)
+        # A page builder may answer another status (a job page of an id nothing is known of: 404).
+        return render(request, page.template, context, status=context.get("status_code", 200))
 
     view.__name__ = view.__qualname__ = name
     return view
-
-
-def _unknown_job(name: str, context: dict[str, Any]) -> bool:
-    """Whether a job page found nothing at all: not in the document or a
-    segment, no finished-job record, no task result, no read that failed
-    (then the job may exist). Its page still explains, and stays live (the
-    id may be pushed yet), under a 404."""
-    return (name == "job" and not context.get("found") and context.get("finished") is None
-            and context.get("result") is None and not context.get("segment_error")
-            and not context.get("finished_error") and not context.get("result_error"))
 
 
 overview = live_view("overview")

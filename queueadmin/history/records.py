@@ -88,15 +88,20 @@ _SQLITE: dict[datetime, str] = {}
 _FORMATTED_MAX = 4096
 
 
-def _moment(value: datetime) -> str:
+def _formatted(cache: dict[datetime, str], value: datetime, form: Callable[[datetime], str]) -> str:
+    """``form(value)``, kept in ``cache`` for a UTC time (emptied when full)."""
     if value.tzinfo is not UTC:
-        return value.isoformat()
-    text = _ISO.get(value)
+        return form(value)
+    text = cache.get(value)
     if text is None:
-        if len(_ISO) >= _FORMATTED_MAX:
-            _ISO.clear()
-        text = _ISO[value] = value.isoformat()
+        if len(cache) >= _FORMATTED_MAX:
+            cache.clear()
+        text = cache[value] = form(value)
     return text
+
+
+def _moment(value: datetime) -> str:
+    return _formatted(_ISO, value, datetime.isoformat)
 
 
 def _text(value: str) -> str:
@@ -180,14 +185,7 @@ def row_of(departure: Departure) -> Row:
 
 def _sqlite_moment(value: datetime) -> str:
     """As Django stores an aware datetime in SQLite: naive UTC, ``str()``."""
-    if value.tzinfo is not UTC:
-        return str(value.astimezone(UTC).replace(tzinfo=None))
-    text = _SQLITE.get(value)
-    if text is None:
-        if len(_SQLITE) >= _FORMATTED_MAX:
-            _SQLITE.clear()
-        text = _SQLITE[value] = str(value.replace(tzinfo=None))
-    return text
+    return _formatted(_SQLITE, value, lambda v: str(v.astimezone(UTC).replace(tzinfo=None)))
 
 
 def _sqlite_json(value: Any) -> str:

@@ -85,11 +85,11 @@ def test_plain_job_encoding_takes_the_shortcut_and_stays_right_past_the_cache_si
     encoding._PLAIN_MIDDLES.clear()
     jobs = [
         PLAIN_JOBS[0]._replace(id=f"j{i}", queue=f"q{i % 100}", enqueued_at=T0 + timedelta(microseconds=i))
-        for i in range(3 * encoding._PLAIN_MIDDLES_MAX)
+        for i in range(3 * encoding._CACHED_MAX)
     ]
     for job in jobs + jobs:
         assert encoding.encode_job(job) == encoding._encode_job_fields(job)
-    assert 0 < len(encoding._PLAIN_MIDDLES) <= encoding._PLAIN_MIDDLES_MAX  # the shortcut was used
+    assert 0 < len(encoding._PLAIN_MIDDLES) <= encoding._CACHED_MAX  # the shortcut was used
 
 
 def test_other_jobs_use_the_general_encoding() -> None:
@@ -160,12 +160,12 @@ def test_a_leased_job_takes_the_shortcut_and_lease_values_equal_as_keys_are_not_
         first._replace(id=f"j{i}", queue=f"q{i % 100}",
                        lease=first.lease._replace(worker=f"w{i % 7}", token=f"{i:024x}",
                                                   claimed_at=T0 + timedelta(microseconds=i)))
-        for i in range(3 * encoding._LEASED_MAX)
+        for i in range(3 * encoding._CACHED_MAX)
     ]
     for job in jobs + jobs:
         assert encoding.encode_job(job, 5) == encoding._encode_job_fields(job, 5)
         assert encoding.encode_job(job) == encoding._encode_job_fields(job)
-    assert 0 < len(encoding._LEASE_TIMES) <= encoding._LEASED_MAX
+    assert 0 < len(encoding._LEASE_TIMES) <= encoding._CACHED_MAX
 
 
 def test_a_claim_builds_the_running_job_a_replace_would() -> None:
