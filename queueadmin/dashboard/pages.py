@@ -26,7 +26,7 @@ from queueadmin.dashboard import redaction, segments
 from queueadmin.dashboard.joblist import find_job, task_call
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
-from queueadmin.dashboard.source import Rates, source
+from queueadmin.dashboard.source import Rates, recorded_rates, source
 from queueadmin.history.records import FinishedJob, find, pretty_payload
 from queueadmin.models import AuditEntry
 from queueadmin.tasks import StoredResult, TaskView, describe, read_result
@@ -64,18 +64,24 @@ def _age(now: datetime, then: datetime | None) -> float | None:
 
 def overview(snapshot: Snapshot) -> dict[str, Any]:
     now = snapshot.taken_at
-    rates = source.rates()
+    # The recorded minute where the sampler has one: this process's own
+    # samples may span a few seconds (a burst extrapolated) or an hour (no
+    # page was open meanwhile).
+    rates = {**source.rates(), **recorded_rates(snapshot)}
     rows = []
     for name, q in snapshot.queues.items():
         rate = rates.get(name)
+        # Delayed jobs are not draining, whatever the rates: only the ready ones count.
         rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at),
-                     "drain": drain_seconds(q.pending, rate)})
+                     "drain": drain_seconds(q.ready, rate)})
     node = source.node()
     commit_age = _age(now, snapshot.written_at)
     heartbeat = config.heartbeat_seconds()
     return {
         "snapshot": snapshot,
         "rows": rows,
+        # Shown once anything was purged, so that a queue's numbers add up again.
+        "purged_column": any(q.purged for q in snapshot.queues.values()),
         "node": node,
         "commit_age": commit_age,
         "commit_late": commit_age is not None and commit_age > 3 * heartbeat,
@@ -99,15 +105,15 @@ def node_alerts(snapshot: Snapshot, role: str) -> list[Alert]:
                           "(the same on every node).")]
 
 
-def drain_seconds(pending: int, rate: Rates | None) -> float | None:
-    """How long the pending jobs take to drain at the last minute's rates:
-    0 when none are pending, None when unknown or when they are not draining
-    (arrivals keep up with completions)."""
-    if pending == 0:
+def drain_seconds(ready: int, rate: Rates | None) -> float | None:
+    """How long the ``ready`` jobs (pending and due) take to drain at the
+    last minute's rates: 0 when none are ready, None when unknown or when
+    they are not draining (arrivals keep up with completions)."""
+    if ready == 0:
         return 0.0
     if rate is None or rate.completions <= rate.arrivals:
         return None
-    return pending / (rate.completions - rate.arrivals) * 60
+    return ready / (rate.completions - rate.arrivals) * 60
 
 
 def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:

@@ -10,7 +10,10 @@ latest committed version of ``queue.json``:
 
 Every call also records a sample of the per-queue counters, from which the
 overview computes arrival and completion rates over the last minute, and of
-the leader's commit latency. Workers that asked this node for work are in
+the leader's commit latency. Where the leader's metrics sampler recorded the
+counters a minute ago (:func:`recorded_rates`), the overview uses those
+instead: a full minute from the first view, not a burst extrapolated from
+the few seconds this process has watched. Workers that asked this node for work are in
 :data:`queueadmin.runtime.seen_workers`.
 """
 
@@ -20,11 +23,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+from django.db import DatabaseError
 
 from engine import DOCUMENT_KEY, DocumentDecoder
-from queueadmin import runtime
+from queueadmin import config, runtime
 from queueadmin.dashboard.snapshot import Snapshot, decode_document
+from queueadmin.metrics import history
 
 RATE_WINDOW_SECONDS = 60.0
 # Below this much history a rate would be noise; the page says "measuring".
@@ -177,6 +183,28 @@ class SnapshotSource:
             commits=stats.commits if stats else None,
             mean_batch=stats.mean_batch if stats else None,
         )
+
+
+def recorded_rates(snapshot: Snapshot) -> dict[str, Rates]:
+    """Per queue of ``snapshot``: jobs pushed and completed per minute since
+    the newest point the metrics sampler recorded at least a minute before
+    ``snapshot.taken_at`` (and within three samples of that: a queue with
+    no such point is left out). One query; {} when the database cannot be
+    read (the in-process samples still give a rate)."""
+    step = timedelta(seconds=config.metrics_sample_seconds())
+    minute_ago = snapshot.taken_at - timedelta(seconds=RATE_WINDOW_SECONDS)
+    try:
+        base = history.counters_before(list(snapshot.queues), minute_ago, within=history.GAP_STEPS * step)
+    except DatabaseError:
+        return {}
+    rates = {}
+    for name, (at, pushed, completed) in base.items():
+        q = snapshot.queues[name]
+        seconds = (snapshot.taken_at - at).total_seconds()
+        # A counter below its recorded value (the store was re-initialised) counts as 0.
+        rates[name] = Rates(arrivals=max(q.pushed - pushed, 0) * 60 / seconds,
+                            completions=max(q.completed - completed, 0) * 60 / seconds, seconds=seconds)
+    return rates
 
 
 #: The process-wide source every page and socket reads from.

@@ -34,7 +34,8 @@ GAP_STEPS = 3.0
 CACHE_SIZE = 128
 SPARK_SPAN = timedelta(hours=1)
 
-__all__ = ["DEFAULT_RANGE", "RANGES", "RAW", "Range", "charts", "gauge", "rate", "seconds_per_step", "sparklines"]
+__all__ = ["DEFAULT_RANGE", "RANGES", "RAW", "Range", "charts", "counters_before", "gauge", "rate", "seconds_per_step",
+           "sparklines"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,19 @@ def points(queue: str, span: Range, now: datetime) -> list[MetricPoint]:
     return list(
         MetricPoint.objects.filter(step=span.step, queue=queue, at__gte=now - span.span, at__lte=now).order_by("at")
     )
+
+
+def counters_before(queues: Sequence[str], when: datetime, *,
+                    within: timedelta) -> dict[str, tuple[datetime, int, int]]:
+    """Per queue of ``queues``: its newest raw point recorded at or before
+    ``when`` and not before ``when - within``, as (at, pushed, completed).
+    A queue with no such point is left out. One query. Database I/O."""
+    rows = MetricPoint.objects.filter(step=RAW, queue__in=list(queues), at__lte=when, at__gte=when - within)
+    found: dict[str, tuple[datetime, int, int]] = {}
+    # Oldest first, so each queue ends with its newest point.
+    for at, queue, pushed, completed in rows.order_by("at").values_list("at", "queue", "pushed", "completed"):
+        found[queue] = (at, pushed, completed)
+    return found
 
 
 def latest_sample() -> datetime | None:

@@ -283,6 +283,63 @@ def test_drain_time_follows_the_last_minute_rates(pending: int, arrivals: float,
     assert pages.drain_seconds(5, None) is None
 
 
+def test_the_overview_rates_cover_the_recorded_minute_from_the_first_view(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst seen by a page open for a few seconds is not extrapolated to a
+    minute: where the sampler recorded the counters a minute ago, the rates
+    are over that minute."""
+    from queueadmin.metrics.records import RAW, MetricPoint
+    from queueadmin.metrics.sampler import record
+
+    push(broker, "q", list(range(30)))
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=600.0, completions=0.0, seconds=6.0)})
+    taken = source.current().taken_at
+    # Pushed 0 jobs by 80 s ago, 10 by 70 s ago, 25 by 30 s ago: the base is the newest a minute old.
+    record([MetricPoint(step=RAW, at=taken - timedelta(seconds=s), queue="q", pushed=n)
+            for s, n in ((80, 0), (70, 10), (30, 25))])
+    [row] = viewer.get("/").context["rows"]
+    assert row["rate"].arrivals == pytest.approx(20 * 60 / row["rate"].seconds)
+    assert 70 <= row["rate"].seconds < 71
+    # No point between one and 1.5 minutes old (three samples): the process's own samples stand.
+    MetricPoint.objects.filter(at__lt=taken - timedelta(seconds=60)).delete()
+    [row] = viewer.get("/").context["rows"]
+    assert row["rate"] == Rates(arrivals=600.0, completions=0.0, seconds=6.0)
+
+
+def test_a_queue_of_delayed_jobs_only_does_not_drain_and_says_why(broker: Broker, viewer: Client,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.ops import push_op
+
+    broker.execute(push_op("q", [1, 2, 3], policy=broker.policy, delay_seconds=600))
+    push(broker, "q", [4, 5])
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=0.0, completions=4.0, seconds=60.0)})
+    [row] = viewer.get("/").context["rows"]
+    assert row["drain"] == 2 / 4 * 60  # the two ready jobs, not the five pending
+    claim = claim_op("w", ["q"], policy=broker.policy, max_jobs=2)
+    broker.execute(claim)
+    source.reset()  # not the snapshot of a moment ago
+    response = viewer.get("/")
+    [row] = response.context["rows"]
+    assert row["drain"] == 0.0
+    assert 'title="none ready: every pending job is delayed or backing off">—' in response.content.decode()
+
+
+def test_the_overview_counts_purged_jobs_once_any_were_purged(broker: Broker, viewer: Client) -> None:
+    from engine.ops import purge_op
+
+    ids = push(broker, "q", [1, 2, 3])
+    assert "<th class=\"num\">Purged</th>" not in viewer.get("/").content.decode()
+    broker.execute(purge_op(ids[:2]))
+    source.reset()  # not the snapshot of a moment ago
+    page = re.sub(r"\s+", " ", viewer.get("/").content.decode())
+    assert "<th class=\"num\">Purged</th>" in page
+    # Pushed 3, pending 1, purged 2: the row adds up.
+    row = re.search(r'<tr data-row="q">(.*?)</tr>', page)
+    assert row is not None
+    cells = re.findall(r'<td class="num">(?:<a [^>]*>)?([\d,]+)', row.group(1))
+    assert cells[:7] == ["1", "0", "0", "3", "0", "0", "2"], cells
+
+
 def test_the_broker_panel_shows_the_intervals_as_configured(broker: Broker, viewer: Client, settings: object) -> None:
     settings.QUEUE_HEARTBEAT_SECONDS = 0.25  # type: ignore[attr-defined]
     settings.QUEUE_TAKEOVER_SECONDS = 2.0  # type: ignore[attr-defined]
