@@ -7,6 +7,7 @@ message shown next to the field.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -27,6 +28,17 @@ from queueadmin import config
 from queueadmin.models import AuditEntry
 
 
+def initial_queue(asked: str | None, queues: Sequence[str]) -> str:
+    """The queue the submit form starts with: ``asked`` (the queue page's
+    link names its queue) when it is one of ``queues``; else ``default``
+    when there is no queue yet or one is named so; else none, for the
+    operator to pick: a default that names no queue would make a new one,
+    which no worker asks for."""
+    if asked in queues:
+        return asked  # type: ignore[return-value]
+    return "default" if not queues or "default" in queues else ""
+
+
 class SubmitForm(forms.Form):
     """Queue, JSON payload, max attempts and delay; ``cleaned_data["op"]`` is the push.
 
@@ -37,7 +49,8 @@ class SubmitForm(forms.Form):
     makes one job. A post without one (an old page) gets a fresh id.
     """
 
-    queue = forms.CharField(max_length=100, initial="default")
+    queue = forms.CharField(max_length=100, initial="default",
+                            help_text="One of the queues listed, or a new name (no worker may be asking for it).")
     payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
                               initial='{"hello": "world"}',
                               help_text="Any JSON value.")
@@ -48,6 +61,13 @@ class SubmitForm(forms.Form):
     reason = forms.CharField(required=False, max_length=1000, help_text="Optional; kept in the audit log.")
     # A callable initial: evaluated for each form rendered, so every page gets its own.
     push_id = forms.CharField(required=False, max_length=200, initial=new_job_id, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, queues: Sequence[str] = (), **kwargs: Any) -> None:
+        """``queues``: the names the queue field suggests (a datalist)."""
+        super().__init__(*args, **kwargs)
+        self.queue_names = list(queues)
+        if self.queue_names:
+            self.fields["queue"].widget.attrs["list"] = "queue-names"
 
     def clean_push_id(self) -> str:
         push_id: str = self.cleaned_data.get("push_id") or ""

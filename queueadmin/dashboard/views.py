@@ -32,7 +32,7 @@ from django.views.decorators.http import require_http_methods, require_safe
 from engine import EngineError
 from queueadmin.dashboard import actions, auditlog, joblist, pages, plans, redaction, scopes, segments
 from queueadmin.dashboard import schedules as schedule_rows
-from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm
+from queueadmin.dashboard.forms import ActionForm, RunForm, SubmitForm, initial_queue
 from queueadmin.dashboard.snapshot import Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.metrics import history
@@ -209,7 +209,9 @@ schedules = live_view("schedules")
 @dashboard_page
 def submit(request: HttpRequest) -> HttpResponse:
     can_submit = request.user.has_perm(AuditEntry.Action.SUBMIT.permission)
-    form = SubmitForm(request.POST or None)
+    names = _queue_names(request)
+    form = SubmitForm(request.POST or None, queues=names,
+                      initial={"queue": initial_queue(request.GET.get("queue"), names)})
     created = None
     again = False
     out_of_scope = False
@@ -228,14 +230,14 @@ def submit(request: HttpRequest) -> HttpResponse:
             # Filled in, the form would show the secret values; emptied, it would push a broken job.
             run_now["hidden"], initial = True, None
         if initial is not None:
-            form = SubmitForm(initial=initial)
+            form = SubmitForm(initial=initial, queues=names)
     elif request.method != "POST" and request.GET.get("from"):
         # "Clone as new job": the form filled in from a job; submitting it
         # makes a new job with its own id, after the operator's edits.
         clone = pages.clone_source(request.GET["from"], hidden=not redaction.sees_secrets(request.user),
                                    sees=scopes.visibility(request.user))
         if clone.initial is not None:
-            form = SubmitForm(initial=clone.initial)
+            form = SubmitForm(initial=clone.initial, queues=names)
     if request.method == "POST":
         if not can_submit:
             return render(request, "queueadmin/dashboard/forbidden.html",
@@ -259,13 +261,24 @@ def submit(request: HttpRequest) -> HttpResponse:
                 form.add_error(None, refusal)
             else:
                 # A fresh form: a new idempotency id, an empty payload.
-                form = SubmitForm(initial={"queue": op.queue, "payload": ""})
+                form = SubmitForm(initial={"queue": op.queue, "payload": ""}, queues=names)
     status = 403 if out_of_scope else 422 if request.method == "POST" and form.errors else 200
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
     return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit,
                                       "clone": clone, "run_now": run_now}, status=status)
+
+
+def _queue_names(request: HttpRequest) -> list[str]:
+    """The queues ``request``'s user sees, by name, for the submit form to
+    suggest; [] when the document cannot be read (the form still works)."""
+    try:
+        snapshot = source.current()
+    except EngineError:
+        return []
+    sees = scopes.visibility(request.user)
+    return sorted(name for name in snapshot.queues if sees is None or sees(name))
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -54,3 +54,26 @@ def test_a_double_clicked_submit_makes_one_job_and_clears_the_form(
         assert [j["id"] for j in jobs] == [created.inner_text()]
         expect(page.locator("#id_payload")).to_have_value("")  # cleared for the next job
         expect(page.locator("#id_queue")).to_have_value("twice")
+
+
+def test_a_job_submitted_from_a_queue_page_goes_to_that_queue(browser: Browser, node: tuple[Cluster, Node]) -> None:
+    """The submit form opened from a queue page names that queue, and offers the others to pick from."""
+    cluster, server = node
+    with signed_in(browser, server) as page:
+        for queue in ("reports", "emails"):
+            page.goto(f"{server.url}/submit/")
+            page.locator("#id_queue").fill(queue)
+            page.locator("#id_payload").fill("1")
+            page.get_by_role("button", name="Submit").click()
+            expect(page.get_by_test_id("created-id")).to_be_visible()
+        page.goto(f"{server.url}/queues/reports/")
+        page.get_by_test_id("submit-here").click()
+        expect(page).to_have_url(f"{server.url}/submit/?queue=reports")
+        expect(page.locator("#id_queue")).to_have_value("reports")
+        offered = page.locator("#queue-names option").evaluate_all("os => os.map(o => o.value)")
+        assert {"reports", "emails"} <= set(offered)
+        page.locator("#id_payload").fill('{"from": "queue page"}')
+        page.get_by_role("button", name="Submit").click()
+        created = page.get_by_test_id("created-id").inner_text()
+        [job] = [j for j in cluster.document()["jobs"] if j["id"] == created]
+        assert (job["queue"], job["payload"]) == ("reports", {"from": "queue page"})

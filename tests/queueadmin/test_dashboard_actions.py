@@ -22,6 +22,7 @@ from engine.ops import claim_op, pause_op
 from queueadmin import runtime
 from queueadmin.dashboard.forms import ACTIONS, ActionForm
 from queueadmin.dashboard.snapshot import error_signature, group_key
+from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry, AuditJob
 from tests.helpers import document, stored
 from tests.queueadmin.dashboard_fixtures import (
@@ -425,6 +426,32 @@ def test_submit_pushes_a_job_and_shows_its_id(broker: Broker, operator: Client, 
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.outcome, list(entry.jobs.values_list("job_id", flat=True))) == (
         "submit", "ok", [created])
+
+
+def test_the_submit_form_starts_with_the_queue_it_was_opened_for(broker: Broker, operator: Client) -> None:
+    def queue_field(path: str) -> tuple[str, list[str]]:
+        form = operator.get(path).context["form"]
+        return form["queue"].value(), form.queue_names
+
+    assert queue_field("/submit/") == ("default", [])  # no queue yet: the usual first name
+    push(broker, "emails", [1])
+    push(broker, "reports", [1])
+    source.reset()
+    # Queues, none named "default": none is chosen, rather than a new queue no worker asks for.
+    assert queue_field("/submit/") == ("", ["emails", "reports"])
+    assert 'list="queue-names"' in operator.get("/submit/").content.decode()
+    assert queue_field("/submit/?queue=reports") == ("reports", ["emails", "reports"])
+    assert queue_field("/submit/?queue=nonesuch") == ("", ["emails", "reports"])
+    queue_page = operator.get("/queues/reports/").content.decode()
+    assert 'href="/submit/?queue=reports" data-testid="submit-here"' in queue_page
+    push(broker, "default", [1])
+    source.reset()
+    assert queue_field("/submit/") == ("default", ["default", "emails", "reports"])
+
+
+def test_read_only_staff_get_no_submit_link_on_a_queue_page(broker: Broker, viewer: Client) -> None:
+    push(broker, "emails", [1])
+    assert 'data-testid="submit-here"' not in viewer.get("/queues/emails/").content.decode()
 
 
 def submit_form(client: Client) -> dict[str, str]:

@@ -48,6 +48,14 @@ def jobs(broker: Broker) -> dict[str, str]:
     return {"ours": ours, "theirs": theirs, "dead": dead}
 
 
+def test_the_submit_form_suggests_a_confined_user_their_queues_only(jobs: dict[str, str]) -> None:
+    page = client_for(confined()).get("/submit/")
+    assert page.context["form"].queue_names == ["billing-eu"]
+    assert '<option value="billing-eu">' in page.content.decode() and HIDDEN not in page.content.decode()
+    # The one queue they see is not named "default": the form names none rather than make a queue.
+    assert page.context["form"]["queue"].value() == ""
+
+
 def test_a_confined_user_sees_only_their_queues(jobs: dict[str, str]) -> None:
     client = client_for(confined())
     for path in ("/", "/jobs/", "/dead/", "/workers/", "/audit/"):
