@@ -8,7 +8,7 @@ a page and its live update cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -269,8 +269,9 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
     who = f" by {submitted.username}" if submitted is not None else pushed_by(job_id)
     events: list[Event] = [Event(moment(item["enqueued_at"]), "enqueued",  # type: ignore[arg-type]
                                  f"enqueued on {item['queue']}{who}", submitted.reason if submitted else None)]
-    events.extend(attempt_events(item.get("history") or ()))
     lease = item.get("lease")
+    # Its count covers the running attempt too, which has no history entry yet.
+    events.extend(attempt_events(item.get("history") or (), counted=item["attempts"] - (1 if lease else 0)))
     now = snapshot.taken_at
     lease_view = None
     if lease:
@@ -316,13 +317,17 @@ def _shown_task(view: TaskView, redact: redaction.Redactor) -> TaskView:
     return replace(view, args=redact(view.args), kwargs=redact(view.kwargs))
 
 
-def attempt_events(history: Iterable[Doc]) -> list[Event]:
+def attempt_events(history: Sequence[Doc], *, counted: int | None = None) -> list[Event]:
     """The timeline of a job's finished attempts (the document's ``history``
     entries, or a finished job's): each claim, last heartbeat and end. An
     attempt that ended by leaving the document (completed, purged) has no end
-    event here: the caller says how the job finished."""
+    event here: the caller says how the job finished. ``counted``: how many
+    of them its attempt count covers; the attempt before those, if any, is
+    where it moved to the dead letters before a requeue brought it back
+    (:func:`redriven_after`)."""
     events = []
-    for attempt in history:
+    died = redriven_after(history, counted) if counted is not None else None
+    for index, attempt in enumerate(history):
         events.append(Event(moment(attempt["claimed_at"]), "claimed",  # type: ignore[arg-type]
                             f"claimed by {attempt['worker']}"))
         if attempt["heartbeat_at"] != attempt["claimed_at"]:
@@ -333,7 +338,28 @@ def attempt_events(history: Iterable[Doc]) -> list[Event]:
         if text is not None:
             events.append(Event(moment(attempt["ended_at"]), end, text, attempt.get("error"),  # type: ignore[arg-type]
                                 "warn" if end == "requeued" else "bad"))
+        if index == died:
+            events.append(Event(moment(attempt["ended_at"]), "dead", "moved to the dead letters",  # type: ignore[arg-type]
+                                None, "bad"))
     return events
+
+
+def redriven_after(history: Sequence[Doc], counted: int) -> int | None:
+    """The index in ``history`` of the attempt that ended with the job in the
+    dead letters, for a job an operator has since requeued from them; None
+    when it was not (or that attempt is no longer kept).
+
+    ``counted`` is how many of the attempts in ``history`` its attempt count
+    covers. Every ended attempt is kept (the last ten, ``HISTORY_ATTEMPTS``)
+    and counted, and every way to the dead letters ends one; only a requeue
+    from the dead letters sets the count back to zero, keeping the history
+    (``engine.lifecycle.requeue``). So a history longer than its count was
+    requeued from the dead letters after the attempt just before the counted
+    ones. A second death and requeue is found the same way; an earlier one
+    is not (its count is gone)."""
+    if counted < 0 or len(history) <= counted:
+        return None
+    return len(history) - counted - 1
 
 
 def _action_events(actions: list[Any]) -> list[Event]:
@@ -456,7 +482,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
     who = f" by {submitted.username}" if submitted is not None else pushed_by(row.job_id)
     events = [Event(row.enqueued_at, "enqueued", f"enqueued on {row.queue}{who}",
                     submitted.reason if submitted else None)]
-    events.extend(attempt_events(row.history))
+    events.extend(attempt_events(row.history, counted=row.attempts))
     events.append(_finish_event(row, purge))
     events.extend(_action_events(others))
     events.sort(key=lambda e: e.at)

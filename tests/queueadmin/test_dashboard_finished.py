@@ -134,6 +134,35 @@ def test_a_purged_dead_letter_keeps_its_error_and_attempts(broker: Broker, opera
     assert "KeyError" in body and "cannot be fixed" in body
 
 
+def test_a_job_requeued_from_the_dead_letters_keeps_its_death_on_its_timeline(
+        broker: Broker, api_token: None, operator: Client) -> None:
+    """A dead letter requeued starts over at zero attempts: its page still says
+    when it moved to the dead letters (after the attempt that failed last), in
+    the queue, running again and once completed."""
+    job_id = kill(broker, error="downstream was down")
+    act(operator, action="requeue", ids=job_id, reason="downstream is back")
+    source.reset()
+
+    def timeline() -> list[str]:
+        events = operator.get(f"/jobs/{job_id}/").context["events"]
+        return [e.kind if e.kind != "action" else e.text.split(" by ")[0] for e in events]
+
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue"]
+    [claimed] = broker.execute(claim_op("w-2", ["q"], policy=broker.policy))
+    source.reset()
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue", "claimed"]
+    api = ApiClient(headers={"Authorization": f"Bearer {TOKEN}"})
+    done = api.post(f"/api/v1/jobs/{job_id}/complete", orjson.dumps({"lease": claimed.lease}),
+                    content_type="application/json")
+    assert done.status_code == 200, done.content
+    recorded()
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue", "claimed", "completed"]
+    # A job that failed and was retried, never dead, has no such entry.
+    retried = complete_one(broker)
+    recorded()
+    assert "dead" not in [e.kind for e in operator.get(f"/jobs/{retried}/").context["events"]]
+
+
 @pytest.fixture
 def small_dead_letters(settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
     """A leading broker whose dead-letter list holds two (Policy.dead_letter_limit)."""
