@@ -126,6 +126,7 @@ def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
     run = Run()
     lost_log = LostLog()
     logging.getLogger("engine.worker").addHandler(lost_log)
+    worker: Worker | None = None
     try:
         ids = client.push("q", list(range(len(jobs))))
         for job_id, (behaviour, hold) in zip(ids, jobs, strict=True):
@@ -180,6 +181,8 @@ def test_a_worker_never_loses_a_lease_without_a_cause_and_settles_every_claim(
                 assert job_id in dead and dead[job_id]["error"].startswith(errors), (job_id, dead.get(job_id))
     finally:
         logging.getLogger("engine.worker").removeHandler(lost_log)
+        if worker is not None:  # a failed example's worker must not outlive it, retrying a stopped committer
+            worker.stop()
         client.stop()
 
 
@@ -196,6 +199,7 @@ def test_a_worker_with_max_jobs_claims_at_most_that_many_and_returns_once_they_a
     once it has claimed its quota (else the queue empties first)."""
     client = GroupCommitter(MemoryStore(), policy=Policy(max_attempts=2, backoff_base_seconds=0)).start()
     run = Run()
+    worker: Worker | None = None
     try:
         ids = client.push("q", list(range(len(jobs))))
         for job_id, (behaviour, hold) in zip(ids, jobs, strict=True):
@@ -219,4 +223,6 @@ def test_a_worker_with_max_jobs_claims_at_most_that_many_and_returns_once_they_a
         counters = document["queues"]["q"]
         assert counters["completed"] + len(document["dead"]) + len(document["jobs"]) == len(jobs), counters
     finally:
+        if worker is not None:  # a failed example's worker must not outlive it, retrying a stopped committer
+            worker.stop()
         client.stop()
