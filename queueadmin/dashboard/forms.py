@@ -34,8 +34,8 @@ def initial_queue(asked: str | None, queues: Sequence[str]) -> str:
     when there is no queue yet or one is named so; else none, for the
     operator to pick: a default that names no queue would make a new one,
     which no worker asks for."""
-    if asked in queues:
-        return asked  # type: ignore[return-value]
+    if asked is not None and asked in queues:
+        return asked
     return "default" if not queues or "default" in queues else ""
 
 
