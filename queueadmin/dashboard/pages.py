@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from django.template.defaultfilters import filesizeformat
 from django.utils.translation import ngettext
 
-from engine import EngineError, default_heartbeat_interval
+from engine import EngineError, RateLimit, default_heartbeat_interval
 from engine.wire import HIDDEN_TOKEN
 from queueadmin import config
 from queueadmin.api.forward import insecure_key
@@ -72,8 +72,9 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
     for name, q in snapshot.queues.items():
         rate = rates.get(name)
         # Delayed jobs are not draining, whatever the rates: only the ready ones count.
-        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at),
-                     "drain": drain_seconds(q.ready, rate)})
+        drain = drain_seconds(q.ready, rate, limit=q.rate)
+        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at), "drain": drain,
+                     "keeping_up": drain is None and keeping_up(q.ready, rate)})
     node = source.node()
     commit_age = _age(now, snapshot.written_at)
     heartbeat = config.heartbeat_seconds()
@@ -105,15 +106,37 @@ def node_alerts(snapshot: Snapshot, role: str) -> list[Alert]:
                           "(the same on every node).")]
 
 
-def drain_seconds(ready: int, rate: Rates | None) -> float | None:
+def drain_seconds(ready: int, rate: Rates | None, *, limit: RateLimit | None = None) -> float | None:
     """How long the ``ready`` jobs (pending and due) take to drain at the
     last minute's rates: 0 when none are ready, None when unknown or when
-    they are not draining (arrivals keep up with completions)."""
+    they are not draining (arrivals keep up with completions). A queue's
+    rate ``limit`` caps the completions counted (the last minute may still
+    hold a burst from before it was set): never sooner than it allows."""
     if ready == 0:
         return 0.0
-    if rate is None or rate.completions <= rate.arrivals:
+    if rate is None:
         return None
-    return ready / (rate.completions - rate.arrivals) * 60
+    completions = rate.completions
+    if limit is not None:
+        completions = min(completions, limit.jobs * 60 / limit.seconds)
+    if completions <= rate.arrivals:
+        return None
+    return ready / (completions - rate.arrivals) * 60
+
+
+#: How far arrivals may run above completions in a queue that still keeps up:
+#: a minute's counts of a queue whose arrivals and completions match differ
+#: by a few jobs either way.
+KEEPING_UP_MARGIN = 1.25
+
+
+def keeping_up(ready: int, rate: Rates | None) -> bool:
+    """Whether a queue that is not draining (arrivals at least its
+    completions) keeps up all the same: fewer jobs wait than it completes in
+    a minute, and arrivals are within :data:`KEEPING_UP_MARGIN` of
+    completions. Otherwise "not draining" is the overview's alarm."""
+    return (rate is not None and 0 < ready <= rate.completions
+            and rate.arrivals <= KEEPING_UP_MARGIN * rate.completions)
 
 
 def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:

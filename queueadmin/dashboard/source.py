@@ -33,8 +33,9 @@ from queueadmin.dashboard.snapshot import Snapshot, decode_document
 from queueadmin.metrics import history
 
 RATE_WINDOW_SECONDS = 60.0
-# Below this much history a rate would be noise; the page says "measuring".
-MIN_RATE_SECONDS = 5.0
+# Below a minute of history a per-minute rate would extrapolate (a one-off
+# burst read as a rate); the page says "measuring" until then.
+MIN_RATE_SECONDS = RATE_WINDOW_SECONDS
 # Callers asking within this long of the last check share its snapshot, so a
 # burst of requests (or sockets) costs one check.
 FRESH_SECONDS = 0.2
@@ -144,7 +145,7 @@ class SnapshotSource:
 
     def rates(self) -> dict[str, Rates]:
         """Per queue: jobs pushed and completed per minute over the last minute
-        (or over what history there is, if at least MIN_RATE_SECONDS)."""
+        (from the newest sample at least a minute old); {} with less history."""
         with self._lock:
             if len(self._samples) < 2:
                 return {}

@@ -407,7 +407,7 @@ def test_a_standby_with_the_development_key_warns_that_its_actions_cannot_be_for
 
 
 @pytest.mark.parametrize(("arrivals", "completions", "why"), [
-    (40.0, 10.0, "arrivals keep up with completions"),
+    (40.0, 10.0, "as many jobs arrive as complete, or more, and 2 ready wait"),
     (0.0, 0.0, "none of its jobs completed in the last 60 s"),  # nothing arrives either: no worker takes them
 ])
 def test_not_draining_says_why(broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch,
@@ -417,6 +417,42 @@ def test_not_draining_says_why(broker: Broker, viewer: Client, monkeypatch: pyte
                                                              seconds=60.0)})
     cell = re.search(r'<span class="warn" title="([^"]*)">not draining</span>', viewer.get("/").content.decode())
     assert cell is not None and cell.group(1) == why
+
+
+@pytest.mark.parametrize(("ready", "arrivals", "completions", "shown"), [
+    (1, 22.6, 20.8, "keeping up"),  # a healthy queue: one job waits, arrivals about match completions
+    (30, 22.6, 20.8, "not draining"),  # more waits than a minute's completions
+    (1, 40.0, 20.8, "not draining"),  # arrivals well above completions
+])
+def test_a_queue_that_keeps_up_is_not_an_alarm(broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch,
+                                               ready: int, arrivals: float, completions: float, shown: str) -> None:
+    push(broker, "q", list(range(ready)))
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=arrivals, completions=completions,
+                                                             seconds=60.0)})
+    row = re.search(r'<tr data-row="q">.*?</tr>', viewer.get("/").content.decode(), re.S)
+    assert row is not None and re.search(rf">{shown}</span></td>", row.group(0)), row.group(0)
+
+
+def test_a_paused_queue_says_paused_rather_than_not_draining(broker: Broker, viewer: Client,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    push(broker, "q", [1, 2])
+    broker.execute(pause_op("q"))
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=0.0, completions=0.0, seconds=60.0)})
+    page = viewer.get("/").content.decode()
+    assert 'title="paused: none of its jobs start until it is resumed">paused</span>' in page
+    assert "not draining" not in page
+
+
+def test_a_rate_limited_queue_never_drains_sooner_than_its_limit_allows(broker: Broker, viewer: Client,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.ops import rate_limit_op
+
+    push(broker, "q", list(range(86)))
+    broker.execute(rate_limit_op("q", 5, 60))
+    # The last minute still holds a burst from before the limit was set.
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=0.0, completions=25.3, seconds=60.0)})
+    [row] = viewer.get("/").context["rows"]
+    assert row["drain"] == pytest.approx(86 / 5 * 60)  # 17 min, not 3
 
 
 def test_a_delayed_jobs_page_says_when_it_comes_due_and_once_due_since_when(
