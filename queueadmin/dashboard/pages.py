@@ -331,8 +331,32 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         "payload_truncated": len(payload) > RAW_LIMIT_BYTES,
         "payload_bytes": len(orjson.dumps(item.get("payload"))),
         "not_before": moment(item.get("not_before")),
+        "died_at": moment(item.get("died_at")),
+        "held_back": held_back(snapshot, item, status),
         "last_error": item.get("last_error") if status != "dead" else item.get("error"),
     }
+
+
+def held_back(snapshot: Snapshot, item: Doc, status: str) -> list[tuple[str, datetime | None]]:
+    """Why a pending job that is due does not start, as far as its queue's
+    settings say, each with the time it ends if known: the queue is paused,
+    its concurrency limit is reached, or its rate window is used up. [] for
+    any other job (a job not due yet says when it is; a due one with none of
+    these waits for a worker)."""
+    q = snapshot.queues.get(item["queue"])
+    not_before = moment(item.get("not_before"))
+    if status != "pending" or q is None or (not_before is not None and not_before > snapshot.taken_at):
+        return []
+    reasons: list[tuple[str, datetime | None]] = []
+    if q.paused:
+        reasons.append(("its queue is paused: none of its jobs start until it is resumed", None))
+    if q.max_running is not None and q.running >= q.max_running:
+        jobs = ngettext("job", "jobs", q.running)
+        reasons.append((f"its queue runs {q.running:,} {jobs}, its concurrency limit: it starts as places free up",
+                        None))
+    if q.rate is not None and (reopens := q.rate.reopens(snapshot.taken_at)) is not None:
+        reasons.append((f"its queue's rate limit ({q.rate.describe()}) is used up until", reopens))
+    return reasons
 
 
 def _shown_task(view: TaskView, redact: redaction.Redactor) -> TaskView:
@@ -506,6 +530,10 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
     events = [Event(row.enqueued_at, "enqueued", f"enqueued on {row.queue}{who}",
                     submitted.reason if submitted else None)]
     events.extend(attempt_events(row.history, counted=row.attempts))
+    # A dead letter's last attempt is the one that moved it there (every way there ends one).
+    died = moment(row.history[-1]["ended_at"]) if row.was == "dead" and row.history else None
+    if died is not None:
+        events.append(Event(died, "dead", "moved to the dead letters", None, "bad"))
     events.append(_finish_event(row, purge))
     events.extend(_action_events(others))
     events.sort(key=lambda e: e.at)
@@ -519,6 +547,8 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
         purge=purge,
         events=events,
         duration=row.duration.total_seconds(),
+        died_at=died,
+        dead_for=(row.finished_at - died).total_seconds() if died is not None else None,
         last_run=last_run,
         kept_until=row.finished_at + timedelta(seconds=retention),
         finished_payload=redaction.redact_text(pretty_payload(row)) if hidden else pretty_payload(row),

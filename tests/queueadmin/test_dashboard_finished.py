@@ -130,8 +130,14 @@ def test_a_purged_dead_letter_keeps_its_error_and_attempts(broker: Broker, opera
     row = FinishedJob.objects.get(pk=job_id)
     assert (row.how, row.was, row.worker, row.attempts) == ("purged", "dead", "w-test", 1)
     assert row.last_error == "Traceback: KeyError 'user'"
-    body = operator.get(f"/jobs/{job_id}/").content.decode()
+    response = operator.get(f"/jobs/{job_id}/")
+    body = response.content.decode()
     assert "KeyError" in body and "cannot be fixed" in body
+    # Its timeline still says when it moved to the dead letters: at the end of its failed attempt.
+    kinds = [e.kind for e in response.context["events"]]
+    assert kinds[-3:] == ["failed", "dead", "purged"], kinds
+    assert response.context["died_at"] == datetime.fromisoformat(row.history[-1]["ended_at"])
+    assert 'data-testid="finished-died"' in body and "of it in the dead letters" in body
 
 
 def test_a_job_requeued_from_the_dead_letters_keeps_its_death_on_its_timeline(

@@ -455,6 +455,35 @@ def test_a_rate_limited_queue_never_drains_sooner_than_its_limit_allows(broker: 
     assert row["drain"] == pytest.approx(86 / 5 * 60)  # 17 min, not 3
 
 
+def test_a_dead_jobs_page_says_when_it_died(broker: Broker, viewer: Client) -> None:
+    job_id = kill(broker)
+    response = viewer.get(f"/jobs/{job_id}/")
+    assert response.context["died_at"] is not None
+    text = re.sub(r"\s+", " ", response.content.decode())
+    assert re.search(r'<dt>Died</dt><dd data-testid="died-at"><time [^>]*>[^<]*</time> \([0-9.]+ s ago\), moved to the '
+                     r"dead letters</dd>", text), text
+
+
+def test_a_due_jobs_page_says_what_holds_it_back(broker: Broker, viewer: Client) -> None:
+    from engine.ops import limit_op, rate_limit_op
+
+    [first, second] = push(broker, "q", [1, 2])
+    assert viewer.get(f"/jobs/{second}/").context["held_back"] == []  # due, nothing in its way: waits for a worker
+    broker.execute(limit_op("q", 1))
+    broker.execute(rate_limit_op("q", 1, 3600))
+    broker.execute(claim_op("w", ["q"], policy=broker.policy))  # the one start of this hour, and the one place
+    broker.execute(pause_op("q"))
+    source.reset()
+    response = viewer.get(f"/jobs/{second}/")
+    reasons = [text for text, _ in response.context["held_back"]]
+    assert reasons == ["its queue is paused: none of its jobs start until it is resumed",
+                       "its queue runs 1 job, its concurrency limit: it starts as places free up",
+                       "its queue's rate limit (1 per 3600 s) is used up until"], reasons
+    assert response.context["held_back"][2][1] is not None
+    assert 'data-testid="held-back"' in response.content.decode()
+    assert viewer.get(f"/jobs/{first}/").context["held_back"] == []  # running: nothing holds it back
+
+
 def test_a_delayed_jobs_page_says_when_it_comes_due_and_once_due_since_when(
         broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.ops import push_op
