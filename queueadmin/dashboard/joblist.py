@@ -107,8 +107,15 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
         if segment_error is not None:
             notice = f"Looking for job {exact!r} in the segment objects failed: {segment_error}"
         elif not found:
+            # An id copied as a list shows it, cut short: the jobs of the document whose ids start so.
+            starting = [j for j in _candidates(snapshot, None, None) if j["id"].startswith(exact)]
+            if starting:
+                kept = _narrowed(starting, {**filters, "id": ""}, redact)
+                return Matches(kept, f"No job has the id {exact!r}: listing the {len(starting):,} in the document "
+                                     "whose ids start with it.")
             where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
-            notice = f"No job with id {exact!r} is in {where} (completed and purged jobs leave it)."
+            notice = (f"No job with id {exact!r} is in {where} (completed and purged jobs leave it), and no id in "
+                      "the document starts with it.")
         if not found:
             return Matches([], notice)
         hit = dict(found[0], status=found[1], **({"segment": key} if key else {}))
@@ -119,14 +126,8 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
             notice = (f"Job {exact!r} is {hit['status']} in queue {hit['queue']!r}: it does not match the other "
                       "filters.")
         return Matches(kept, notice)
-    if status is None:
-        candidates = [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
-            queue=queue, status="dead"))]
-    elif status == "dead":
-        candidates = [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
-    else:
-        candidates = snapshot.select(queue=queue, status=status)
-    candidates = _narrowed(candidates, {**filters, "queue": "", "status": "", "q": ""}, redact)
+    candidates = _narrowed(_candidates(snapshot, queue, status), {**filters, "queue": "", "status": "", "q": ""},
+                           redact)
     further = None
     if needle:
         into_segments = segments_too and _searches_segments(snapshot, filters)
@@ -148,17 +149,47 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
     return Matches(candidates, notice, further)
 
 
+def _candidates(snapshot: Snapshot, queue: str | None, status: str | None) -> list[Doc]:
+    """The document's jobs of ``queue`` with ``status`` (None: any), each
+    with its ``status``: pending and running in document order, then dead letters."""
+    if status is None:
+        return [*snapshot.select(queue=queue), *(dict(d, status="dead") for d in snapshot.select(
+            queue=queue, status="dead"))]
+    if status == "dead":
+        return [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
+    return snapshot.select(queue=queue, status=status)
+
+
 def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redactor) -> list[Doc]:
     """The ``candidates`` (each with its ``status``) that every filter of
-    ``filters`` but the id keeps: queue, status, worker, error signature and
-    payload substring (as ``redact`` shows it), each only when set."""
+    ``filters`` but the id keeps: queue, status, worker, error and payload
+    substring (as ``redact`` shows it), each only when set.
+
+    The worker and error filters match exactly when some candidate matches
+    exactly (a link from the Workers or Dead letters page names one worker,
+    one signature), else as a part, any case: what an operator types ("w-ord",
+    "KeyError") rather than a whole name or signature."""
     queue, status = filters.get("queue") or "", filters.get("status") or ""
     worker, signature, needle = filters.get("worker") or "", filters.get("error") or "", filters.get("q") or ""
-    return [j for j in candidates
-            if (not queue or j["queue"] == queue) and (not status or j["status"] == status)
-            and (not worker or job_worker(j) == worker)
-            and (not signature or ((error := job_error(j)) is not None and error_signature(error) == signature))
-            and (not needle or needle in payload_text(j, redact))]
+    kept = [j for j in candidates if (not queue or j["queue"] == queue) and (not status or j["status"] == status)]
+    if worker:
+        kept = [j for j in kept if _named(job_worker(j), worker, exact=any(job_worker(k) == worker for k in kept))]
+    if signature:
+        signed = [(j, error, error_signature(error)) for j in kept if (error := job_error(j)) is not None]
+        exact = any(sig == signature for _, _, sig in signed)
+        wanted = signature.casefold()
+        kept = [j for j, error, sig in signed
+                if sig == signature or (not exact and (wanted in error.casefold() or wanted in sig.casefold()))]
+    if needle:
+        kept = [j for j in kept if needle in payload_text(j, redact)]
+    return kept
+
+
+def _named(name: str | None, wanted: str, *, exact: bool) -> bool:
+    """Whether worker ``name`` is the one ``wanted`` (``exact``), or has it as a part, any case."""
+    if name is None:
+        return False
+    return name == wanted if exact else wanted.casefold() in name.casefold()
 
 
 def _searches_segments(snapshot: Snapshot, filters: Mapping[str, str]) -> bool:

@@ -74,7 +74,7 @@ def test_an_operator_requeues_every_job_of_an_error_group(browser: Browser, node
         page.get_by_test_id("group-jobs").filter(has_text="110 jobs").click()
         expect(page.get_by_test_id("jobs-total")).to_contain_text("110 jobs · page 1 of 3")
         expect(page.locator("#live-jobs tbody tr[data-job-id]")).to_have_count(50)
-        expect(page.get_by_role("combobox", name="Error signature")).to_have_value("KeyError: '…'")
+        expect(page.get_by_role("combobox", name="Error", exact=True)).to_have_value("KeyError: '…'")
 
         # Select all on the page, from the header; unselect one; clear.
         select_all = page.get_by_label("Select all on this page")

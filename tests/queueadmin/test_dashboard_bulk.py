@@ -87,6 +87,27 @@ def test_jobs_filter_by_error_signature_matches_dead_letters_and_retries(broker:
     assert sorted(shown_ids(dead_only)) == sorted([first, second])
 
 
+def test_the_worker_and_error_filters_take_a_part_typed_when_nothing_matches_whole(broker: Broker,
+                                                                                   viewer: Client) -> None:
+    orders = fail_by(broker, "w-orders-1", error="KeyError: 'X999'")
+    other = fail_by(broker, "w-orders-10", error="PaymentDeclined: card 4242")
+    fail_by(broker, "w-emails", error="TimeoutError: 30 s")
+
+    assert sorted(shown_ids(viewer.get("/jobs/", {"worker": "W-ORD"}))) == sorted([orders, other])
+    # A whole name is that worker only, not every name it is part of (the Workers page links so).
+    assert shown_ids(viewer.get("/jobs/", {"worker": "w-orders-1"})) == [orders]
+    assert shown_ids(viewer.get("/jobs/", {"error": "keyerror"})) == [orders]
+    assert shown_ids(viewer.get("/jobs/", {"error": "KeyError: 'X999'"})) == [orders]  # the error as it reads
+    assert shown_ids(viewer.get("/jobs/", {"error": "card"})) == [other]
+    assert shown_ids(viewer.get("/jobs/", {"error": "nothing like it"})) == []
+
+
+def test_a_signature_that_matches_whole_is_not_taken_as_a_part(broker: Broker, viewer: Client) -> None:
+    short = fail_by(broker, "w", error="ValueError: bad")
+    fail_by(broker, "w", error="ValueError: bad row 12")  # its signature holds the other's as a part
+    assert shown_ids(viewer.get("/jobs/", {"error": error_signature("ValueError: bad")})) == [short]
+
+
 def test_each_dead_letter_group_links_to_the_list_of_its_jobs(broker: Broker, viewer: Client) -> None:
     group = [kill(broker, error="ValueError: bad row 12"), kill(broker, error="ValueError: bad row 7")]
     kill(broker, error="other failure")

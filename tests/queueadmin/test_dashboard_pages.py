@@ -148,6 +148,11 @@ def test_jobs_page_finds_an_exact_id_and_searches_payloads(broker: Broker, viewe
     assert [r["job"]["id"] for r in viewer.get("/jobs/", {"q": "cy@"}).context["rows"]] == [dead]
     missing = viewer.get("/jobs/", {"id": "no-such-job"})
     assert missing.context["rows"] == [] and b"No job with id" in missing.content
+    # An id cut short, as lists show it: the jobs whose ids start with it, and a notice saying so.
+    started = viewer.get("/jobs/", {"id": dead[:8]})
+    assert [r["job"]["id"] for r in started.context["rows"]] == [dead]
+    assert f"No job has the id &#x27;{dead[:8]}&#x27;: listing the 1 in the document" in started.content.decode()
+    assert viewer.get("/jobs/", {"id": dead[:8], "status": "running"}).context["rows"] == []  # held to the filters
 
 
 def test_payload_search_is_bounded_and_says_so(broker: Broker, viewer: Client,
