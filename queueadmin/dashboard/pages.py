@@ -165,6 +165,7 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
             since = "no worker has been seen on it" + ("" if quiet is None else f" for {quiet:.0f} s")
             found.append(Alert("warn", f"Jobs are waiting in {q.name} and {since}. Start a worker: "
                                        f"manage.py queueworker --queue {q.name}"))
+    found.extend(orphan_alerts(snapshot))
     if commit_age is not None and snapshot.seq and commit_age > 3 * heartbeat:
         found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
                                    f"{heartbeat:g} s. Is the leader down? A standby takes over after "
@@ -179,6 +180,31 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
     for name, paused_at in sorted(pauses_of(snapshot).items()):
         found.append(Alert("info", f"Schedule {name} is paused (since {paused_at:%Y-%m-%d %H:%M} UTC): its ticks push "
                                    "nothing until it is resumed on the Schedules page."))
+    return found
+
+
+def orphan_alerts(snapshot: Snapshot) -> list[Alert]:
+    """Per queue, its running jobs whose leases are orphaned (their worker
+    stopped heartbeating, see :func:`lease_row`): they look like running
+    jobs until their leases expire, then go back to pending."""
+    now = snapshot.taken_at
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for item in snapshot.leases():
+        row = lease_row(item, now)
+        if row["orphaned"]:
+            by_queue.setdefault(item["queue"], []).append(row)
+    found = []
+    for queue, rows in sorted(by_queue.items()):
+        workers = sorted({r["worker"] for r in rows})
+        first = min((r["left"] for r in rows if r["left"] is not None), default=None)
+        when = ("" if first is None else " (the first now)" if first <= 0
+                else f" (the first in {first:.0f} s)")
+        jobs = ngettext("%(n)s running job of %(q)s has an orphaned lease",
+                        "%(n)s running jobs of %(q)s have orphaned leases", len(rows)) % {"n": f"{len(rows):,}",
+                                                                                      "q": queue}
+        names = ", ".join(workers[:3]) + (", …" if len(workers) > 3 else "")
+        found.append(Alert("warn", f"{jobs}: {names} stopped heartbeating. They go back to pending when their "
+                                   f"leases expire{when}; see the Workers page."))
     return found
 
 
@@ -595,6 +621,22 @@ def lease_row(item: Doc, now: datetime) -> dict[str, Any]:
     }
 
 
+def worker_state(age: float | None, held: int, orphaned: int) -> tuple[str, str, str]:
+    """A worker's state on the Workers page, as (label, tone, why): silent
+    while holding orphaned leases (it died, or cannot reach the broker),
+    quiet when not seen for :data:`WORKERS_QUIET_SECONDS` (stopped, or
+    cut off), else working (holding jobs) or idle (asking for work)."""
+    if orphaned:
+        return ("silent", "bad", f"{orphaned} of its leases are orphaned: it stopped heartbeating; the jobs go "
+                                 "back to pending when the leases expire")
+    if age is None or age > WORKERS_QUIET_SECONDS:
+        return ("quiet", "muted", f"not seen for over {WORKERS_QUIET_SECONDS:.0f} s: stopped, or cut off from "
+                                  "the broker")
+    if held:
+        return ("working", "ok", "holds jobs and heartbeats their leases")
+    return ("idle", "", "asks for work; no job for it")
+
+
 def workers(snapshot: Snapshot) -> dict[str, Any]:
     now = snapshot.taken_at
     leases = [lease_row(j, now) for j in snapshot.leases()]
@@ -602,9 +644,16 @@ def workers(snapshot: Snapshot) -> dict[str, Any]:
     leases.sort(key=lambda r: (not r["orphaned"], -r["heartbeat_age"] if r["orphaned"] else (r["left"] or 0)))
     people = []
     # Workers that asked for work, on whichever queues: not for a user narrowed to some queues.
-    extra = seen.last_seen(now) if snapshot.sees is None else {}
-    for w in snapshot.workers(extra=extra):
-        people.append({"w": w, "age": _age(now, w.last_seen), "jobs": len(w.jobs)})
+    sightings = seen.known(now) if snapshot.sees is None else {}
+    orphaned: dict[str, int] = {}
+    for r in leases:
+        if r["orphaned"]:
+            orphaned[r["worker"]] = orphaned.get(r["worker"], 0) + 1
+    for w in snapshot.workers(extra={name: when for name, (when, _) in sightings.items()}):
+        age = _age(now, w.last_seen)
+        people.append({"w": w, "age": age, "jobs": len(w.jobs), "state": worker_state(age, len(w.jobs),
+                                                                                       orphaned.get(w.name, 0)),
+                       "queues": sightings[w.name][1] if w.name in sightings else ()})
     return {
         "snapshot": snapshot,
         "leases": leases,

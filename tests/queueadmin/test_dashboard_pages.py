@@ -224,6 +224,27 @@ def test_workers_page_lists_orphaned_leases_first(broker: Broker, viewer: Client
     assert [row["worker"] for row in leases] == ["ghost", "fresh"]
     assert leases[0]["orphaned"] and not leases[1]["orphaned"]
     assert {w["w"].name for w in response.context["workers"]} == {"fresh", "ghost"}
+    states = {w["w"].name: w["state"][0] for w in response.context["workers"]}
+    assert states == {"fresh": "working", "ghost": "silent"}
+    # The overview says so too: a running count alone would look healthy.
+    overview = re.sub(r"\s+", " ", viewer.get("/").content.decode())
+    assert re.search(r"1 running job of q has an orphaned lease: ghost stopped heartbeating\. They go back to "
+                     r"pending when their leases expire \(the first (now|in \d+ s)\); see the Workers page", overview)
+
+
+def test_the_workers_page_says_which_workers_are_idle_or_quiet_and_their_queues(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime
+
+    from queueadmin.workers import seen
+
+    runtime.seen_workers.note("waiting", ["emails", "reports"])
+    seen.save({"gone": (datetime.now(UTC) - timedelta(seconds=90), ("emails",))})  # as another node saw it
+    rows = {w["w"].name: w for w in viewer.get("/workers/").context["workers"]}
+    assert (rows["waiting"]["state"][0], rows["waiting"]["queues"]) == ("idle", ("emails", "reports"))
+    assert rows["gone"]["state"][0] == "quiet"
+    page = viewer.get("/workers/").content.decode()
+    assert '<a href="/jobs/?worker=waiting">waiting</a>' in page
 
 
 def test_dead_letters_are_grouped_by_error_signature(broker: Broker, viewer: Client) -> None:
