@@ -43,7 +43,7 @@ from engine.ops import Operation, PurgeOutcome, Push, purge_op, requeue_op
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import joblist, limit_actions, pages, redaction, schedule_actions, scopes, segments
-from queueadmin.dashboard.snapshot import Doc, Snapshot
+from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot
 from queueadmin.dashboard.source import source
 from queueadmin.models import ActionSpec, AuditEntry, AuditJob
 
@@ -266,6 +266,8 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
         if (q is not None and q.paused) == p.spec.pauses:
             p.problems.append(p.spec.needless % p.words)
             p.needless = True
+        elif q is not None and not p.spec.pauses:
+            p.effects = _resume_effects(q, snapshot)
         return p
     if p.group:
         group = snapshot.dead_group(p.group)
@@ -487,6 +489,25 @@ def fill_sample(p: Plan, snapshot: Snapshot) -> None:
 def _redact_sample(p: Plan) -> None:
     redact = redaction.redactor(hidden=p.redacted)
     p.sample = [dict(j, payload=redact(j.get("payload"))) for j in p.sample]
+
+
+def _resume_effects(q: QueueSummary, snapshot: Snapshot) -> list[str]:
+    """What a resume of ``q`` lets go, as of ``snapshot``: its ready jobs at
+    once, its delayed ones at their time; and, by the overview's rule, that
+    no worker has been seen on it (nothing would take them)."""
+    effects = []
+    if q.pending:
+        ready = ngettext("%(n)s ready job may be claimed", "%(n)s ready jobs may be claimed", q.ready) % {
+            "n": f"{q.ready:,}"}
+        later = q.pending - q.ready
+        effects.append(f"{ready} at once" + (f"; {later:,} delayed wait for their time." if later else "."))
+    seen = pages.queue_worker_activity(snapshot).get(q.name)
+    quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()
+    if q.ready and (quiet is None or quiet > pages.WORKERS_QUIET_SECONDS):
+        since = "" if quiet is None else f" for {quiet:.0f} s"
+        effects.append(f"No worker has been seen on queue {q.name}{since}: its jobs wait for one "
+                       f"(manage.py queueworker --queue {q.name}).")
+    return effects
 
 
 def fill_effects(p: Plan, snapshot: Snapshot) -> None:

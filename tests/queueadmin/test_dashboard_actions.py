@@ -284,6 +284,22 @@ def test_pause_and_resume_through_the_dashboard(broker: Broker, operator: Client
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pause", "resume"]
 
 
+def test_a_resume_dry_run_says_what_it_lets_go_and_that_no_worker_takes_it(
+        broker: Broker, operator: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.ops import push_op
+
+    push(broker, "billing", [1, 2])
+    broker.execute(push_op("billing", [3], policy=broker.policy, delay_seconds=3600))
+    broker.execute(pause_op("billing"))
+    clock_ahead(monkeypatch, timedelta(minutes=2))  # no worker on it since
+    dry = preview(operator, action="resume", queue="billing")
+    assert effects(dry) == [
+        "2 ready jobs may be claimed at once; 1 delayed wait for their time.",
+        "No worker has been seen on queue billing: its jobs wait for one (manage.py queueworker --queue billing).",
+    ]
+    assert dry.context["plan"].runnable
+
+
 def queue_page(client: Client) -> Any:
     """The queue page of ``q`` from the latest version (not the source's cached one)."""
     from queueadmin.dashboard.source import source
