@@ -357,6 +357,8 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         "payload_truncated": len(payload) > RAW_LIMIT_BYTES,
         "payload_bytes": len(orjson.dumps(item.get("payload"))),
         "not_before": moment(item.get("not_before")),
+        # Cloning would show the hidden values in the form: the button says why it is off.
+        "clone_refusal": HIDDEN_VALUES if hidden and redaction.hides(item.get("payload")) else None,
         "died_at": moment(item.get("died_at")),
         "held_back": held_back(snapshot, item, status),
         "last_error": item.get("last_error") if status != "dead" else item.get("error"),
@@ -578,6 +580,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
         last_run=last_run,
         kept_until=row.finished_at + timedelta(seconds=retention),
         finished_payload=redaction.redact_text(pretty_payload(row)) if hidden else pretty_payload(row),
+        clone_refusal=HIDDEN_VALUES if hidden and redaction.hides_text(row.payload) else None,
         finished_attempts=[dict(a, **{k: moment(a[k]) for k in ("claimed_at", "heartbeat_at", "ended_at")})
                            for a in row.history],
     )

@@ -266,8 +266,12 @@ def submit(request: HttpRequest) -> HttpResponse:
     template = "queueadmin/dashboard/submit.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#submit-form"
+    # A clone or a "run now" that cannot be filled in: no form under the refusal (a default one would
+    # read as the job's).
+    refused = (clone is not None and clone.initial is None) or (
+        run_now is not None and (run_now["hidden"] or not run_now["known"]))
     return render(request, template, {"form": form, "created": created, "again": again, "can_submit": can_submit,
-                                      "clone": clone, "run_now": run_now}, status=status)
+                                      "clone": clone, "run_now": run_now, "refused": refused}, status=status)
 
 
 def _queue_names(request: HttpRequest) -> list[str]:

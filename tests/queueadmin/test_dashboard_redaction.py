@@ -6,6 +6,7 @@ The queue keeps the payload as pushed."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -89,8 +90,15 @@ def test_a_job_with_hidden_values_is_not_cloned_by_who_cannot_see_them(job: str,
                                                                         trusted: Client) -> None:
     refused = operator.get(f"/submit/?from={job}").content.decode()
     assert "cannot be cloned" in refused and "view_payload_secrets" in refused and shows_no_secret(refused)
+    # No form under the refusal: a default one would read as the job's copy.
+    assert 'name="payload"' not in refused and 'data-testid="blank-form"' in refused
     filled = trusted.get(f"/submit/?from={job}").content.decode()
     assert "A copy of job" in filled and SECRETS[0] in filled
+    # The job page's button is off for who cannot clone it, and says why; a link for who can.
+    button = re.search(r'<button type="button" disabled title="([^"]*)" data-testid="clone-job">',
+                       operator.get(f"/jobs/{job}/").content.decode())
+    assert button is not None and "view_payload_secrets" in button.group(1)
+    assert f'href="/submit/?from={job}" data-testid="clone-job"' in trusted.get(f"/jobs/{job}/").content.decode()
 
 
 def test_a_job_with_nothing_hidden_is_cloned_as_before(broker: Broker, operator: Client) -> None:
