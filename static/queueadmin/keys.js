@@ -11,6 +11,8 @@
 //              go to Overview, Jobs, Workers, Schedules (cron), Dead letters, Audit log, Submit
 //   f          freeze or unfreeze live updates (live.js handles it)
 //   ?          show or hide this list; Esc closes it
+//   Esc        leave the field being typed in (so that the keys work again),
+//              or close an open dry run (as its Cancel does)
 //
 // Keys never fire while the operator types in a field, or with Ctrl, Alt
 // or Meta held (the browser's own shortcuts). The pages are found through
@@ -107,6 +109,7 @@
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
     ["f", "Freeze or unfreeze live updates"],
     ["?", "Show or hide this list"],
+    ["Esc", "Leave the field being typed in, or close the dry run"],
   ];
   function help() {
     if (!dialog) {
@@ -142,6 +145,12 @@
 
   document.addEventListener("keydown", (event) => {
     if (event.defaultPrevented || event.isComposing || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.key === "Escape" && !(dialog && dialog.open)) {
+      if (typing(event.target)) { event.target.blur(); return; }
+      const close = document.querySelector("#action-panel [data-close-panel]");
+      if (close) { event.preventDefault(); close.click(); }
+      return;
+    }
     if (typing(event.target)) return;
     if (dialog && dialog.open) {
       if (event.key === "?") { event.preventDefault(); dialog.close(); }

@@ -330,7 +330,9 @@ def test_keyboard_shortcuts_move_open_search_and_go_but_never_while_typing(
         page.keyboard.type("g j?k")
         expect(field).to_have_value("g j?k")
         expect(page.locator("dialog.keys-help")).to_have_count(0)
-        field.blur()
+        page.keyboard.press("Escape")  # leaves the field: the keys work again
+        expect(field).not_to_be_focused()
+        expect(field).to_have_value("g j?k")
 
         page.keyboard.press("?")
         help_box = page.locator("dialog.keys-help")
@@ -369,6 +371,11 @@ def test_keyboard_triage_selects_rows_and_opens_the_dry_run_of_an_action(
         page.keyboard.press("x")
         expect(page.get_by_text("2 selected")).to_be_visible()
         chosen = [rows.nth(0).get_attribute("data-job-id"), rows.nth(2).get_attribute("data-job-id")]
+        page.keyboard.press("p")
+        expect(page.get_by_test_id("plan-count")).to_have_text("2 jobs would be removed for good.")
+        page.keyboard.press("Escape")  # closes the dry run, as its Cancel does; nothing ran
+        expect(page.get_by_test_id("plan-count")).to_have_count(0)
+        expect(page.get_by_text("2 selected")).to_be_visible()
         page.keyboard.press("r")
         expect(page.get_by_test_id("plan-count")).to_have_text("2 jobs would be moved back to pending.")
         page.get_by_test_id("reason").fill("keyboard triage")
