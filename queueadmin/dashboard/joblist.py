@@ -405,6 +405,9 @@ def _row(snapshot: Snapshot, item: Doc, redact: Redactor) -> dict[str, Any]:
         "worker": lease["worker"] if lease else None,
         # Who ran the last attempt of a job no one holds (what the worker filter also matches).
         "last_worker": None if lease else job_worker(item),
+        # Why it is dead, or why its last attempt failed (a retry): shown under its status.
+        "error": job_error(item),
+        "died_at": moment(item.get("died_at")),
         "payload": payload_text(item, redact),
         # Read from a segment object: no per-job action reaches it there (act on its queue).
         "segment": item.get("segment"),

@@ -139,6 +139,14 @@ def error_for(text: str | None, user: Any) -> str | None:
     return redaction.error_for(user, text)
 
 
+@register.filter
+def last_line(text: str | None) -> str:
+    """The last line of an error that is not blank: where a traceback says
+    what went wrong. Put it after ``error_for``, which hides secrets in the whole text."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
 @register.filter(needs_autoescape=True)
 def visible(value: object, autoescape: bool = True) -> SafeString:
     """The text, escaped, with each bidirectional control character shown as

@@ -22,6 +22,7 @@ from engine import Broker, NotLeader, ObjectStore
 from engine.ops import claim_op, complete_op, fail_op, forget_op
 from queueadmin.dashboard import actions
 from queueadmin.dashboard.snapshot import error_signature
+from queueadmin.dashboard.source import source
 from queueadmin.models import AuditEntry
 from tests.helpers import document, stored
 from tests.queueadmin.api_client import Client as ApiClient
@@ -100,6 +101,22 @@ def test_the_worker_and_error_filters_take_a_part_typed_when_nothing_matches_who
     assert shown_ids(viewer.get("/jobs/", {"error": "KeyError: 'X999'"})) == [orders]  # the error as it reads
     assert shown_ids(viewer.get("/jobs/", {"error": "card"})) == [other]
     assert shown_ids(viewer.get("/jobs/", {"error": "nothing like it"})) == []
+
+
+def test_the_jobs_list_says_why_and_when_a_dead_letter_died_and_why_a_retry_failed(broker: Broker,
+                                                                                    viewer: Client) -> None:
+    dead = fail_by(broker, "w", error="Traceback (most recent call last):\n  File x\nKeyError: 'order 17'\n")
+    retry = fail_by(broker, "w", error="TimeoutError: took 30 s", attempts=3)
+    page = viewer.get("/jobs/").content.decode()
+    rows = dict(re.findall(r'<tr data-job-id="([^"]+)">(.*?)</tr>', page, re.S))
+    assert re.search(r'<time class="muted" [^>]*title="died [^"]*">[\d.]+ s ago</time>', rows[dead])
+    assert '<div class="row-error" title="KeyError: &#x27;order 17&#x27;" data-testid="row-error">' in rows[dead]
+    assert "died" not in rows[retry] and "TimeoutError: took 30 s</div>" in rows[retry]
+    # A secret in an error is hidden from who may not see secrets, as everywhere.
+    hidden = fail_by(broker, "w", error="AuthError: password=hunter2")
+    source.reset()  # not the snapshot of a moment ago
+    row = dict(re.findall(r'<tr data-job-id="([^"]+)">(.*?)</tr>', viewer.get("/jobs/").content.decode(), re.S))[hidden]
+    assert "AuthError" in row and "hunter2" not in row
 
 
 def test_a_signature_that_matches_whole_is_not_taken_as_a_part(broker: Broker, viewer: Client) -> None:
