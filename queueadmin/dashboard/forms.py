@@ -54,8 +54,7 @@ class SubmitForm(forms.Form):
     payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
                               initial='{"hello": "world"}',
                               help_text="Any JSON value.")
-    max_attempts = forms.IntegerField(required=False, min_value=1, max_value=1000,
-                                      help_text="Blank: the queue's default.")
+    max_attempts = forms.IntegerField(required=False, min_value=1, max_value=1000)
     delay_seconds = forms.FloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS, initial=0,
                                      help_text="Not claimed before this many seconds from now.")
     reason = forms.CharField(required=False, max_length=1000, help_text="Optional; kept in the audit log.")
@@ -68,6 +67,8 @@ class SubmitForm(forms.Form):
         self.queue_names = list(queues)
         if self.queue_names:
             self.fields["queue"].widget.attrs["list"] = "queue-names"
+        # The broker's policy sets it (there is no per-queue default): say what it is.
+        self.fields["max_attempts"].help_text = f"Blank: the broker's default, {config.policy().max_attempts}."
 
     def clean_push_id(self) -> str:
         push_id: str = self.cleaned_data.get("push_id") or ""

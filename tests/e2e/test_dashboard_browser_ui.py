@@ -155,7 +155,9 @@ def test_a_viewer_who_forces_the_disabled_submit_button_gets_the_page_back(
         page.goto(f"{server.url}/submit/")
         button = page.get_by_role("button", name="Submit")
         expect(button).to_be_disabled()
+        expect(page.locator("#id_payload")).to_be_disabled()  # the fields too: nothing here reads as usable
         button.evaluate("b => { b.disabled = false; }")  # as through devtools
+        page.locator("fieldset.plain").evaluate("f => { f.disabled = false; }")
         page.locator("#id_queue").fill("forced")
         page.locator("#id_payload").fill("1")
         button.click()
