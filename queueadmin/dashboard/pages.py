@@ -275,6 +275,33 @@ class Event:
     text: str
     detail: str | None = None
     tone: str = ""  # "", "ok", "warn", "bad"
+    action: str = ""  # an operator's action (kind "action"): which one
+
+
+#: The timeline events an operator's action makes on a job in the commit it
+#: runs in: its entry goes just before them (see :func:`in_order`).
+CAUSED = {"stop": frozenset({"failed", "dead"}), "requeue": frozenset({"requeued"})}
+#: How long before its audit entry the commit an action made may have landed.
+ACTION_COMMIT_SECONDS = 10.0
+#: How an action reads on a job's timeline ("stopped by ops").
+DONE = {"requeue": "requeued", "purge": "purged", "stop": "stopped", "redrive": "redriven", "submit": "submitted"}
+
+
+def in_order(events: list[Event]) -> list[Event]:
+    """``events`` by time, but an operator's action just before what it made
+    happen to the job: its audit entry is written once the commit that ran it
+    has landed, a few milliseconds after the job's events of that commit (a
+    stop's failed attempt and its move to the dead letters)."""
+    def key(e: Event) -> tuple[datetime, int]:
+        caused = CAUSED.get(e.action)
+        if caused:
+            made = [o.at for o in events if o.kind in caused and o.at <= e.at
+                    and (e.at - o.at).total_seconds() <= ACTION_COMMIT_SECONDS]
+            if made:
+                return (max(made), 0)
+        return (e.at, 1)
+
+    return sorted(events, key=key)
 
 
 def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
@@ -334,7 +361,7 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         events.append(Event(moment(item["died_at"]), "dead", "moved to the dead letters",  # type: ignore[arg-type]
                             None if item.get("history") else item.get("error"), "bad"))
     events.extend(_action_events(actions))
-    events.sort(key=lambda e: e.at)
+    events = in_order(events)
     shown = redact(item.get("payload"))
     payload = orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode()
     task = describe(shown)
@@ -439,8 +466,10 @@ def redriven_after(history: Sequence[Doc], counted: int) -> int | None:
 
 def _action_events(actions: list[Any]) -> list[Event]:
     return [
-        Event(a.created_at, "action", f"{a.action} by {a.username}" + ("" if a.outcome == "ok" else " (failed)"),
-              a.reason, "warn" if a.outcome == "ok" else "bad")
+        Event(a.created_at, "action",
+              f"{DONE.get(a.action, a.action)} by {a.username}" if a.outcome == "ok"
+              else f"{a.action} by {a.username} (failed)",
+              a.reason, "warn" if a.outcome == "ok" else "bad", a.action if a.outcome == "ok" else "")
         for a in actions
     ]
 
@@ -564,7 +593,7 @@ def finished_job(job_id: str, actions: list[Any], now: datetime, *, hidden: bool
         events.append(Event(died, "dead", "moved to the dead letters", None, "bad"))
     events.append(_finish_event(row, purge))
     events.extend(_action_events(others))
-    events.sort(key=lambda e: e.at)
+    events = in_order(events)
     last_run = None  # how long the attempt that completed it ran
     if row.history and row.history[-1]["end"] == "completed":
         claimed = moment(row.history[-1]["claimed_at"])

@@ -119,7 +119,7 @@ SCRIPT = textwrap.dedent('''
     entry = AuditEntry.objects.get(jobs__job_id=job_id)
     assert (entry.outcome, entry.reason, entry.username) == ("ok", "stored in postgres", "pg-admin")
     page = client.get(f"/jobs/{job_id}/").content.decode()
-    assert "requeue by pg-admin" in page and "stored in postgres" in page
+    assert "requeued by pg-admin" in page and "stored in postgres" in page
     audit = client.get("/audit/", {"job": job_id}).content.decode()
     assert "stored in postgres" in audit
     # The export's query (distinct entries, by a job's id, newest first) on PostgreSQL.

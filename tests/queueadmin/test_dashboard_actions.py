@@ -142,7 +142,7 @@ def test_requeue_of_a_dead_job_commits_and_is_audited(broker: Broker, operator: 
     assert list(entry.jobs.values_list("job_id", flat=True)) == [dead]
     assert entry.seq == document(store)["seq"]
     timeline = operator.get(f"/jobs/{dead}/").content.decode()
-    assert "requeue by operator" in timeline and "upstream fixed" in timeline
+    assert "requeued by operator" in timeline and "upstream fixed" in timeline
 
 
 def test_requeue_of_a_running_job_revokes_its_lease(broker: Broker, operator: Client, store: ObjectStore) -> None:

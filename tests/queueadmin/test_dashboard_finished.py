@@ -153,16 +153,16 @@ def test_a_job_requeued_from_the_dead_letters_keeps_its_death_on_its_timeline(
         events = operator.get(f"/jobs/{job_id}/").context["events"]
         return [e.kind if e.kind != "action" else e.text.split(" by ")[0] for e in events]
 
-    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue"]
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeued"]
     [claimed] = broker.execute(claim_op("w-2", ["q"], policy=broker.policy))
     source.reset()
-    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue", "claimed"]
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeued", "claimed"]
     api = ApiClient(headers={"Authorization": f"Bearer {TOKEN}"})
     done = api.post(f"/api/v1/jobs/{job_id}/complete", orjson.dumps({"lease": claimed.lease}),
                     content_type="application/json")
     assert done.status_code == 200, done.content
     recorded()
-    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeue", "claimed", "completed"]
+    assert timeline() == ["enqueued", "claimed", "failed", "dead", "requeued", "claimed", "completed"]
     # A job that failed and was retried, never dead, has no such entry.
     retried = complete_one(broker)
     recorded()

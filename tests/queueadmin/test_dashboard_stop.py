@@ -64,8 +64,12 @@ def test_a_running_job_stopped_from_its_page_goes_to_the_dead_letters_and_its_wo
     # Kept: its page says so (read afresh: a page within a second of the last reads the same
     # snapshot, which the live updates then replace), and offers no Stop any more.
     source.reset()
-    page = stopper.get(f"/jobs/{job_id}/").content.decode()
+    response = stopper.get(f"/jobs/{job_id}/")
+    page = response.content.decode()
     assert "JobStopped" in page and 'value="stop"' not in page
+    # The stop reads before what it did (its audit entry is written just after its commit).
+    assert [e.text for e in response.context["events"]][-3:] == [
+        "stopped by stopper", "attempt failed", "moved to the dead letters"]
 
 
 def test_a_selection_stops_only_its_running_jobs_and_says_what_it_left_out(
