@@ -543,10 +543,14 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
                              "there until it is resumed.")
         if summary is not None and summary.rate is not None:
             p.effects.append(limit_actions.paced(queue, summary.rate, n, ahead=summary.ready))
-        if summary is not None and summary.max_running is not None:
-            # Their start depends on how long the running ones take, which nothing here knows.
+        free = None if summary is None or summary.max_running is None else max(
+            summary.max_running - summary.running, 0)
+        if summary is not None and free is not None and summary.ready + n > free:
+            # Not all of them start at once; when depends on how long the running ones take, which nothing
+            # here knows.
+            behind = f" behind its {summary.ready:,} ready" if summary.ready else ""
             p.effects.append(f"Queue {queue} runs at most {summary.max_running:,} of its jobs at once: the {jobs} "
-                             f"back to it behind its {summary.ready:,} ready, and start as places free up"
+                             f"back to it{behind}, and start as places free up"
                              + (", later than its rate alone allows." if summary.rate is not None else "."))
         seen = activity.get(queue)
         quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()

@@ -94,11 +94,16 @@ def test_the_export_takes_the_pages_filters_and_the_page_links_to_it(broker: Bro
 
     page = operator.get("/audit/?queue=a&action=pause").content.decode()
     link = re.search(r'data-testid="audit-export">(.*?)</p>', page, re.S)
-    assert link is not None and "these 1 entry" in re.sub(r"\s+", " ", link.group(1))
+    assert link is not None and "Export this entry:" in re.sub(r"\s+", " ", "Export " + link.group(1))
     hrefs = re.findall(r'href="([^"]+)"', link.group(1))
     assert hrefs == ["/audit/export/?action=pause&amp;queue=a&amp;format=csv",
                      "/audit/export/?action=pause&amp;queue=a&amp;format=json"]
     assert [r["reason"] for r in csv_rows(operator.get(hrefs[0].replace("&amp;", "&")))] == ["pause a"]
+    two = re.sub(r"\s+", " ", operator.get("/audit/?queue=a").content.decode())
+    assert 'data-testid="audit-export">Export these 2 entries:' in two
+    # Nothing matches: nothing to export, and the list says the filters match nothing.
+    none = operator.get("/audit/?queue=nonesuch").content.decode()
+    assert 'data-testid="audit-export"' not in none and "No entries match these filters." in none
 
 
 def test_a_csv_cell_a_spreadsheet_would_run_is_written_as_text(broker: Broker, operator: Client) -> None:

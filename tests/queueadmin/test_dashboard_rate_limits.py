@@ -156,6 +156,16 @@ def test_a_redrive_to_a_rate_limited_queue_says_how_the_rate_paces_it(broker: Br
         "places free up, later than its rate alone allows."]
 
 
+def test_a_requeue_that_fits_a_queues_free_places_says_nothing_of_its_limit(broker: Broker,
+                                                                           operator: Client) -> None:
+    dead = [kill(broker, "q", n) for n in range(2)]
+    broker.execute(limit_op("q", 5))
+    assert preview(operator, action="requeue", ids=" ".join(dead)).context["plan"].effects == []
+    broker.execute(limit_op("q", 1))
+    assert preview(operator, action="requeue", ids=" ".join(dead)).context["plan"].effects == [
+        "Queue q runs at most 1 of its jobs at once: the 2 jobs go back to it, and start as places free up."]
+
+
 # -- manage.py queueaction, queuestatus and /metrics -----------------------------------------------
 
 
