@@ -132,6 +132,10 @@
   document.addEventListener("htmx:afterSettle", (event) => {
     renderTimes(event.target);
     labelCells(event.target);
+    // A new dry run opens: the last action's message ("Purged 4 jobs.") would read as this one's result.
+    if (event.target instanceof Element && event.target.id === "action-panel" && event.target.childElementCount) {
+      document.querySelectorAll("main > ul.messages").forEach((el) => el.remove());
+    }
   });
 
   window.queueadmin = Object.assign(window.queueadmin || {}, {

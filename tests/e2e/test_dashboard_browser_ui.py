@@ -385,6 +385,13 @@ def test_keyboard_triage_selects_rows_and_opens_the_dry_run_of_an_action(
         expect(page.locator(".msg")).to_have_text("Requeued 2 jobs.")
         statuses = {j["id"]: j["status"] for j in cluster.document()["jobs"]}
         assert sorted(i for i in dead if statuses.get(i) == "pending") == sorted(chosen)
+        # The next dry run takes the last action's message away: it would read as this one's result.
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        page.keyboard.press("p")
+        expect(page.get_by_test_id("plan-count")).to_have_text("1 job would be removed for good.")
+        expect(page.locator(".msg")).to_have_count(0)
+        page.keyboard.press("Escape")
         page.keyboard.press("?")
         expect(page.locator("dialog.keys-help")).to_contain_text("Purge the selected rows (dry run first)")
 
