@@ -708,14 +708,12 @@ def dead(snapshot: Snapshot) -> dict[str, Any]:
 # -- raw document ------------------------------------------------------------------------------
 
 
-def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
-    """The committed document, pretty-printed, cut to RAW_LIMIT_BYTES.
-
-    Only as many jobs as can be shown are printed, so a 100k-job document
-    costs no more than a small one. Lease tokens are the holders' secrets
-    (I4): they are shown as :data:`engine.wire.HIDDEN_TOKEN`, as the API does.
-    With ``hidden``, payloads and error texts show with secret values hidden (:mod:`.redaction`).
-    """
+def shown_document(snapshot: Snapshot, *, hidden: bool, most: int | None = None) -> Doc:
+    """The committed document as the dashboard shows it: lease tokens, the
+    holders' secrets (I4), as :data:`engine.wire.HIDDEN_TOKEN`, as the API
+    does; with ``hidden``, payloads and error texts with secret values hidden
+    (:mod:`.redaction`). With ``most``, only the first that many jobs and dead
+    letters (what a page can print). No I/O."""
     redact = redaction.redactor(hidden=hidden)
 
     def hide(j: Doc) -> Doc:
@@ -724,11 +722,21 @@ def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
             shown = _errors_redacted(shown)
         return dict(shown, lease=dict(j["lease"], token=HIDDEN_TOKEN)) if j.get("lease") else shown
 
+    return dict(snapshot.header, dead=[hide(d) for d in snapshot.dead[:most]],
+                jobs=[hide(j) for j in snapshot.jobs[:most]])
+
+
+def document(snapshot: Snapshot, *, hidden: bool) -> dict[str, Any]:
+    """The committed document, pretty-printed, cut to RAW_LIMIT_BYTES.
+
+    Only as many jobs as can be shown are printed, so a 100k-job document
+    costs no more than a small one. Lease tokens are the holders' secrets
+    (I4): they are shown as :data:`engine.wire.HIDDEN_TOKEN`, as the API does.
+    With ``hidden``, payloads and error texts show with secret values hidden (:mod:`.redaction`).
+    """
     # A job pretty-prints to at least ~300 bytes, so this many always fill the limit.
     most = RAW_LIMIT_BYTES // 300 + 1
-    doc = dict(snapshot.header, dead=[hide(d) for d in snapshot.dead[:most]],
-               jobs=[hide(j) for j in snapshot.jobs[:most]])
-    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+    text = orjson.dumps(shown_document(snapshot, hidden=hidden, most=most), option=orjson.OPT_INDENT_2).decode()
     cut = len(text) > RAW_LIMIT_BYTES or len(snapshot.jobs) > most or len(snapshot.dead) > most
     return {
         "snapshot": snapshot,

@@ -18,6 +18,7 @@ urlpatterns = [
     path("schedules/", views.schedules, name="schedules"),
     path("dead/", views.dead, name="dead"),
     path("document/", views.document, name="document"),
+    path("document/queue.json", views.document_download, name="document-download"),
     path("submit/", views.submit, name="submit"),
     path("actions/", views.action, name="action"),
     path("audit/", views.audit, name="audit"),

@@ -406,6 +406,24 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 @require_safe
 @dashboard_page
+def document_download(request: HttpRequest) -> HttpResponse:
+    """The whole committed document as a JSON download, as the document page
+    shows it (lease tokens hidden; secret values too, for a user who may not
+    see them); the page prints only its first :data:`.pages.RAW_LIMIT_BYTES`.
+    Hidden, as the page is, from a user whose queue scopes hide other queues."""
+    if hidden_page(request.user, "document", {}):
+        raise Http404("No such page.")
+    snapshot = read_snapshot(request)
+    if isinstance(snapshot, HttpResponse):
+        return snapshot
+    shown = pages.shown_document(snapshot, hidden=not redaction.sees_secrets(request.user))
+    response = HttpResponse(orjson.dumps(shown), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="queue-seq-{int(snapshot.seq)}.json"'
+    return response
+
+
+@require_safe
+@dashboard_page
 def job_payload(request: HttpRequest, job_id: str) -> HttpResponse:
     """The whole payload of a job in the queue (in the document, or in a
     segment object, found as its page finds it) as a JSON download: its page

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -272,7 +273,17 @@ def test_raw_document_hides_lease_tokens_and_truncates_large_documents(broker: B
     assert f"{len(stored(store))} bytes" in body
 
     monkeypatch.setattr(pages, "RAW_LIMIT_BYTES", 300)
-    assert b"The document is large" in viewer.get("/document/").content
+    assert b"longer than this page shows" in viewer.get("/document/").content
+    # All of it, as a download: every job, the lease token hidden, the file named by its seq.
+    pushed = push(broker, "q", list(range(50)))
+    source.reset()
+    download = viewer.get("/document/queue.json")
+    assert download.status_code == 200 and download["Content-Type"] == "application/json"
+    whole = orjson.loads(download.content)
+    assert download["Content-Disposition"] == f'attachment; filename="queue-seq-{whole["seq"]}.json"'
+    assert {j["id"] for j in whole["jobs"]} == {claim.id, *pushed}
+    assert claim.lease.encode() not in download.content and whole["jobs"][0]["lease"]["token"] == "…"
+    assert 'href="/document/queue.json" download' in viewer.get("/document/").content.decode()
 
 
 def test_an_unreadable_document_is_shown_as_an_error_and_left_alone(broker: Broker, viewer: Client,

@@ -51,6 +51,8 @@ def test_the_job_page_and_list_hide_secret_values_from_a_viewer(job: str, viewer
     assert job in listing and shows_no_secret(listing) and "ada@example.com" in listing
     raw = viewer.get("/document/").content.decode()  # the raw document page prints jobs whole
     assert job in raw and shows_no_secret(raw) and "ada@example.com" in raw
+    whole = viewer.get("/document/queue.json").content.decode()  # and its download, all of it
+    assert job in whole and shows_no_secret(whole) and "ada@example.com" in whole
     download = viewer.get(f"/jobs/{job}/payload.json")
     assert orjson.loads(download.content) == {"to": "ada@example.com", "apiKey": SUBSTITUTE,
                                               "nested": {"password": SUBSTITUTE, "n": 3},
@@ -65,6 +67,7 @@ def test_users_with_the_permission_and_superusers_see_everything(job: str, trust
         page = client.get(f"/jobs/{job}/").content.decode()
         assert all(secret in page for secret in SECRETS)
         assert SECRETS[0] in client.get("/document/").content.decode()
+        assert SECRETS[0] in client.get("/document/queue.json").content.decode()
         assert orjson.loads(client.get(f"/jobs/{job}/payload.json").content) == PAYLOAD
 
 
@@ -137,7 +140,7 @@ def test_error_texts_hide_secret_values_from_a_viewer_on_every_page(broker: Brok
                                enqueued_at=now, attempts=2, max_attempts=3, last_error=ERROR,
                                history=[{"worker": "w", "claimed_at": now.isoformat(), "heartbeat_at": now.isoformat(),
                                          "ended_at": now.isoformat(), "end": "failed", "error": ERROR}])
-    pages = [f"/jobs/{dead}/", f"/jobs/{retrying}/", "/jobs/done/", "/dead/", "/document/"]
+    pages = [f"/jobs/{dead}/", f"/jobs/{retrying}/", "/jobs/done/", "/dead/", "/document/", "/document/queue.json"]
     for path in pages:
         page = viewer.get(path).content.decode()
         assert "api.example.com" in page and shows_no_secret(page) and SUBSTITUTE in page, path

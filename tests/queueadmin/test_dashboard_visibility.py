@@ -67,6 +67,7 @@ def test_a_confined_user_sees_only_their_queues(jobs: dict[str, str]) -> None:
     assert client.get("/jobs/", {"queue": HIDDEN}).context["total"] == 0
     assert client.get(f"/queues/{HIDDEN}/").status_code == 404
     assert client.get("/document/").status_code == 404  # it prints every queue
+    assert client.get("/document/queue.json").status_code == 404  # and so does its download
     assert client.get(f"/jobs/{jobs['theirs']}/payload.json").status_code == 404
     page = client.get(f"/jobs/{jobs['dead']}/")
     assert page.context["found"] is False and "salary" not in page.content.decode()
