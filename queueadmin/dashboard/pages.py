@@ -64,17 +64,9 @@ def _age(now: datetime, then: datetime | None) -> float | None:
 
 def overview(snapshot: Snapshot) -> dict[str, Any]:
     now = snapshot.taken_at
-    # The recorded minute where the sampler has one: this process's own
-    # samples may span a few seconds (a burst extrapolated) or an hour (no
-    # page was open meanwhile).
-    rates = {**source.rates(), **recorded_rates(snapshot)}
-    rows = []
-    for name, q in snapshot.queues.items():
-        rate = rates.get(name)
-        # Delayed jobs are not draining, whatever the rates: only the ready ones count.
-        drain = drain_seconds(q.ready, rate, limit=q.rate)
-        rows.append({"q": q, "rate": rate, "oldest_age": _age(now, q.oldest_pending_at), "drain": drain,
-                     "keeping_up": drain is None and keeping_up(q.ready, rate)})
+    rates = minute_rates(snapshot)
+    rows = [{"q": q, "oldest_age": _age(now, q.oldest_pending_at), **pace(q, rates.get(name))}
+            for name, q in snapshot.queues.items()]
     node = source.node()
     commit_age = _age(now, snapshot.written_at)
     heartbeat = config.heartbeat_seconds()
@@ -104,6 +96,21 @@ def node_alerts(snapshot: Snapshot, role: str) -> list[Alert]:
     return [Alert("warn", "This node runs with the public development secret key, so the actions tried here "
                           f"cannot be forwarded to the leader and fail: act on {where}, or set DJANGO_SECRET_KEY "
                           "(the same on every node).")]
+
+
+def minute_rates(snapshot: Snapshot) -> dict[str, Rates]:
+    """Per queue, its rates over the last minute: the recorded minute where
+    the sampler has one (this process's own samples may span a few seconds,
+    a burst extrapolated, or an hour when no page was open meanwhile)."""
+    return {**source.rates(), **recorded_rates(snapshot)}
+
+
+def pace(q: QueueSummary, rate: Rates | None) -> dict[str, Any]:
+    """How queue ``q`` moves at ``rate``: the rate, how long its ready jobs
+    take to drain and whether it keeps up; what ``_drain.html`` shows."""
+    # Delayed jobs are not draining, whatever the rates: only the ready ones count.
+    drain = drain_seconds(q.ready, rate, limit=q.rate)
+    return {"q": q, "rate": rate, "drain": drain, "keeping_up": drain is None and keeping_up(q.ready, rate)}
 
 
 def drain_seconds(ready: int, rate: Rates | None, *, limit: RateLimit | None = None) -> float | None:

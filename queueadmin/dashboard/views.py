@@ -122,6 +122,8 @@ def _queue(snapshot: Snapshot, request: HttpRequest, name: str) -> dict[str, Any
         "sample_seconds": history.seconds_per_step(history.RAW),
         "charts": history.charts(name, span.key, snapshot.taken_at),
         "paused_by": last_pause(name) if q is not None and q.paused else None,
+        # The overview's pace of it: its last minute's rates and how long it takes to drain.
+        "r": pages.pace(q, pages.minute_rates(snapshot).get(name)) if q is not None else None,
     }
 
 

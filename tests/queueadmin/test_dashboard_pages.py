@@ -470,6 +470,18 @@ def test_a_queue_that_keeps_up_is_not_an_alarm(broker: Broker, viewer: Client, m
     assert row is not None and re.search(rf">{shown}</span></td>", row.group(0)), row.group(0)
 
 
+def test_the_queue_page_gives_the_overviews_pace_and_links_its_pending_jobs(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    push(broker, "q", list(range(6)))
+    page = re.sub(r"\s+", " ", viewer.get("/queues/q/").content.decode())
+    assert '<a href="/jobs/?queue=q&amp;status=pending">6</a>' in page
+    assert re.search(r'data-testid="pace"><span class="muted" title="measuring[^"]*">…</span> · drains in '
+                     r'<span class="muted" title="measuring', page)
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=2.0, completions=5.0, seconds=60.0)})
+    page = re.sub(r"\s+", " ", viewer.get("/queues/q/").content.decode())
+    assert 'data-testid="pace"><span title="over the last 60 s">2.0 in · 5.0 done</span> · drains in 2 min</dd>' in page
+
+
 def test_a_paused_queue_says_paused_rather_than_not_draining(broker: Broker, viewer: Client,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     push(broker, "q", [1, 2])
