@@ -86,6 +86,14 @@ class SnapshotSource:
         with self._lock:
             self._forget()
 
+    def changed(self) -> None:
+        """The document was just changed from this process (a submit, an
+        action): the next :meth:`current` reads it again rather than share a
+        snapshot from before the change, which would not show the change
+        (a job just submitted would be unknown to its own page)."""
+        with self._lock:
+            self._checked = 0.0
+
     def current(self, *, fresh_seconds: float = FRESH_SECONDS) -> Snapshot:
         """The latest committed document. Raises DocumentError for a document
         that cannot be read (DocumentMissing for one this node knew that is

@@ -262,6 +262,7 @@ def submit(request: HttpRequest) -> HttpResponse:
             if refusal is not None:
                 form.add_error(None, refusal)
             else:
+                source.changed()
                 # A fresh form: a new idempotency id, an empty payload.
                 form = SubmitForm(initial={"queue": op.queue, "payload": ""}, queues=names)
     status = 403 if out_of_scope else 422 if request.method == "POST" and form.errors else 200
@@ -375,6 +376,7 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         outcome = actions.run(plan, user=request.user, reason=reason)
     except scopes.OutOfScope as exc:  # narrowed since the dry run: nothing sent, nothing audited
         return render(request, template, {"refused": str(exc), "next": destination}, status=403)
+    source.changed()
     if not outcome.ok:
         messages.error(request, outcome.message)
     else:

@@ -470,6 +470,14 @@ def test_read_only_staff_get_no_submit_link_on_a_queue_page(broker: Broker, view
     assert 'data-testid="submit-here"' not in viewer.get("/queues/emails/").content.decode()
 
 
+def test_a_job_just_submitted_has_its_page_at_once(broker: Broker, operator: Client) -> None:
+    """The submit form reads the queues it suggests before pushing: its job's
+    page, opened right after, must not share that snapshot from before it."""
+    push(broker, "emails", [1])
+    created = operator.post("/submit/", {"queue": "emails", "payload": "1"}).context["created"]
+    assert operator.get(f"/jobs/{created}/").status_code == 200
+
+
 def submit_form(client: Client) -> dict[str, str]:
     """The Submit page's form as a browser would post it: its hidden fields included."""
     page = client.get("/submit/").content.decode()

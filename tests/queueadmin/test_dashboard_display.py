@@ -63,7 +63,8 @@ def test_counts_in_the_thousands_are_grouped_where_an_operator_reads_them(broker
     assert ">1,234</a>" in text and "1234" not in text  # pending, in the queues table
     assert "1,234 pending" in text  # the document line
     page = re.sub(r"\s+", " ", admin_client_.get("/queues/q/").content.decode())
-    assert 'data-testid="pending">1,234' in page and "1,234 · 0 · 0 · 0" in page  # pushed · completed · failed · purged
+    assert 'data-testid="pending"><a href="/jobs/?queue=q&amp;status=pending">1,234</a>' in page
+    assert "1,234 · 0 · 0 · 0" in page  # pushed · completed · failed · purged
     jobs = admin_client_.get("/jobs/", {"queue": "q"}).content.decode()
     assert "1,234 jobs · page 1 of 25" in jobs and "Purge all 1,234 matching" in jobs
     assert "page=25\">last" in jobs  # a link's page number stays a number

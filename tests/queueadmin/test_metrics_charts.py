@@ -148,7 +148,7 @@ def test_the_queue_page_draws_five_charts_from_the_history(broker: Broker, viewe
     assert html.count('<svg class="chart"') == 5
     depth = re.search(r'id="chart-depth">(.*?)</figure>', html, re.S)
     assert depth is not None and 'class="line s0" d="M' in depth.group(1)  # pending, drawn from two samples
-    assert 'data-testid="pending">4' in html
+    assert 'data-testid="pending"><a href="/jobs/?queue=mail&amp;status=pending">4</a>' in html
     assert 'aria-current="true" data-range="1h"' in html
 
 
@@ -211,7 +211,8 @@ async def test_an_open_queue_page_gets_its_charts_redrawn_live(broker: Broker) -
         assert 'data-range="24h"' in first["fragments"]["live-queue"]
         await asyncio.to_thread(push, broker, "mail", [2, 3])
         update = await next_update(communicator)
-        assert 'data-testid="pending">3' in update["fragments"]["live-queue"]
+        fragment = update["fragments"]["live-queue"]
+        assert 'data-testid="pending"><a href="/jobs/?queue=mail&amp;status=pending">3</a>' in fragment
         assert update["fragments"]["live-queue"].count('<svg class="chart"') == 5
     finally:
         await communicator.disconnect()
