@@ -204,14 +204,16 @@ def orphan_alerts(snapshot: Snapshot) -> list[Alert]:
     for queue, rows in sorted(by_queue.items()):
         workers = sorted({r["worker"] for r in rows})
         first = min((r["left"] for r in rows if r["left"] is not None), default=None)
-        when = ("" if first is None else " (the first now)" if first <= 0
-                else f" (the first in {first:.0f} s)")
+        when = "" if first is None else "now" if first <= 0 else f"in {first:.0f} s"
+        if len(rows) == 1:
+            back = "It goes back to pending when its lease expires" + (f" ({when})" if when else "")
+        else:
+            back = "They go back to pending as their leases expire" + (f" (the first {when})" if when else "")
         jobs = ngettext("%(n)s running job of %(q)s has an orphaned lease",
                         "%(n)s running jobs of %(q)s have orphaned leases", len(rows)) % {"n": f"{len(rows):,}",
                                                                                       "q": queue}
         names = ", ".join(workers[:3]) + (", …" if len(workers) > 3 else "")
-        found.append(Alert("warn", f"{jobs}: {names} stopped heartbeating. They go back to pending when their "
-                                   f"leases expire{when}; see the Workers page."))
+        found.append(Alert("warn", f"{jobs}: {names} stopped heartbeating. {back}; see the Workers page."))
     return found
 
 

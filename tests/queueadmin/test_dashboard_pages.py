@@ -229,8 +229,20 @@ def test_workers_page_lists_orphaned_leases_first(broker: Broker, viewer: Client
     assert states == {"fresh": "working", "ghost": "silent"}
     # The overview says so too: a running count alone would look healthy.
     overview = re.sub(r"\s+", " ", viewer.get("/").content.decode())
-    assert re.search(r"1 running job of q has an orphaned lease: ghost stopped heartbeating\. They go back to "
-                     r"pending when their leases expire \(the first (now|in \d+ s)\); see the Workers page", overview)
+    assert re.search(r"1 running job of q has an orphaned lease: ghost stopped heartbeating\. It goes back to "
+                     r"pending when its lease expires \((now|in \d+ s)\); see the Workers page", overview)
+
+
+def test_orphaned_leases_of_several_jobs_are_counted_once_per_queue(broker: Broker) -> None:
+    push(broker, "q", [1, 2, 3])
+    broker.execute(claim_op("ghost", ["q"], policy=broker.policy, max_jobs=2, lease_seconds=3))
+    broker.execute(claim_op("shade", ["q"], policy=broker.policy, lease_seconds=3))
+    snapshot = source.current()
+    snapshot.taken_at = snapshot.taken_at + timedelta(seconds=2)
+    [alert] = pages.orphan_alerts(snapshot)
+    assert re.fullmatch(r"3 running jobs of q have orphaned leases: ghost, shade stopped heartbeating\. They go back "
+                        r"to pending as their leases expire \(the first in 1 s\); see the Workers page\.",
+                        alert.text), alert.text
 
 
 def test_the_workers_page_says_which_workers_are_idle_or_quiet_and_their_queues(
