@@ -12,7 +12,7 @@ Split from :mod:`engine.transitions`.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from engine.document import QueueState
 from engine.errors import JobNotFound, LeaseLost, QueueError, ValidationError
@@ -187,10 +187,9 @@ def expire(state: QueueState, op: Expire | None, now: datetime) -> list[str]:
     expired: list[str] = []
     for job in list(state.pop_expired(now)):
         assert job.lease is not None
-        error = (
-            f"lease expired: worker {job.lease.worker!r} stopped heartbeating "
-            f"(last at {job.lease.heartbeat_at.isoformat()})"
-        )
+        # The time as people read it everywhere else (the dashboard, queuestatus): to the millisecond, in UTC.
+        last = job.lease.heartbeat_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        error = f"lease expired: worker {job.lease.worker!r} stopped heartbeating (last at {last} UTC)"
         state.counters(job.queue).failed += 1
         state.revoke(job)
         job = job._replace(history=_ended(job, "expired", now, error))

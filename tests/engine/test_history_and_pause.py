@@ -95,6 +95,8 @@ def test_expiry_records_an_expired_attempt_with_the_last_heartbeat() -> None:
     [attempt] = state.jobs[a].history
     assert (attempt.worker, attempt.heartbeat_at, attempt.ended_at, attempt.end) == ("ghost", at(5), at(16), "expired")
     assert attempt.error is not None and "stopped heartbeating" in attempt.error
+    assert attempt.error.endswith(f"(last at {at(5):%Y-%m-%d %H:%M:%S}.{at(5).microsecond // 1000:03d} UTC)"), (
+        attempt.error)
 
 
 def test_requeue_of_a_running_job_records_a_requeued_attempt() -> None:
