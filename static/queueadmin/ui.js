@@ -128,6 +128,13 @@
     labelCells(document);
     labelToggles();
   });
+  // A field's error from the last post goes once the field is edited: it described what was there
+  // then (the browser's own checks may keep the next post from ever reaching the server).
+  document.addEventListener("input", (event) => {
+    const label = event.target instanceof Element ? event.target.closest("form.stack label") : null;
+    const error = label && label.querySelector(":scope > .error");
+    if (error) error.remove();
+  });
   // htmx swaps (action panels, the submit form) get the same treatment.
   document.addEventListener("htmx:afterSettle", (event) => {
     renderTimes(event.target);
