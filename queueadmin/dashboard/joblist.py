@@ -18,7 +18,7 @@ import orjson
 from django.utils.translation import ngettext
 
 from engine import EngineError
-from queueadmin.dashboard import segments
+from queueadmin.dashboard import redaction, segments
 from queueadmin.dashboard.redaction import Redactor
 from queueadmin.dashboard.snapshot import Doc, Snapshot, error_signature, moment, sortable
 from queueadmin.models import AuditEntry
@@ -173,13 +173,17 @@ def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redacto
     worker, signature, needle = filters.get("worker") or "", filters.get("error") or "", filters.get("q") or ""
     kept = [j for j in candidates if (not queue or j["queue"] == queue) and (not status or j["status"] == status)]
     if worker:
-        kept = [j for j in kept if _named(job_worker(j), worker, exact=any(job_worker(k) == worker for k in kept))]
+        named = [(j, job_worker(j)) for j in kept]
+        exact = any(name == worker for _, name in named)
+        kept = [j for j, name in named if _named(name, worker, exact=exact)]
     if signature:
         signed = [(j, error, error_signature(error)) for j in kept if (error := job_error(j)) is not None]
         exact = any(sig == signature for _, _, sig in signed)
         wanted = signature.casefold()
-        kept = [j for j, error, sig in signed
-                if sig == signature or (not exact and (wanted in error.casefold() or wanted in sig.casefold()))]
+        # A part is looked for in the error as the viewer is shown it: secret values hidden from them must
+        # not be found by guessing (as a payload search, :func:`payload_text`). Signatures hide them for all.
+        kept = [j for j, error, sig in signed if sig == signature or (not exact and (
+            wanted in sig.casefold() or wanted in redaction.error_as_shown(error, redact).casefold()))]
     if needle:
         kept = [j for j in kept if needle in payload_text(j, redact)]
     return kept

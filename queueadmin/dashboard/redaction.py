@@ -239,6 +239,13 @@ def error_for(user: Any, text: str | None) -> str | None:
     return redact_error(text)
 
 
+def error_as_shown(text: str, redact: Redactor) -> str:
+    """The error text ``text`` as it is shown where payloads are shown
+    through ``redact`` (:func:`redactor`): secret values hidden when the
+    payloads' are."""
+    return text if redact is _shown else redact_error(text)
+
+
 def sees_secrets(user: Any) -> bool:
     """Whether ``user`` sees payloads whole."""
     return bool(getattr(user, "is_authenticated", False) and user.has_perm(PERMISSION))

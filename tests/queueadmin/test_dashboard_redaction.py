@@ -159,3 +159,14 @@ def test_the_nodes_own_last_error_hides_a_signed_urls_signature_from_a_viewer(br
     page = viewer.get("/").content.decode()
     assert "acct.blob.core.windows.net" in page and shows_no_secret(page) and SUBSTITUTE in page
     assert SECRETS[0] in trusted.get("/").content.decode()
+
+
+def test_the_error_filter_finds_no_secret_value_for_who_cannot_see_it(broker: Broker, viewer: Client,
+                                                                     trusted: Client) -> None:
+    """A part of an error is looked for as the user is shown the error: guessing a hidden value, a
+    character at a time, finds nothing (as a payload search)."""
+    dead = kill(broker, "mail", {"to": "ada@example.com"}, error=ERROR)
+    for guess in (SECRETS[0][:6], SECRETS[1]):
+        assert dead not in viewer.get("/jobs/", {"error": guess}).content.decode(), guess
+        assert dead in trusted.get("/jobs/", {"error": guess}).content.decode(), guess
+    assert dead in viewer.get("/jobs/", {"error": "api.example.com"}).content.decode()  # what they see, found
