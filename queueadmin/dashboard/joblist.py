@@ -111,8 +111,9 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
             starting = [j for j in _candidates(snapshot, None, None) if j["id"].startswith(exact)]
             if starting:
                 kept = _narrowed(starting, {**filters, "id": ""}, redact)
+                which = "" if len(kept) == len(starting) else f", {len(kept):,} of them kept by the other filters"
                 return Matches(kept, f"No job has the id {exact!r}: listing the {len(starting):,} in the document "
-                                     "whose ids start with it.")
+                                     f"whose ids start with it{which}.")
             where = "the document or the segment objects a lookup reads" if snapshot.lanes else "the document"
             notice = (f"No job with id {exact!r} is in {where} (completed and purged jobs leave it), and no id in "
                       "the document starts with it.")

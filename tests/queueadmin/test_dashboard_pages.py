@@ -153,7 +153,9 @@ def test_jobs_page_finds_an_exact_id_and_searches_payloads(broker: Broker, viewe
     started = viewer.get("/jobs/", {"id": dead[:8]})
     assert [r["job"]["id"] for r in started.context["rows"]] == [dead]
     assert f"No job has the id &#x27;{dead[:8]}&#x27;: listing the 1 in the document" in started.content.decode()
-    assert viewer.get("/jobs/", {"id": dead[:8], "status": "running"}).context["rows"] == []  # held to the filters
+    held = viewer.get("/jobs/", {"id": dead[:8], "status": "running"})
+    assert held.context["rows"] == []  # held to the other filters, and it says so
+    assert "whose ids start with it, 0 of them kept by the other filters." in held.content.decode()
 
 
 def test_payload_search_is_bounded_and_says_so(broker: Broker, viewer: Client,
