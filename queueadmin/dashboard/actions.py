@@ -604,7 +604,19 @@ def execute(op: Operation) -> tuple[Any, int | None, str]:
     the leader it names (:mod:`.forward`); in a process that runs no broker
     (``manage.py queueaction``), on the leader the latest document names.
     Returns the outcome, the seq after it, and where it ran ("" here, else
-    " on the leader <url>"). Raises the broker's EngineError."""
+    " on the leader <url>"). Raises the broker's EngineError.
+
+    Every write of the dashboard goes through here: whatever the answer (a
+    failed write may still have landed), the snapshot source reads again
+    at its next call rather than share one from before (a job just submitted
+    would be unknown to its own page)."""
+    try:
+        return _execute(op)
+    finally:
+        source.changed()
+
+
+def _execute(op: Operation) -> tuple[Any, int | None, str]:
     broker = runtime.get_broker()
     try:
         return broker.execute(op), broker.seq, ""

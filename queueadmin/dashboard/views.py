@@ -262,7 +262,6 @@ def submit(request: HttpRequest) -> HttpResponse:
             if refusal is not None:
                 form.add_error(None, refusal)
             else:
-                source.changed()
                 # A fresh form: a new idempotency id, an empty payload.
                 form = SubmitForm(initial={"queue": op.queue, "payload": ""}, queues=names)
     status = 403 if out_of_scope else 422 if request.method == "POST" and form.errors else 200
@@ -280,12 +279,8 @@ def submit(request: HttpRequest) -> HttpResponse:
 def _queue_names(request: HttpRequest) -> list[str]:
     """The queues ``request``'s user sees, by name, for the submit form to
     suggest; [] when the document cannot be read (the form still works)."""
-    try:
-        snapshot = source.current()
-    except EngineError:
-        return []
-    sees = scopes.visibility(request.user)
-    return sorted(name for name in snapshot.queues if sees is None or sees(name))
+    snapshot = read_snapshot(request)
+    return [] if isinstance(snapshot, HttpResponse) else sorted(snapshot.queues)
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -376,7 +371,6 @@ def _run(request: SignedInRequest, template: str) -> HttpResponse:
         outcome = actions.run(plan, user=request.user, reason=reason)
     except scopes.OutOfScope as exc:  # narrowed since the dry run: nothing sent, nothing audited
         return render(request, template, {"refused": str(exc), "next": destination}, status=403)
-    source.changed()
     if not outcome.ok:
         messages.error(request, outcome.message)
     else:

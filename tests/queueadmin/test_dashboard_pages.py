@@ -357,6 +357,24 @@ def test_the_overview_rates_cover_the_recorded_minute_from_the_first_view(
     assert row["rate"] == Rates(arrivals=600.0, completions=0.0, seconds=6.0)
 
 
+def test_the_overview_keeps_its_own_rates_when_the_metrics_history_cannot_be_read(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import DatabaseError
+
+    from queueadmin.metrics import history
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise DatabaseError("database is locked")
+
+    push(broker, "q", [1])
+    monkeypatch.setattr(history, "counters_before", unreadable)
+    monkeypatch.setattr(source, "rates", lambda: {"q": Rates(arrivals=6.0, completions=3.0, seconds=61.0)})
+    response = viewer.get("/")
+    assert response.status_code == 200
+    [row] = response.context["rows"]
+    assert row["rate"] == Rates(arrivals=6.0, completions=3.0, seconds=61.0)
+
+
 def test_a_queue_of_delayed_jobs_only_does_not_drain_and_says_why(broker: Broker, viewer: Client,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.ops import push_op
