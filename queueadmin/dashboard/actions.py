@@ -501,10 +501,8 @@ def _resume_effects(q: QueueSummary, snapshot: Snapshot) -> list[str]:
             "n": f"{q.ready:,}"}
         later = q.pending - q.ready
         effects.append(f"{ready} at once" + (f"; {later:,} delayed wait for their time." if later else "."))
-    seen = pages.queue_worker_activity(snapshot).get(q.name)
-    quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()
-    if q.ready and (quiet is None or quiet > pages.WORKERS_QUIET_SECONDS):
-        since = "" if quiet is None else f" for {quiet:.0f} s"
+    since = pages.workerless_for(snapshot, q.name, pages.queue_worker_activity(snapshot))
+    if q.ready and since is not None:
         effects.append(f"No worker has been seen on queue {q.name}{since}: its jobs wait for one "
                        f"(manage.py queueworker --queue {q.name}).")
     return effects
@@ -552,10 +550,8 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
             p.effects.append(f"Queue {queue} runs at most {summary.max_running:,} of its jobs at once: the {jobs} "
                              f"back to it{behind}, and start as places free up"
                              + (", later than its rate alone allows." if summary.rate is not None else "."))
-        seen = activity.get(queue)
-        quiet = None if seen is None else (snapshot.taken_at - seen).total_seconds()
-        if quiet is None or quiet > pages.WORKERS_QUIET_SECONDS:
-            since = "" if quiet is None else f" for {quiet:.0f} s"
+        since = pages.workerless_for(snapshot, queue, activity)
+        if since is not None:
             p.effects.append(f"No worker has been seen on queue {queue}{since}: the {jobs} back to it and "
                              f"wait{'s' if n == 1 else ''} for one (manage.py queueworker --queue {queue}).")
 

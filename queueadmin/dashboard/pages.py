@@ -159,6 +159,17 @@ def queue_worker_activity(snapshot: Snapshot) -> dict[str, datetime]:
     return latest
 
 
+def workerless_for(snapshot: Snapshot, queue: str, activity: dict[str, datetime]) -> str | None:
+    """The overview's rule for a queue no worker takes from: None when a
+    worker was seen on ``queue`` within :data:`WORKERS_QUIET_SECONDS` (by
+    ``activity``, :func:`queue_worker_activity`); else how long none was,
+    as words to follow "no worker has been seen on it" ("" for never)."""
+    quiet = _age(snapshot.taken_at, activity.get(queue))
+    if quiet is not None and quiet <= WORKERS_QUIET_SECONDS:
+        return None
+    return "" if quiet is None else f" for {quiet:.0f} s"
+
+
 def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) -> list[Alert]:
     now = snapshot.taken_at
     found: list[Alert] = []
@@ -167,11 +178,10 @@ def alerts(snapshot: Snapshot, *, commit_age: float | None, heartbeat: float) ->
     for q in snapshot.queues.values():
         if not q.ready or q.paused or (_age(now, q.oldest_pending_at) or 0.0) < WAITING_WARN_SECONDS:
             continue
-        quiet = _age(now, activity.get(q.name))
-        if quiet is None or quiet > WORKERS_QUIET_SECONDS:
-            since = "no worker has been seen on it" + ("" if quiet is None else f" for {quiet:.0f} s")
-            found.append(Alert("warn", f"Jobs are waiting in {q.name} and {since}. Start a worker: "
-                                       f"manage.py queueworker --queue {q.name}"))
+        since = workerless_for(snapshot, q.name, activity)
+        if since is not None:
+            found.append(Alert("warn", f"Jobs are waiting in {q.name} and no worker has been seen on it{since}. "
+                                       f"Start a worker: manage.py queueworker --queue {q.name}"))
     found.extend(orphan_alerts(snapshot))
     if commit_age is not None and snapshot.seq and commit_age > 3 * heartbeat:
         found.append(Alert("warn", f"No commit for {commit_age:.0f} s; the leader commits at least every "
