@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import orjson
 
 from engine.committer import GroupCommitter
+from engine.duenow import make_due_by_ids
 from engine.encoding import encode_job
 from engine.errors import CommitterStopped, JobNotFound, JobSealed, NotLeader
 from engine.excision import purge_by_ids
@@ -28,7 +29,7 @@ from engine.lanes import LaneKeeper
 from engine.leasewatch import LeaseWatches, Lost
 from engine.lineage import Presence
 from engine.model import BrokerInfo
-from engine.ops import Operation, Purge, get_job_op
+from engine.ops import MakeDue, Operation, Purge, get_job_op
 from engine.optypes import QueueScope
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ def _purges_ids(op: Operation) -> TypeGuard[Purge]:
     """Whether ``op`` is a purge by ids as a client sends it (never the
     leader's own retry of one, which has ``seek`` or ``excisions``)."""
     return isinstance(op, Purge) and bool(op.job_ids) and not op.seek and not op.excisions
+
+
+def _makes_due(op: Operation) -> TypeGuard[MakeDue]:
+    """Whether ``op`` is a run now as a client sends it (as :func:`_purges_ids`)."""
+    return isinstance(op, MakeDue) and not op.seek and not op.excisions
 
 
 class BrokerCalls:
@@ -96,6 +102,9 @@ class BrokerCalls:
         see :meth:`_purge_by_ids`)."""
         if _purges_ids(op):
             return self._purge_by_ids(op)
+        if _makes_due(op):
+            # Delayed jobs in delayed segments too (format 3), as a purge by ids.
+            return make_due_by_ids(op, execute=self._execute, keeper=self._lane_keeper)
         return self._execute(op)
 
     def _execute(self, op: Operation) -> Any:
@@ -118,7 +127,7 @@ class BrokerCalls:
 
     async def aexecute(self, op: Operation) -> Any:
         """Like :meth:`execute`, awaiting without blocking the event loop."""
-        if _purges_ids(op):
+        if _purges_ids(op) or _makes_due(op):
             return await asyncio.to_thread(self.execute, op)  # it may read and write segments
         try:
             return await (await self._aleading()).aexecute(op)

@@ -24,6 +24,7 @@ from engine.ops import (
     get_job_op,
     heartbeat_op,
     limit_op,
+    make_due_op,
     pause_op,
     purge_op,
     push_op,
@@ -158,6 +159,13 @@ class QueueClient(abc.ABC):
         result: list[str] = self.execute(stop_op(job_ids))
         return result
 
+    def make_due(self, job_ids: Iterable[str]) -> list[str]:
+        """Make delayed pending jobs due now, each in its FIFO place (all or
+        nothing; :class:`~engine.optypes.MakeDue`); returns the ids made due
+        (not those that were due already)."""
+        result: list[str] = self.execute(make_due_op(job_ids))
+        return result
+
     def purge(
         self, job_ids: Iterable[str] | None = None, *, queue: str | None = None, status: str | None = None
     ) -> list[str]:
@@ -261,6 +269,10 @@ class AsyncQueueMethods(abc.ABC):
 
     async def astop_jobs(self, job_ids: Iterable[str]) -> list[str]:
         result: list[str] = await self.aexecute(stop_op(job_ids))
+        return result
+
+    async def amake_due(self, job_ids: Iterable[str]) -> list[str]:
+        result: list[str] = await self.aexecute(make_due_op(job_ids))
         return result
 
     async def apurge(

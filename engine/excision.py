@@ -114,27 +114,62 @@ class LaneExcision:
         merge's. Raises SegmentUnreadable, or StoreError (a write failed, or
         this keeper is stopping); nothing written is left behind then. Any
         thread but the writer's."""
-        found: dict[str, tuple[SegmentRef, list[Job]]] = {}
+        found, missing = self._find(job_ids, refs)
+        if missing and all_or_nothing:
+            return [], missing
+        return self._rewrite_all(found, refs), missing
+
+    def excise_delayed(
+        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]], *, all_or_nothing: bool = False,
+    ) -> tuple[list[Excision], list[str], list[str]]:
+        """For a :class:`~engine.optypes.MakeDue` (see :func:`engine.duenow.make_due_by_ids`):
+        as :meth:`excise`, but only jobs in the delayed segments among
+        ``refs`` are written out of theirs; each excision names its jobs'
+        ``pos``. Returns the excisions, the ids found pending in a FIFO
+        lane's segment instead (due already: nothing to do), and the ids
+        found in neither (with ``all_or_nothing``, when there is one,
+        nothing is written). Raises as :meth:`excise`."""
+        delayed = [(queue, ref) for queue, ref in refs if is_delayed_key(self.key, ref.key)]
+        lane = [(queue, ref) for queue, ref in refs if not is_delayed_key(self.key, ref.key)]
+        found, elsewhere = self._find(job_ids, delayed)
+        due = [job_id for job_id in elsewhere if lane and self.lookup.find_pending(job_id, lane) is not None]
+        missing = [job_id for job_id in elsewhere if job_id not in due]
+        if missing and all_or_nothing:
+            return [], due, missing
+        return self._rewrite_all(found, delayed), due, missing
+
+    def _find(
+        self, job_ids: Sequence[str], refs: Sequence[tuple[str, SegmentRef]],
+    ) -> tuple[dict[str, tuple[SegmentRef, list[tuple[Job, int]]]], list[str]]:
+        """Each of ``job_ids`` found pending in ``refs``, with its ``pos``,
+        by segment key; and the ids found in none."""
+        found: dict[str, tuple[SegmentRef, list[tuple[Job, int]]]] = {}
         missing: list[str] = []
         for job_id in dict.fromkeys(job_ids):
             # Whole: the segment is read next anyway, to write it again
             # without the job; two ranged reads first would be wasted.
-            hit = self.lookup.find_pending(job_id, refs, whole=True)
+            hit = self.lookup.find_pending(job_id, refs, whole=True) if refs else None
             if hit is None:
                 missing.append(job_id)
             else:
-                found.setdefault(hit[2].key, (hit[2], []))[1].append(hit[0])
-        if missing and all_or_nothing:
-            return [], missing
+                found.setdefault(hit[2].key, (hit[2], []))[1].append((hit[0], hit[1]))
+        return found, missing
+
+    def _rewrite_all(
+        self, found: dict[str, tuple[SegmentRef, list[tuple[Job, int]]]], refs: Sequence[tuple[str, SegmentRef]],
+    ) -> list[Excision]:
+        """Each segment of ``found`` written again without its jobs (see
+        :meth:`excise`); nothing is left behind if one write fails."""
         queue_of = {ref.key: queue for queue, ref in refs}
         excisions: list[Excision] = []
         try:
-            for key, (ref, jobs) in found.items():
-                excisions.append(self._rewrite_without(queue_of[key], ref, jobs))
+            for key, (ref, hits) in found.items():
+                excision = self._rewrite_without(queue_of[key], ref, [job for job, _ in hits])
+                excisions.append(excision._replace(positions=tuple(pos for _, pos in hits)))
         except BaseException:
             self.discard(excisions)
             raise
-        return excisions, missing
+        return excisions
 
     def _rewrite_without(self, queue: str, ref: SegmentRef, jobs: list[Job]) -> Excision:
         """Segment ``ref`` of ``queue`` written again without ``jobs`` (see :meth:`excise`)."""

@@ -33,6 +33,7 @@ from engine.optypes import (
     ForgetQueue,
     GetJob,
     Heartbeat,
+    MakeDue,
     Merge,
     MergeDelayed,
     NewJob,
@@ -80,6 +81,7 @@ __all__ = [
     "ForgetQueue",
     "GetJob",
     "Heartbeat",
+    "MakeDue",
     "Merge",
     "MergeDelayed",
     "NewJob",
@@ -111,6 +113,7 @@ __all__ = [
     "get_job_op",
     "heartbeat_op",
     "limit_op",
+    "make_due_op",
     "pause_op",
     "purge_op",
     "push_op",
@@ -365,6 +368,25 @@ def stop_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> S
     if not ids:
         raise ValidationError("stop needs at least one job id")
     return Stop(job_ids=ids, expect=statuses)
+
+
+def make_due_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> MakeDue:
+    """Make the delayed pending jobs ``job_ids`` due now, each in its place
+    (an operator's "Run now"; see :class:`~engine.optypes.MakeDue`): all or
+    nothing, an unknown id or a job that is not pending refuses the whole
+    operation; a pending job already due is left as it is. With ``expect``
+    (``"pending"`` per id) it is conditional instead, as a requeue's: a job
+    no longer pending when it commits is skipped. The outcome lists the ids
+    made due."""
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]
+    if expect is not None:
+        ids, statuses = _expected(job_ids, expect, ("pending",))
+    else:
+        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
+    if not ids:
+        raise ValidationError("run now needs at least one job id")
+    return MakeDue(job_ids=ids, expect=statuses)
 
 
 def pause_op(queue: str, *, paused: bool = True) -> SetPaused:

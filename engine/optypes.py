@@ -30,6 +30,7 @@ __all__ = [
     "ForgetSchedule",
     "GetJob",
     "Heartbeat",
+    "MakeDue",
     "Merge",
     "MergeDelayed",
     "NewJob",
@@ -147,19 +148,45 @@ class Requeue:
     per_second: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MakeDue:
+    """Make delayed pending jobs (a delayed push, a retry waiting out its
+    backoff) due now: each keeps its place (``pos``) and is claimed in its
+    FIFO turn, as if its delay had run out now. A pending job already due is
+    left as it is. With ``expect`` (``"pending"`` per id) it is conditional,
+    as a requeue's: a job no longer pending is skipped; see
+    :func:`~engine.ops.make_due_op`.
+
+    Format 3, set by the leader's broker as for a purge by ids (see
+    :class:`Purge`): with ``seek``, ids that are nowhere in the document
+    while it references segments refuse it with
+    :class:`~engine.errors.JobSealed`, changing nothing; ``excisions`` are
+    the delayed jobs found in delayed segments, each segment written again
+    without them: the commit swaps the references and puts the jobs back
+    into the document at their ``pos``, due (see :mod:`engine.duenow`)."""
+
+    job_ids: tuple[str, ...]
+    expect: tuple[PurgeStatus, ...] = ()
+    seek: bool = False
+    excisions: tuple[Excision, ...] = ()
+
+
 class Excision(NamedTuple):
     """Format 2: pending jobs a purge by id removes from inside a segment.
     The leader rewrote the segment ``key`` of ``queue`` from its first
     ``consumed`` jobs on, without ``jobs``, as ``ref`` (None: no job was
     left), before the purge; the purge swaps the references. Format 3: a
     delayed segment (``consumed`` 0) is rewritten as a delayed one, whose
-    ``ref`` is a :class:`~engine.segments.DelayedRef`."""
+    ``ref`` is a :class:`~engine.segments.DelayedRef`. ``positions``: each
+    job's ``pos``, in order (a :class:`MakeDue` puts the jobs back there; a
+    purge needs none)."""
 
     queue: str
     key: str
     consumed: int
     ref: SegmentRef | DelayedRef | None
     jobs: tuple[Job, ...]
+    positions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -427,6 +454,7 @@ Operation = (
     | Expire
     | Requeue
     | Stop
+    | MakeDue
     | Purge
     | SetPaused
     | SetLimit

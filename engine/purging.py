@@ -21,7 +21,7 @@ from engine.model import DeadLetter, Job
 from engine.optypes import Excision, Purge, PurgeOutcome
 from engine.segments import DelayedRef, SegmentRef, newest_first
 
-__all__ = ["purge", "status_of", "still_expected"]
+__all__ = ["purge", "status_of", "still_expected", "swap_excisions"]
 
 
 def purge(state: QueueState, op: Purge, now: datetime) -> list[str] | PurgeOutcome:
@@ -97,15 +97,33 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
     nothing, unless every reference is still there as planned."""
     if not op.excisions:
         return []
-    for excision in op.excisions:
-        if not _still_there(state, excision) or any(job.id not in op.job_ids for job in excision.jobs) or (
-                excision.ref is not None and excision.ref.total <= 0):
-            raise ValidationError(f"the segment {excision.key} of queue {excision.queue!r} changed since "
-                                  "the purge looked in it")
-    if len({excision.key for excision in op.excisions}) != len(op.excisions):
-        raise ValidationError("a purge names the same segment twice")
+    swap_excisions(state, op.excisions, op.job_ids, what="purge")
     removed: list[str] = []
     for excision in op.excisions:
+        for job in excision.jobs:
+            state.add_finished(job.id, now)  # a retried push must not bring it back
+            state.counters(excision.queue).purged += 1
+            state.departed("purged", job, now)
+            removed.append(job.id)
+    return removed
+
+
+def swap_excisions(state: QueueState, excisions: tuple[Excision, ...], job_ids: tuple[str, ...], *,
+                   what: str) -> None:
+    """Swap each segment reference an excision rewrote for its new one (or
+    drop it); what becomes of the excised jobs is the caller's (a purge
+    counts them purged, :func:`engine.duenow.make_due` puts them back).
+    Raises ValidationError, changing nothing, unless every reference is
+    still there as planned and every excised job is one of ``job_ids``
+    (``what``: the operation, for the message)."""
+    for excision in excisions:
+        if not _still_there(state, excision) or any(job.id not in job_ids for job in excision.jobs) or (
+                excision.ref is not None and excision.ref.total <= 0):
+            raise ValidationError(f"the segment {excision.key} of queue {excision.queue!r} changed since "
+                                  f"the {what} looked in it")
+    if len({excision.key for excision in excisions}) != len(excisions):
+        raise ValidationError(f"a {what} names the same segment twice")
+    for excision in excisions:
         if any(ref.key == excision.key for ref in state.delays.get(excision.queue, ())):
             # A delayed segment (format 3): its rewrite takes its place in due order.
             state.drop_delayed(excision.queue, (excision.key,))
@@ -122,13 +140,7 @@ def _excise(state: QueueState, op: Purge, now: datetime) -> list[str]:
                 if not refs:
                     del state.lanes[excision.queue]
             state.dropped_segments.append(excision.key)
-        for job in excision.jobs:
-            state.add_finished(job.id, now)  # a retried push must not bring it back
-            state.counters(excision.queue).purged += 1
-            state.departed("purged", job, now)
-            removed.append(job.id)
     state.dirty = True
-    return removed
 
 
 def _still_there(state: QueueState, excision: Excision) -> bool:

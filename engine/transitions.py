@@ -32,6 +32,7 @@ import orjson
 
 from engine.delaymoves import merge_delayed, refill_delayed, seal_delayed
 from engine.document import QueueState
+from engine.duenow import make_due
 from engine.encoding import encode_dead, encode_job
 from engine.errors import JobNotFound, JobSealed, QueueError, ValidationError
 from engine.lanemoves import merge, refill, seal
@@ -47,6 +48,7 @@ from engine.optypes import (
     ForgetSchedule,
     GetJob,
     Heartbeat,
+    MakeDue,
     Merge,
     MergeDelayed,
     Operation,
@@ -222,6 +224,7 @@ _TRANSITIONS: dict[type, Any] = {
     Expire: expire,
     Requeue: requeue,
     Stop: stop,
+    MakeDue: make_due,
     Purge: purge,
     SetPaused: set_paused,
     SetLimit: set_limit,

@@ -36,6 +36,7 @@ from engine.ops import (
     forget_op,
     heartbeat_op,
     limit_op,
+    make_due_op,
     pause_op,
     purge_op,
     push_op,
@@ -51,6 +52,7 @@ from engine.optypes import (
     ForgetSchedule,
     GetJob,
     Heartbeat,
+    MakeDue,
     NewJob,
     Operation,
     Purge,
@@ -131,9 +133,10 @@ def request_for(op: Operation, *, wait_seconds: float = 0.0, send_lease: bool = 
             return Request("POST", job_path(op.job_id, "/fail"), body, op.job_id)
         case GetJob():
             return Request("GET", job_path(op.job_id), None, op.job_id)
-        case (Requeue() | Stop() | Purge() | SetPaused() | SetLimit() | SetRateLimit() | ForgetQueue()
+        case (Requeue() | Stop() | MakeDue() | Purge() | SetPaused() | SetLimit() | SetRateLimit() | ForgetQueue()
               | SetSchedulePaused() | ForgetSchedule()):
-            name = {Requeue: "requeue", Stop: "stop", Purge: "purge", SetPaused: "pause", SetLimit: "limit",
+            name = {Requeue: "requeue", Stop: "stop", MakeDue: "run now", Purge: "purge", SetPaused: "pause",
+                    SetLimit: "limit",
                     SetRateLimit: "rate_limit", ForgetQueue: "forget", SetSchedulePaused: "pause_schedule",
                     ForgetSchedule: "forget_schedule"}[type(op)]
             raise EngineError(
@@ -288,6 +291,9 @@ def operator_json(op: Operation) -> dict[str, Any]:
                     "per_second": op.per_second}
         case Stop():
             return {"kind": "stop", "job_ids": list(op.job_ids), "expect": list(op.expect)}
+        case MakeDue():
+            # A leader of a release before it refuses the kind, changing nothing.
+            return {"kind": "make_due", "job_ids": list(op.job_ids), "expect": list(op.expect)}
         case Purge() if op.before_pos is not None:
             # A kind of its own: a node that does not know the bound must
             # refuse it, never read it as "every pending job of the queue".
@@ -343,6 +349,8 @@ def operator_from_json(data: Any, *, policy: Policy) -> Operation:
         return requeue_op(data["job_ids"], expect=data.get("expect") or None, per_second=data["per_second"])
     if kind == "stop":
         return stop_op(data["job_ids"], expect=data.get("expect") or None)
+    if kind == "make_due":
+        return make_due_op(data["job_ids"], expect=data.get("expect") or None)
     if kind == "purge":
         if data.get("job_ids"):
             return purge_op(data["job_ids"], expect=data.get("expect") or None)

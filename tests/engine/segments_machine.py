@@ -66,6 +66,7 @@ from engine import (
     parse_document,
 )
 from engine.delaysteps import read_delayed
+from engine.duenow import make_due_by_ids
 from engine.excision import purge_by_ids
 from engine.idindex import decode_index, index_key, index_prefix, segment_of_index
 from engine.indexrepair import REPAIR_TRIES
@@ -87,6 +88,7 @@ from engine.ops import (
     fail_op,
     get_job_op,
     heartbeat_op,
+    make_due_op,
     pause_op,
     purge_op,
     push_op,
@@ -509,6 +511,32 @@ class SegmentMachine(RuleBasedStateMachine):
             job = self.jobs.pop(job_id, None) or self.dead.pop(job_id)
             self.counter(job.queue)["purged"] += 1
             self.left.add(job_id)
+        self.after_step()
+
+    @precondition(lambda self: any(j.status == "pending" for j in self.jobs.values()))
+    @rule(data=st.data(), conditional=st.booleans())
+    def make_due(self, data: st.DataObject, conditional: bool) -> None:
+        """An operator's run now: delayed jobs, in the document or in a
+        delayed segment (written out of it), due at once in their place;
+        due ones (in a FIFO segment too) left as they are."""
+        self.model_expire()
+        candidates = sorted(j.id for j in self.jobs.values() if j.status == "pending")
+        if not candidates:
+            return
+        ids = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
+        expect = ["pending"] * len(ids) if conditional else None
+        made = make_due_by_ids(make_due_op(ids, expect=expect), execute=self.execute, keeper=lambda: self.keeper)
+        delay = {i: self.jobs[i].not_before for i in ids}
+        event(f"run now: {sum(1 for i in ids if self.jobs[i].in_delayed)} in delayed segments")
+        want = [i for i in ids if (due := delay[i]) is not None and due > self.now]
+        assert made == want, (made, want)
+        for job_id in ids:
+            job = self.jobs[job_id]
+            if job_id in made or job.in_delayed:
+                # Back in the document at its pos, due (one due already but
+                # still in its delayed segment comes back too).
+                job.not_before, job.in_delayed = None, False
+        event(f"run now: {len(made)} made due, {sum(1 for i in ids if i not in made)} due already")
         self.after_step()
 
     @rule(queue=st.sampled_from(QUEUES), status=st.sampled_from(["pending", "pending", "running", "dead"]))

@@ -42,6 +42,7 @@ from engine.ops import (
     forget_op,
     heartbeat_op,
     limit_op,
+    make_due_op,
     pause_op,
     purge_op,
     push_op,
@@ -373,6 +374,25 @@ class QueueMachine(RuleBasedStateMachine):
             job.status = "pending"
             job.not_before = self.now + timedelta(seconds=i / per_second) if i else None
             self.to_back(job)
+
+    @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3), conditional=st.booleans())
+    def make_due(self, ids: list[str], conditional: bool) -> None:
+        """An operator's run now: delayed pending jobs due at once, each in
+        its place; due ones left as they are. All or nothing, or (a dry
+        run's) conditional: only the jobs still pending."""
+        unique = list(dict.fromkeys(ids))
+        try:
+            made = self.run(make_due_op(unique, expect=["pending"] * len(unique) if conditional else None))
+        except QueueError:
+            assert not conditional
+            assert any(i not in self.jobs or self.jobs[i].status != "pending" for i in unique)
+            return
+        assert conditional or all(i in self.jobs and self.jobs[i].status == "pending" for i in unique)
+        delayed = [i for i in unique if i in self.jobs and self.jobs[i].status == "pending"
+                   and (due := self.jobs[i].not_before) is not None and due > self.now]
+        assert made == delayed, (made, delayed)
+        for job_id in made:
+            self.jobs[job_id].not_before = None  # its place (pos) stays
 
     @rule(ids=st.lists(st.sampled_from([*IDS, "nope"]), min_size=1, max_size=3), conditional=st.booleans())
     def stop(self, ids: list[str], conditional: bool) -> None:
