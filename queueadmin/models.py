@@ -25,7 +25,7 @@ in the admin like any other:
 
 * ``view_dashboard``: see the dashboard (read-only staff have only this);
 * ``submit_job``: push a job from the Submit page;
-* ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups;
+* ``requeue_job``: requeue running or dead jobs, redrive dead-letter groups, run delayed jobs now;
 * ``purge_job``: purge jobs and dead letters;
 * ``stop_job``: stop running jobs (to the dead letters, kept for a redrive);
 * ``pause_queue``: pause, resume and limit queues (concurrency and rate), and forget empty ones;
@@ -49,7 +49,17 @@ from django.db import models
 from django.utils.translation import ngettext_lazy
 
 from engine import forget_schedule_op, pause_schedule_op
-from engine.ops import Operation, forget_op, limit_op, pause_op, purge_op, rate_limit_op, requeue_op, stop_op
+from engine.ops import (
+    Operation,
+    forget_op,
+    limit_op,
+    make_due_op,
+    pause_op,
+    purge_op,
+    rate_limit_op,
+    requeue_op,
+    stop_op,
+)
 from queueadmin.api.grants import parse_patterns
 from queueadmin.history.records import FinishedJob as FinishedJob  # a model of this app, defined there
 from queueadmin.workers.records import SeenWorker as SeenWorker  # a model of this app, defined there
@@ -97,6 +107,10 @@ class ActionSpec:
     #: Only jobs in these statuses are acted on (empty: any): the others are
     #: left out of a selection or a filter's matches, with a note.
     acts_on: tuple[str, ...] = ()
+    #: It acts only on pending jobs not yet due (a delayed push, a retry in
+    #: its backoff): a due one is left out of a selection or a filter's
+    #: matches, with a note.
+    delayed_only: bool = False
     #: What the action does to its jobs, said in the dry run's effects.
     effect: str = ""
     #: What becomes of each job, after "N jobs would be" (default: "removed
@@ -204,6 +218,21 @@ class AuditEntry(models.Model):
             done=ngettext_lazy("stopped %(n)d running job, kept in the dead letters",
                                "stopped %(n)d running jobs, kept in the dead letters", "n"),
         ), "stop"
+        RUN_NOW = "run_now", ActionSpec(
+            permission="requeue_job",
+            scopes=(("ids",), ("filter",)),
+            scope_error="Run now takes selected delayed jobs, or the delayed jobs a filter matches: exactly one "
+                        "of them.",
+            operation=lambda p: make_due_op(p.ids, expect=p.expect),
+            acts_on=("pending",),
+            delayed_only=True,
+            to_pending=True,
+            would="made due now",
+            effect="Each keeps its place in its queue and is claimed in its turn, as if its delay had run out "
+                   "now: a retry runs after the jobs that were waiting when it failed, with its attempts and "
+                   "last error as they are.",
+            done=ngettext_lazy("made %(n)d delayed job due now", "made %(n)d delayed jobs due now", "n"),
+        ), "run now"
         REDRIVE = "redrive", ActionSpec(
             permission="requeue_job",
             scopes=(("group",), ("queue",)),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -298,6 +299,8 @@ def _plan(snapshot: Snapshot, data: dict[str, Any], *, redacted: bool) -> Plan:
                 left_out.setdefault(f"already {found[1]}", []).append(job_id)
             elif not p.spec.acts_on_status(found[1]):
                 left_out.setdefault(f"{found[1]}, not {p.spec.acts_on_text}", []).append(job_id)
+            elif p.spec.delayed_only and not joblist.waits(found[0], snapshot.taken_at):
+                left_out.setdefault("due already", []).append(job_id)
             else:
                 p.ids.append(job_id)
                 p.expect.append(found[1])
@@ -437,7 +440,7 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
             "%(n)d matching job waits in a segment object and is left out: select it on the list to act on it.",
             "%(n)d matching jobs wait in segment objects and are left out: select them on the list (a page at a "
             "time) to act on them.", sealed) % {"n": sealed})
-    skipped = others = 0
+    skipped = others = due = 0
     queues = set()
     for job in (j for j in matches if not j.get("segment")):
         if job["status"] == p.spec.leaves_out:
@@ -445,6 +448,9 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
             continue
         if not p.spec.acts_on_status(job["status"]):
             others += 1
+            continue
+        if p.spec.delayed_only and not joblist.waits(job, snapshot.taken_at):
+            due += 1
             continue
         p.ids.append(job["id"])
         p.expect.append(job["status"])
@@ -458,6 +464,9 @@ def _plan_filter(p: Plan, snapshot: Snapshot, query: str) -> None:
         p.notes.append(ngettext("%(n)d matching job is not %(status)s: it is left out.",
                                 "%(n)d matching jobs are not %(status)s: they are left out.",
                                 others) % {"n": others, "status": p.spec.acts_on_text})
+    if due:
+        p.notes.append(ngettext("%(n)d matching pending job is due already: it is left out.",
+                                "%(n)d matching pending jobs are due already: they are left out.", due) % {"n": due})
     p.queue = queues.pop() if len(queues) == 1 else ""
 
 
@@ -534,8 +543,11 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
             going[found[0]["queue"]] += 1
     activity = pages.queue_worker_activity(snapshot)
     for queue, n in sorted(going.items()):
-        jobs = ngettext("%(n)d job goes", "%(n)d jobs go", n) % {"n": n}
         summary = snapshot.queues.get(queue)
+        if p.spec.delayed_only:
+            _due_effects(p, snapshot, queue, n, activity)
+            continue
+        jobs = ngettext("%(n)d job goes", "%(n)d jobs go", n) % {"n": n}
         if summary is not None and summary.paused:
             p.effects.append(f"Queue {queue} is paused: the {jobs} back to it and wait{'s' if n == 1 else ''} "
                              "there until it is resumed.")
@@ -554,6 +566,28 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
         if since is not None:
             p.effects.append(f"No worker has been seen on queue {queue}{since}: the {jobs} back to it and "
                              f"wait{'s' if n == 1 else ''} for one (manage.py queueworker --queue {queue}).")
+
+
+def _due_effects(p: Plan, snapshot: Snapshot, queue: str, n: int, activity: dict[str, datetime]) -> None:
+    """A run now's effects for the ``n`` jobs it makes due in ``queue``
+    (see :func:`fill_effects`): they keep their places, so they go behind
+    no one; what holds them back once due is the queue's pause, its limits
+    and the lack of a worker."""
+    summary = snapshot.queues.get(queue)
+    jobs = ngettext("the %(n)d job made due waits", "the %(n)d jobs made due wait", n) % {"n": n}
+    if summary is not None and summary.paused:
+        p.effects.append(f"Queue {queue} is paused: {jobs} until it is resumed.")
+    if summary is not None and summary.rate is not None:
+        p.effects.append(f"Queue {queue} starts at most {summary.rate.describe()}: {jobs} for their turn within "
+                         f"it, behind those of its {summary.ready:,} ready jobs that were pushed before them.")
+    if (summary is not None and summary.max_running is not None
+            and summary.ready + n > max(summary.max_running - summary.running, 0)):
+        p.effects.append(f"Queue {queue} runs at most {summary.max_running:,} of its jobs at once: {jobs} for "
+                         "places to free up.")
+    since = pages.workerless_for(snapshot, queue, activity)
+    if since is not None:
+        p.effects.append(f"No worker has been seen on queue {queue}{since}: {jobs} for one "
+                         f"(manage.py queueworker --queue {queue}).")
 
 
 def _running_effect(p: Plan, snapshot: Snapshot) -> None:
@@ -781,7 +815,8 @@ def arrivals(p: Plan, snapshot: Snapshot | None) -> int:
         # The document only: the plan left the hits in segments out, and reading them again would cost I/O.
         matches, _, _ = joblist.matching(snapshot, joblist.job_filters(QueryDict(p.filter)), segments_too=False,
                                       redact=redaction.redactor(hidden=p.redacted))
-        now = tuple(j["id"] for j in matches if p.spec.takes(j["status"]))
+        now = tuple(j["id"] for j in matches
+                    if p.spec.takes(j["status"]) and (not p.spec.delayed_only or joblist.waits(j, snapshot.taken_at)))
     elif p.group:
         group = snapshot.dead_group(p.group)
         now = group.ids if group is not None else ()

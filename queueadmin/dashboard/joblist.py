@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
@@ -372,15 +373,23 @@ def jobs(snapshot: Snapshot, params: Mapping[str, str], *, redact: Redactor) -> 
         # A payload search that stopped inside the segments: the link that goes on.
         "search_next": ("?" + urlencode({**{k: v for k, v in filters.items() if v}, "from": search_next})
                         if search_next is not None else None),
-        **bulk_counts(matches, lane_total=total if lane is not None else None),
+        **bulk_counts(matches if lane is None else snapshot.select(queue=lane, status="pending"),
+                      lane_total=total if lane is not None else None, now=snapshot.taken_at),
     }
 
 
 #: The actions "all N matching this filter" offers, by the name of their spec.
-BULK_ACTIONS = ("requeue", "stop", "purge")
+BULK_ACTIONS = ("requeue", "run_now", "stop", "purge")
 
 
-def bulk_counts(matches: list[Doc], *, lane_total: int | None) -> dict[str, Any]:
+def waits(job: Doc, now: datetime) -> bool:
+    """Whether ``job`` is a pending job not due yet at ``now``: a delayed
+    push, or a retry in its backoff (what "Run now" acts on)."""
+    due = moment(job.get("not_before"))
+    return job.get("status") == "pending" and due is not None and due > now
+
+
+def bulk_counts(matches: list[Doc], *, lane_total: int | None, now: datetime) -> dict[str, Any]:
     """How many jobs each "all N matching" action would act on, as its dry
     run (``actions._plan_filter``) plans it, so that a button never names a
     number its dry run does not act on: ``bulk`` maps each of
@@ -388,13 +397,18 @@ def bulk_counts(matches: list[Doc], *, lane_total: int | None) -> dict[str, Any]
     matches in segment objects every one of them leaves out (a payload
     search's hits there: selected on the list instead). ``lane_total``: the
     list is one queue's pending jobs in format 2 (:func:`segmented_queue`),
-    which a purge takes whole, segments included, and nothing else takes."""
+    which a purge takes whole, segments included, and nothing else takes
+    but a run now, which takes its delayed jobs in the document
+    (``matches`` are then those). ``now``: the snapshot's time, for what
+    is due."""
     specs = {name: AuditEntry.Action(name).spec for name in BULK_ACTIONS}
     if lane_total is not None:  # every job listed is pending
-        return {"bulk": {name: lane_total if spec.takes("pending") else 0 for name, spec in specs.items()},
+        return {"bulk": {name: sum(1 for j in matches if waits(j, now)) if spec.delayed_only
+                         else lane_total if spec.takes("pending") else 0 for name, spec in specs.items()},
                 "bulk_in_segments": 0}
-    here = [j["status"] for j in matches if not j.get("segment")]
-    return {"bulk": {name: sum(1 for status in here if spec.takes(status)) for name, spec in specs.items()},
+    here = [j for j in matches if not j.get("segment")]
+    return {"bulk": {name: sum(1 for j in here if spec.takes(j["status"]) and (not spec.delayed_only or waits(j, now)))
+                     for name, spec in specs.items()},
             "bulk_in_segments": len(matches) - len(here)}
 
 

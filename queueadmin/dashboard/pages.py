@@ -303,7 +303,8 @@ CAUSED = {"stop": frozenset({"failed", "dead"}), "requeue": frozenset({"requeued
 #: How long before its audit entry the commit an action made may have landed.
 ACTION_COMMIT_SECONDS = 10.0
 #: How an action reads on a job's timeline ("stopped by ops").
-DONE = {"requeue": "requeued", "purge": "purged", "stop": "stopped", "redrive": "redriven", "submit": "submitted"}
+DONE = {"requeue": "requeued", "purge": "purged", "stop": "stopped", "redrive": "redriven", "submit": "submitted",
+        "run_now": "made due now"}
 
 
 def in_order(events: list[Event]) -> list[Event]:

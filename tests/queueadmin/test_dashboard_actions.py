@@ -58,8 +58,8 @@ def test_every_action_names_a_declared_permission_and_form_scopes() -> None:
         assert spec.permission in declared | {""}, action
         assert all(set(scope) <= fields for scope in spec.scopes), action
         assert (spec.operation is not None) == bool(spec.scopes) == bool(spec.scope_error), action
-    assert ACTIONS == ("requeue", "purge", "stop", "redrive", "pause", "resume", "limit", "rate_limit", "forget",
-                       "pause_schedule", "resume_schedule", "forget_schedule")
+    assert ACTIONS == ("requeue", "purge", "stop", "run_now", "redrive", "pause", "resume", "limit", "rate_limit",
+                       "forget", "pause_schedule", "resume_schedule", "forget_schedule")
 
 
 

@@ -59,15 +59,16 @@ class Command(BaseCommand):
     # It needs neither the task backend nor its API token (the run is signed
     # and sent to the leader): the system checks would only warn about those.
     requires_system_checks: ClassVar[list[str]] = []  # type: ignore[misc]
-    help = ("Requeue, purge, stop (running jobs, to the dead letters), redrive, pause, resume, limit, rate_limit "
-            "or forget (a queue, or with --schedule a schedule), as "
+    help = ("Requeue, purge, stop (running jobs, to the dead letters), run_now (delayed jobs, due at once in their "
+            "place), redrive, pause, resume, limit, rate_limit or forget (a queue, or with --schedule a schedule), as "
             "on the dashboard: a dry run first, then (after --yes or a typed confirmation) a run on exactly the dry "
             "run's jobs, audited in the name of --user.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=ACTIONS)
         scope = parser.add_argument_group("what it acts on (one scope, as the action allows)")
-        scope.add_argument("--ids", nargs="+", default=[], metavar="ID", help="selected jobs (requeue, purge, stop)")
+        scope.add_argument("--ids", nargs="+", default=[], metavar="ID",
+                           help="selected jobs (requeue, purge, stop, run_now)")
         scope.add_argument("--queue", default="", help="a queue: pause, resume, forget, redrive its dead letters; "
                                                       "with --status, purge its jobs in that status")
         scope.add_argument("--status", default="", choices=["", "pending", "running", "dead"])
@@ -75,7 +76,7 @@ class Command(BaseCommand):
                                                        "links (redrive, purge)")
         scope.add_argument("--filter", default="", metavar="QUERY",
                            help="every job the jobs list's filter matches, as its query string, e.g. "
-                                "'queue=orders&status=dead&error=KeyError' (requeue, purge, stop)")
+                                "'queue=orders&status=dead&error=KeyError' (requeue, purge, stop, run_now)")
         scope.add_argument("--max-running", default="", metavar="N",
                            help="limit: at most N jobs of --queue running at once, across every worker; 'none' "
                                 "removes the limit")
