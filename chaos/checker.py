@@ -102,7 +102,7 @@ _STALLING = frozenset({"pause", "freeze", "kill", "hang", "slow", "error", "lost
 _PAUSES = frozenset({"pause", "freeze"})
 #: The calls sent to ``POST /api/v1/operator`` (chaos.purger, chaos.pauser):
 #: each writes its nonce to the database the nodes share.
-OPERATOR_OPS = frozenset({"purge", "requeue", "stop", "limit", "rate_limit", "pause_schedule"})
+OPERATOR_OPS = frozenset({"purge", "requeue", "stop", "run_now", "limit", "rate_limit", "pause_schedule"})
 DOCUMENTED_5XX = frozenset({503})
 EXPLAIN_MARGIN_SECONDS = 1.0
 
@@ -176,6 +176,7 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_watches(calls, limits, verdict)
     _check_fifo(calls, verdict)
     _check_delays(calls, verdict)
+    _check_run_now(calls, verdict)
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
     _check_answers(history, calls, verdict)
@@ -546,8 +547,15 @@ def _check_delays(calls: list[Call], verdict: Verdict) -> None:
     earliest when its first push was sent. A lease is handed out at the
     latest when the claim's answer arrived. So a first lease whose claim was
     answered less than the delay after the first push was sent was handed
-    out early, whatever the faults."""
+    out early, whatever the faults. A job named by an operator's run now
+    (``chaos.requeuer``) sent before the claim was answered may be leased
+    earlier: that is what it asks for."""
     delays = _delays(calls)
+    run_now: dict[str, float] = {}  # job -> when the first run now naming it was sent
+    for call in calls:
+        if call.op == "run_now":
+            for job_id in map(str, call.args.get("jobs", [])):
+                run_now.setdefault(job_id, call.start)
     first_sent: dict[str, float] = {}
     for call in calls:
         if call.op == "push":
@@ -565,6 +573,8 @@ def _check_delays(calls: list[Call], verdict: Verdict) -> None:
             if job_id not in delays or job_id in leased or job_id not in first_sent:
                 continue
             leased.add(job_id)
+            if run_now.get(job_id, float("inf")) < call.end:
+                continue  # made due by an operator before this claim was answered
             margin = call.end - first_sent[job_id] - delays[job_id]
             margins.append(margin)
             if margin < -DELAY_TOLERANCE_SECONDS:
@@ -574,6 +584,24 @@ def _check_delays(calls: list[Call], verdict: Verdict) -> None:
     verdict.figures["delayed_pushes"] = len(delays)
     verdict.figures["delayed_leased"] = len(leased)
     verdict.figures["delayed_earliest_margin"] = round(min(margins), 3) if margins else None
+
+
+def _check_run_now(calls: list[Call], verdict: Verdict) -> None:
+    """An operator's run now (``chaos.requeuer``) answered 2xx made due
+    only ids it was sent (each expected pending: a job that was claimed,
+    purged or due meanwhile is skipped, not refused)."""
+    problems: list[str] = []
+    made = 0
+    for call in calls:
+        if call.op != "run_now" or not call.ok or not isinstance(call.answer, dict):
+            continue
+        result = [str(job_id) for job_id in call.answer.get("result") or []]
+        made += len(result)
+        if unsent := set(result) - set(map(str, call.args.get("jobs", []))):
+            problems.append(f"run now call {call.id} made due {sorted(unsent)}, which it was not sent")
+    verdict.failures["run_now"] = problems
+    verdict.figures["run_nows"] = sum(1 for c in calls if c.op == "run_now")
+    verdict.figures["made_due"] = made
 
 
 def _check_leases(calls: list[Call], verdict: Verdict) -> None:

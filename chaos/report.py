@@ -12,7 +12,8 @@ from chaos.run import Outcome
 CHECKS = {
     "lost_pushes": "no acknowledged push lost (I2)",
     "fifo": "first claims follow push order within the queue (I7)",
-    "delays": "no delayed job leased before it was due",
+    "delays": "no delayed job leased before it was due, unless a run now named it first",
+    "run_now": "a run now makes due only what it was sent",
     "lookups": "a pushed job not yet completed is found by id, in a segment or not",
     "purges": "a purged job is never leased, completed or kept afterwards; a refused purge changes nothing",
     "requeues": "a requeue moves only what it was sent, its revoked leases complete nothing, and a paced "

@@ -17,6 +17,17 @@ them): they go to the dead letters, and later turns may redrive them.
 Each stop is recorded as a ``stop`` call with ``args["jobs"]`` and
 ``args["expect"]``; its answer's ``result`` lists the ids stopped.
 
+A share of its turns (:data:`RUN_NOW_SHARE`) makes delayed jobs due at once
+instead, as the dashboard's Run now does (``make_due_op``, each expected
+pending): jobs a producer pushed with a delay that is not over by a margin
+and that no claim leased yet. With a delayed horizon (``--delayed-horizon``)
+some of them wait in delayed segments, which the leader writes again without
+them in the same commit. Each is recorded as a ``run_now`` call with
+``args["jobs"]`` and ``args["expect"]``; its answer's ``result`` lists the
+ids made due. The checker (``run_now``, ``delays``) says what must hold: it
+made due only ids it was sent, and only a job named by a run now sent before
+its claim was answered may be leased before its delay is over.
+
 Each requeue is recorded as a ``requeue`` call with ``args["jobs"]``,
 ``args["expect"]`` and ``args["per_second"]`` (None: all at once); its
 answer's ``result`` lists the ids that moved, in their order. A requeue
@@ -33,13 +44,33 @@ from typing import Any
 from chaos.cluster import LEASE_SECONDS
 from chaos.history import Call
 from chaos.pauser import Operator
-from engine.ops import requeue_op, stop_op
+from engine.ops import make_due_op, requeue_op, stop_op
 
 REQUEUE_EVERY_SECONDS = (1.0, 3.0)
 MOST_IDS = 4
 PACED_SHARE = 0.5
 PACE_PER_SECOND = (2.0, 20.0)
 STOP_SHARE = 0.5
+RUN_NOW_SHARE = 0.3
+#: A delayed job is picked for a run now only while its delay has at least
+#: this long left: it is still waiting when the run now lands.
+RUN_NOW_MARGIN_SECONDS = 0.5
+
+
+def waiting(calls: list[Call], now: float) -> list[str]:
+    """From a snapshot of the history's calls: the jobs pushed with a delay
+    that has more than :data:`RUN_NOW_MARGIN_SECONDS` left (from the first
+    push sent) and that no claim has leased yet, oldest first."""
+    due: dict[str, float] = {}
+    leased: set[str] = set()
+    for call in calls:
+        if call.op == "push":
+            for job in call.args.get("jobs", []):
+                if isinstance(job, dict) and isinstance(job.get("delay_seconds"), int | float):
+                    due.setdefault(str(job["id"]), call.start + float(job["delay_seconds"]))
+        elif call.op == "claim" and isinstance(call.answer, dict):
+            leased.update(str(job.get("id")) for job in call.answer.get("jobs", []) if isinstance(job, dict))
+    return [job_id for job_id, at in due.items() if job_id not in leased and at - now > RUN_NOW_MARGIN_SECONDS]
 
 
 def candidates(calls: list[Call], now: float) -> tuple[list[str], list[str]]:
@@ -85,7 +116,13 @@ class Requeuer(Operator):
             self.requeue_some()
 
     def requeue_some(self) -> None:
-        running, dead = candidates(list(self.history.calls), time.monotonic())
+        calls, now = list(self.history.calls), time.monotonic()
+        if self.rng.random() < RUN_NOW_SHARE and (delayed := waiting(calls, now)):
+            ids = self.rng.sample(delayed, min(len(delayed), self.rng.randint(1, MOST_IDS)))
+            expect = ["pending"] * len(ids)
+            self.operate("run_now", make_due_op(ids, expect=expect), {"jobs": ids, "expect": expect})
+            return
+        running, dead = candidates(calls, now)
         if running and self.rng.random() < STOP_SHARE:
             # The oldest leases not yet acknowledged: most jobs finish within a
             # moment, and these (a watched job works for up to 5 s) still run.

@@ -772,3 +772,41 @@ def test_a_watch_told_of_a_loss_nothing_explains_is_flagged_and_an_expiry_explai
     verdict = check(r2.final(jobs=["j2", "j3"]))
     assert verdict.ok, verdict.failures
     assert verdict.figures["watches_lost_by"] == {"expiry": 1}
+
+
+def run_now(r: Recorder, jobs: list[str], result: list[str]) -> Call:
+    return r.call("run_now", {"jobs": jobs, "expect": ["pending"] * len(jobs)}, answer={"result": result, "seq": 9})
+
+
+def test_a_delayed_job_made_due_by_a_run_now_may_be_leased_early_and_only_then() -> None:
+    r = Recorder()
+    delayed_push(r, "d", 30.0)  # sent at 1, due at 31
+    delayed_push(r, "e", 30.0)  # sent at 2
+    run_now(r, ["d"], ["d"])  # sent at 3
+    first_claim(r, "d", "Ld")  # answered at 4.5: early, as asked
+    first_claim(r, "e", "Le")  # early, and no run now named it
+
+    verdict = check(r.final(jobs=["d", "e"]))
+
+    assert [line.split(",")[0] for line in verdict.failures["delays"]] == ["e"]
+    assert verdict.failures["run_now"] == []
+    assert (verdict.figures["run_nows"], verdict.figures["made_due"]) == (1, 1)
+
+
+def test_a_run_now_sent_after_the_claim_was_answered_does_not_excuse_it() -> None:
+    r = Recorder()
+    delayed_push(r, "d", 30.0)
+    first_claim(r, "d", "Ld")  # answered at 2.5
+    run_now(r, ["d"], [])  # sent at 3
+
+    assert len(check(r.final(jobs=["d"])).failures["delays"]) == 1
+
+
+def test_a_run_now_that_made_due_a_job_it_was_not_sent_is_flagged() -> None:
+    r = Recorder()
+    delayed_push(r, "d", 30.0)
+    delayed_push(r, "x", 30.0)
+    run_now(r, ["d"], ["d", "x"])
+
+    [problem] = check(r.final(jobs=["d", "x"])).failures["run_now"]
+    assert "made due ['x'], which it was not sent" in problem

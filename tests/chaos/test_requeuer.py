@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 from chaos.cluster import LEASE_SECONDS, SECRET_KEY
 from chaos.history import Call
 from chaos.purger import signed
-from chaos.requeuer import candidates
+from chaos.requeuer import candidates, waiting
 from engine import Policy
-from engine.ops import requeue_op
+from engine.ops import make_due_op, requeue_op
+from engine.wire import operator_from_json, operator_json
 from queueadmin.api import forward
 
 if TYPE_CHECKING:
@@ -43,3 +44,20 @@ def test_candidates_are_recent_unacknowledged_leases_and_dead_letters_not_requeu
     ]
 
     assert candidates(calls, now) == (["r1"], ["d1"])
+
+
+def test_run_now_picks_delayed_jobs_with_time_left_and_not_leased_and_is_signed_as_the_dashboards() -> None:
+    now = 100.0
+    calls = [
+        Call(id=0, client="p", op="push", node="n", start=now - 1, end=now - 0.9, status=201,
+             args={"jobs": [{"id": "waits", "delay_seconds": 4.0}, {"id": "now", "payload": 1}]}, answer=None),
+        Call(id=1, client="p", op="push", node="n", start=now - 3.8, end=now - 3.7, status=201,
+             args={"jobs": [{"id": "almost", "delay_seconds": 4.0}]}, answer=None),
+        Call(id=2, client="p", op="push", node="n", start=now - 1, end=now - 0.9, status=201,
+             args={"jobs": [{"id": "leased", "delay_seconds": 4.0}]}, answer=None),
+        call("claim", {}, {"jobs": [{"id": "leased", "lease": "L"}]}, end=now - 0.5),
+    ]
+
+    assert waiting(calls, now) == ["waits"]
+    op = make_due_op(["waits"], expect=["pending"])
+    assert operator_from_json(operator_json(op), policy=Policy()) == op
