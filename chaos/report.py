@@ -66,6 +66,8 @@ def figures_lines(outcome: Outcome) -> list[str]:
         f"{f.get('requeued_jobs', 0)}, of which paced {f.get('requeued_paced_jobs', 0)}",
         f"operator stops (signed, /api/v1/operator): {f.get('stops', 0)} sent; jobs stopped "
         f"{f.get('stopped_jobs', 0)}",
+        f"operator run nows (signed, /api/v1/operator): {f.get('run_nows', 0)} sent; delayed jobs made due "
+        f"{f.get('made_due', 0)}",
         f"lease watches: {f.get('watches', 0)} sent, {f.get('watches_told_lost', 0)} told the lease was lost "
         f"({_pairs(f.get('watches_lost_by', {})) or 'none'}); results sent anyway and refused "
         f"{f.get('results_refused_after_watch', 0)}",
