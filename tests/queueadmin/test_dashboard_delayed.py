@@ -193,3 +193,22 @@ def test_the_queue_page_says_nothing_comes_due_when_every_job_is_due(
     page = viewer.get("/queues/q/")
     assert page.context["q"].pending == 5 and page.context["q"].next_due_at is None
     assert b"Next due" not in page.content
+
+
+def test_run_now_of_a_job_in_a_delayed_segment_brings_it_back_due_in_its_place(
+        delayed_segments: None, broker: Broker, operator: Client) -> None:
+    ids = delayed_backlog(broker)
+    sealed = ids[-1]
+    assert sealed not in {job["id"] for job in document(broker.store)["jobs"]}
+    page = operator.get(f"/jobs/{sealed}/").content.decode()
+    assert 'value="run_now"' in page  # found in its delayed segment, not due: offered
+
+    plan = preview(operator, action="run_now", ids=sealed).context["plan"]
+    assert (plan.ids, plan.expect) == ([sealed], ["pending"])
+    assert confirm(operator, plan.token, reason="now").status_code == 302
+
+    doc = document(broker.store)
+    [job] = [j for j in doc["jobs"] if j["id"] == sealed]
+    assert job.get("not_before") is None and job["pos"] == ids.index(sealed)
+    assert sum(ref["total"] for ref in delayed_refs(doc)) == 79  # written out of its segment, nothing else
+    assert AuditEntry.objects.get().count == 1
