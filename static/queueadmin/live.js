@@ -173,6 +173,11 @@
     }
     showHeld();
     showFrozen();
+    // A job page rendered before its job was in the document has no payload card, which live updates do not
+    // carry: once the job is found, the page is read again whole.
+    if (document.querySelector("[data-reload-when-found]") && document.querySelector("#live-job[data-found]")) {
+      location.reload();
+    }
   }
 
   // -- selection (jobs page) -------------------------------------------------

@@ -60,4 +60,14 @@ def test_a_completed_job_keeps_its_page(browser: Browser, node: tuple[Cluster, N
         page.goto(f"{server.url}/jobs/never-was-a-job/")
         expect(page.get_by_test_id("job-status")).to_have_text("not in the document")
         expect(page.get_by_test_id("job-unknown")).to_contain_text("in the last 7.0 d")
+
+        # A page opened for an id before its push: once the job is there, the page has it whole, payload too.
+        page.goto(f"{server.url}/jobs/pushed-while-watched/")
+        expect(page.get_by_test_id("job-status")).to_have_text("not in the document")
+        expect(page.locator("#live-state")).to_have_attribute("data-state", "live")
+        job = {"id": "pushed-while-watched", "payload": {"to": "bo@example.com"}}
+        pushed = api(server, "POST", "/api/v1/jobs", {"queue": "finished", "jobs": [job]})
+        assert pushed.status_code == 201, pushed.text
+        expect(page.get_by_test_id("job-status")).to_have_text("pending", timeout=10_000)
+        expect(page.locator("pre.viewer")).to_contain_text("bo@example.com")
         assert errors == []
