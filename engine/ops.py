@@ -319,6 +319,24 @@ def _expected(
     return tuple(pairs), tuple(pairs.values())
 
 
+def _listed(
+    job_ids: Iterable[str], expect: Iterable[str] | None, allowed: tuple[str, ...], what: str
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The ids an operator's action on jobs names (one id alone may be a str),
+    checked and without repeats, and with ``expect`` their expected statuses
+    (each one of ``allowed``), else ``()``. ValidationError names ``what``
+    when there is none."""
+    if isinstance(job_ids, str):
+        job_ids = [job_ids]
+    if expect is not None:
+        ids, statuses = _expected(job_ids, expect, allowed)
+    else:
+        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
+    if not ids:
+        raise ValidationError(f"{what} needs at least one job id")
+    return ids, statuses
+
+
 def requeue_op(
     job_ids: Iterable[str], *, expect: Iterable[str] | None = None, per_second: float | None = None
 ) -> Requeue:
@@ -335,14 +353,7 @@ def requeue_op(
     so a redrive does not hand a recovering service every job at once. The
     last is due within :data:`~engine.policy.MAX_DELAY_SECONDS`, as any
     delayed job."""
-    if isinstance(job_ids, str):
-        job_ids = [job_ids]
-    if expect is not None:
-        ids, statuses = _expected(job_ids, expect, ("running", "dead"))
-    else:
-        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
-    if not ids:
-        raise ValidationError("requeue needs at least one job id")
+    ids, statuses = _listed(job_ids, expect, ("running", "dead"), "requeue")
     if per_second is not None:
         per_second = float(_check_number("per_second", per_second, low=MIN_PACE_PER_SECOND,
                                          high=MAX_PACE_PER_SECOND))
@@ -359,14 +370,7 @@ def stop_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) -> S
     (``"running"`` per id) it is conditional instead, as a requeue's: a job
     no longer running when it commits is skipped, and the outcome lists the
     ids that were stopped."""
-    if isinstance(job_ids, str):
-        job_ids = [job_ids]
-    if expect is not None:
-        ids, statuses = _expected(job_ids, expect, ("running",))
-    else:
-        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
-    if not ids:
-        raise ValidationError("stop needs at least one job id")
+    ids, statuses = _listed(job_ids, expect, ("running",), "stop")
     return Stop(job_ids=ids, expect=statuses)
 
 
@@ -378,14 +382,7 @@ def make_due_op(job_ids: Iterable[str], *, expect: Iterable[str] | None = None) 
     (``"pending"`` per id) it is conditional instead, as a requeue's: a job
     no longer pending when it commits is skipped. The outcome lists the ids
     made due."""
-    if isinstance(job_ids, str):
-        job_ids = [job_ids]
-    if expect is not None:
-        ids, statuses = _expected(job_ids, expect, ("pending",))
-    else:
-        ids, statuses = tuple(dict.fromkeys(_check_id("job id", j) for j in job_ids)), ()
-    if not ids:
-        raise ValidationError("run now needs at least one job id")
+    ids, statuses = _listed(job_ids, expect, ("pending",), "run now")
     return MakeDue(job_ids=ids, expect=statuses)
 
 
