@@ -396,6 +396,9 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         "job_id": job_id,
         "found": True,
         "in_segment": in_segment,
+        # A delayed segment (format 3) holds jobs not yet due, outside the FIFO order.
+        "in_delayed_segment": in_segment is not None and any(
+            ref.key == in_segment for ref in snapshot.delays.get(item["queue"], ())),
         "job": item,
         "status": status,
         "events": events,

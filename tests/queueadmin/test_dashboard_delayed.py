@@ -202,6 +202,7 @@ def test_run_now_of_a_job_in_a_delayed_segment_brings_it_back_due_in_its_place(
     assert sealed not in {job["id"] for job in document(broker.store)["jobs"]}
     page = operator.get(f"/jobs/{sealed}/").content.decode()
     assert 'value="run_now"' in page  # found in its delayed segment, not due: offered
+    assert "waits in delayed segment object" in page and "Running it now or purging it writes" in page
 
     plan = preview(operator, action="run_now", ids=sealed).context["plan"]
     assert (plan.ids, plan.expect) == ([sealed], ["pending"])

@@ -138,3 +138,20 @@ def test_run_now_on_a_standby_runs_on_the_leader_and_is_audited_there_as_here(
     entry = AuditEntry.objects.get()
     assert entry.outcome == "ok" and "on the leader http://leader.test:8000" in entry.detail
     assert job_of(store, retry).get("not_before") is None
+
+
+def test_the_queue_page_offers_to_run_its_delayed_jobs_now_beside_when_the_next_comes_due(
+    broker: Broker, operator: Client, viewer: Client, store: ObjectStore,
+) -> None:
+    retry = in_backoff(broker)
+    [due] = push(broker, "q", ["due"])
+    page = operator.get("/queues/q/").content.decode()
+    assert "Run them now" in page and 'name="filter" value="queue=q&amp;status=pending"' in page
+    assert "Run them now" not in viewer.get("/queues/q/").content.decode()
+
+    plan = preview(operator, action="run_now", filter="queue=q&status=pending").context["plan"]
+    assert plan.ids == [retry]
+    assert confirm(operator, plan.token).status_code == 302
+    assert job_of(store, retry).get("not_before") is None and job_of(store, due).get("not_before") is None
+    source.reset()
+    assert "Run them now" not in operator.get("/queues/q/").content.decode()  # nothing comes due any more
