@@ -105,6 +105,7 @@
     ["r", "Requeue the selected rows (dry run first)"],
     ["p", "Purge the selected rows (dry run first)"],
     ["s", "Stop the selected running rows (dry run first)"],
+    ["n", "Run the selected delayed rows now (dry run first)"],
     ["g o", "Overview"], ["g j", "Jobs"], ["g w", "Workers"], ["g c", "Schedules"],
     ["g d", "Dead letters"], ["g a", "Audit log"], ["g s", "Submit a job"],
     ["f", "Freeze or unfreeze live updates"],
@@ -178,6 +179,7 @@
       case "r": event.preventDefault(); actOnSelection("requeue"); break;
       case "p": event.preventDefault(); actOnSelection("purge"); break;
       case "s": event.preventDefault(); actOnSelection("stop"); break;
+      case "n": event.preventDefault(); actOnSelection("run_now"); break;
       case "g": goPending = now; break;
       case "?": event.preventDefault(); help(); break;
       default: break;

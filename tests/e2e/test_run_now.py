@@ -45,6 +45,15 @@ def test_an_operator_runs_scheduled_jobs_now_from_the_page_and_the_shell_and_a_w
             page.goto(f"{node.url}/jobs/{first}/")
             expect(page.get_by_test_id("job-status")).to_have_text("completed")
             expect(page.get_by_role("button", name="Run now", exact=True)).to_have_count(0)
+            # From the list, with the keyboard: j x n opens the dry run for the highlighted delayed job.
+            page.goto(f"{node.url}/jobs/?queue=later&status=pending")
+            expect(page.get_by_role("button", name="Run all 2 delayed now")).to_be_visible()
+            page.keyboard.press("j")
+            page.keyboard.press("x")
+            page.keyboard.press("n")
+            expect(page.get_by_test_id("plan-count")).to_have_text("1 job would be made due now.")
+            page.keyboard.press("Escape")
+            expect(page.get_by_test_id("plan-count")).to_have_count(0)
 
         ran = cluster.manage("queueaction", "run_now", "--ids", second, "--user", USER, "--reason", "shell", "--yes")
         assert ran.returncode == 0, ran.stderr.decode()
