@@ -124,15 +124,23 @@
     if (!note) return;
     if (held.size === 0) { note.hidden = true; return; }
     let fresh = 0;
+    let gone = 0;
     held.forEach((html, id) => {
       const el = document.getElementById(id);
       const tpl = document.createElement("template");
       tpl.innerHTML = html;
       const now = el ? rowIds(el) : new Set();
-      rowIds(tpl.content).forEach((rid) => { if (!now.has(rid)) fresh += 1; });
+      const next = rowIds(tpl.content);
+      next.forEach((rid) => { if (!now.has(rid)) fresh += 1; });
+      now.forEach((rid) => { if (!next.has(rid)) gone += 1; });
     });
+    // Say what waits, the same way whatever it is (the walk found "1 new — show" beside "Updates — show").
+    const parts = [];
+    if (fresh) parts.push(fresh + (fresh === 1 ? " new job" : " new jobs"));
+    if (gone) parts.push(gone + (gone === 1 ? " job left" : " jobs left") + " this list");
     const button = note.querySelector("[data-show-pending]");
-    button.textContent = (fresh ? fresh + " new" : "Updates") + " — show";
+    button.textContent = "Held while rows are selected: " + (parts.length ? parts.join(", ") : "changes to these rows")
+      + " — show";
     note.hidden = false;
   }
 

@@ -154,7 +154,7 @@ def test_selected_rows_stay_put_and_new_jobs_wait_behind_a_button(browser: Brows
 
         note = page.locator("#live-pending-note")
         expect(note).to_be_visible(timeout=10_000)
-        expect(note).to_contain_text("2 new — show")
+        expect(note).to_have_text("Held while rows are selected: 2 new jobs — show")
         expect(rows).to_have_count(3)  # the operator's rows did not move
         assert page.locator("input[data-select]").first.is_checked()
         shot(page, "jobs-selection")
