@@ -29,7 +29,9 @@ PAGE_SIZE = 50
 # A payload substring search reads at most this many jobs (and dead letters),
 # so a search over a huge document stays quick; the page says when it stopped.
 SEARCH_LIMIT = 20_000
-STATUSES = ("pending", "running", "dead")
+#: The status filter's choices. "delayed" is not a status of its own: the
+#: pending jobs not due yet (a delayed push, a retry in its backoff), in due order.
+STATUSES = ("pending", "delayed", "running", "dead")
 
 
 def payload_text(item: Doc, redact: Redactor) -> str:
@@ -111,7 +113,7 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
             # An id copied as a list shows it, cut short: the jobs of the document whose ids start so.
             starting = [j for j in _candidates(snapshot, None, None) if j["id"].startswith(exact)]
             if starting:
-                kept = _narrowed(starting, {**filters, "id": ""}, redact)
+                kept = _narrowed(starting, {**filters, "id": ""}, redact, now=snapshot.taken_at)
                 which = "" if len(kept) == len(starting) else f", {len(kept):,} of them kept by the other filters"
                 return Matches(kept, f"No job has the id {exact!r}: listing the {len(starting):,} in the document "
                                      f"whose ids start with it{which}.")
@@ -123,13 +125,13 @@ def matching(snapshot: Snapshot, filters: Mapping[str, str], *, redact: Redactor
         hit = dict(found[0], status=found[1], **({"segment": key} if key else {}))
         # "All N matching" acts on what the list shows: a job of another queue
         # or status must not be listed (nor purged) under this filter.
-        kept = _narrowed([hit], filters, redact)
+        kept = _narrowed([hit], filters, redact, now=snapshot.taken_at)
         if not kept:
             notice = (f"Job {exact!r} is {hit['status']} in queue {hit['queue']!r}: it does not match the other "
                       "filters.")
         return Matches(kept, notice)
     candidates = _narrowed(_candidates(snapshot, queue, status), {**filters, "queue": "", "status": "", "q": ""},
-                           redact)
+                           redact, now=snapshot.taken_at)
     further = None
     if needle:
         into_segments = segments_too and _searches_segments(snapshot, filters)
@@ -159,13 +161,17 @@ def _candidates(snapshot: Snapshot, queue: str | None, status: str | None) -> li
             queue=queue, status="dead"))]
     if status == "dead":
         return [dict(d, status="dead") for d in snapshot.select(queue=queue, status="dead")]
+    if status == "delayed":
+        delayed = [j for j in snapshot.select(queue=queue, status="pending") if waits(j, snapshot.taken_at)]
+        return sorted(delayed, key=lambda j: sortable(j["not_before"]))  # the soonest due first
     return snapshot.select(queue=queue, status=status)
 
 
-def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redactor) -> list[Doc]:
+def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redactor, *, now: datetime) -> list[Doc]:
     """The ``candidates`` (each with its ``status``) that every filter of
-    ``filters`` but the id keeps: queue, status, worker, error and payload
-    substring (as ``redact`` shows it), each only when set.
+    ``filters`` but the id keeps: queue, status ("delayed": pending and not
+    due at ``now``), worker, error and payload substring (as ``redact``
+    shows it), each only when set.
 
     The worker and error filters match exactly when some candidate matches
     exactly (a link from the Workers or Dead letters page names one worker,
@@ -173,7 +179,8 @@ def _narrowed(candidates: list[Doc], filters: Mapping[str, str], redact: Redacto
     "KeyError") rather than a whole name or signature."""
     queue, status = filters.get("queue") or "", filters.get("status") or ""
     worker, signature, needle = filters.get("worker") or "", filters.get("error") or "", filters.get("q") or ""
-    kept = [j for j in candidates if (not queue or j["queue"] == queue) and (not status or j["status"] == status)]
+    kept = [j for j in candidates if (not queue or j["queue"] == queue) and (
+        not status or j["status"] == status or (status == "delayed" and waits(j, now)))]
     if worker:
         named = [(j, job_worker(j)) for j in kept]
         exact = any(name == worker for _, name in named)
@@ -281,6 +288,14 @@ def pending_blocks(snapshot: Snapshot, queue: str) -> list[segments.Block]:
 def _unlisted(snapshot: Snapshot, filters: Mapping[str, str]) -> str | None:
     """Why jobs in segments are not in this list, when some could match."""
     queue, status = filters.get("queue") or None, filters.get("status") or ""
+    if status == "delayed" and not filters.get("id"):
+        away = sum(ref.total for name, refs in snapshot.delays.items() if queue in (None, name) for ref in refs)
+        if not away:
+            return None
+        return (ngettext("%(n)s delayed job waits in delayed segment objects and is not listed here",
+                         "%(n)s delayed jobs wait in delayed segment objects and are not listed here", away)
+                % {"n": f"{away:,}"} + ": filter by one queue and status pending, with no other filter, to page "
+                "through them (they come last, in due order).")
     if status not in ("", "pending") or filters.get("id") or _searches_segments(snapshot, filters):
         return None
     held = snapshot.in_segments(queue)

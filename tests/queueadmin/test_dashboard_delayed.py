@@ -213,3 +213,12 @@ def test_run_now_of_a_job_in_a_delayed_segment_brings_it_back_due_in_its_place(
     assert job.get("not_before") is None and job["pos"] == ids.index(sealed)
     assert sum(ref["total"] for ref in delayed_refs(doc)) == 79  # written out of its segment, nothing else
     assert AuditEntry.objects.get().count == 1
+
+
+def test_the_delayed_filter_lists_the_documents_delayed_jobs_and_says_how_many_wait_in_delayed_segments(
+        delayed_segments: None, broker: Broker, viewer: Client) -> None:
+    ids = delayed_backlog(broker)
+    response = viewer.get("/jobs/", {"queue": "q", "status": "delayed"})
+    assert [row["job"]["id"] for row in response.context["rows"]] == ids[:20]
+    assert response.context["notice"].startswith("80 delayed jobs wait in delayed segment objects and are not "
+                                                 "listed here: filter by one queue and status pending")

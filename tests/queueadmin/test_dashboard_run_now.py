@@ -146,12 +146,34 @@ def test_the_queue_page_offers_to_run_its_delayed_jobs_now_beside_when_the_next_
     retry = in_backoff(broker)
     [due] = push(broker, "q", ["due"])
     page = operator.get("/queues/q/").content.decode()
-    assert "Run them now" in page and 'name="filter" value="queue=q&amp;status=pending"' in page
+    assert "Run them now" in page and 'name="filter" value="queue=q&amp;status=delayed"' in page
     assert "Run them now" not in viewer.get("/queues/q/").content.decode()
+    assert 'href="/jobs/?queue=q&amp;status=delayed"' in page  # "list them"
 
-    plan = preview(operator, action="run_now", filter="queue=q&status=pending").context["plan"]
+    plan = preview(operator, action="run_now", filter="queue=q&status=delayed").context["plan"]
     assert plan.ids == [retry]
     assert confirm(operator, plan.token).status_code == 302
     assert job_of(store, retry).get("not_before") is None and job_of(store, due).get("not_before") is None
     source.reset()
     assert "Run them now" not in operator.get("/queues/q/").content.decode()  # nothing comes due any more
+
+
+def test_the_delayed_filter_lists_pending_jobs_not_yet_due_soonest_first_and_its_actions_take_only_those(
+    broker: Broker, operator: Client, store: ObjectStore,
+) -> None:
+    late = in_backoff(broker, seconds=3000)
+    [due] = push(broker, "q", ["due"])
+    [soon] = push(broker, "q", ["soon"], delay_seconds=60)
+    [other] = push(broker, "r", ["other queue"], delay_seconds=30)
+    response = operator.get("/jobs/", {"status": "delayed"})
+    assert [row["job"]["id"] for row in response.context["rows"]] == [other, soon, late]  # by due time
+    assert '<option selected>delayed</option>' in response.content.decode()
+    listed = operator.get("/jobs/", {"queue": "q", "status": "delayed"})
+    assert [row["job"]["id"] for row in listed.context["rows"]] == [soon, late]
+    page = listed.content.decode()
+    assert "Run all 2 delayed now" in page and "Purge all 2 matching" in page
+
+    plan = preview(operator, action="purge", filter="queue=q&status=delayed").context["plan"]
+    assert sorted(plan.ids) == sorted([soon, late])
+    assert confirm(operator, plan.token, reason="not wanted after all").status_code == 302
+    assert sorted(j["id"] for j in document(store)["jobs"]) == sorted([due, other])
