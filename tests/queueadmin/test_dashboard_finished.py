@@ -138,6 +138,10 @@ def test_a_purged_dead_letter_keeps_its_error_and_attempts(broker: Broker, opera
     assert kinds[-3:] == ["failed", "dead", "purged"], kinds
     assert response.context["died_at"] == datetime.fromisoformat(row.history[-1]["ended_at"])
     assert 'data-testid="finished-died"' in body and "of it in the dead letters" in body
+    # The attempts table gives each error's last line; the whole text is on the timeline (it was in both).
+    assert '<span class="muted" data-testid="attempt-error" title="The whole error is on the timeline">· Traceback: ' \
+           "KeyError &#x27;user&#x27;</span>" in body
+    assert body.count('<pre class="detail">Traceback: KeyError') == 1
 
 
 def test_a_job_requeued_from_the_dead_letters_keeps_its_death_on_its_timeline(
