@@ -761,6 +761,12 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0, kept_whole: bool | Non
                               "after the dry run, and was left alone",
                               "%(left)d of %(total)d jobs were claimed, or sealed into a segment with jobs pushed "
                               "after the dry run, and were left alone", left) % {"left": left, "total": p.count})
+    elif left and p.spec.delayed_only:
+        # A run now's job is left alone when its delay ran out meanwhile, as much as when it left pending.
+        parts.append(ngettext("%(left)d of %(total)d jobs was due by then, or no longer pending, and was left alone",
+                              "%(left)d of %(total)d jobs were due by then, or no longer pending, and were left "
+                              "alone", left) % {"left": left, "total": p.count} if p.count > 1 else
+                     "the job was due by then, or no longer pending, and was left alone")
     elif left:
         values = {"left": left, "total": p.count, "status": p.expected_status}
         if p.count == 1:

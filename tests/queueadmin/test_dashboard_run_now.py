@@ -89,6 +89,7 @@ def test_a_selection_makes_only_its_delayed_jobs_due_and_says_what_it_left_out(
     assert job_of(store, retry).get("not_before") is None
     entry = AuditEntry.objects.get()
     assert list(entry.jobs.values_list("job_id", flat=True)) == [retry]
+    assert "1 of 2 jobs was due by then, or no longer pending, and was left alone" in entry.detail
 
 
 def test_every_delayed_job_a_filter_matches_is_made_due_and_no_other(
