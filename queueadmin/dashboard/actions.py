@@ -536,7 +536,9 @@ def fill_effects(p: Plan, snapshot: Snapshot) -> None:
     if p.per_second is not None:
         _pace_effect(p)
     # Requeue and redrive leave pending jobs out, so each of the plan's jobs
-    # is running or dead: in the document, where its queue is one lookup.
+    # is running or dead: in the document, where its queue is one lookup. A
+    # run now's jobs in delayed segments are not (found again, they would cost
+    # I/O): they count in the plan, not in these per-queue notes.
     going: Counter[str] = Counter()
     for job_id in p.ids:
         if (found := snapshot.job(job_id)) is not None:
