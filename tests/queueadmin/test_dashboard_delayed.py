@@ -203,6 +203,10 @@ def test_run_now_of_a_job_in_a_delayed_segment_brings_it_back_due_in_its_place(
     page = operator.get(f"/jobs/{sealed}/").content.decode()
     assert 'value="run_now"' in page  # found in its delayed segment, not due: offered
     assert "waits in delayed segment object" in page and "Running it now or purging it writes" in page
+    # The queue's pending list pages into its segments; "all N delayed" counts the document's, as its dry run takes.
+    listed = operator.get("/jobs/", {"queue": "q", "status": "pending"}).content.decode()
+    assert "Run all 20 delayed now" in listed
+    assert len(preview(operator, action="run_now", filter="queue=q&status=pending").context["plan"].ids) == 20
 
     plan = preview(operator, action="run_now", ids=sealed).context["plan"]
     assert (plan.ids, plan.expect) == ([sealed], ["pending"])
