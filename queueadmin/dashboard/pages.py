@@ -23,7 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config
 from queueadmin.api.forward import insecure_key
 from queueadmin.dashboard import redaction, segments
-from queueadmin.dashboard.joblist import find_job, task_call
+from queueadmin.dashboard.joblist import find_job, task_call, waits
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
 from queueadmin.dashboard.source import Rates, recorded_rates, source
@@ -407,6 +407,8 @@ def job(snapshot: Snapshot, job_id: str, actions: list[Any], *, hidden: bool,
         "payload_truncated": len(payload) > RAW_LIMIT_BYTES,
         "payload_bytes": len(orjson.dumps(item.get("payload"))),
         "not_before": moment(item.get("not_before")),
+        # Not due yet (a delayed push, a retry in its backoff): what Run now acts on.
+        "waiting": waits(item, snapshot.taken_at),
         # Cloning would show the hidden values in the form: the button says why it is off.
         "clone_refusal": HIDDEN_VALUES if hidden and redaction.hides(item.get("payload")) else None,
         "died_at": moment(item.get("died_at")),
@@ -422,8 +424,7 @@ def held_back(snapshot: Snapshot, item: Doc, status: str) -> list[tuple[str, dat
     any other job (a job not due yet says when it is; a due one with none of
     these waits for a worker)."""
     q = snapshot.queues.get(item["queue"])
-    not_before = moment(item.get("not_before"))
-    if status != "pending" or q is None or (not_before is not None and not_before > snapshot.taken_at):
+    if status != "pending" or q is None or waits(item, snapshot.taken_at):
         return []
     reasons: list[tuple[str, datetime | None]] = []
     if q.paused:
