@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from engine import Broker, NotLeader, ObjectStore, Policy
-from engine.ops import forget_op, pause_op, purge_op, push_op, requeue_op
+from engine.ops import forget_op, make_due_op, pause_op, purge_op, push_op, requeue_op
 from queueadmin import runtime
 from queueadmin.api import forward
 from queueadmin.dashboard import actions
@@ -43,6 +43,7 @@ def cluster_key(settings: Any, db: None) -> None:
     "op",
     [
         requeue_op(["a", "b"]),
+        make_due_op(["a", "b"], expect=["pending", "pending"]),
         purge_op(["a"]),
         purge_op(queue="emails", status="dead"),
         pause_op("emails"),
@@ -101,6 +102,19 @@ def test_a_signed_but_malformed_operation_is_invalid(broker: Broker, store: Obje
     text = signing.dumps({"kind": "requeue", "job_ids": []}, salt=forward.SALT)
     response = post_operator(text)
     assert response.status_code == 400
+    assert stored(store) == before
+
+
+@pytest.mark.parametrize("body", [
+    {"kind": "make_due", "job_ids": []},
+    {"kind": "make_due", "job_ids": [1]},
+    {"kind": "make_due", "job_ids": ["a"], "expect": ["dead"]},
+    {"kind": "make_due"},
+])
+def test_a_signed_but_malformed_run_now_is_invalid(broker: Broker, store: ObjectStore, body: dict[str, Any]) -> None:
+    before = stored(store)
+    response = post_operator(signing.dumps(body, salt=forward.SALT))
+    assert response.status_code == 400, response.content
     assert stored(store) == before
 
 
