@@ -23,7 +23,7 @@ import pytest
 from engine import Broker, EngineError, Policy, QueueState, laneplans, lanes
 from engine.lanes import LaneKeeper
 from engine.lanetasks import RefillTask, Shares
-from engine.ops import Operation, claim_op, complete_op, purge_op, push_op
+from engine.ops import Operation, claim_op, complete_op, make_due_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from engine.stores.base import Blob
@@ -531,4 +531,52 @@ def test_leader_stops_after_writing_a_purges_rewritten_segment_before_its_commit
     purging.join(timeout=10)
     assert outcome and isinstance(outcome[0], EngineError), outcome  # never acknowledged (I1)
     assert drain(standby, expect=100) == ids  # the job was not purged, and nothing was lost (I2, I7)
+    assert b.bad_deletes == [] and a.bad_deletes == []
+
+
+def test_leader_stops_after_writing_a_run_nows_rewritten_delayed_segment_before_its_commit(
+    make_broker: Callable[..., Broker], shared: tuple[ObjectStore, list[Node]]
+) -> None:
+    """Run now of a job in a delayed segment (engine.duenow): the leader
+    writes the delayed segment again without the job, then stops before the
+    run now commits. Nothing changed: the job still waits, due in an hour, in
+    the segment the document references; the new leader collects the
+    rewritten object."""
+    inner = shared[0]
+    policy = Policy(segment_jobs=10, head_jobs=20, refill_below=10, merge_jobs=10, delayed_horizon_seconds=1.0)
+    a = node(shared)
+    leader = lead(make_broker, a, "http://a", policy)
+    ids = [f"d-{i:05d}" for i in range(60)]
+    leader.execute(push_op("q", [{"i": i} for i in range(60)], ids=ids, policy=policy, delay_seconds=3600))
+
+    def delayed() -> set[str]:
+        doc = orjson.loads(inner.get(KEY).data)  # type: ignore[union-attr]
+        return {ref["key"] for lane in doc.get("lanes", {}).values() for ref in lane.get("delayed", [])}
+
+    wait_for(lambda: len(orjson.loads(inner.get(KEY).data)["jobs"]) == 20, what="the delayed jobs sealed")  # type: ignore[union-attr]
+    wait_for(lambda: not leader._keeper._busy and not leader._keeper._delayed_busy,  # type: ignore[union-attr]
+             what="the keeper idle")
+    before, held = stored_segments(inner), delayed()
+    a.trigger = lambda call, key: call == "put" and key.startswith(f"{PREFIX}q/delayed/")
+    outcome: list[BaseException | list[str]] = []
+
+    def run_now() -> None:
+        try:
+            outcome.append(leader.execute(make_due_op([ids[-1]])))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    running = threading.Thread(target=run_now, daemon=True)
+    running.start()
+    b = node(shared)
+    standby = take_over(make_broker, b, a, policy)
+
+    (rewritten,) = stored_segments(inner) - before
+    assert rewritten not in delayed() and delayed() == held
+    wait_for(lambda: rewritten not in stored_segments(inner), what="the rewritten delayed segment collected")
+    a.release()  # the old leader resumes: its run now's commit is fenced
+    running.join(timeout=10)
+    assert outcome and isinstance(outcome[0], EngineError), outcome  # never acknowledged (I1)
+    job = standby.get_job(ids[-1])
+    assert job["not_before"] is not None and job.get("segment") in held  # still waiting where it was
     assert b.bad_deletes == [] and a.bad_deletes == []
