@@ -113,6 +113,9 @@ class ActionSpec:
     delayed_only: bool = False
     #: What the action does to its jobs, said in the dry run's effects.
     effect: str = ""
+    #: Why a job of its dry run was left alone by its run, between "was" and
+    #: "and was left alone" (default: "no longer <the status the dry run saw>").
+    left_alone: str = ""
     #: What becomes of each job, after "N jobs would be" (default: "removed
     #: for good" for an action that removes, else "moved back to pending").
     would: str = ""
@@ -228,6 +231,7 @@ class AuditEntry(models.Model):
             delayed_only=True,
             to_pending=True,
             would="made due now",
+            left_alone="due by then, or no longer pending,",
             effect="Each keeps its place in its queue and is claimed in its turn, as if its delay had run out "
                    "now: a retry runs after the jobs that were waiting when it failed, with its attempts and "
                    "last error as they are.",

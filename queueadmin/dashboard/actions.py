@@ -763,20 +763,14 @@ def _acted(p: Plan, ids: list[str], in_segments: int = 0, kept_whole: bool | Non
                               "after the dry run, and was left alone",
                               "%(left)d of %(total)d jobs were claimed, or sealed into a segment with jobs pushed "
                               "after the dry run, and were left alone", left) % {"left": left, "total": p.count})
-    elif left and p.spec.delayed_only:
-        # A run now's job is left alone when its delay ran out meanwhile, as much as when it left pending.
-        parts.append(ngettext("%(left)d of %(total)d jobs was due by then, or no longer pending, and was left alone",
-                              "%(left)d of %(total)d jobs were due by then, or no longer pending, and were left "
-                              "alone", left) % {"left": left, "total": p.count} if p.count > 1 else
-                     "the job was due by then, or no longer pending, and was left alone")
     elif left:
-        values = {"left": left, "total": p.count, "status": p.expected_status}
+        why = p.spec.left_alone or f"no longer {p.expected_status}"
         if p.count == 1:
-            parts.append(f"the job was no longer {p.expected_status} and was left alone")
+            parts.append(f"the job was {why} and was left alone")
         else:
-            parts.append(ngettext("%(left)d of %(total)d jobs was no longer %(status)s and was left alone",
-                                  "%(left)d of %(total)d jobs were no longer %(status)s and were left alone",
-                                  left) % values)
+            parts.append(ngettext("%(left)d of %(total)d jobs was %(why)s and was left alone",
+                                  "%(left)d of %(total)d jobs were %(why)s and were left alone",
+                                  left) % {"left": left, "total": p.count, "why": why})
     arrived = arrivals(p, after)
     if arrived and p.filter:
         parts.append(ngettext("%(n)d more job matching the filter arrived after the dry run and was not touched",
