@@ -18,7 +18,9 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   push was acknowledged before B's was first sent, the claim that first
   leased B (attempt 1) must not have been answered before the one that first
   leased A was sent. Jobs whose first lease went to an answer nobody saw
-  (a 5xx, a timeout) are not compared.
+  (a 5xx, a timeout) are not compared: their first lease seen has an
+  attempt above 1. (Not "a lease at attempt 1": a redrive from the dead
+  letters starts a job's attempts again, at the back of its queue.)
 * ``requeues`` — an operator's requeue (``chaos.requeuer``) answered 2xx
   moved only ids it was sent; a job it moved is still owed (``lost_pushes``);
   a complete or fail sent after the requeue was answered, with a lease
@@ -500,7 +502,8 @@ def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
 def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
     first_sent: dict[str, float] = {}  # job id -> when a push of it was first sent
     acked: dict[str, float] = {}  # job id -> when a push of it was first acknowledged
-    first_claim: dict[str, Call] = {}  # job id -> the answered claim that leased it at attempt 1
+    first_claim: dict[str, Call] = {}  # job id -> the first answered claim that leased it, if at attempt 1
+    seen: set[str] = set()  # job ids some answered claim leased
     for call in calls:
         if call.op == "push":
             for job_id in _pushed_ids(call):
@@ -509,8 +512,10 @@ def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
                     acked[job_id] = min(acked.get(job_id, call.end), call.end)
         elif call.op == "claim" and call.end is not None:
             for job in _jobs_of(call):
-                if job.get("attempt") == 1:
-                    first_claim.setdefault(str(job.get("id")), call)
+                job_id = str(job.get("id"))
+                if job_id not in seen and job.get("attempt") == 1:
+                    first_claim[job_id] = call
+                seen.add(job_id)
     # Sweep B by first send, keeping the latest first-claim start among the
     # A acknowledged before it: one later than B's first claim's answer is a
     # job that should have been handed out before B. A delayed A may rightly

@@ -479,6 +479,27 @@ def test_first_claims_in_push_order_and_redeliveries_pass_the_fifo_check() -> No
     assert verdict.figures["fifo_compared"] == 2
 
 
+def test_a_job_whose_first_lease_went_unseen_is_not_compared_after_a_redrive_starts_its_attempts_again() -> None:
+    # Seed 121 (s3): a's first lease went to a lost answer, its second was
+    # stopped into the dead letters, and the operator's redrive put it at the
+    # back at attempt 0; the claim that leased it then, at attempt 1, long
+    # after b, is not its first lease.
+    r = Recorder()
+    r.push("a")
+    r.push("b")
+    r.claim("a", "La", status=None, error="timeout", end=False)
+    first_claim(r, "a", "La2", attempt=2)
+    r.call("stop", {"jobs": ["a"], "expect": ["running"]}, answer={"result": ["a"]})
+    r.call("requeue", {"jobs": ["a"], "expect": ["dead"], "per_second": None}, answer={"result": ["a"]})
+    first_claim(r, "b", "Lb")
+    first_claim(r, "a", "La3")
+
+    verdict = check(r.final(jobs=["a", "b"]))
+
+    assert verdict.failures["fifo"] == []
+    assert verdict.figures["fifo_compared"] == 1
+
+
 def test_a_look_back_at_a_pending_job_answered_404_is_flagged_one_after_its_completion_is_not() -> None:
     r = Recorder()
     r.push("j1")
