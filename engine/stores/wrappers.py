@@ -7,7 +7,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
@@ -24,6 +24,14 @@ BANDWIDTH_PARAMETER = "bandwidth_mb_s"  # MB/s (10**6 bytes); 0 means unlimited
 MAX_LATENCY_SECONDS = 60.0  # a typo (ms for s) should fail loudly, not hang every request
 
 Fault = Literal["conflict", "lost", "landed"]
+_T = TypeVar("_T")
+
+
+def _sleep_until(deadline: float) -> None:
+    """Sleep until ``deadline`` (on ``time.monotonic``'s clock) if it is still ahead."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 class LatencyStore(ObjectStore):
@@ -31,6 +39,13 @@ class LatencyStore(ObjectStore):
     request, plus, for a get or put, the bytes moved ÷ ``bandwidth`` (bytes
     per second; None or 0: unlimited). Metadata calls (etag, delete, list)
     pay the latency only.
+
+    A call lasts its charge, or the inner store's own time if that is longer,
+    never the two added: the inner store stands in for the remote one, so its
+    time (a ``file://`` store's write and fsyncs, a few ms a commit) is spent
+    while the request is on the wire, not after it. As on a real store, the
+    inner call happens half a round trip in (after a put's bytes have been
+    sent): what it changes is visible to others before the caller hears back.
 
     The delay is a plain ``time.sleep`` in the calling thread, so it releases
     the GIL exactly as real network I/O would.
@@ -53,41 +68,50 @@ class LatencyStore(ObjectStore):
         """What moving ``size`` bytes costs on top of the latency."""
         return size / self.bandwidth if self.bandwidth else 0.0
 
+    def _round_trip(self, call: Callable[[], _T], sent: int = 0, received: Callable[[_T], int] | None = None) -> _T:
+        """Make ``call`` to the inner store as one request of ``sent`` bytes
+        whose answer carries ``received(result)`` bytes: it happens half the
+        round trip and the sent bytes in, and returns (or raises, as a refused
+        condition does) once the whole charge is spent, or when the inner call
+        ends if that is later."""
+        started = time.monotonic()
+        _sleep_until(started + self.latency / 2 + self.transfer_seconds(sent))
+        due = started + self.latency + self.transfer_seconds(sent)
+        try:
+            result = call()
+        except Exception:
+            _sleep_until(due)
+            raise
+        _sleep_until(due + (self.transfer_seconds(received(result)) if received is not None else 0.0))
+        return result
+
     def get(self, key: str) -> Blob | None:
-        time.sleep(self.latency)
-        blob = self.inner.get(key)
-        if blob is not None and self.bandwidth:
-            time.sleep(self.transfer_seconds(len(blob.data)))
-        return blob
+        return self._round_trip(lambda: self.inner.get(key),
+                                received=lambda blob: len(blob.data) if blob is not None else 0)
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        time.sleep(self.latency)
-        data = self.inner.get_range(key, start, length)
-        if data is not None and self.bandwidth:
-            time.sleep(self.transfer_seconds(len(data)))
-        return data
+        return self._round_trip(lambda: self.inner.get_range(key, start, length),
+                                received=lambda data: len(data) if data is not None else 0)
 
     def etag(self, key: str) -> str | None:
-        time.sleep(self.latency)
-        return self.inner.etag(key)
+        return self._round_trip(lambda: self.inner.etag(key))
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        time.sleep(self.latency + self.transfer_seconds(len(data)))
-        return self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match)
+        return self._round_trip(lambda: self.inner.put(key, data, if_match=if_match, if_none_match=if_none_match),
+                                sent=len(data))
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
     ) -> str:
-        time.sleep(self.latency + self.transfer_seconds(sum(map(len, parts))))
-        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        return self._round_trip(
+            lambda: self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match),
+            sent=sum(map(len, parts)))
 
     def delete(self, key: str) -> None:
-        time.sleep(self.latency)
-        self.inner.delete(key)
+        self._round_trip(lambda: self.inner.delete(key))
 
     def list(self, prefix: str = "") -> list[str]:
-        time.sleep(self.latency)
-        return self.inner.list(prefix)
+        return self._round_trip(lambda: self.inner.list(prefix))
 
     def describe(self) -> str:
         rate = f"{self.bandwidth / 1e6:g} MB/s" if self.bandwidth else "unlimited bandwidth"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import StoreConfigError
+from engine.errors import PreconditionFailed, StoreConfigError
 from engine.stores import FileStore, LatencyStore, MemoryStore, open_store
 
 
@@ -41,23 +41,97 @@ def test_latency_parameters_are_not_passed_to_the_inner_store() -> None:
     assert "unlimited bandwidth" in store.describe()
 
 
-def test_each_get_and_put_is_charged_its_bytes_at_the_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr("engine.stores.wrappers.time.sleep", slept.append)
+class _Clock:
+    """A fake ``time.monotonic`` that only ``time.sleep`` moves, and an inner
+    store whose calls each take ``inner_seconds`` of it, recording when."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.inner_seconds = 0.0
+        self.inner_calls: list[tuple[str, float]] = []
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.now += seconds
+
+    def inner(self, store: MemoryStore) -> MemoryStore:
+        clock = self
+
+        class Timed(MemoryStore):
+            def get(self, key: str):  # type: ignore[no-untyped-def]
+                return clock._call("get", lambda: store.get(key))
+
+            def put(self, key: str, data: bytes, **conditions: object):  # type: ignore[no-untyped-def]
+                return clock._call("put", lambda: store.put(key, data, **conditions))  # type: ignore[arg-type]
+
+            def put_parts(self, key: str, parts, **conditions: object):  # type: ignore[no-untyped-def]
+                return clock._call("put_parts", lambda: store.put_parts(key, parts, **conditions))  # type: ignore[arg-type]
+
+            def etag(self, key: str):  # type: ignore[no-untyped-def]
+                return clock._call("etag", lambda: store.etag(key))
+
+        return Timed()
+
+    def _call(self, name: str, call):  # type: ignore[no-untyped-def]
+        self.inner_calls.append((name, self.now))
+        self.now += self.inner_seconds
+        return call()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    clock = _Clock()
+    monkeypatch.setattr("engine.stores.wrappers.time.sleep", clock.sleep)
+    monkeypatch.setattr("engine.stores.wrappers.time.monotonic", lambda: clock.now)
+    return clock
+
+
+def _timed(clock: _Clock, call) -> float:  # type: ignore[no-untyped-def]
+    started = clock.now
+    call()
+    return clock.now - started
+
+
+def test_each_get_and_put_is_charged_its_bytes_at_the_bandwidth(clock: _Clock) -> None:
     store = open_store("latency+memory://bandwidth-test?latency_seconds=0.05&bandwidth_mb_s=2")
     assert isinstance(store, LatencyStore)
+    store.inner = clock.inner(MemoryStore())
 
-    store.put("a", b"x" * 1_000_000)  # 1 MB at 2 MB/s: half a second more
-    store.put_parts("b", [b"x" * 500_000, b"y" * 500_000])
+    # 1 MB at 2 MB/s: half a second more than the round trip.
+    assert _timed(clock, lambda: store.put("a", b"x" * 1_000_000)) == pytest.approx(0.55)
+    assert _timed(clock, lambda: store.put_parts("b", [b"x" * 500_000, b"y" * 500_000])) == pytest.approx(0.55)
     blob = store.get("a")
     assert blob is not None and len(blob.data) == 1_000_000
-    store.etag("a")  # metadata only: the latency alone
-    assert store.get("missing") is None
+    assert clock.now == pytest.approx(1.65)  # the round trip, then the bytes read
+    assert _timed(clock, lambda: store.etag("a")) == pytest.approx(0.05)  # metadata only: the latency alone
+    assert _timed(clock, lambda: store.get("missing")) == pytest.approx(0.05)
 
-    assert sum(slept[:1]) == pytest.approx(0.55)
-    assert sum(slept[1:2]) == pytest.approx(0.55)
-    assert sum(slept[2:4]) == pytest.approx(0.55)  # the round trip, then the bytes read
-    assert slept[4:] == [pytest.approx(0.05), pytest.approx(0.05)]
+
+def test_the_inner_stores_own_time_is_spent_inside_the_charge_not_added_to_it(clock: _Clock) -> None:
+    store = LatencyStore(clock.inner(MemoryStore()), latency=0.05, bandwidth=2e6)
+
+    # A file store's write and fsyncs stand in for the remote store's work:
+    # 20 ms of it inside a 550 ms put leaves the put at 550 ms...
+    clock.inner_seconds = 0.020
+    assert _timed(clock, lambda: store.put("a", b"x" * 1_000_000)) == pytest.approx(0.55)
+    # ...and it is done half a round trip and the bytes in, as a remote store
+    # takes a put once its bytes have arrived.
+    assert clock.inner_calls[-1] == ("put", pytest.approx(0.525))
+    # An inner store slower than the whole charge sets the time alone.
+    clock.inner_seconds = 0.2
+    assert _timed(clock, lambda: store.etag("a")) == pytest.approx(0.225)
+    # A read's bytes are charged from its start too: 25 + 200 ms inside its 550.
+    assert _timed(clock, lambda: store.get("a")) == pytest.approx(0.55)
+
+
+def test_a_refused_condition_takes_its_whole_round_trip(clock: _Clock) -> None:
+    store = LatencyStore(clock.inner(MemoryStore()), latency=0.05, bandwidth=None)
+    store.put("a", b"one")
+    with pytest.raises(PreconditionFailed):
+        _timed(clock, lambda: store.put("a", b"two", if_none_match=True))
+    assert clock.now == pytest.approx(0.10)
+    blob = store.get("a")
+    assert blob is not None and blob.data == b"one"
 
 
 @pytest.mark.parametrize(
