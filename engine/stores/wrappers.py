@@ -40,12 +40,13 @@ class LatencyStore(ObjectStore):
     per second; None or 0: unlimited). Metadata calls (etag, delete, list)
     pay the latency only.
 
-    A call lasts its charge, or the inner store's own time if that is longer,
-    never the two added: the inner store stands in for the remote one, so its
-    time (a ``file://`` store's write and fsyncs, a few ms a commit) is spent
-    while the request is on the wire, not after it. As on a real store, the
+    The inner store stands in for the remote one, so its own time (a
+    ``file://`` store's write and fsyncs, a few ms a commit) is spent while
+    the request is on the wire, not added after it. As on a real store, the
     inner call happens half a round trip in (after a put's bytes have been
-    sent): what it changes is visible to others before the caller hears back.
+    sent), so what it changes is visible to others before the caller hears
+    back; the call then ends when its charge is spent, or when the inner call
+    ends if that is later (an inner call longer than half the latency).
 
     The delay is a plain ``time.sleep`` in the calling thread, so it releases
     the GIL exactly as real network I/O would.
