@@ -12,12 +12,8 @@ run has sampled its RSS. Split from :mod:`bench.backlog_run`.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from bench.backlog_settle import _settle
+from bench.scratchdb import django_on_scratch_database
 from engine import Broker, EngineError, SegmentRef, newest_first
 
 if TYPE_CHECKING:
@@ -33,21 +30,13 @@ if TYPE_CHECKING:
 
 def _django() -> None:
     """Set Django up for the dashboard's code, unless it already is (a test),
-    on a scratch SQLite database of its own, migrated: the overview reads the
-    workers seen from it, as a node's does (without it, each probe timed a
-    refused query and logged that the table is missing)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
-    import django
+    on a scratch database, migrated: the overview reads the workers seen from
+    it, as a node's does (without it, each probe timed a refused query and
+    logged that the table is missing)."""
     from django.apps import apps
 
     if not apps.ready:
-        scratch = tempfile.mkdtemp(prefix="bench-backlog-db-")
-        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-        os.environ["DATABASE_URL"] = f"sqlite:///{scratch}/db.sqlite3"
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+        django_on_scratch_database("bench-backlog-db-")
 
 
 def _latest_snapshot(broker: Broker) -> Callable[[], Any]:

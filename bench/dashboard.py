@@ -20,17 +20,16 @@ own CPU cost, which is what grows with the document.
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+from bench.scratchdb import django_on_scratch_database
 
 DEFAULT_JOBS = 100_000
 
@@ -51,20 +50,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (default 5)")
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queueadmin.settings")
     os.environ["QUEUE_STORE_URL"] = f"memory://bench-dashboard-{uuid.uuid4().hex}"
     os.environ["QUEUE_HEARTBEAT_SECONDS"] = "3600"  # no idle commits while measuring
     os.environ["QUEUE_TAKEOVER_SECONDS"] = "7200"
-    # A database of its own, migrated here: the views audit and read plans.
-    scratch = tempfile.mkdtemp(prefix="bench-dashboard-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    os.environ["DATABASE_URL"] = f"sqlite:///{scratch}/db.sqlite3"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    django_on_scratch_database("bench-dashboard-")  # the views audit and read plans
     from django.contrib.auth.models import User
     from django.contrib.sessions.backends.base import SessionBase
     from django.http import HttpRequest
