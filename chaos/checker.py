@@ -502,8 +502,7 @@ def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
 def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
     first_sent: dict[str, float] = {}  # job id -> when a push of it was first sent
     acked: dict[str, float] = {}  # job id -> when a push of it was first acknowledged
-    first_claim: dict[str, Call] = {}  # job id -> the first answered claim that leased it, if at attempt 1
-    seen: set[str] = set()  # job ids some answered claim leased
+    first_lease: dict[str, tuple[Call, object]] = {}  # job id -> the first claim that leased it, at which attempt
     for call in calls:
         if call.op == "push":
             for job_id in _pushed_ids(call):
@@ -512,10 +511,8 @@ def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
                     acked[job_id] = min(acked.get(job_id, call.end), call.end)
         elif call.op == "claim" and call.end is not None:
             for job in _jobs_of(call):
-                job_id = str(job.get("id"))
-                if job_id not in seen and job.get("attempt") == 1:
-                    first_claim[job_id] = call
-                seen.add(job_id)
+                first_lease.setdefault(str(job.get("id")), (call, job.get("attempt")))
+    first_claim = {job_id: call for job_id, (call, attempt) in first_lease.items() if attempt == 1}
     # Sweep B by first send, keeping the latest first-claim start among the
     # A acknowledged before it: one later than B's first claim's answer is a
     # job that should have been handed out before B. A delayed A may rightly
