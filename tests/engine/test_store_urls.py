@@ -3,12 +3,17 @@ bandwidth charge per byte, for benchmarks."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.errors import PreconditionFailed, StoreConfigError
 from engine.stores import FileStore, LatencyStore, MemoryStore, open_store
+from engine.stores.base import Blob
 
 
 def test_latency_memory_url_wraps_the_named_memory_store() -> None:
@@ -54,28 +59,32 @@ class _Clock:
         assert seconds > 0
         self.now += seconds
 
-    def inner(self, store: MemoryStore) -> MemoryStore:
+    def inner(self) -> MemoryStore:
         clock = self
 
         class Timed(MemoryStore):
-            def get(self, key: str):  # type: ignore[no-untyped-def]
-                return clock._call("get", lambda: store.get(key))
+            def get(self, key: str) -> Blob | None:
+                clock.spend("get")
+                return MemoryStore.get(self, key)
 
-            def put(self, key: str, data: bytes, **conditions: object):  # type: ignore[no-untyped-def]
-                return clock._call("put", lambda: store.put(key, data, **conditions))  # type: ignore[arg-type]
+            def put(self, key: str, data: bytes, **conditions: Any) -> str:
+                clock.spend("put")
+                return MemoryStore.put(self, key, data, **conditions)
 
-            def put_parts(self, key: str, parts, **conditions: object):  # type: ignore[no-untyped-def]
-                return clock._call("put_parts", lambda: store.put_parts(key, parts, **conditions))  # type: ignore[arg-type]
+            def put_parts(self, key: str, parts: Sequence[bytes], **conditions: Any) -> str:
+                clock.spend("put_parts")
+                return MemoryStore.put_parts(self, key, parts, **conditions)
 
-            def etag(self, key: str):  # type: ignore[no-untyped-def]
-                return clock._call("etag", lambda: store.etag(key))
+            def etag(self, key: str) -> str | None:
+                clock.spend("etag")
+                return MemoryStore.etag(self, key)
 
         return Timed()
 
-    def _call(self, name: str, call):  # type: ignore[no-untyped-def]
+    def spend(self, name: str) -> None:
+        """An inner call starts now and takes ``inner_seconds``."""
         self.inner_calls.append((name, self.now))
         self.now += self.inner_seconds
-        return call()
 
 
 @pytest.fixture
@@ -95,7 +104,7 @@ def _timed(clock: _Clock, call) -> float:  # type: ignore[no-untyped-def]
 def test_each_get_and_put_is_charged_its_bytes_at_the_bandwidth(clock: _Clock) -> None:
     store = open_store("latency+memory://bandwidth-test?latency_seconds=0.05&bandwidth_mb_s=2")
     assert isinstance(store, LatencyStore)
-    store.inner = clock.inner(MemoryStore())
+    store.inner = clock.inner()
 
     # 1 MB at 2 MB/s: half a second more than the round trip.
     assert _timed(clock, lambda: store.put("a", b"x" * 1_000_000)) == pytest.approx(0.55)
@@ -108,7 +117,7 @@ def test_each_get_and_put_is_charged_its_bytes_at_the_bandwidth(clock: _Clock) -
 
 
 def test_the_inner_stores_own_time_is_spent_inside_the_charge_not_added_to_it(clock: _Clock) -> None:
-    store = LatencyStore(clock.inner(MemoryStore()), latency=0.05, bandwidth=2e6)
+    store = LatencyStore(clock.inner(), latency=0.05, bandwidth=2e6)
 
     # A file store's write and fsyncs stand in for the remote store's work:
     # 20 ms of it inside a 550 ms put leaves the put at 550 ms...
@@ -125,13 +134,42 @@ def test_the_inner_stores_own_time_is_spent_inside_the_charge_not_added_to_it(cl
 
 
 def test_a_refused_condition_takes_its_whole_round_trip(clock: _Clock) -> None:
-    store = LatencyStore(clock.inner(MemoryStore()), latency=0.05, bandwidth=None)
+    store = LatencyStore(clock.inner(), latency=0.05, bandwidth=None)
     store.put("a", b"one")
     with pytest.raises(PreconditionFailed):
         _timed(clock, lambda: store.put("a", b"two", if_none_match=True))
     assert clock.now == pytest.approx(0.10)
     blob = store.get("a")
     assert blob is not None and blob.data == b"one"
+
+
+@given(latency=st.sampled_from([0.0, 0.001, 0.05, 0.3]), bandwidth=st.sampled_from([None, 1e5, 1e8]),
+       inner_seconds=st.sampled_from([0.0, 0.004, 0.03, 0.5]), size=st.integers(0, 3_000_000),
+       kind=st.sampled_from(["put", "put_parts", "get"]))
+def test_every_call_ends_at_its_charge_or_its_inner_calls_end_whichever_is_later(
+    latency: float, bandwidth: float | None, inner_seconds: float, size: int, kind: str
+) -> None:
+    clock = _Clock()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("engine.stores.wrappers.time.sleep", clock.sleep)
+        patch.setattr("engine.stores.wrappers.time.monotonic", lambda: clock.now)
+        store = LatencyStore(clock.inner(), latency=latency, bandwidth=bandwidth)
+        data = b"x" * size
+        MemoryStore.put(store.inner, "read-me", data)  # what a get reads, set up outside the clock
+        clock.inner_seconds = inner_seconds
+        started = clock.now
+        if kind == "put":
+            store.put("k", data)
+        elif kind == "put_parts":
+            store.put_parts("k", [data[: size // 2], data[size // 2 :]])
+        else:
+            blob = store.get("read-me")
+            assert blob is not None and blob.data == data
+    bytes_time = size / bandwidth if bandwidth else 0.0
+    # A put's bytes go out before the inner call; a read's come back after it.
+    inner_start = latency / 2 + (bytes_time if kind != "get" else 0.0)
+    assert clock.inner_calls == [(kind, pytest.approx(started + inner_start))]
+    assert clock.now - started == pytest.approx(max(latency + bytes_time, inner_start + inner_seconds))
 
 
 @pytest.mark.parametrize(
