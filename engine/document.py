@@ -115,6 +115,13 @@ class QueueState(Eligibility):
         # yet); set by the committer. A revocation has landed when its seq is
         # at most this (revocation_landed).
         self.landed_seq = 0
+        # The latest time this state was stamped with: the ``now`` of the last
+        # batch applied to it, or the ``written_at`` of the version it was read
+        # from (None: unknown). A batch whose ``now`` reads earlier (the clock
+        # stepped back, or reads behind the last writer's) first brings leases
+        # and rate windows within their lengths of it (transitions.clock_behind).
+        # Not in the document as such: ``written_at`` is written at each commit.
+        self.clock_mark: datetime | None = None
         self.dirty = False
         # Encoded jobs and dead letters, in document order.
         self._encoded_jobs = EncodedSequence()

@@ -189,6 +189,20 @@ def _rate_limit(r: _Reader, value: Any, where: str) -> RateLimit:
                      window_started=r.integer(raw, "window_started", where))
 
 
+def _written_at(raw: Mapping[str, Any]) -> datetime | None:
+    """The version's ``written_at`` (its writer's clock), or None if it is
+    absent or not an ISO 8601 time with a zone. Informational, so never a
+    reason to refuse a document: it only seeds ``QueueState.clock_mark``."""
+    value = raw.get("written_at")
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = None) -> QueueState:
     """Parse ``data`` (the bytes of object ``key``) into a state. Raises DocumentError."""
     r = _Reader(key)
@@ -199,6 +213,7 @@ def parse_document(key: str, data: bytes, *, policy: Policy, etag: str | None = 
     state.recent.extend(recent)
     state.seq = header.seq
     state.writer = header.writer
+    state.clock_mark = _written_at(raw)
     state.etag = etag
     state.broker = header.broker
     for name, value in r.obj(r.field(raw, "queues", ""), "queues").items():

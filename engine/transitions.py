@@ -215,6 +215,37 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
     return state.broker.epoch
 
 
+def clock_behind(state: QueueState, now: datetime) -> int:
+    """Bring the state's deadlines within their lengths of ``now``, a time
+    earlier than one the state was already stamped with: the committing
+    clock stepped back (an NTP step, a VM restored), or reads behind the
+    clock of the node that wrote the version. Returns how many leases moved.
+
+    Without it, a lease stamped on the later clock would outlive its length
+    by the difference (a dead worker's job held that much longer), and a
+    rate window opened on it would hold its queue as long. So, as a takeover
+    does (:func:`take_over`): a running lease expires at most its full
+    length from ``now`` (it never gets less), and a rate window that starts
+    after ``now`` starts at ``now``, keeping its count. Due times (delayed
+    pushes, retry backoffs) and schedule marks keep the clock that stamped
+    them: a job due later stays due later, and a tick already handled does
+    not fire again (docs/format.md, "Clocks")."""
+    moved = 0
+    for job in [j for j in state.jobs.values() if j.lease is not None]:
+        lease = job.lease
+        assert lease is not None
+        latest = now + timedelta(seconds=lease.seconds)
+        if lease.expires_at > latest:
+            state.replace_job(job._replace(lease=lease._replace(expires_at=latest)))
+            moved += 1  # (replace_job marks the state dirty)
+    for counters in state.queues.values():
+        limit = counters.rate_limit
+        if limit is not None and (taken := limit.taken_over(now)) is not limit:
+            counters.rate_limit = taken
+            state.dirty = True
+    return moved
+
+
 _TRANSITIONS: dict[type, Any] = {
     Push: push,
     Claim: claim,
@@ -254,6 +285,9 @@ def apply_batch(state: QueueState, ops: list[Operation], now: datetime) -> list[
     """Expire due leases and prune the dedup window, then apply ``ops`` in
     order. Each entry of the result is the operation's outcome, or the
     QueueError it raised; one operation's error never affects the others."""
+    if state.clock_mark is not None and now < state.clock_mark:
+        clock_behind(state, now)
+    state.clock_mark = now
     expire(state, None, now)
     # Pruning alone does not make the state dirty: an idle node must not
     # write for it (I11); the next commit carries it.

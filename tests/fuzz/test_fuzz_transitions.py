@@ -2,8 +2,8 @@
 
 Hypothesis runs random sequences of push, claim, heartbeat, complete, fail,
 expire, requeue, stop, purge, pause/resume, concurrency and rate limits and forget on one :class:`QueueState`, with a
-clock it moves itself, beside a small reference model of what each step
-must do. After every step it checks:
+clock it moves itself (and sometimes steps back, as an NTP step does), beside a small reference model of what each
+step must do. After every step it checks:
 
 * the state equals the model: each job's status, attempts and lease, the
   FIFO order (I7) and the dead-letter order;
@@ -50,7 +50,7 @@ from engine.ops import (
     requeue_op,
     stop_op,
 )
-from engine.transitions import apply, expire
+from engine.transitions import apply, apply_batch, expire
 from tests.fuzz.profiles import scaled
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -483,6 +483,23 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(seconds=st.one_of(st.integers(0, 40), st.sampled_from([1, 3, 5, 30])))
     def advance(self, seconds: int) -> None:
         self.now += timedelta(seconds=seconds)
+
+    @rule(seconds=st.sampled_from([1, 5, 30, 3600]))
+    def clock_steps_back(self, seconds: int) -> None:
+        """The leader's clock steps back (an NTP step): its next batch keeps every lease within its
+        length of the new now and starts a rate window that starts later at it, keeping its count
+        (``transitions.clock_behind``); due times keep the clock that stamped them."""
+        self.model_expire()
+        apply_batch(self.state, [], self.now)  # the last batch before the step stamps the mark
+        self.now -= timedelta(seconds=seconds)
+        apply_batch(self.state, [], self.now)
+        for job in self.jobs.values():
+            if job.expires_at is not None:
+                job.expires_at = min(job.expires_at, self.now + timedelta(seconds=job.seconds))
+        for counters in self.counters.values():
+            rate = counters["rate_limit"]
+            if rate is not None and rate["start"] is not None and rate["start"] > self.now:
+                rate["start"] = self.now
 
     @precondition(lambda self: bool(self.completed))
     @rule(data=st.data())
