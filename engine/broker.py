@@ -147,6 +147,11 @@ class Broker(BrokerCalls):
         #: Commit counters for this node's lifetime, shared by every committer it runs.
         self.stats = CommitStats()
         self._seen_seq = 0
+        # The seq this standby's watch saw the document change to, and when
+        # (monotonic), set as one tuple (None: it has not seen one version
+        # follow another): how long the leader has been quiet, on this node's
+        # own clock (quiet).
+        self._changed: tuple[int, float] | None = None
         self.presence = Presence(store, key, writer=self.id)  # I10, shared with each committer
         self._committer: GroupCommitter | None = None
         self._keeper: LaneKeeper | None = None  # format 2's background work, while leading
@@ -205,6 +210,19 @@ class Broker(BrokerCalls):
         if self.role == "leader" and committer is not None:
             return committer.committed_seq
         return self._seen_seq
+
+    def quiet(self) -> tuple[int, float] | None:
+        """On a standby: the seq its watch last saw the document change to,
+        and the seconds since, on this node's monotonic clock (at most a poll
+        later than the commit), as a takeover counts them: the leader's quiet
+        time, without comparing the two nodes' wall clocks. None on the
+        leader, and until the watch has seen one version follow another.
+        No I/O."""
+        changed = self._changed
+        if self.role == "leader" or changed is None:
+            return None
+        seq, at = changed
+        return seq, max(self.monotonic() - at, 0.0)
 
     @property
     def leader_url(self) -> str | None:
@@ -278,6 +296,8 @@ class Broker(BrokerCalls):
             self._store_ok_at = self.monotonic()
             if etag != last_etag:
                 blob = self.store.get(self.key)
+                # The first read of a watch is not a change it saw happen.
+                seen_change = self._changed is not None or type(last_etag) is not object
                 last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
                 # The leader writes every heartbeat, so this runs every poll:
                 # read only the header, whose cost does not grow with the
@@ -285,6 +305,8 @@ class Broker(BrokerCalls):
                 header = self._parse_header(blob)
                 self.leader = header.broker
                 self._seen_seq = header.seq
+                if seen_change:
+                    self._changed = (header.seq, changed_at)
                 self.last_error = None
                 self._unreadable = None
                 if self._should_take_over_now(header.broker):

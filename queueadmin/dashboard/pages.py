@@ -23,6 +23,7 @@ from engine.wire import HIDDEN_TOKEN
 from queueadmin import config
 from queueadmin.api.forward import insecure_key
 from queueadmin.dashboard import redaction, segments
+from queueadmin.dashboard.clocks import clock_warning, commit_timing
 from queueadmin.dashboard.joblist import find_job, task_call, waits
 from queueadmin.dashboard.schedules import late_schedules, pauses_of, pushed_by
 from queueadmin.dashboard.snapshot import Doc, QueueSummary, Snapshot, moment
@@ -68,7 +69,9 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
     rows = [{"q": q, "oldest_age": _age(now, q.oldest_pending_at), **pace(q, rates.get(name))}
             for name, q in snapshot.queues.items()]
     node = source.node()
-    commit_age = _age(now, snapshot.written_at)
+    # On a standby, measured on its own clock: the two wall clocks may differ (clocks.py).
+    commit_age, skew = commit_timing(snapshot, node)
+    clock = clock_warning(skew, node.poll_seconds)
     heartbeat = config.heartbeat_seconds()
     return {
         "snapshot": snapshot,
@@ -80,7 +83,8 @@ def overview(snapshot: Snapshot) -> dict[str, Any]:
         "commit_late": commit_age is not None and commit_age > 3 * heartbeat,
         "heartbeat_seconds": heartbeat,
         "takeover_seconds": config.takeover_seconds(),
-        "alerts": [*alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat), *node_alerts(snapshot, node.role)],
+        "alerts": [*alerts(snapshot, commit_age=commit_age, heartbeat=heartbeat), *node_alerts(snapshot, node.role),
+                   *([Alert("warn", clock)] if clock else [])],
         "totals": snapshot.status_counts(),
     }
 

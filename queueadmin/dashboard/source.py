@@ -63,6 +63,11 @@ class NodeInfo:
     commit_ms_max: float | None
     commits: int | None
     mean_batch: float | None
+    #: On a standby: the seq its watch last saw the document change to and
+    #: the seconds since, on its own monotonic clock (Broker.quiet), and how
+    #: often it looks (so it sees a change at most this much late).
+    quiet: tuple[int, float] | None = None
+    poll_seconds: float = 0.0
 
 
 class SnapshotSource:
@@ -191,6 +196,8 @@ class SnapshotSource:
             commit_ms_max=latencies[-1] if latencies else None,
             commits=stats.commits if stats else None,
             mean_batch=stats.mean_batch if stats else None,
+            quiet=broker.quiet(),
+            poll_seconds=broker.poll_seconds,
         )
 
 

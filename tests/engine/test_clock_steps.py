@@ -69,3 +69,36 @@ def test_a_leader_whose_clock_steps_back_an_hour_hands_a_dead_workers_job_out_ag
         assert [(job.id, job.attempt) for job in again] == [(first.id, 2)]
     finally:
         broker.stop(timeout=10)
+
+
+def test_a_standby_measures_the_leaders_quiet_time_on_its_own_monotonic_clock() -> None:
+    """What the standby's dashboard shows as the last commit's age, whatever the two wall clocks say
+    (queueadmin/dashboard/clocks.py): the time since its watch saw the document change."""
+    store = MemoryStore()
+    leader = Broker(store, url="http://leader", key=KEY, heartbeat_seconds=30, takeover_seconds=60).start()
+    mono = [100.0]
+    standby = Broker(store, url="http://standby", key=KEY, heartbeat_seconds=0.02, takeover_seconds=60,
+                     monotonic=lambda: mono[0])
+    try:
+        wait_for(lambda: leader.role == "leader", what="a leader")
+        standby.start()
+        wait_for(lambda: standby.seq == leader.seq, what="the standby's first read")
+        assert standby.quiet() is None  # a first read is not a change it saw happen
+
+        committer = leader.committer
+        assert committer is not None
+        committer.push("q", [{"n": 1}])
+        wait_for(lambda: standby.quiet() is not None, what="the standby seeing the push's commit")
+        assert standby.quiet() == (leader.seq, 0.0)
+        mono[0] = 107.5
+        assert standby.quiet() == (leader.seq, 7.5)
+        assert standby.role == "standby"  # 7.5 of its 60 s
+        assert leader.quiet() is None  # the leader knows its own commits
+
+        leader.stop(timeout=10)
+        mono[0] = 200.0  # 100 s of its clock without a change: it takes over
+        wait_for(lambda: standby.role == "leader", what="the takeover")
+        assert standby.quiet() is None
+    finally:
+        standby.stop(timeout=10)
+        leader.stop(timeout=10)

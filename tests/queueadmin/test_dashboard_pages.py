@@ -6,6 +6,7 @@ never change the document, so most tests also check its bytes are unchanged.
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import replace
 from datetime import timedelta
@@ -575,3 +576,49 @@ def test_a_delayed_jobs_page_says_when_it_comes_due_and_once_due_since_when(
     clock_ahead(monkeypatch, timedelta(minutes=13))
     text = re.sub(r"\s+", " ", viewer.get(f"/jobs/{job_id}/").content.decode())
     assert re.search(r"<dt>Not before</dt><dd>.*? \(due (2|3) min ago\)</dd>", text)
+
+
+def _standby_that_saw_the_last_commit(monkeypatch: pytest.MonkeyPatch, quiet_seconds: float) -> None:
+    """This node's broker as a standby whose watch saw the shown version land ``quiet_seconds`` ago on its
+    own monotonic clock (engine.Broker.quiet), looking every half second."""
+    as_it_is = source.node
+    monkeypatch.setattr(source, "node", lambda: replace(
+        as_it_is(), role="standby", quiet=(source.current(fresh_seconds=3600).seq, quiet_seconds), poll_seconds=0.5))
+
+
+@pytest.mark.parametrize(("ahead", "warning"), [
+    (30, r"This node's clock reads at least (29|30|31|32) s ahead of the leader's"),
+    (-30, r"This node's clock reads at least (27|28|29|30) s behind the leader's"),
+    (0, None),  # within the poll and the margin: nothing to say
+])
+def test_a_standby_shows_the_leaders_quiet_time_on_its_own_clock_and_says_when_the_clocks_differ(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch, ahead: int, warning: str | None) -> None:
+    push(broker, "q", [1])  # a commit just now, on the leader's clock
+    clock_ahead(monkeypatch, timedelta(seconds=ahead))  # this node's wall clock
+    _standby_that_saw_the_last_commit(monkeypatch, 0.1)
+
+    response = viewer.get("/")
+    page = html.unescape(re.sub(r"\s+", " ", response.content.decode()))
+
+    assert response.context["commit_age"] == 0.1  # not the two wall clocks' 30 s, or -30 s
+    assert "No commit for" not in page
+    found = re.search(r"This node's clock reads at least \d+ s (ahead of|behind) the leader's", page)
+    if warning is None:
+        assert found is None
+    else:
+        assert found is not None and re.fullmatch(warning, found.group(0))
+        assert "keep the nodes on NTP" in page
+
+
+def test_a_standby_whose_clock_runs_behind_still_warns_of_a_quiet_leader(
+        broker: Broker, viewer: Client, monkeypatch: pytest.MonkeyPatch, settings: SettingsWrapper) -> None:
+    """By the two wall clocks, the last commit lies in this node's future and the leader never looks late."""
+    settings.QUEUE_HEARTBEAT_SECONDS = 2  # what the page expects of the leader
+    push(broker, "q", [1])
+    clock_ahead(monkeypatch, timedelta(seconds=-60))
+    _standby_that_saw_the_last_commit(monkeypatch, 40.0)  # nothing landed for 40 s of its own clock
+
+    page = html.unescape(re.sub(r"\s+", " ", viewer.get("/").content.decode()))
+
+    assert "No commit for 40 s; the leader commits at least every 2 s. Is the leader down?" in page
+    assert re.search(r"reads at least (97|98|99|100) s behind the leader's", page)  # -60 - 40 by the clocks
