@@ -115,7 +115,7 @@ class QueueState(Eligibility):
         # yet); set by the committer. A revocation has landed when its seq is
         # at most this (revocation_landed).
         self.landed_seq = 0
-        # The latest time this state was stamped with: the ``now`` of the last
+        # The time this state was last stamped with: the ``now`` of the last
         # batch applied to it, or the ``written_at`` of the version it was read
         # from (None: unknown). A batch whose ``now`` reads earlier (the clock
         # stepped back, or reads behind the last writer's) first brings leases
