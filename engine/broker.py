@@ -68,6 +68,10 @@ from engine.transitions import apply
 from engine.waiters import WaitingClaims
 
 log = logging.getLogger(__name__)
+# The ETag a standby's watch starts from: it matches none, so the first read
+# counts as a change (the watch then knows the document), but not as one seen
+# happen (Broker.quiet).
+_NOT_READ = object()
 
 DEFAULT_HEARTBEAT_SECONDS = 2.0
 DEFAULT_TAKEOVER_SECONDS = 10.0
@@ -258,7 +262,7 @@ class Broker(BrokerCalls):
     # -- election --------------------------------------------------------------
 
     def _run(self) -> None:
-        last_etag: object = object()  # matches no ETag, so the first read counts as a change
+        last_etag: object = _NOT_READ  # matches no ETag, so the first read counts as a change
         changed_at = self.monotonic()
         while True:
             # Cleared before each step (and before checking for a stop), never
@@ -297,7 +301,7 @@ class Broker(BrokerCalls):
             if etag != last_etag:
                 blob = self.store.get(self.key)
                 # The first read of a watch is not a change it saw happen.
-                seen_change = self._changed is not None or type(last_etag) is not object
+                seen_change = self._changed is not None or last_etag is not _NOT_READ
                 last_etag, changed_at = (blob.etag if blob is not None else None), self.monotonic()
                 # The leader writes every heartbeat, so this runs every poll:
                 # read only the header, whose cost does not grow with the

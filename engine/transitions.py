@@ -208,11 +208,23 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
         assert job.lease is not None
         lease = job.lease._replace(expires_at=now + timedelta(seconds=job.lease.seconds))
         state.replace_job(job._replace(lease=lease))
-    for counters in state.queues.values():
-        if counters.rate_limit is not None:
-            counters.rate_limit = counters.rate_limit.taken_over(now)
+    _windows_from(state, now)
     state.dirty = True
     return state.broker.epoch
+
+
+def _windows_from(state: QueueState, now: datetime) -> bool:
+    """Start every rate window that starts after ``now`` at ``now``, keeping
+    its count (:meth:`~engine.rates.RateLimit.taken_over`): the clock
+    committing reads earlier than the one that opened it. Returns whether
+    one moved (the state is then dirty)."""
+    moved = False
+    for counters in state.queues.values():
+        limit = counters.rate_limit
+        if limit is not None and (taken := limit.taken_over(now)) is not limit:
+            counters.rate_limit = taken
+            state.dirty = moved = True
+    return moved
 
 
 def clock_behind(state: QueueState, now: datetime) -> int:
@@ -238,11 +250,7 @@ def clock_behind(state: QueueState, now: datetime) -> int:
         if lease.expires_at > latest:
             state.replace_job(job._replace(lease=lease._replace(expires_at=latest)))
             moved += 1  # (replace_job marks the state dirty)
-    for counters in state.queues.values():
-        limit = counters.rate_limit
-        if limit is not None and (taken := limit.taken_over(now)) is not limit:
-            counters.rate_limit = taken
-            state.dirty = True
+    _windows_from(state, now)
     return moved
 
 
