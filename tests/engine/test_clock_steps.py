@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from engine import Broker, ClaimedJob, MemoryStore, Policy
+from engine import Broker, ClaimedJob, DirectClient, MemoryStore, Policy
 from tests.helpers import KEY, wait_for
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -102,3 +102,20 @@ def test_a_standby_measures_the_leaders_quiet_time_on_its_own_monotonic_clock() 
     finally:
         standby.stop(timeout=10)
         leader.stop(timeout=10)
+
+
+def test_a_direct_client_whose_clock_reads_behind_the_last_writers_keeps_its_leases_within_their_length() -> None:
+    """Two engine.DirectClients on one store, one clock an hour ahead of the other: the version the first
+    wrote carries its clock (``written_at``), and the second's next call, a claim that finds nothing,
+    brings the lease the first stamped within 30 s of its own clock and writes it (docs/format.md, "Clocks")."""
+    store = MemoryStore()
+    ahead = DirectClient(store, key=KEY, clock=lambda: T0 + timedelta(hours=1))
+    behind = DirectClient(store, key=KEY, clock=lambda: T0)
+    ahead.push("q", [{"n": 1}], ids=["job-1"])
+    [leased] = ahead.claim("dies", ["q"], lease_seconds=30)
+
+    assert behind.claim("w2", ["q"]) == []
+
+    [job] = _stored(store)["jobs"]  # type: ignore[misc]
+    assert job["id"] == leased.id and job["lease"]["expires_at"] == "2026-12-06T12:00:30Z"
+    assert behind.get_job("job-1")["status"] == "running"
