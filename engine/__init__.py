@@ -63,6 +63,7 @@ from engine.errors import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    StoreUnsafe,
     Unauthorized,
     ValidationError,
 )
@@ -114,6 +115,7 @@ from engine.schedules import (
     tick_of,
 )
 from engine.segments import JOB_LOOKUP_READS, SEGMENT_KINDS, DelayedRef, SegmentRef, newest_first, read_segment
+from engine.storecheck import check_conditions
 from engine.stores import Blob, FaultyStore, FileStore, LatencyStore, MemoryStore, ObjectStore, check_key, open_store
 from engine.waiters import WaitingClaims
 from engine.worker import PermanentFailure, Worker, WorkerStats, new_worker_id
@@ -209,6 +211,7 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "StoreUnsafe",
     "Unauthorized",
     "ValidationError",
     "WaitingClaims",
@@ -217,6 +220,7 @@ __all__ = [
     "WorkerStats",
     "cancelled",
     "check_cancelled",
+    "check_conditions",
     "check_key",
     "check_schedule_name",
     "counters_dict",

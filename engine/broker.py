@@ -52,6 +52,7 @@ from engine.errors import (
     NotLeader,
     PreconditionFailed,
     StoreError,
+    StoreUnsafe,
 )
 from engine.laneplans import REFILL_LEAD_SECONDS
 from engine.lanes import LaneKeeper
@@ -63,6 +64,7 @@ from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
 from engine.schedules import Schedule, fire_op
+from engine.storecheck import check_conditions
 from engine.stores.base import ObjectStore
 from engine.transitions import apply
 from engine.waiters import WaitingClaims
@@ -108,6 +110,7 @@ class Broker(BrokerCalls):
         on_commit: Callable[[QueueState], None] | None = None,
         on_departures: Callable[[list[Departure]], None] | None = None,
         schedules: Sequence[Schedule] = (),
+        check_store: bool = True,
     ) -> None:
         if not 0 < heartbeat_seconds < takeover_seconds:
             raise ValueError("need 0 < heartbeat_seconds < takeover_seconds")
@@ -146,6 +149,11 @@ class Broker(BrokerCalls):
         # When (monotonic) this node last reached the store: a standby's ETag
         # check or read, a leader's landed heartbeat. For readiness probes.
         self._store_ok_at: float | None = None
+        # Whether the store showed that it honours conditional writes (checked
+        # once, before this node first reads the document: engine.storecheck),
+        # and, if it showed it does not, why: then this node never writes.
+        self._store_checked = not check_store
+        self.store_unsafe: StoreUnsafe | None = None
         #: Takeovers this node won (each raised the epoch), for health pages and /metrics.
         self.takeovers = 0
         #: Commit counters for this node's lifetime, shared by every committer it runs.
@@ -257,6 +265,7 @@ class Broker(BrokerCalls):
             missing=self.presence.missing,
             unreadable=self._unreadable,
             last_error=self.last_error,
+            unsafe=self.store_unsafe,
         )
 
     # -- election --------------------------------------------------------------
@@ -277,12 +286,35 @@ class Broker(BrokerCalls):
                     self._heartbeat()
                     self._wake.wait(self._leader_wait())
                     continue
-                last_etag, changed_at = self._watch(last_etag, changed_at)
+                if self._store_checked or self._check_store():
+                    last_etag, changed_at = self._watch(last_etag, changed_at)
             except Exception:  # a bug: log it and keep the node alive (I8)
                 log.exception("broker %s: control step failed unexpectedly", self.id)
                 self.last_error = "the control loop failed unexpectedly; see the log"
             # Just took over: the first heartbeat comes sooner if a schedule's tick does.
             self._wake.wait(min(self.poll_seconds, self._leader_wait()) if self.role == "leader" else self.poll_seconds)
+
+    def _check_store(self) -> bool:
+        """Check that the store honours conditional writes (on a probe object
+        of its own, engine.storecheck) and say whether it does. A transient
+        failure is tried again at the next poll; a store that broke a rule is
+        never written by this node (``store_unsafe``, readiness and the log
+        say why): two writers' versions would overwrite each other there."""
+        if self.store_unsafe is not None:
+            return False
+        try:
+            check_conditions(self.store, self.key)
+        except StoreUnsafe as exc:
+            self.store_unsafe = exc
+            self.last_error = str(exc)
+            log.error("broker %s: %s", self.id, exc)
+            return False
+        except StoreError as exc:
+            self.last_error = f"checking that the store honours conditional writes: {exc}"
+            log.warning("broker %s: %s", self.id, self.last_error)
+            return False
+        self._store_checked = True
+        return True
 
     @property
     def poll_seconds(self) -> float:

@@ -8,6 +8,7 @@ Every error the engine raises derives from :class:`EngineError`::
     │   ├── StoreUnavailable       transient: timeout, 5xx, throttling; the write may have landed
     │   │   └── BrokerUnavailable  no broker answered a BrokerClient: refused, reset, timed out
     │   └── StoreConfigError       bad store URL, missing credentials or bucket; retrying won't help
+    │       └── StoreUnsafe        the store does not honour conditional writes; nothing is written there
     ├── DocumentError              queue.json cannot be read safely (corrupt, foreign, unknown format)
     │   ├── DocumentMissing        queue.json existed and is gone; it is not re-created (I10)
     │   └── SegmentUnreadable      a segment the document references is missing or does not verify
@@ -82,6 +83,22 @@ class StoreConfigError(StoreError):
     missing or rejected credentials. Fix the configuration; retrying won't help."""
 
     code = "store_config"
+
+
+class StoreUnsafe(StoreConfigError):
+    """The store accepted a write it should have refused (or refused one it
+    should have accepted): conditional writes do not work there, so two
+    writers could overwrite each other's versions and acknowledged
+    operations would be lost. Nothing was written to the document. Use a
+    store that supports ``If-Match`` and ``If-None-Match: *`` (AWS S3, MinIO,
+    R2, GCS, Azure Blob Storage), or remove what strips the headers. Its
+    code is its parent's (``store_config``): no broker answers it, since a
+    node that found it never leads."""
+
+    def __init__(self, problem: str, store: str = "the store") -> None:
+        super().__init__(f"{store}: {problem}; conditional writes do not work on this store, so queueadmin "
+                         "will not write its document there")
+        self.problem = problem
 
 
 class DocumentError(EngineError):

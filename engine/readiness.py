@@ -6,7 +6,8 @@ or a read of the document) within that interval: then a request it gets is
 either served (leader) or answered ``not_leader`` with the leader's URL
 (standby), which a client follows. It is not ready while the document is
 lost (I10) or does not parse (I6), while it cannot reach the store, before
-its first read, and once stopped. Pure: :func:`assess` takes what the broker
+its first read, once stopped, and for good on a store that does not honour
+conditional writes (:mod:`engine.storecheck`). Pure: :func:`assess` takes what the broker
 knows and does no I/O.
 """
 
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 #: Why a node is not ready (``None`` when it is).
-NotReady = Literal["stopped", "starting", "document_missing", "document_unreadable", "store_unreachable"]
+NotReady = Literal[
+    "stopped", "starting", "store_unsafe", "document_missing", "document_unreadable", "store_unreachable"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,11 +45,13 @@ def assess(
     missing: Exception | None,
     unreadable: Exception | None,
     last_error: str | None,
+    unsafe: Exception | None = None,
 ) -> Readiness:
     """The readiness of a node in ``role`` that last reached the store at
     monotonic ``store_ok_at`` (None: never), at ``now``. ``missing`` and
     ``unreadable`` are the document's problems (DocumentMissing, DocumentError)
-    if any; ``last_error`` is the node's latest store or election error."""
+    if any; ``last_error`` is the node's latest store or election error;
+    ``unsafe`` the StoreUnsafe its store check raised, if it did."""
     age = None if store_ok_at is None else max(0.0, now - store_ok_at)
 
     def refuse(reason: NotReady, message: str) -> Readiness:
@@ -54,6 +59,8 @@ def assess(
 
     if role == "stopped":
         return refuse("stopped", "the broker is not running on this node")
+    if unsafe is not None:
+        return refuse("store_unsafe", str(unsafe))
     if missing is not None:
         return refuse("document_missing", str(missing))
     if unreadable is not None:

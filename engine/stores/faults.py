@@ -13,6 +13,8 @@ which faults to inject, with what probability::
       "ops": ["put"],        # the calls the faults apply to (default: every call)
       "freeze": "token-7",   # the next write stops this process (SIGSTOP) in the middle of
                              # sending its body, once per distinct token; someone else must SIGCONT it
+      "unconditional": true, # writes drop their If-Match / If-None-Match, as a store or proxy
+                             # that ignores them would (engine.storecheck must refuse such a store)
       "seed": 1              # seeds this process's fault dice when the file changes
     }
 
@@ -57,13 +59,14 @@ STATS_INTERVAL_SECONDS = 0.2
 DEFAULT_SLOW_SECONDS = 0.5
 DEFAULT_HANG_SECONDS = 10.0
 OPS = ("get", "etag", "put", "delete", "list")
-KINDS = ("error", "lost", "slow", "hang", "freeze")
+KINDS = ("error", "lost", "slow", "hang", "freeze", "unconditional")
 
 
 class FaultPlan:
     """The faults a control file asks for (all off by default)."""
 
-    __slots__ = ("error", "freeze", "hang", "hang_seconds", "lost", "ops", "seed", "slow", "slow_seconds")
+    __slots__ = ("error", "freeze", "hang", "hang_seconds", "lost", "ops", "seed", "slow", "slow_seconds",
+                 "unconditional")
 
     def __init__(self, spec: dict[str, Any] | None = None) -> None:
         spec = spec or {}
@@ -79,6 +82,10 @@ class FaultPlan:
         self.ops = frozenset(ops)
         freeze = spec.get("freeze")
         self.freeze = freeze if isinstance(freeze, str) and freeze else None
+        unconditional = spec.get("unconditional", False)
+        if not isinstance(unconditional, bool):
+            raise ValueError(f"unconditional must be true or false, got {unconditional!r}")
+        self.unconditional = unconditional
         seed = spec.get("seed")
         self.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
@@ -268,6 +275,10 @@ class FaultStore(ObjectStore):
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
     ) -> str:
         fault, plan = self._before("put")
+        if plan.unconditional and (if_match is not None or if_none_match):
+            with self._lock:
+                self.faults["unconditional"] += 1
+            if_match, if_none_match = None, False
         if fault == "slow":
             seconds = plan.slow_seconds
             parts = _SlowParts(parts, lambda: time.sleep(seconds))

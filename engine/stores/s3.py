@@ -59,7 +59,7 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 
-from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
+from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable, StoreUnsafe
 from engine.stores.base import Blob, check_endpoint, check_range, check_write_args
 from engine.stores.cloud import CloudStore
 
@@ -272,6 +272,12 @@ class S3Store(CloudStore["S3Client"]):
                 if _code(exc) == "NoSuchKey":
                     raise PreconditionFailed(f"{key} in {self.describe()} no longer exists") from exc
                 raise PreconditionFailed(f"{key} in {self.describe()} changed since it was read") from exc
+            if conditional and _code(exc) == "NotImplemented":
+                # What S3 itself answered before it had conditional writes, and
+                # what a compatible store without them answers: never retried.
+                header = "If-Match" if if_match is not None else "If-None-Match"
+                raise StoreUnsafe(f"a put with {header} was answered NotImplemented (HTTP {_status(exc)})",
+                                  self.describe()) from exc
             self._raise(exc, "put", key)
         except (BotoCoreError, *_TRANSIENT_ERRORS) as exc:
             self._raise(exc, "put", key)

@@ -1,5 +1,5 @@
 """Management commands for the queue (``queueworker``, ``enqueue``,
-``queuestatus``, ``queueinit``), and what they share: turning options into a
+``queuestatus``, ``queueinit``, ``queuecheck``, ...), and what they share: turning options into a
 :class:`engine.http_client.BrokerClient` (built by :func:`queueadmin.config.broker_client`),
 and opening the store for the commands that read or write it directly."""
 

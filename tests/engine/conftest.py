@@ -1,6 +1,7 @@
 """Engine fixtures: ``any_store``, one fresh store per backend (S3 fixtures
 come from tests/s3_fixtures.py, GCS and Azure ones from tests/cloud_fixtures.py),
-and ``make_broker``, brokers with fast intervals that are stopped after the test."""
+``make_broker``, brokers with fast intervals that are stopped after the test,
+and ``scripted_s3`` (tests/engine/scripted_s3.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from engine import Broker
 from engine.stores import ObjectStore, open_store
+from tests.engine.scripted_s3 import scripted_s3  # noqa: F401 (the fixture, for every engine test module)
 
 #: The brokers' heartbeat and takeover interval in tests: fast, and far enough apart.
 BEAT = 0.05

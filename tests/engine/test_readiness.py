@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engine import Broker, DocumentError, DocumentMissing, FaultyStore, MemoryStore, StoreUnavailable
+from engine import Broker, DocumentError, DocumentMissing, FaultyStore, MemoryStore, StoreUnavailable, StoreUnsafe
 from engine.readiness import assess
 from tests.helpers import KEY, wait_for
 
@@ -21,6 +21,8 @@ def test_the_rule_in_each_state() -> None:
     missing, unreadable = DocumentMissing("queue.json", "it is gone"), DocumentError("queue.json", "not JSON")
     cases = {
         "stopped": assess(role="stopped", **fresh),
+        "store_unsafe": assess(role="standby", **{**fresh, "store_ok_at": None},
+                               unsafe=StoreUnsafe("a second create replaced the first", "s3://b")),
         "starting": assess(role="standby", **{**fresh, "store_ok_at": None, "last_error": "connection refused"}),
         "document_missing": assess(role="standby", **{**fresh, "missing": missing}),
         "document_unreadable": assess(role="standby", **{**fresh, "unreadable": unreadable}),
@@ -30,6 +32,7 @@ def test_the_rule_in_each_state() -> None:
         assert not readiness.ready and readiness.reason == reason, readiness
     assert "connection refused" in cases["starting"].message
     assert "gone" in cases["document_missing"].message
+    assert "s3://b: a second create replaced the first" in cases["store_unsafe"].message
     assert "1.5 s ago" in cases["store_unreachable"].message and "timed out" in cases["store_unreachable"].message
 
 

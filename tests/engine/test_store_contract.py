@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
@@ -20,7 +19,7 @@ import pytest
 from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable
 from engine.stores import FileStore, ObjectStore, open_store
 from engine.stores.s3 import S3Store
-from tests.engine.scripted_http import Reply, Script, ScriptedServers
+from tests.engine.scripted_s3 import Scripted, list_page, s3_reply
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LARGE_OBJECT_BYTES = 5 * 1024 * 1024
@@ -396,55 +395,8 @@ def test_open_store_opens_each_backend(tmp_path: Path) -> None:
 # -- S3 error mapping against a scripted server ----------------------------------
 
 
-def _s3_reply(
-    status: int,
-    *,
-    code: str = "",
-    body: bytes = b"",
-    etag: str = "",
-    content_type: str = "application/octet-stream",
-    delay: float = 0.0,
-) -> Reply:
-    """A scripted S3 answer: an S3 error document with ``code``, or ``body`` with an ETag."""
-    if code:
-        body = (
-            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-            f"<Message>scripted</Message><RequestId>r1</RequestId></Error>"
-        ).encode()
-        content_type = "application/xml"
-    headers = (("Content-Type", content_type), *((("ETag", etag),) if etag else ()))
-    return Reply(status=status, body=body, headers=headers, delay=delay)
-
-
-@pytest.fixture
-def scripted_s3(aws_credentials: None) -> Iterator[Callable[..., tuple[Script, S3Store]]]:
-    """Start a scripted S3 endpoint on 127.0.0.1; return its script and a store using it."""
-    stores: list[S3Store] = []
-
-    def start(*replies: Reply, max_attempts: int = 1, read_timeout: float = 5) -> tuple[Script, S3Store]:
-        script, endpoint = servers.start(*replies, fallback=_s3_reply(500, code="UnexpectedRequest"))
-        store = S3Store(
-            bucket="bucket",
-            prefix="q",
-            endpoint_url=endpoint,
-            region="us-east-1",
-            max_attempts=max_attempts,
-            read_timeout=read_timeout,
-        )
-        stores.append(store)
-        return script, store
-
-    with ScriptedServers() as servers:
-        yield start
-        for store in stores:
-            store.close()
-
-
-Scripted = Callable[..., tuple[Script, S3Store]]
-
-
 def test_s3_get_takes_etag_from_the_one_get_response(scripted_s3: Scripted) -> None:
-    script, store = scripted_s3(_s3_reply(200, body=b"document", etag='"e1"'))
+    script, store = scripted_s3(s3_reply(200, body=b"document", etag='"e1"'))
 
     blob = store.get("queue.json")
 
@@ -453,7 +405,7 @@ def test_s3_get_takes_etag_from_the_one_get_response(scripted_s3: Scripted) -> N
 
 
 def test_s3_put_sends_the_conditions(scripted_s3: Scripted) -> None:
-    ok = _s3_reply(200, etag='"new"')
+    ok = s3_reply(200, etag='"new"')
     script, store = scripted_s3(ok, ok, ok)
 
     assert store.put("queue.json", b"a", if_none_match=True) == '"new"'
@@ -467,21 +419,10 @@ def test_s3_put_sends_the_conditions(scripted_s3: Scripted) -> None:
     assert "If-Match" not in plain and "If-None-Match" not in plain
 
 
-def _list_page(keys: list[str], next_token: str | None) -> Reply:
-    contents = "".join(f"<Contents><Key>{key}</Key><Size>0</Size></Contents>" for key in keys)
-    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{next_token}</NextContinuationToken>"
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-        f"<Name>bucket</Name><Prefix>q/</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
-        f"{more if next_token else '<IsTruncated>false</IsTruncated>'}{contents}</ListBucketResult>"
-    )
-    return _s3_reply(200, body=body.encode(), content_type="application/xml")
-
-
 def test_s3_list_follows_pages_and_strips_the_prefix(scripted_s3: Scripted) -> None:
     script, store = scripted_s3(
-        _list_page(["q/results/b.json", "q/results/c.json"], "token-1"),
-        _list_page(["q/results/a.json"], None),
+        list_page(["q/results/b.json", "q/results/c.json"], "token-1"),
+        list_page(["q/results/a.json"], None),
     )
 
     assert store.list("results/") == ["results/a.json", "results/b.json", "results/c.json"]
@@ -495,14 +436,14 @@ def test_s3_list_follows_pages_and_strips_the_prefix(scripted_s3: Scripted) -> N
     ("status", "code"), [(409, "ConditionalRequestConflict"), (412, "PreconditionFailed"), (404, "NoSuchKey")]
 )
 def test_s3_refused_condition_is_precondition_failed(scripted_s3: Scripted, status: int, code: str) -> None:
-    _, store = scripted_s3(_s3_reply(status, code=code))
+    _, store = scripted_s3(s3_reply(status, code=code))
 
     with pytest.raises(PreconditionFailed):
         store.put("queue.json", b"x", if_match='"old"')
 
 
 def test_s3_conflict_on_create_is_precondition_failed(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(_s3_reply(409, code="ConditionalRequestConflict"))
+    _, store = scripted_s3(s3_reply(409, code="ConditionalRequestConflict"))
 
     with pytest.raises(PreconditionFailed):
         store.put("queue.json", b"x", if_none_match=True)
@@ -513,7 +454,7 @@ def test_s3_conflict_on_create_is_precondition_failed(scripted_s3: Scripted) -> 
     [(503, "SlowDown"), (503, "ServiceUnavailable"), (500, "InternalError"), (400, "RequestTimeout"), (429, "")],
 )
 def test_s3_transient_errors_are_unavailable(scripted_s3: Scripted, status: int, code: str) -> None:
-    script, store = scripted_s3(*[_s3_reply(status, code=code)] * 3, max_attempts=1)
+    script, store = scripted_s3(*[s3_reply(status, code=code)] * 3, max_attempts=1)
 
     with pytest.raises(StoreUnavailable):
         store.put("queue.json", b"x", if_match='"old"')
@@ -525,8 +466,8 @@ def test_s3_transient_errors_are_unavailable(scripted_s3: Scripted, status: int,
 
 
 def test_s3_max_attempts_counts_every_attempt(scripted_s3: Scripted) -> None:
-    ok = _s3_reply(200, body=b"doc", etag='"e"')
-    script, store = scripted_s3(_s3_reply(500, code="InternalError"), ok, max_attempts=2)
+    ok = s3_reply(200, body=b"doc", etag='"e"')
+    script, store = scripted_s3(s3_reply(500, code="InternalError"), ok, max_attempts=2)
 
     blob = store.get("queue.json")
 
@@ -537,7 +478,7 @@ def test_s3_max_attempts_counts_every_attempt(scripted_s3: Scripted) -> None:
 def test_s3_condition_failing_after_a_retry_is_ambiguous(scripted_s3: Scripted) -> None:
     # The first attempt may have landed; then our own write fails the retry's condition.
     script, store = scripted_s3(
-        _s3_reply(503, code="SlowDown"), _s3_reply(412, code="PreconditionFailed"), max_attempts=2
+        s3_reply(503, code="SlowDown"), s3_reply(412, code="PreconditionFailed"), max_attempts=2
     )
 
     with pytest.raises(StoreUnavailable, match="may have landed"):
@@ -547,7 +488,7 @@ def test_s3_condition_failing_after_a_retry_is_ambiguous(scripted_s3: Scripted) 
 
 
 def test_s3_read_timeout_is_unavailable(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(_s3_reply(200, body=b"late", etag='"e"', delay=5), read_timeout=0.2)
+    _, store = scripted_s3(s3_reply(200, body=b"late", etag='"e"', delay=5), read_timeout=0.2)
 
     with pytest.raises(StoreUnavailable):
         store.get("queue.json")
@@ -561,7 +502,7 @@ def test_s3_refused_access_is_a_config_error(
     scripted_s3: Scripted, monkeypatch: pytest.MonkeyPatch, status: int, code: str
 ) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
-    _, store = scripted_s3(*[_s3_reply(status, code=code)] * 3)
+    _, store = scripted_s3(*[s3_reply(status, code=code)] * 3)
 
     for call in (lambda: store.get("queue.json"), lambda: store.put("queue.json", b"x"), lambda: store.list()):
         with pytest.raises(StoreConfigError, match="'bucket'") as info:
@@ -570,7 +511,7 @@ def test_s3_refused_access_is_a_config_error(
 
 
 def test_s3_other_client_errors_are_store_errors(scripted_s3: Scripted) -> None:
-    _, store = scripted_s3(_s3_reply(400, code="EntityTooLarge"))
+    _, store = scripted_s3(s3_reply(400, code="EntityTooLarge"))
 
     with pytest.raises(StoreError, match="EntityTooLarge") as info:
         store.put("queue.json", b"x")

@@ -1,0 +1,117 @@
+"""Whether a store honours the conditional writes the engine rests on.
+
+Every guarantee of the queue comes from the store refusing a write whose
+condition does not hold: ``If-None-Match: *`` on an object that exists, and
+``If-Match`` with an ETag that is no longer current (I3, DESIGN.md). A store
+that ignores them (an S3-compatible service or a proxy that drops the
+headers) accepts both of two racing writers, and the later one silently
+erases what the earlier one acknowledged. Nothing else would ever show it.
+
+:func:`check_conditions` finds out on a scratch object of its own, before a
+node writes the document (``Broker`` does it once as it starts, and
+``manage.py queuecheck`` on demand). It writes, rewrites, reads and deletes
+one small probe object under ``<document key>.probe/``, and never touches the
+document, its segments or their indexes. A probe left behind by a process
+that died in the middle is deleted by a later check once it is an hour old.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable, StoreUnsafe
+from engine.stores.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+#: A probe older than this, by the time in its name, was left by a check that
+#: never finished (its process died); the next check deletes it.
+STALE_PROBE_SECONDS = 3600.0
+
+
+def probe_prefix(document_key: str) -> str:
+    """Where probes live: beside the document, outside its segments' and indexes' prefixes."""
+    return f"{document_key}.probe/"
+
+
+def _probe_age(prefix: str, key: str, now: float) -> float | None:
+    """Seconds since the probe ``key`` was named (its leading Unix time), or None for a key not of ours."""
+    stamp = key[len(prefix):].partition("-")[0]
+    return now - int(stamp) if stamp.isdigit() else None
+
+
+def check_conditions(store: ObjectStore, document_key: str, *, clock: Callable[[], float] = time.time) -> None:
+    """Check on a probe object that ``store`` refuses a second create, refuses
+    a write with a stale ETag, accepts one with the current ETag, and reads
+    back the bytes and the ETag it wrote. Returns None when it does.
+
+    Raises :class:`~engine.errors.StoreUnsafe` naming the first rule broken,
+    or what the store raised: StoreUnavailable (transient; try again),
+    StoreConfigError (credentials, bucket). Deletes its probe whatever
+    happens (best effort), and probes older than :data:`STALE_PROBE_SECONDS`.
+    """
+    prefix = probe_prefix(document_key)
+    key = f"{prefix}{int(clock()):010d}-{os.urandom(8).hex()}"
+    try:
+        problem = _broken_rule(store, key)
+    finally:
+        _clear(store, prefix, key, clock())
+    if problem is not None:
+        raise StoreUnsafe(problem, store.describe())
+
+
+def _broken_rule(store: ObjectStore, key: str) -> str | None:
+    """The first rule of conditional writes ``store`` breaks on the new object ``key``, or None."""
+    try:
+        first = store.put(key, b"create", if_none_match=True)
+    except PreconditionFailed:
+        return f"creating the new object {key} with If-None-Match: * was refused"
+    except (StoreUnavailable, StoreConfigError):
+        raise
+    except StoreError as exc:  # e.g. S3's NotImplemented for a header it does not know
+        return f"a write with If-None-Match: * failed: {exc}"
+    if _lands(lambda: store.put(key, b"create again", if_none_match=True)):
+        return f"a second create of {key} with If-None-Match: * replaced the first instead of being refused"
+    try:
+        second = store.put(key, b"replace", if_match=first)
+    except PreconditionFailed:
+        return (f"a write to {key} with If-Match and the ETag its create returned was refused: the ETags "
+                "its writes return are not the object's")
+    if second == first:
+        return f"the ETag of {key} did not change when its bytes did"
+    if _lands(lambda: store.put(key, b"stale", if_match=first)):
+        return (f"a write to {key} with If-Match and an ETag no longer current replaced the object instead "
+                "of being refused")
+    blob = store.get(key)
+    if blob is None or blob.data != b"replace":
+        return f"a read of {key} did not return the bytes last written"
+    if blob.etag != second or store.etag(key) != second:
+        return f"a read of {key} did not return the ETag its last write returned"
+    return None
+
+
+def _lands(write: Callable[[], object]) -> bool:
+    """Whether ``write``, which the store must refuse, landed instead."""
+    try:
+        write()
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def _clear(store: ObjectStore, prefix: str, key: str, now: float) -> None:
+    """Delete this check's probe and any stale one; a failure only leaves them for a later check."""
+    try:
+        store.delete(key)
+        stale = [k for k in store.list(prefix)
+                 if k != key and (age := _probe_age(prefix, k, now)) is not None and age > STALE_PROBE_SECONDS]
+        for old in stale:
+            store.delete(old)
+    except StoreError as exc:
+        log.warning("store check: could not delete its probe objects under %s: %s", prefix, exc)
+
+
+__all__ = ["STALE_PROBE_SECONDS", "check_conditions", "probe_prefix"]
