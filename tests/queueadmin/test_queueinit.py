@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DocumentMissing, FileStore, GroupCommitter, read_marker
+from engine.stores.faults import fault_store_url
 from queueadmin.models import AuditEntry
 from tests.helpers import KEY, document
 
@@ -98,3 +99,18 @@ def test_queuestatus_reports_a_lost_document(store: FileStore) -> None:
     lose_a_document(store)
     with pytest.raises(CommandError, match="missing, but it existed"):
         call_command("queuestatus", stdout=io.StringIO())
+
+
+def test_a_store_that_drops_its_conditions_is_refused_before_anything_is_written(
+    tmp_path: Path, settings: SettingsWrapper,
+) -> None:
+    control = tmp_path / "control.json"
+    control.write_bytes(b'{"unconditional": true}')
+    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+
+    with pytest.raises(CommandError, match="replaced the first instead of being refused"):
+        queueinit()
+
+    assert FileStore(tmp_path / "store").list() == []  # no document, no marker, no probe
+    [entry] = AuditEntry.objects.all()
+    assert entry.outcome != "ok" and "conditional writes do not work" in entry.detail

@@ -28,7 +28,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from engine import DOCUMENT_KEY, EngineError, InitRefused, initialise, marker_key
+from engine import DOCUMENT_KEY, EngineError, InitRefused, check_conditions, initialise, marker_key
 from queueadmin import config
 from queueadmin.management import open_document_store
 from queueadmin.models import AuditEntry
@@ -56,6 +56,8 @@ class Command(BaseCommand):
         writer = f"queueinit:{socket.gethostname()}:{username}"[:200]
         store, where = open_document_store()
         try:
+            # Its refusals rest on the store's conditions, as a node's writes do (engine.storecheck).
+            check_conditions(store, DOCUMENT_KEY)
             done = initialise(store, DOCUMENT_KEY, policy=config.policy(), writer=writer, force=force)
         except InitRefused as exc:
             self._audit(user, username, reason, force, ok=False, detail=f"refused: {exc}", seq=None)
