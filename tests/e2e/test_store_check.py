@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from engine import FileStore
-from engine.stores.faults import fault_store_url
+from engine.stores import fault_store_url
 from tests.e2e.harness import ROOT, Cluster, api
 from tests.helpers import wait_for
 

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DOCUMENT_KEY, FileStore, open_store
-from engine.stores.faults import fault_store_url
+from engine.stores import fault_store_url
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DocumentMissing, FileStore, GroupCommitter, read_marker
-from engine.stores.faults import fault_store_url
+from engine.stores import fault_store_url
 from queueadmin.models import AuditEntry
 from tests.helpers import KEY, document
 
