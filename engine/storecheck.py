@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from engine.errors import PreconditionFailed, StoreConfigError, StoreError, StoreUnavailable, StoreUnsafe
+from engine.errors import PreconditionFailed, StoreError, StoreUnsafe
 from engine.stores.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def check_conditions(store: ObjectStore, document_key: str, *, clock: Callable[[
 
     Raises :class:`~engine.errors.StoreUnsafe` naming the first rule broken,
     or what the store raised: StoreUnavailable (transient; try again),
-    StoreConfigError (credentials, bucket). Deletes its probe whatever
+    StoreConfigError (credentials, bucket), another StoreError. Deletes its probe whatever
     happens (best effort), and probes older than :data:`STALE_PROBE_SECONDS`.
     """
     prefix = probe_prefix(document_key)
@@ -65,14 +65,13 @@ def check_conditions(store: ObjectStore, document_key: str, *, clock: Callable[[
 
 def _broken_rule(store: ObjectStore, key: str) -> str | None:
     """The first rule of conditional writes ``store`` breaks on the new object ``key``, or None."""
+    # Other store errors propagate: they say nothing of the conditions (an
+    # S3-compatible store without them answers NotImplemented, which S3Store
+    # raises as StoreUnsafe itself).
     try:
         first = store.put(key, b"create", if_none_match=True)
     except PreconditionFailed:
         return f"creating the new object {key} with If-None-Match: * was refused"
-    except (StoreUnavailable, StoreConfigError):
-        raise
-    except StoreError as exc:  # e.g. S3's NotImplemented for a header it does not know
-        return f"a write with If-None-Match: * failed: {exc}"
     if _lands(lambda: store.put(key, b"create again", if_none_match=True)):
         return f"a second create of {key} with If-None-Match: * replaced the first instead of being refused"
     try:
@@ -103,7 +102,10 @@ def _lands(write: Callable[[], object]) -> bool:
 
 
 def _clear(store: ObjectStore, prefix: str, key: str, now: float) -> None:
-    """Delete this check's probe and any stale one; a failure only leaves them for a later check."""
+    """Delete this check's probe and any stale one; a failure only leaves them for a later check.
+
+    A probe's age is read from its name, written by another machine's clock:
+    the hour allows for clocks that differ, and a check takes a second."""
     try:
         store.delete(key)
         stale = [k for k in store.list(prefix)
