@@ -93,6 +93,12 @@ class Broker(BrokerCalls):
     ``execute``/``aexecute`` run an operation on the leader's committer or
     raise NotLeader (with the leader's URL, when known). ``stop()`` is
     idempotent and lets in-flight operations finish.
+
+    Before its first read of the document, the control thread checks that
+    the store honours conditional writes (:mod:`engine.storecheck`; eight
+    requests on a probe object) and never writes where it does not
+    (``store_unsafe``); ``check_store=False`` skips that, for a store the
+    caller has checked.
     """
 
     def __init__(
