@@ -235,6 +235,18 @@ def document_missing() -> str:
 
 
 @register.simple_tag
+def store_unsafe() -> str:
+    """Why this node will not write to its store, when its start-up check
+    found that the store does not honour conditional writes
+    (engine.storecheck), else "": base.html shows it as a banner on every
+    page. No I/O."""
+    from queueadmin import runtime  # here, not at import: template libraries load before apps are ready
+
+    unsafe = runtime.get_broker().store_unsafe
+    return "" if unsafe is None else str(unsafe)
+
+
+@register.simple_tag
 def segment_problems() -> list[dict[str, str]]:
     """The queues this node (leading) stops at an unreadable segment object
     (format 2, I6): ``[{"queue", "object", "message"}]``, empty when none.
