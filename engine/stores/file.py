@@ -47,6 +47,10 @@ Guarantees:
 
 A deleted object leaves its versions folder behind, holding just its
 tombstone: the generation count must survive for the ETags to stay unique.
+The delete collects every version below the tombstone at once (a used
+segment's bytes go with it), by the rule above: a writer stopped on a base
+it collected finds, when it resumes, that its base is gone, and answers
+PreconditionFailed or "may have landed"; never a false success.
 """
 
 from __future__ import annotations
@@ -230,9 +234,22 @@ class FileStore(ObjectStore):
                 paths = self._paths(key)
             except StoreConfigError:
                 continue  # a stray file no key can name
-            if key.startswith(prefix) and self._head(*paths) is not None:
+            if not key.startswith(prefix):
+                continue
+            if self._head(*paths) is not None:
                 keys.append(key)
+            else:
+                self._collect_deleted(*paths)
         return keys
+
+    def _collect_deleted(self, plain: str, versions: str) -> None:
+        """Remove the versions below a deleted object's tombstone: a delete
+        does that itself, but deletes before it did left them (a used
+        segment's bytes), and listing a prefix reclaims them (the lane
+        keeper lists its segments' prefixes after a takeover and hourly)."""
+        found = self._versions(plain, versions)
+        if len(found) > 1 and found[-1].tombstone:
+            self._collect_garbage(found, 1)
 
     def _collect(self, folder: Path, rel: str, prefix: str, into: set[str]) -> None:
         """Add every name under ``folder`` that may be a key (a versions
@@ -336,7 +353,9 @@ class FileStore(ObjectStore):
                 continue  # someone else wrote first; delete what is there now
             except OSError as exc:
                 raise StoreUnavailable(f"cannot delete {versions}: {exc}") from exc
-            if self._settle(plain, versions, base.generation + 1, base, base_etag):
+            # A deleted object keeps only its tombstone (its generation count);
+            # the bytes of its versions below go (a used segment's, say).
+            if self._settle(plain, versions, base.generation + 1, base, base_etag, keep=1):
                 return
             # Unsure whether that tombstone counts: delete what is newest now.
         raise StoreUnavailable(f"{versions}: lost {MAX_READ_RETRIES} races in a row; nothing deleted")
@@ -364,12 +383,14 @@ class FileStore(ObjectStore):
             raise StoreUnavailable(f"cannot stat {version.path}: {exc}") from exc
 
     def _settle(
-        self, plain: str, versions: str, generation: int, base: _Version | None, base_etag: str | None
+        self, plain: str, versions: str, generation: int, base: _Version | None, base_etag: str | None,
+        *, keep: int | None = None,
     ) -> bool:
         """After creating ``generation``: check that it was a fresh name (not
         one collected while this writer was stopped), make it durable and, if
-        fresh, collect old generations and return True. False means unsure:
-        the version may be a stray below newer ones, or may have landed."""
+        fresh, collect old generations (all but the newest ``keep``, default
+        ``keep_versions``) and return True. False means unsure: the version
+        may be a stray below newer ones, or may have landed."""
         # Checked at once, before the slow folder sync, while other writers
         # have had no time to build on top of ours. Collection removes
         # generations lowest first and never the newest, so if our base is
@@ -384,7 +405,7 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise StoreUnavailable(f"cannot sync {versions}: {exc}") from exc
         if fresh:
-            self._collect_garbage(self._versions(plain, versions))
+            self._collect_garbage(self._versions(plain, versions), self.keep_versions if keep is None else keep)
         return fresh
 
     @staticmethod
@@ -394,11 +415,12 @@ class FileStore(ObjectStore):
             "meanwhile and its base is gone (was this writer stopped?); re-read to settle"
         )
 
-    def _collect_garbage(self, found: Sequence[_Version]) -> None:
+    @staticmethod
+    def _collect_garbage(found: Sequence[_Version], keep: int) -> None:
         # Lowest first, stopping at the first failure: a writer that finds its
         # base still there can then rely on the name above it not having been
         # collected. The old-layout plain file (generation 0) goes at once.
-        doomed = found[: max(len(found) - self.keep_versions, 0)]
+        doomed = found[: max(len(found) - keep, 0)]
         if found and found[0].generation == 0 and not doomed:
             doomed = [found[0]]
         for version in doomed:

@@ -131,6 +131,47 @@ def test_a_writer_stopped_past_the_kept_versions_never_lands_a_stale_write(root:
     store.put("doc", b"v6", if_match=etag)
 
 
+def _data_versions(root: Path, key: str) -> list[str]:
+    """The names of ``key``'s versions that hold bytes (files, not tombstones)."""
+    folder = root / f".{key}.versions"
+    return sorted(entry.name for entry in folder.iterdir() if entry.is_file())
+
+
+def test_a_delete_keeps_no_bytes_and_a_writer_stopped_before_it_never_lands(root: Path) -> None:
+    store = FileStore(root)
+    etag = store.put("doc", b"v1", if_none_match=True)
+    store.put("doc", b"v2", if_match=etag)
+    proc = _start_stopped_writer(root, "link")  # read v2, stopped before linking version 3
+    try:
+        store.delete("doc")  # version 3: the tombstone; versions 1 and 2 are collected at once
+        assert _data_versions(root, "doc") == []
+    finally:
+        answer = _finish(proc)
+    assert answer == "PreconditionFailed"
+    assert store.get("doc") is None and _data_versions(root, "doc") == []
+
+
+def test_a_writer_whose_target_a_delete_collected_never_revives_the_object(root: Path) -> None:
+    # Its target name is free again after a delete, a re-create and a delete
+    # collected it while it was stopped: it must neither report success nor
+    # bring the object back.
+    store = FileStore(root)
+    etag = store.put("doc", b"v1", if_none_match=True)
+    store.put("doc", b"v2", if_match=etag)
+    proc = _start_stopped_writer(root, "link")  # targets version 3
+    try:
+        store.delete("doc")  # 3
+        store.put("doc", b"again", if_none_match=True)  # 4
+        store.delete("doc")  # 5, collecting 3 and 4
+    finally:
+        answer = _finish(proc)
+    assert answer == "StoreUnavailable"  # "may have landed": the caller re-reads
+    assert store.get("doc") is None and store.list() == []
+    store.put("doc", b"created anew", if_none_match=True)
+    blob = store.get("doc")
+    assert blob is not None and blob.data == b"created anew"
+
+
 # Appends its own tokens to a shared log with conditional writes and reports
 # which writes were acknowledged, refused, or ambiguous.
 APPENDER = r"""

@@ -42,7 +42,9 @@ def test_versions_are_immutable_files_and_a_delete_is_a_tombstone(root: Path) ->
 
     assert store.get("results/a.json") is None
     assert store.list() == []
-    assert (root / "results" / ".a.json.versions" / f"{8:020d}").is_dir()  # the tombstone
+    # Only the tombstone is left: the bytes of every version below it are gone.
+    assert _versions(root, "results/a.json") == [f"{8:020d}"]
+    assert (root / "results" / ".a.json.versions" / f"{8:020d}").is_dir()
     # Generations go on counting after a delete: a stale ETag never matches again.
     again = store.put("results/a.json", b"new", if_none_match=True)
     assert again != etag
@@ -84,3 +86,22 @@ def test_an_etag_of_the_old_layout_is_refused_cleanly(root: Path) -> None:
         store.put("doc", b"v2", if_match='"18d2f-2a-2"')  # mtime-inode-size, as before
     with pytest.raises(PreconditionFailed):
         store.put("doc", b"v2", if_match="garbage")
+
+
+def test_listing_reclaims_the_bytes_an_earlier_delete_left_below_its_tombstone(root: Path) -> None:
+    # Deletes before the store collected at once added a tombstone on top
+    # of the versions they kept: such a folder is what they left.
+    store = FileStore(root)
+    etag = store.put("seg/a.json", b"a" * 1000, if_none_match=True)
+    store.put("seg/a.json", b"b" * 1000, if_match=etag)
+    store.put("seg/live.json", b"live", if_none_match=True)
+    (root / "seg" / ".a.json.versions" / f"{3:020d}").mkdir()
+    assert store.get("seg/a.json") is None and len(_versions(root, "seg/a.json")) == 3
+
+    assert store.list("seg/") == ["seg/live.json"]
+
+    assert _versions(root, "seg/a.json") == [f"{3:020d}"]  # the tombstone alone
+    again = store.put("seg/a.json", b"new", if_none_match=True)
+    assert _versions(root, "seg/a.json")[-1] == f"{4:020d}" and again != etag
+    blob = store.get("seg/live.json")
+    assert blob is not None and blob.data == b"live"

@@ -10,8 +10,9 @@ document grew with unsealed pushes (``engine.reaper.DELETE_THREADS``).
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
-from engine import Blob, MemoryStore, Policy
+from engine import Blob, FileStore, MemoryStore, Policy
 from engine.idindex import index_key
 from engine.lanes import LaneKeeper
 from engine.lanetasks import WarmTask
@@ -74,3 +75,24 @@ def test_a_wave_of_deletions_leaves_threads_for_the_keepers_other_work() -> None
         wait_for(lambda: not any(store.get(key) for key in keys), timeout=10, what="every dropped segment deleted")
         keeper.stop(timeout=5)
     assert keeper.deleted == 30
+
+
+def test_a_dropped_segment_leaves_no_bytes_on_the_folder_store(tmp_path: Path) -> None:
+    """On the embedded default store a deleted object keeps only its
+    tombstone: a used segment's and its index's bytes leave the disk (they
+    stayed, as versions below the tombstone, before)."""
+    root = tmp_path / "store"
+    store = FileStore(root)
+    keeper = LaneKeeper(store, key="queue.json", policy=Policy(segment_jobs=10), execute=lambda op: None, epoch=1,
+                        clock=utc_now, grace_seconds=0, collect_seconds=3600, retry_seconds=1, threads=2).start()
+    try:
+        keys = [f"queue.json.seg/q/e00000001-p{n:014d}-0000abcd.json" for n in range(3)]
+        for key in keys:
+            store.put(key, b'{"jobs": "' + b"x" * 100_000 + b'"}', if_none_match=True)
+            store.put(index_key("queue.json", key), b"an index", if_none_match=True)
+        keeper.reaper.dropped(keys)
+        wait_for(lambda: store.list() == [], timeout=10, what="the segments and their indexes deleted")
+    finally:
+        keeper.stop(timeout=5)
+    left = [path for path in root.rglob("*") if path.is_file() and ".tmp" not in path.parts]
+    assert left == [], left
