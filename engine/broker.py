@@ -95,7 +95,7 @@ class Broker(BrokerCalls):
     idempotent and lets in-flight operations finish.
 
     Before its first read of the document, the control thread checks that
-    the store honours conditional writes (:mod:`engine.storecheck`; eight
+    the store honours conditional writes (:mod:`engine.storecheck`; nine
     requests on a probe object) and never writes where it does not
     (``store_unsafe``); ``check_store=False`` skips that, for a store the
     caller has checked.

@@ -45,8 +45,9 @@ def _probe_age(prefix: str, key: str, now: float) -> float | None:
 
 def check_conditions(store: ObjectStore, document_key: str, *, clock: Callable[[], float] = time.time) -> None:
     """Check on a probe object that ``store`` refuses a second create, refuses
-    a write with a stale ETag, accepts one with the current ETag, and reads
-    back the bytes and the ETag it wrote. Returns None when it does.
+    a write with a stale ETag, accepts one with the current ETag (as its
+    write returned it, and as a read returned it), reads back the bytes it
+    wrote, and shows a change to a metadata read. Returns None when it does.
 
     Raises :class:`~engine.errors.StoreUnsafe` naming the first rule broken,
     or what the store raised: StoreUnavailable (transient; try again),
@@ -87,8 +88,16 @@ def _broken_rule(store: ObjectStore, key: str) -> str | None:
     blob = store.get(key)
     if blob is None or blob.data != b"replace":
         return f"a read of {key} did not return the bytes last written"
-    if blob.etag != second or store.etag(key) != second:
-        return f"a read of {key} did not return the ETag its last write returned"
+    # What the engine needs of a read's ETag: that a write conditional on it
+    # lands (a takeover writes on the version it read), and that a metadata
+    # read then shows the change (a standby's poll). Not that it is spelled
+    # as the write's was: a store may quote one and not the other.
+    try:
+        store.put(key, b"after a read", if_match=blob.etag)
+    except PreconditionFailed:
+        return f"a write to {key} with If-Match and the ETag a read of it returned was refused"
+    if store.etag(key) in (None, blob.etag):
+        return f"a metadata read of {key} did not show that it changed"
     return None
 
 

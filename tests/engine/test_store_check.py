@@ -42,6 +42,7 @@ class _Breaking(MemoryStore):
     def __init__(self, rule: str) -> None:
         super().__init__()
         self.rule = rule
+        self.read_etags: dict[str, str] = {}
 
     def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
         if self.rule == "ignores If-None-Match" and if_none_match:
@@ -59,7 +60,27 @@ class _Breaking(MemoryStore):
         blob = super().get(key)
         if self.rule == "reads stale bytes" and blob is not None:
             return Blob(data=b"create", etag=blob.etag)
+        if blob is not None:
+            self.read_etags[key] = blob.etag
+        if self.rule == "reads another ETag" and blob is not None:
+            return Blob(data=blob.data, etag=blob.etag + "-not-the-objects")
         return blob
+
+    def etag(self, key: str) -> str | None:
+        if self.rule == "metadata reads lag":  # served from what the last read saw, not told of writes
+            return self.read_etags.get(key) or super().etag(key)
+        return super().etag(key)
+
+
+class _TwoSpellings(MemoryStore):
+    """A store whose writes return the ETag bare while its reads quote it
+    (the memory store's own are quoted), and which takes either spelling as a
+    condition: the engine works there, so it passes."""
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        if if_match is not None:
+            if_match = f'"{if_match.strip(chr(34))}"'
+        return super().put(key, data, if_match=if_match, if_none_match=if_none_match).strip('"')
 
 
 @pytest.mark.parametrize(("rule", "named"), [
@@ -68,6 +89,8 @@ class _Breaking(MemoryStore):
     ("refuses If-None-Match", "with If-None-Match: * was refused"),
     ("answers another ETag", "the ETag its create returned was refused"),
     ("reads stale bytes", "did not return the bytes last written"),
+    ("reads another ETag", "the ETag a read of it returned was refused"),
+    ("metadata reads lag", "a metadata read of"),
 ])
 def test_a_store_that_breaks_a_rule_is_unsafe_and_the_probe_is_gone(rule: str, named: str) -> None:
     store = _Breaking(rule)
@@ -77,6 +100,14 @@ def test_a_store_that_breaks_a_rule_is_unsafe_and_the_probe_is_gone(rule: str, n
 
     assert "queueadmin will not write its document there" in str(raised.value)
     assert isinstance(raised.value, StoreConfigError)  # retrying will not help
+    assert store.list() == []
+
+
+def test_a_store_that_spells_its_etags_two_ways_but_takes_both_passes() -> None:
+    store = _TwoSpellings()
+
+    check_conditions(store, DOCUMENT_KEY)
+
     assert store.list() == []
 
 
