@@ -41,7 +41,9 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   one the history explains: a requeue, stop or purge of the job sent before the
   watch was answered (answered 2xx with the job moved, or with its outcome
   unknown), or the lease's end, no earlier than a lease after the latest
-  call that renewed it (its claim or a heartbeat, answered 2xx) was sent.
+  call that renewed it (its claim or a heartbeat, answered 2xx) was sent
+  (less the offset of a ``clock`` fault in between: a clock stepped forward
+  ends a lease that much sooner).
 * ``stale_completions`` — no complete or fail answered 2xx with a lease token
   that a later claim of the same job, acknowledged before the call was sent,
   had superseded (I4).
@@ -175,9 +177,9 @@ def check(history: History, limits: Limits | None = None) -> Verdict:
     _check_purges(history, calls, verdict)
     _check_requeues(calls, verdict)
     _check_stops(history, calls, verdict)
-    _check_watches(calls, limits, verdict)
+    _check_watches(calls, limits, history.faults, verdict)
     _check_fifo(calls, verdict)
-    _check_delays(calls, verdict)
+    _check_delays(calls, history.faults, verdict)
     _check_run_now(calls, verdict)
     _check_leases(calls, verdict)
     _check_versions(history, verdict)
@@ -445,7 +447,17 @@ def _check_stops(history: History, calls: list[Call], verdict: Verdict) -> None:
     verdict.figures["stopped_jobs"] = len(stopped)
 
 
-def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
+def _clock_slack(faults: list[Fault], start: float, end: float) -> float:
+    """How far node clocks may have read apart between ``start`` and ``end``
+    (harness time): the largest offset of a ``clock`` fault overlapping it.
+    A node's stamps (a due time, a lease's end) are read by another node, or
+    by itself after its clock stepped, off by that much at most."""
+    return max((abs(f.clock_offset) for f in faults
+                if f.kind == "clock" and f.start <= end and (f.end if f.end is not None else end) >= start),
+               default=0.0)
+
+
+def _check_watches(calls: list[Call], limits: Limits, faults: list[Fault], verdict: Verdict) -> None:
     """See ``watches`` in the module docstring."""
     problems: list[str] = []
     renewed: dict[str, list[float]] = defaultdict(list)  # lease -> starts of the calls that renewed it (2xx)
@@ -475,7 +487,8 @@ def _check_watches(calls: list[Call], limits: Limits, verdict: Verdict) -> None:
         earliest_end = max((t for t in renewed.get(lease, []) if t < watch.end), default=None)
         if any(c.start < watch.end for c in revokers.get(job_id, [])):
             causes[revokers[job_id][0].op] += 1
-        elif earliest_end is not None and earliest_end + limits.lease_seconds <= watch.end:
+        elif earliest_end is not None and (
+                earliest_end + limits.lease_seconds - _clock_slack(faults, earliest_end, watch.end) <= watch.end):
             causes["expiry"] += 1
         else:
             problems.append(f"watch {watch.id} was told at {watch.end:.3f} that lease {lease} of {job_id} was lost "
@@ -543,7 +556,7 @@ def _check_fifo(calls: list[Call], verdict: Verdict) -> None:
 DELAY_TOLERANCE_SECONDS = 0.01
 
 
-def _check_delays(calls: list[Call], verdict: Verdict) -> None:
+def _check_delays(calls: list[Call], faults: list[Fault], verdict: Verdict) -> None:
     """No delayed job is leased before it is due. The node sets its
     ``not_before`` to the moment a push of it landed, plus its delay: at the
     earliest when its first push was sent. A lease is handed out at the
@@ -551,7 +564,9 @@ def _check_delays(calls: list[Call], verdict: Verdict) -> None:
     answered less than the delay after the first push was sent was handed
     out early, whatever the faults. A job named by an operator's run now
     (``chaos.requeuer``) sent before the claim was answered may be leased
-    earlier: that is what it asks for."""
+    earlier: that is what it asks for. While a ``clock`` fault set a node's
+    clock off, a job may be leased as much earlier (a due time stamped by a
+    clock behind, read by one that is not: docs/format.md, "Clocks")."""
     delays = _delays(calls)
     run_now: dict[str, float] = {}  # job -> when the first run now naming it was sent
     for call in calls:
@@ -579,7 +594,7 @@ def _check_delays(calls: list[Call], verdict: Verdict) -> None:
                 continue  # made due by an operator before this claim was answered
             margin = call.end - first_sent[job_id] - delays[job_id]
             margins.append(margin)
-            if margin < -DELAY_TOLERANCE_SECONDS:
+            if margin < -DELAY_TOLERANCE_SECONDS - _clock_slack(faults, first_sent[job_id], call.end):
                 early.append(f"{job_id}, delayed {delays[job_id]:g} s, was leased {-margin:.3f} s before it was due "
                              f"(claim answered {call.end - first_sent[job_id]:.3f} s after its first push was sent)")
     verdict.failures["delays"] = early

@@ -83,6 +83,8 @@ class Fault:
     end: float | None = None
     detail: str = ""
     recovered_at: float | None = None  # when a push next succeeded
+    #: A ``clock`` fault: how far the node's wall clock read off (seconds, + ahead) while it lasted.
+    clock_offset: float = 0.0
 
 
 @dataclass(slots=True, kw_only=True)

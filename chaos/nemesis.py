@@ -14,6 +14,12 @@ Kinds (each recorded as a :class:`~chaos.history.Fault`):
   (as an operator would from a backup), only if nobody re-created it meanwhile;
 * ``corrupt``  — the document is overwritten with garbage, and restored after a moment,
   only if nobody overwrote the garbage meanwhile;
+* ``clock``    — a node's wall clock (usually the leader's) reads up to
+  :data:`CLOCK_OFFSET_MAX_SECONDS` ahead or behind for a while, then steps
+  back to the true time (its fault store's ``clock_offset_seconds``, which
+  the node's broker reads through ``FaultStore.clock``): the stamps it
+  writes (leases, due times, rate windows, schedule marks) meet other
+  nodes' clocks, and its own after a step (docs/format.md, "Clocks");
 * ``segment``  — format 2 only (``--segments``): the first segment the document references
   (the next one a refill reads) is deleted or overwritten with garbage, and restored after a
   moment, only if nobody wrote that key meanwhile. Only its queue may stop meanwhile; a node
@@ -37,12 +43,16 @@ from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
 from chaos.history import Fault, History
 from engine import DOCUMENT_KEY
 
-KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt")
+KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt", "clock")
 #: Faults that need format 2; added to the default kinds when segments are on.
 SEGMENT_KINDS = ("segment",)
 ALL_KINDS = KINDS + SEGMENT_KINDS
 WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1,
-           "segment": 3}
+           "clock": 2, "segment": 3}
+#: How far a ``clock`` fault sets a node's clock off, either way. Below the
+#: checks' recovery allowance (a schedule whose mark a clock ahead moved on
+#: waits that long after the step back), above a lease (4 s in chaos runs).
+CLOCK_OFFSET_MAX_SECONDS = 10.0
 RECOVERY_CAP_SECONDS = 20.0
 PROGRESS_EVERY = 25
 #: A pause at least this long must see a takeover (a push served by another
@@ -168,6 +178,17 @@ class Nemesis(threading.Thread):
         self.stop_event.wait(seconds)
         node.set_faults()
         node.resume()
+        return self._end(fault)
+
+    def fault_clock(self) -> Fault:
+        node = self._pick_node(leader_share=0.7)
+        offset = round(self.rng.choice((-1.0, 1.0)) * self.rng.uniform(1.0, CLOCK_OFFSET_MAX_SECONDS), 1)
+        seconds = self.rng.uniform(1.0, 4.0)
+        fault = self._begin("clock", node, f"{offset:+g}s for {seconds:.1f}s, then back")
+        fault.clock_offset = offset
+        node.set_faults(clock_offset_seconds=offset)
+        self.stop_event.wait(seconds)
+        node.set_faults()
         return self._end(fault)
 
     def _store_window(self, kind: str, **plan: object) -> Fault:

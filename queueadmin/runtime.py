@@ -25,8 +25,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
-from engine import Broker, ClaimedJob, QueueState
+from engine import Broker, ClaimedJob, QueueState, utc_now
 from engine.ops import Claim
+from engine.stores import FaultStore
 from queueadmin import config
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,11 @@ def build_broker() -> Broker:
 
     policy = config.policy()
     recorder = shared_recorder(retention_seconds=config.finished_retention_seconds())
+    store = config.open_queue_store()
     return Broker(
-        config.open_queue_store(),
+        store,
+        # A chaos run's fault store may set this node's clock off (FaultStore.clock); any other reads the real one.
+        clock=store.clock if isinstance(store, FaultStore) else utc_now,
         url=config.advertise_url(),  # None: a single node that advertises nothing
         policy=policy,
         heartbeat_seconds=config.heartbeat_seconds(),

@@ -15,6 +15,9 @@ which faults to inject, with what probability::
                              # sending its body, once per distinct token; someone else must SIGCONT it
       "unconditional": true, # writes drop their If-Match / If-None-Match, as a store or proxy
                              # that ignores them would (engine.storecheck must refuse such a store)
+      "clock_offset_seconds": -12.5,  # this process's broker reads its wall clock this far off
+                             # (FaultStore.clock, which queueadmin.runtime gives the broker of a
+                             # faults+ store): a clock that runs ahead or behind, or steps
       "seed": 1              # seeds this process's fault dice when the file changes
     }
 
@@ -41,6 +44,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, overload
 from urllib.parse import parse_qsl, urlencode
@@ -48,6 +52,7 @@ from urllib.parse import parse_qsl, urlencode
 import orjson
 
 from engine.errors import StoreConfigError, StoreUnavailable
+from engine.model import utc_now
 from engine.stores.base import Blob, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -65,8 +70,8 @@ KINDS = ("error", "lost", "slow", "hang", "freeze", "unconditional")
 class FaultPlan:
     """The faults a control file asks for (all off by default)."""
 
-    __slots__ = ("error", "freeze", "hang", "hang_seconds", "lost", "ops", "seed", "slow", "slow_seconds",
-                 "unconditional")
+    __slots__ = ("clock_offset", "error", "freeze", "hang", "hang_seconds", "lost", "ops", "seed", "slow",
+                 "slow_seconds", "unconditional")
 
     def __init__(self, spec: dict[str, Any] | None = None) -> None:
         spec = spec or {}
@@ -86,6 +91,10 @@ class FaultPlan:
         if not isinstance(unconditional, bool):
             raise ValueError(f"unconditional must be true or false, got {unconditional!r}")
         self.unconditional = unconditional
+        offset = spec.get("clock_offset_seconds", 0.0)
+        if isinstance(offset, bool) or not isinstance(offset, int | float) or not -86400 <= offset <= 86400:
+            raise ValueError(f"clock_offset_seconds must be between -86400 and 86400, got {offset!r}")
+        self.clock_offset = timedelta(seconds=offset)
         seed = spec.get("seed")
         self.seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
@@ -205,6 +214,15 @@ class FaultStore(ObjectStore):
             os.replace(tmp, self.stats_path)
         except OSError as exc:  # counting must never break the store
             log.warning("fault store: cannot write %s: %s", self.stats_path, exc)
+
+    def clock(self) -> datetime:
+        """The wall clock the control file asks this process to read: now,
+        off by ``clock_offset_seconds`` (UTC). For the broker of a node on
+        this store, so that a chaos run can set its clock ahead, behind, or
+        step it back; one ``stat`` of the control file per call."""
+        with self._lock:
+            offset = self._current_plan().clock_offset
+        return utc_now() + offset
 
     def stats(self) -> dict[str, Any]:
         """This process's counts (no I/O): requests per call, faults per kind."""

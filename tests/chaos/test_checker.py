@@ -610,6 +610,21 @@ def test_a_delayed_job_leased_once_due_passes_and_may_go_after_later_pushes() ->
     assert verdict.figures["delayed_earliest_margin"] == 0.5
 
 
+@pytest.mark.parametrize(("offset", "flagged"), [(2.0, True), (-4.0, False)])
+def test_a_delayed_job_may_be_leased_early_by_as_much_as_a_clock_fault_set_a_clock_off(
+    offset: float, flagged: bool,
+) -> None:
+    r = Recorder()
+    delayed_push(r, "d", 5.0)  # sent at 1 by a node whose clock read `offset` off
+    r.history.faults.append(Fault(kind="clock", node=NODE_A, start=0.5, end=1.8, recovered_at=1.8,
+                                  clock_offset=offset))
+    first_claim(r, "d", "Ld")  # answered at 2.5: 3.5 s early by the harness's clock
+
+    problems = check(r.final(jobs=["d"])).failures["delays"]
+
+    assert len(problems) == (1 if flagged else 0), problems
+
+
 def test_the_answers_tally_counts_unanswered_items_of_batched_acks_as_one_kind() -> None:
     r = clean()
     for n, job in enumerate(("j2", "j3")):
@@ -793,6 +808,19 @@ def test_a_watch_told_of_a_loss_nothing_explains_is_flagged_and_an_expiry_explai
     verdict = check(r2.final(jobs=["j2", "j3"]))
     assert verdict.ok, verdict.failures
     assert verdict.figures["watches_lost_by"] == {"expiry": 1}
+
+
+def test_a_lease_ended_early_by_a_clock_stepped_forward_is_explained_and_only_by_so_much() -> None:
+    for offset, explained in ((3.0, True), (1.0, False)):
+        r = clean()
+        r.claim("j3", "L3")  # renewed at its claim; a 4 s lease
+        r.history.faults.append(Fault(kind="clock", node=NODE_A, start=r.now + 0.2, end=r.now + 1.5,
+                                      recovered_at=r.now + 1.5, clock_offset=-offset))
+        watch(r, "j3", "L3", lost=True)  # 1.5 s later: the leader's clock, behind, stepped forward
+
+        verdict = check(r.final(jobs=["j2", "j3"]))
+
+        assert (verdict.failures["watches"] == []) is explained, (offset, verdict.failures["watches"])
 
 
 def run_now(r: Recorder, jobs: list[str], result: list[str]) -> Call:

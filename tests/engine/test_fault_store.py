@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable
+from engine.model import utc_now
 from engine.stores import FileStore, MemoryStore, ObjectStore, open_store
 from engine.stores.faults import FaultStore, fault_store_url
 from tests.helpers import wait_for
@@ -188,3 +189,25 @@ def test_conditions_still_hold_under_slow_writes(faulty: FaultStore, control: Pa
     with pytest.raises(PreconditionFailed):
         faulty.put("queue.json", b"v2", if_none_match=True)
     assert faulty.put("queue.json", b"v2", if_match=etag) != etag
+
+
+def test_the_clock_reads_off_by_the_planned_offset_and_steps_back_when_it_is_removed(
+    faulty: FaultStore, control: Path,
+) -> None:
+    assert abs((faulty.clock() - utc_now()).total_seconds()) < 1
+
+    _control(control, clock_offset_seconds=30)
+    ahead = (faulty.clock() - utc_now()).total_seconds()
+    _control(control, clock_offset_seconds=-12.5)
+    behind = (faulty.clock() - utc_now()).total_seconds()
+    _control(control)
+    back = (faulty.clock() - utc_now()).total_seconds()
+
+    assert 29 < ahead < 31 and -13.5 < behind < -11.5 and abs(back) < 1
+
+
+def test_a_clock_offset_out_of_bounds_is_refused_as_a_bad_control_file(faulty: FaultStore, control: Path) -> None:
+    _control(control, clock_offset_seconds=10**6, error=1.0)
+
+    assert abs((faulty.clock() - utc_now()).total_seconds()) < 1
+    faulty.put("k", b"no fault either")  # the whole file is ignored, as any bad one

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from engine import utc_now
+from engine.stores import fault_store_url
 from queueadmin import runtime
 from queueadmin.metrics import sampler
 
@@ -119,3 +121,18 @@ def test_notify_ignores_a_closed_loop() -> None:
 
     notifier.notify()  # must not raise although the loop is gone
     assert notifier.waiting() == 1
+
+
+def test_a_node_on_a_fault_store_reads_the_clock_its_control_file_sets(
+    settings: SettingsWrapper, tmp_path: Path,
+) -> None:
+    """Chaos runs set a node's clock off through its fault store; any other store gives the real clock."""
+    control = tmp_path / "control.json"
+    control.write_bytes(b'{"clock_offset_seconds": -20}')
+    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    chaos_node = runtime.build_broker()
+    settings.QUEUE_STORE_URL = (tmp_path / "plain").as_uri()
+    plain_node = runtime.build_broker()
+
+    assert -21 < (chaos_node.clock() - utc_now()).total_seconds() < -19
+    assert abs((plain_node.clock() - utc_now()).total_seconds()) < 1
