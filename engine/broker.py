@@ -192,6 +192,11 @@ class Broker(BrokerCalls):
                 return self
             self._stopping = False
             self.role = "standby"
+            # Until its first step (the store check, then the first read and a
+            # takeover it may decide) a request waits for the outcome, as in a
+            # takeover, instead of a 503 that names no leader: a fresh node's
+            # first pushes land (_run sets it after that step, whatever it found).
+            self._settled.clear()
             self._thread = threading.Thread(target=self._run, name=f"broker:{self.id}", daemon=True)
             self._thread.start()
         return self
@@ -204,6 +209,7 @@ class Broker(BrokerCalls):
             self._stopping = True
             thread, self._thread = self._thread, None
         self._wake.set()
+        self._settled.set()  # nothing to wait for: requests are refused from here on
         if thread is not None:
             thread.join(timeout)
         committer, self._committer = self._committer, None
@@ -297,6 +303,7 @@ class Broker(BrokerCalls):
             except Exception:  # a bug: log it and keep the node alive (I8)
                 log.exception("broker %s: control step failed unexpectedly", self.id)
                 self.last_error = "the control loop failed unexpectedly; see the log"
+            self._settled.set()  # the first step is over (see start); a takeover's own wait ended within it
             # Just took over: the first heartbeat comes sooner if a schedule's tick does.
             self._wake.wait(min(self.poll_seconds, self._leader_wait()) if self.role == "leader" else self.poll_seconds)
 

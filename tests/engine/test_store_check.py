@@ -6,14 +6,16 @@ document."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
-from engine import Broker, MemoryStore, ObjectStore
+from engine import Broker, MemoryStore, NotLeader, ObjectStore
 from engine.errors import PreconditionFailed, StoreConfigError, StoreUnavailable, StoreUnsafe
+from engine.ops import push_op
 from engine.policy import DOCUMENT_KEY
 from engine.storecheck import STALE_PROBE_SECONDS, check_conditions, probe_prefix
 from engine.stores import open_store
@@ -204,3 +206,38 @@ def test_a_broker_tries_the_check_again_after_a_transient_failure_and_then_leads
     wait_for(lambda: broker.role == "leader", BEAT * 10 + TAKEOVER * 4, "the broker to lead")
     assert store.failures == 0 and broker.store_unsafe is None
     assert store.get(DOCUMENT_KEY) is not None
+
+
+class _SlowProbe(MemoryStore):
+    """A store whose probe writes take a while: the node's first step is slow."""
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        if key.startswith(PROBES):
+            time.sleep(0.03)
+        return super().put(key, data, if_match=if_match, if_none_match=if_none_match)
+
+
+def test_a_request_sent_while_a_fresh_node_checks_its_store_waits_and_lands(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = _SlowProbe()
+    broker = make_broker(store, "http://a")  # started: its check takes some 0.15 s, within the wait (TAKEOVER)
+
+    ids = broker.execute(push_op("q", [{"n": 1}], policy=broker.policy))
+
+    assert broker.role == "leader" and len(ids) == 1
+    assert [job["id"] for job in orjson.loads(store.get(DOCUMENT_KEY).data)["jobs"]] == ids  # type: ignore[union-attr]
+
+
+def test_a_request_sent_while_a_standby_starts_waits_to_be_told_who_leads(
+    make_broker: Callable[..., Broker],
+) -> None:
+    store = _SlowProbe()
+    leader = make_broker(store, "http://a")
+    wait_for(lambda: leader.role == "leader", 10, "the first node to lead")
+    standby = make_broker(store, "http://b")
+
+    with pytest.raises(NotLeader) as refused:
+        standby.execute(push_op("q", [{"n": 1}], policy=standby.policy))
+
+    assert refused.value.leader_url == "http://a"  # not "unknown": it waited for its first read
