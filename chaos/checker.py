@@ -67,7 +67,9 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
   than the period and a slack is allowed only while a fault, or the
   recovery after one (``recovery_cap_seconds``), lasts. A version that has a
   schedule paused never has its mark *fired* by a commit applied after the
-  pause began (an operator pauses and resumes it, chaos.pauser).
+  pause began (an operator pauses and resumes it, chaos.pauser): judged by
+  the order the watcher saw them in, and by their stamps only when it first
+  saw both in one version (as far as a ``clock`` fault lets clocks differ).
 * ``limits`` — in the versions the watcher saw, a queue with a
   concurrency limit never has more jobs running than the limit, except
   those already running when the limit was first seen (they carry on, and
@@ -851,16 +853,32 @@ def _check_schedules(history: History, limits: Limits, verdict: Verdict) -> None
     problems = []
     moves: dict[str, list[tuple[float, str]]] = defaultdict(list)  # per schedule: (when seen, tick) as it moved
     skips: set[tuple[str, str]] = set()
+    # Per schedule, the seq at which the watcher first saw each pause and each fired mark: which came first is
+    # read from the document's order, not from their stamps, which two leaders' clocks may have written.
+    first_pause: dict[tuple[str, str], int] = {}
+    first_fire: dict[tuple[str, str, str], int] = {}
     for version in history.versions:
         if version.source != "store" or not version.schedules:
             continue
+        for name, (outcome, at) in (version.schedule_marks or {}).items():
+            if outcome == "fired":
+                first_fire.setdefault((name, version.schedules.get(name, ""), at), version.seq)
         for name, since in (version.schedule_pauses or {}).items():
+            first_pause.setdefault((name, since), version.seq)
             outcome, at = (version.schedule_marks or {}).get(name, ["", ""])
-            # Both stamped by leaders' clocks (parsed: a whole second is
-            # written without a fraction, so text order is not time order).
-            # Equal: the fire and the pause in one commit (one ``now``), the
-            # fire applied first, which is right.
-            if outcome == "fired" and datetime.fromisoformat(at) > datetime.fromisoformat(since):
+            if outcome != "fired":
+                continue
+            fired = first_fire[(name, version.schedules.get(name, ""), at)]
+            paused = first_pause[(name, since)]
+            # Seen first in one version: then their stamps tell, as far as the
+            # clocks that wrote them agree (parsed: a whole second is written
+            # without a fraction, so text order is not time order). Equal: the
+            # fire and the pause in one commit (one ``now``), the fire applied
+            # first, which is right.
+            slack = timedelta(seconds=_clock_slack(history.faults, version.at - limits.recovery_cap_seconds,
+                                                   version.at))
+            if fired > paused or (
+                    fired == paused and datetime.fromisoformat(at) > datetime.fromisoformat(since) + slack):
                 problems.append(f"schedule {name}: its tick {version.schedules.get(name)} fired at {at}, while "
                                 f"paused since {since} (seq {version.seq})")
         for name, (outcome, _) in (version.schedule_marks or {}).items():

@@ -296,6 +296,26 @@ def test_a_schedule_fired_while_paused_is_flagged_and_skipped_ticks_are_counted(
     assert verdict.figures["schedule_ticks_skipped_seen"] == 1
 
 
+def test_a_pause_stamped_by_a_clock_behind_after_a_fire_is_judged_by_the_documents_order() -> None:
+    """Chaos seed 134: a leader whose clock read 7.4 s behind paused the
+    schedule just after an earlier fire; the pause's stamp came out before
+    the fire's. The versions' order says the fire came first: not flagged.
+    A fire first seen after the pause is, whatever its stamp says."""
+    r = clean()
+    _marks(r, [(100, "00"), (102, "02"), (104, "02"), (106, "06")])
+    fired = ["fired", "2026-12-04T02:10:02.005Z"]
+    for version in r.history.versions[-3:-1]:
+        version.schedule_marks = {"tick": fired}
+    r.history.versions[-2].schedule_pauses = {"tick": "2026-12-04T02:09:58.900Z"}  # stamped 3 s before the fire
+    r.history.versions[-1].schedule_marks = {"tick": ["fired", "2026-12-04T02:09:59.000Z"]}  # after, by order
+    r.history.versions[-1].schedule_pauses = {"tick": "2026-12-04T02:09:58.900Z"}
+
+    problems = check(r.final(jobs=["j2", "j3"]), Limits(schedule_seconds=2, schedule_slack_seconds=3)).failures[
+        "schedules"]
+
+    assert len(problems) == 1 and "its tick 2026-12-04T02:10:06Z fired at 2026-12-04T02:09:59.000Z" in problems[0]
+
+
 def _limited(r: Recorder, seen: list[tuple[int | None, int]]) -> None:
     """Store versions whose chaos queue has limit and running jobs as given (None: no limit)."""
     for seq, (limit, running) in enumerate(seen, start=30):
