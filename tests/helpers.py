@@ -11,11 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from engine import ObjectStore, Worker, WorkerOptions, WorkerStats
+from engine.stores import fault_store_url
 
 # Where the queue document lives by default (engine.policy.DOCUMENT_KEY),
 # spelled out so that a change of the default shows up in the tests.
@@ -66,3 +68,13 @@ def start(worker: Worker) -> tuple[threading.Thread, list[WorkerStats | BaseExce
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, result
+
+
+def behind_fault_store(settings: Any, folder: Path, plan: bytes) -> Path:
+    """Point ``settings.QUEUE_STORE_URL`` at a folder store behind the fault
+    store (engine.stores.faults), whose control file (``control.json`` beside
+    ``folder``) holds ``plan``; return the control file, to change the plan."""
+    control = folder.parent / "control.json"
+    control.write_bytes(plan)
+    settings.QUEUE_STORE_URL = fault_store_url(folder.as_uri(), control)
+    return control

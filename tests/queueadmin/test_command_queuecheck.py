@@ -9,13 +9,12 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DOCUMENT_KEY, FileStore, open_store
-from engine.stores import fault_store_url
+from tests.helpers import behind_fault_store
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
@@ -53,9 +52,7 @@ def test_s3_over_http_passes(s3_url: str, settings: SettingsWrapper) -> None:
 
 
 def test_a_store_that_drops_the_conditions_fails_and_says_so(tmp_path: Path, settings: SettingsWrapper) -> None:
-    control = tmp_path / "control.json"
-    control.write_bytes(orjson.dumps({"unconditional": True}))
-    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    behind_fault_store(settings, tmp_path / "store", b'{"unconditional": true}')
 
     with pytest.raises(CommandError, match=r"second create .* replaced the first instead of being refused"):
         queuecheck()
@@ -64,9 +61,7 @@ def test_a_store_that_drops_the_conditions_fails_and_says_so(tmp_path: Path, set
 
 
 def test_a_store_that_does_not_answer_fails_without_deciding(tmp_path: Path, settings: SettingsWrapper) -> None:
-    control = tmp_path / "control.json"
-    control.write_bytes(orjson.dumps({"error": 1.0}))
-    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    behind_fault_store(settings, tmp_path / "store", b'{"error": 1.0}')
 
     with pytest.raises(CommandError, match="nothing was decided: try again"):
         queuecheck()

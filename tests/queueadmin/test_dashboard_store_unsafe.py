@@ -13,10 +13,9 @@ import pytest
 from django.test import Client
 
 from engine import Broker
-from engine.stores import fault_store_url
 from queueadmin import runtime
 from queueadmin.dashboard.source import source
-from tests.helpers import wait_for
+from tests.helpers import behind_fault_store, wait_for
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import SettingsWrapper
@@ -29,9 +28,7 @@ def node_on(
     tmp_path: Path, settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch, plan: bytes,
 ) -> Iterator[Broker]:
     """This process's node on a folder store behind the fault store, with ``plan`` as its faults."""
-    control = tmp_path / "control.json"
-    control.write_bytes(plan)
-    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    behind_fault_store(settings, tmp_path / "store", plan)
     node = runtime.build_broker().start()
     try:
         monkeypatch.setattr(runtime, "get_broker", lambda: node)

@@ -14,9 +14,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from engine import DocumentMissing, FileStore, GroupCommitter, read_marker
-from engine.stores import fault_store_url
 from queueadmin.models import AuditEntry
-from tests.helpers import KEY, document
+from tests.helpers import KEY, behind_fault_store, document
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -104,9 +103,7 @@ def test_queuestatus_reports_a_lost_document(store: FileStore) -> None:
 def test_a_store_that_drops_its_conditions_is_refused_before_anything_is_written(
     tmp_path: Path, settings: SettingsWrapper,
 ) -> None:
-    control = tmp_path / "control.json"
-    control.write_bytes(b'{"unconditional": true}')
-    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    behind_fault_store(settings, tmp_path / "store", b'{"unconditional": true}')
 
     with pytest.raises(CommandError, match="replaced the first instead of being refused"):
         queueinit()

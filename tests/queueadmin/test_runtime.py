@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engine import utc_now
-from engine.stores import fault_store_url
 from queueadmin import runtime
 from queueadmin.metrics import sampler
+from tests.helpers import behind_fault_store
 
 if TYPE_CHECKING:
     from pytest_django.fixtures import Settings as SettingsWrapper
@@ -127,9 +127,7 @@ def test_a_node_on_a_fault_store_reads_the_clock_its_control_file_sets(
     settings: SettingsWrapper, tmp_path: Path,
 ) -> None:
     """Chaos runs set a node's clock off through its fault store; any other store gives the real clock."""
-    control = tmp_path / "control.json"
-    control.write_bytes(b'{"clock_offset_seconds": -20}')
-    settings.QUEUE_STORE_URL = fault_store_url((tmp_path / "store").as_uri(), control)
+    behind_fault_store(settings, tmp_path / "store", b'{"clock_offset_seconds": -20}')
     chaos_node = runtime.build_broker()
     settings.QUEUE_STORE_URL = (tmp_path / "plain").as_uri()
     plain_node = runtime.build_broker()
