@@ -38,5 +38,5 @@ class Command(BaseCommand):
             store.close()
         self.stdout.write(f"store     {described}: reachable, and it refuses a second create "
                           "(If-None-Match: *) and a stale If-Match, as the queue needs")
-        self.stdout.write(f"checked   in {(time.monotonic() - began) * 1000:.0f} ms (nine requests), on a probe object it deleted; "
-                          f"{DOCUMENT_KEY} was not touched")
+        self.stdout.write(f"checked   in {(time.monotonic() - began) * 1000:.0f} ms (nine requests), on a probe "
+                          f"object it deleted; {DOCUMENT_KEY} was not touched")
