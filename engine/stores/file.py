@@ -236,20 +236,16 @@ class FileStore(ObjectStore):
                 continue  # a stray file no key can name
             if not key.startswith(prefix):
                 continue
-            if self._head(*paths) is not None:
+            found = self._versions(*paths)  # one folder read decides, and serves the collection below
+            if found and not found[-1].tombstone:
                 keys.append(key)
-            else:
-                self._collect_deleted(*paths)
+            elif len(found) > 1:
+                # Deleted, with versions below its tombstone: a delete removes
+                # them itself, but deletes before it did not (a used segment's
+                # bytes), and listing reclaims them (the lane keeper lists its
+                # segments' prefixes after a takeover and hourly).
+                self._collect_garbage(found, 1)
         return keys
-
-    def _collect_deleted(self, plain: str, versions: str) -> None:
-        """Remove the versions below a deleted object's tombstone: a delete
-        does that itself, but deletes before it did left them (a used
-        segment's bytes), and listing a prefix reclaims them (the lane
-        keeper lists its segments' prefixes after a takeover and hourly)."""
-        found = self._versions(plain, versions)
-        if len(found) > 1 and found[-1].tombstone:
-            self._collect_garbage(found, 1)
 
     def _collect(self, folder: Path, rel: str, prefix: str, into: set[str]) -> None:
         """Add every name under ``folder`` that may be a key (a versions
