@@ -13,7 +13,7 @@ import tempfile
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from engine.errors import PreconditionFailed
+from engine import PreconditionFailed
 from engine.stores import FileStore, MemoryStore
 
 KEYS = st.sampled_from(["a.json", "seg/q/s1.json", "seg/q/s2.json"])
