@@ -45,12 +45,40 @@ Guarantees:
   ``<root>/dir/name``. Such a file is read as generation 0; the first write
   creates generation 1 on top of it and then removes the plain file.
 
-A deleted object leaves its versions folder behind, holding just its
-tombstone: the generation count must survive for the ETags to stay unique.
-The delete collects every version below the tombstone at once (a used
-segment's bytes go with it), by the rule above: a writer stopped on a base
-it collected finds, when it resumes, that its base is gone, and answers
+A deleted object keeps its versions folder, holding just its tombstone, for
+an hour: the generation count is what keeps ETags unique. The delete
+collects every version below the tombstone at once (a used segment's bytes
+go with it), by the rule above: a writer stopped on a base it collected
+finds, when it resumes, that its base is gone, and answers
 PreconditionFailed or "may have landed"; never a false success.
+
+**Deleted objects are reclaimed whole.** A listing removes the folder of an
+object deleted more than :data:`TOMBSTONE_SECONDS` ago (the lane keeper lists
+its segments' and indexes' prefixes hourly), so that a used segment leaves
+not even its two folders behind (two inodes each: a busy node's disk would
+run out of them before its bytes). The generation count moves to the
+folder's **floor** first: ``<dir>/.floor/<generation>``, an empty marker, whose
+highest name is where every object created from nothing in ``<dir>`` starts
+counting. So:
+
+* an object deleted, reclaimed and created again starts above every
+  generation it had before: an ETag is still never reused, and two creators
+  racing still race for one name;
+* the floor is made durable before the tombstone goes, and the tombstone
+  goes before the folder (``rmdir``, which fails on a folder not empty): a
+  version linked meanwhile above the tombstone is a create that landed, and
+  stays; one at or below it can only be a writer's that read the object
+  before its delete and was stopped across the hour (SIGSTOP, a frozen VM).
+  Such a version is taken back: by the reclaim if it is there first, by the
+  writer itself otherwise (its base gone and its generation below the floor,
+  it unlinks it and answers "may have landed"; so does a create built on
+  the tombstone that another object's reclaim left below the floor, which
+  may race a create from nothing: one of them must fail). For the instant between its
+  link and its removal it can be read, as the object's last version: the one
+  exception to the rules above, for a writer stopped for an hour between two
+  instructions. No key the engine deletes (segments, their indexes, store
+  check probes) is ever written again after its delete, nor the document
+  listed.
 """
 
 from __future__ import annotations
@@ -69,6 +97,12 @@ from engine.stores.base import Blob, ObjectStore, check_key, check_range, check_
 
 TMP_DIR = ".tmp"
 VERSIONS_SUFFIX = ".versions"
+# Where a folder's generation floor is kept (see the module docstring).
+FLOOR_DIR = ".floor"
+# A deleted object's folder is reclaimed by a listing once its tombstone is
+# this old (and an empty versions folder, a creator's or a reclaim's that died
+# half-way, once the folder is).
+TOMBSTONE_SECONDS = 3600.0
 # Generations kept per object. A writer stopped for fewer writes than this
 # gets a clean PreconditionFailed; after more, StoreUnavailable (see above).
 KEEP_VERSIONS = 4
@@ -111,7 +145,10 @@ def _generation_name(generation: int) -> str:
 class FileStore(ObjectStore):
     """Objects as folders of versions under ``root`` (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, keep_versions: int = KEEP_VERSIONS) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, keep_versions: int = KEEP_VERSIONS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         path = Path(root)
         if not path.is_absolute():
             raise StoreConfigError(f"file store root must be an absolute path, got {str(root)!r}")
@@ -126,6 +163,7 @@ class FileStore(ObjectStore):
         self.root = path
         self._root = str(path)
         self.keep_versions = keep_versions
+        self._clock = clock  # Unix time: a tombstone's age is its folder's mtime against it
         self._sweep_stale_temporaries()
 
     def describe(self) -> str:
@@ -245,6 +283,8 @@ class FileStore(ObjectStore):
                 # bytes), and listing reclaims them (the lane keeper lists its
                 # segments' prefixes after a takeover and hourly).
                 self._collect_garbage(found, 1)
+            else:  # its tombstone alone, or an empty folder: gone whole once old enough
+                self._reclaim(*paths, found[0] if found else None)
         return keys
 
     def _collect(self, folder: Path, rel: str, prefix: str, into: set[str]) -> None:
@@ -309,7 +349,9 @@ class FileStore(ObjectStore):
                     continue  # collected under us: look again
                 current = None if base is None or base.tombstone else (base, base_etag or "")
                 self._check_condition(versions, current, if_match, if_none_match)
-                generation = (base.generation if base is not None else 0) + 1
+                # From nothing, at the folder's floor: above any generation of
+                # an object of this name whose folder was reclaimed.
+                generation = base.generation + 1 if base is not None else max(1, self._floor(versions))
                 target = f"{versions}/{_generation_name(generation)}"
                 self._ensure_folder(versions)
                 try:
@@ -396,6 +438,13 @@ class FileStore(ObjectStore):
         if not fresh:
             found = self._versions(plain, versions)
             fresh = bool(found) and found[-1].generation == generation
+            if fresh and base is not None and generation < self._floor(versions):
+                # Built on a version of an object deleted and reclaimed since
+                # (this writer was stopped across the hour): not a write of
+                # the object there is now. Taken back, and unsure.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{versions}/{_generation_name(generation)}")
+                return False
         try:
             self._fsync_dir(versions)
         except OSError as exc:
@@ -429,6 +478,73 @@ class FileStore(ObjectStore):
                 continue
             except OSError:
                 return
+
+    # -- reclaiming deleted objects (see the module docstring) ---------------------
+
+    def _floor(self, versions: str) -> int:
+        """The generation an object created from nothing in ``versions``'s
+        folder starts at, at the lowest: above every generation of an object
+        reclaimed there (0: none was). Does I/O."""
+        folder = f"{os.path.dirname(versions)}/{FLOOR_DIR}"
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot list {folder}: {exc}") from exc
+        return max((int(n) for n in names if len(n) == _GENERATION_DIGITS and n.isdigit()), default=0)
+
+    def _raise_floor(self, versions: str, generation: int) -> None:
+        """Make ``generation`` the floor of ``versions``'s folder, durably, if it
+        is not above it already. Raises OSError."""
+        parent = os.path.dirname(versions)
+        folder = f"{parent}/{FLOOR_DIR}"
+        if self._floor(versions) >= generation:
+            return
+        made = not os.path.isdir(folder)
+        if made:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+        mine = _generation_name(generation)
+        os.close(os.open(f"{folder}/{mine}", os.O_WRONLY | os.O_CREAT, 0o644))
+        self._fsync_dir(folder)
+        if made:
+            self._fsync_dir(parent)
+        # Only the highest marker counts; lower ones (a concurrent reclaim's
+        # too) go, once this one is durable.
+        for name in os.listdir(folder):
+            if name < mine:
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{folder}/{name}")
+
+    def _reclaim(self, plain: str, versions: str, tombstone: _Version | None) -> None:
+        """Remove the folder of an object deleted :data:`TOMBSTONE_SECONDS` ago
+        (``tombstone``, its only entry), or of an empty one that old (None).
+        Best effort: a failure leaves it for a later listing."""
+        try:
+            age = self._clock() - os.lstat(tombstone.path if tombstone is not None else versions).st_mtime
+            if age < TOMBSTONE_SECONDS:
+                return
+            if tombstone is not None:
+                self._raise_floor(versions, tombstone.generation + 1)
+                os.rmdir(tombstone.path)
+            os.rmdir(versions)
+        except (OSError, StoreUnavailable):
+            # Not empty: a version was linked since the read. Above the
+            # tombstone, a create that landed: it stays (one from nothing
+            # starts at the floor, raised above the tombstone first). At or
+            # below it, a stopped writer's, built on the object before its
+            # delete (see _settle): it goes. Not compared with the floor: it
+            # is the folder's, and another object's reclaim may raise it
+            # above a create that landed here.
+            if tombstone is not None:
+                with contextlib.suppress(OSError, StoreUnavailable):
+                    for version in self._versions(plain, versions):
+                        if not version.tombstone and version.generation <= tombstone.generation:
+                            os.unlink(version.path)
+            return
+        with contextlib.suppress(OSError):
+            self._fsync_dir(os.path.dirname(versions))
 
     def _write_temporary(
         self, parts: Sequence[bytes], versions: str, check: Callable[[], None]

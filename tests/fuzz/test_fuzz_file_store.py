@@ -2,19 +2,23 @@
 and unconditional writes, stale ETags, deletes, re-creates and listings, in any
 order, on a few keys. Both must accept and refuse the same writes and hold the
 same bytes; and on disk, a deleted object keeps nothing but its tombstone (a
-delete, or the first listing after one, collects the versions below it)."""
+delete, or the first listing after one, collects the versions below it), and
+nothing at all once an hour has passed and a listing reclaimed its folder:
+then created again, it must still refuse every ETag it handed out before."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import time
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from engine import PreconditionFailed
 from engine.stores import FileStore, MemoryStore
+from engine.stores.file import TOMBSTONE_SECONDS
 
 KEYS = st.sampled_from(["a.json", "seg/q/s1.json", "seg/q/s2.json"])
 
@@ -23,7 +27,8 @@ class FolderAgainstMemory(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.root = tempfile.mkdtemp()
-        self.folder = FileStore(self.root)
+        self.hours = 0.0  # how far the folder store's clock is ahead
+        self.folder = FileStore(self.root, clock=lambda: time.time() + self.hours)
         self.memory = MemoryStore()
         # Per key and store, every ETag each store returned, newest last: the stale ones are tried too.
         self.etags: dict[str, list[tuple[str, str]]] = {}
@@ -63,6 +68,11 @@ class FolderAgainstMemory(RuleBasedStateMachine):
     @rule(prefix=st.sampled_from(["", "seg/", "seg/q/s2"]))
     def listing(self, prefix: str) -> None:
         assert self.folder.list(prefix) == self.memory.list(prefix)
+
+    @rule()
+    def an_hour_passes(self) -> None:
+        # Every tombstone there is (and any made later) is old enough to go at the next listing.
+        self.hours += TOMBSTONE_SECONDS + 1
 
     @invariant()
     def same_bytes(self) -> None:
