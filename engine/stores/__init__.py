@@ -18,12 +18,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from engine.errors import StoreConfigError
 from engine.stores.base import Blob, ObjectStore, check_key
 from engine.stores.faults import STATS_SUFFIX, FaultStore, fault_store_url
-from engine.stores.file import FileStore
+from engine.stores.file import TOMBSTONE_SECONDS, FileStore
 from engine.stores.memory import MemoryStore, StoreStats
 from engine.stores.wrappers import FaultyStore, LatencyStore, open_latency_store
 
 __all__ = [
     "STATS_SUFFIX",
+    "TOMBSTONE_SECONDS",
     "Blob",
     "FaultStore",
     "FaultyStore",

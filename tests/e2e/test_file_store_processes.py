@@ -14,11 +14,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from engine.stores import FileStore
+from engine.stores import TOMBSTONE_SECONDS, FileStore
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
@@ -170,6 +171,26 @@ def test_a_writer_whose_target_a_delete_collected_never_revives_the_object(root:
     store.put("doc", b"created anew", if_none_match=True)
     blob = store.get("doc")
     assert blob is not None and blob.data == b"created anew"
+
+
+def test_a_writer_stopped_across_a_delete_and_the_reclaim_of_its_folder_never_lands(root: Path) -> None:
+    # A listing an hour after the delete removes the object's folder (its
+    # generation count kept in the floor) while the writer is stopped just
+    # before linking its version into it.
+    store = FileStore(root, clock=lambda: time.time() + TOMBSTONE_SECONDS + 1)
+    etag = store.put("doc", b"v1", if_none_match=True)
+    store.put("doc", b"v2", if_match=etag)
+    proc = _start_stopped_writer(root, "link")  # read v2, stopped before linking version 3
+    try:
+        store.delete("doc")  # version 3: the tombstone, old enough at once by this store's clock
+        assert store.list() == []
+        assert not (root / ".doc.versions").exists()
+    finally:
+        answer = _finish(proc)
+    assert answer in ("PreconditionFailed", "StoreUnavailable")
+    assert store.get("doc") is None and store.list() == []
+    store.put("doc", b"created anew", if_none_match=True)  # above every generation it had
+    assert sorted(os.listdir(root / ".doc.versions")) == [f"{4:020d}"]
 
 
 # Appends its own tokens to a shared log with conditional writes and reports

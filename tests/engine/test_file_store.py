@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import PreconditionFailed, StoreUnavailable
-from engine.stores import FileStore
-from engine.stores.file import TOMBSTONE_SECONDS
+from engine.stores import TOMBSTONE_SECONDS, FileStore
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from engine import PreconditionFailed
-from engine.stores import FileStore, MemoryStore
-from engine.stores.file import TOMBSTONE_SECONDS
+from engine.stores import TOMBSTONE_SECONDS, FileStore, MemoryStore
 
 KEYS = st.sampled_from(["a.json", "seg/q/s1.json", "seg/q/s2.json"])
 
