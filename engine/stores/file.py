@@ -267,6 +267,7 @@ class FileStore(ObjectStore):
         candidates: set[str] = set()
         self._collect(self.root, "", prefix, candidates)
         keys = []
+        gone: list[tuple[str, str, _Version | None]] = []  # deleted objects whose folders may be reclaimed
         for key in sorted(candidates):
             try:
                 paths = self._paths(key)
@@ -284,7 +285,8 @@ class FileStore(ObjectStore):
                 # segments' prefixes after a takeover and hourly).
                 self._collect_garbage(found, 1)
             else:  # its tombstone alone, or an empty folder: gone whole once old enough
-                self._reclaim(*paths, found[0] if found else None)
+                gone.append((*paths, found[0] if found else None))
+        self._reclaim(gone)
         return keys
 
     def _collect(self, folder: Path, rel: str, prefix: str, into: set[str]) -> None:
@@ -482,10 +484,15 @@ class FileStore(ObjectStore):
     # -- reclaiming deleted objects (see the module docstring) ---------------------
 
     def _floor(self, versions: str) -> int:
-        """The generation an object created from nothing in ``versions``'s
-        folder starts at, at the lowest: above every generation of an object
-        reclaimed there (0: none was). Does I/O."""
-        folder = f"{os.path.dirname(versions)}/{FLOOR_DIR}"
+        """The generation an object created from nothing beside the versions
+        folder ``versions`` starts at, at the lowest: above every generation
+        of an object reclaimed in that folder (0: none was). Does I/O."""
+        return self._floor_of(os.path.dirname(versions))
+
+    @staticmethod
+    def _floor_of(parent: str) -> int:
+        """:meth:`_floor` of the folder ``parent``."""
+        folder = f"{parent}/{FLOOR_DIR}"
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
@@ -494,12 +501,11 @@ class FileStore(ObjectStore):
             raise StoreUnavailable(f"cannot list {folder}: {exc}") from exc
         return max((int(n) for n in names if len(n) == _GENERATION_DIGITS and n.isdigit()), default=0)
 
-    def _raise_floor(self, versions: str, generation: int) -> None:
-        """Make ``generation`` the floor of ``versions``'s folder, durably, if it
-        is not above it already. Raises OSError."""
-        parent = os.path.dirname(versions)
+    def _raise_floor(self, parent: str, generation: int) -> None:
+        """Make ``generation`` the floor of the folder ``parent``, durably, if it
+        is not above it already. Raises OSError or StoreUnavailable."""
         folder = f"{parent}/{FLOOR_DIR}"
-        if self._floor(versions) >= generation:
+        if self._floor_of(parent) >= generation:
             return
         made = not os.path.isdir(folder)
         if made:
@@ -517,19 +523,40 @@ class FileStore(ObjectStore):
                 with contextlib.suppress(OSError):
                     os.unlink(f"{folder}/{name}")
 
-    def _reclaim(self, plain: str, versions: str, tombstone: _Version | None) -> None:
-        """Remove the folder of an object deleted :data:`TOMBSTONE_SECONDS` ago
-        (``tombstone``, its only entry), or of an empty one that old (None).
-        Best effort: a failure leaves it for a later listing."""
+    def _reclaim(self, gone: Sequence[tuple[str, str, _Version | None]]) -> None:
+        """Remove the folders of objects deleted :data:`TOMBSTONE_SECONDS` ago
+        (``(plain, versions, tombstone)``, the tombstone their only entry), and
+        empty versions folders that old (tombstone None). Each folder's floor
+        is raised once, above all of its tombstones, before any goes. Best
+        effort: what fails is left for a later listing."""
+        now = self._clock()
+        old: dict[str, list[tuple[str, str, _Version | None]]] = {}
+        for plain, versions, tombstone in gone:
+            try:
+                changed = os.lstat(tombstone.path if tombstone is not None else versions).st_mtime
+            except OSError:
+                continue
+            if now - changed >= TOMBSTONE_SECONDS:
+                old.setdefault(os.path.dirname(versions), []).append((plain, versions, tombstone))
+        for parent, doomed in old.items():
+            tops = [tombstone.generation for _, _, tombstone in doomed if tombstone is not None]
+            try:
+                if tops:
+                    self._raise_floor(parent, max(tops) + 1)
+            except (OSError, StoreUnavailable):
+                continue
+            for plain, versions, tombstone in doomed:
+                self._remove_folder(plain, versions, tombstone)
+        # No folder sync: a removal a crash undoes leaves the tombstone, or an
+        # empty folder, for a later listing; the floor is already durable.
+
+    def _remove_folder(self, plain: str, versions: str, tombstone: _Version | None) -> None:
+        """The tombstone, then the folder, which ``rmdir`` removes only if empty."""
         try:
-            age = self._clock() - os.lstat(tombstone.path if tombstone is not None else versions).st_mtime
-            if age < TOMBSTONE_SECONDS:
-                return
             if tombstone is not None:
-                self._raise_floor(versions, tombstone.generation + 1)
                 os.rmdir(tombstone.path)
             os.rmdir(versions)
-        except (OSError, StoreUnavailable):
+        except OSError:
             # Not empty: a version was linked since the read. Above the
             # tombstone, a create that landed: it stays (one from nothing
             # starts at the floor, raised above the tombstone first). At or
@@ -542,9 +569,6 @@ class FileStore(ObjectStore):
                     for version in self._versions(plain, versions):
                         if not version.tombstone and version.generation <= tombstone.generation:
                             os.unlink(version.path)
-            return
-        with contextlib.suppress(OSError):
-            self._fsync_dir(os.path.dirname(versions))
 
     def _write_temporary(
         self, parts: Sequence[bytes], versions: str, check: Callable[[], None]
