@@ -78,7 +78,9 @@ counting. So:
   exception to the rules above, for a writer stopped for an hour between two
   instructions. No key the engine deletes (segments, their indexes, store
   check probes) is ever written again after its delete, nor the document
-  listed.
+  listed; a Django task's result (``queueadmin.tasks``), deleted at its
+  expiry, may be created again by a late attempt: a create, which the floor
+  keeps exact.
 """
 
 from __future__ import annotations
