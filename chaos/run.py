@@ -22,6 +22,7 @@ from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.pauser import QueueLimiter, QueueRateLimiter, SchedulePauser
 from chaos.purger import Purger
+from chaos.reclaimer import Reclaimer
 from chaos.requeuer import Requeuer
 from chaos.watcher import HealthWatcher, StoreWatcher
 from engine import DOCUMENT_KEY, EngineError
@@ -142,9 +143,12 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
         operators.append(QueueLimiter(urls, history, random.Random(rng.random()), stop_producers, behaviour))
     if options.rates:
         operators.append(QueueRateLimiter(urls, history, random.Random(rng.random()), stop_producers, behaviour))
-    watchers = [StoreWatcher(cluster.store_url, history, stop_watch,
-                             azure_connection_string=cluster.azure_connection_string),
-                HealthWatcher(cluster, history, stop_watch)]
+    watchers: list[threading.Thread] = [StoreWatcher(cluster.store_url, history, stop_watch,
+                                                     azure_connection_string=cluster.azure_connection_string),
+                                        HealthWatcher(cluster, history, stop_watch)]
+    reclaimer = Reclaimer(cluster.workdir / "store", history, stop_watch) if options.store == "file" else None
+    if reclaimer is not None:
+        watchers.append(reclaimer)
     nemesis = Nemesis(cluster, history, seed=options.seed, kinds=options.kinds, count=options.faults,
                       deadline=time.monotonic() + options.duration, stop=stop_nemesis,
                       recovered=lambda since: recovered_after(history.calls, since), each=options.each,
@@ -179,6 +183,9 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
         stop_watch.set()
         for watcher in watchers:
             watcher.join(10)
+    if reclaimer is not None:
+        say(f"chaos: a reclaimer an hour ahead took {reclaimer.reclaimed} deleted objects' folders in "
+            f"{reclaimer.listings} listings")
     history.final_document = _read_document(cluster, segments=True)
     history.event("drained")
 

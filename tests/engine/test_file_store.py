@@ -293,3 +293,29 @@ def test_a_create_from_nothing_during_a_reclaim_stays_though_another_reclaim_rai
     blob = store.get("seg/a.json")
     assert blob is not None and (blob.data, blob.etag) == (b"created", created[0])
     assert _versions(root, "seg/a.json") == [f"{3:020d}"]
+
+
+def test_a_reclaim_that_died_half_way_leaves_the_object_deleted_and_is_finished_later(root: Path) -> None:
+    """Killed after the floor was raised and the tombstone removed, before its
+    folder went: an empty versions folder is a deleted object, a create
+    starts above the old generations, and a later listing removes what is
+    left once it is an hour old."""
+    clock = _Clock()
+    store = FileStore(root, clock=clock)
+    old = store.put("seg/a.json", b"one", if_none_match=True)
+    store.delete("seg/a.json")  # the tombstone is generation 2
+    (root / "seg" / ".floor").mkdir()
+    (root / "seg" / ".floor" / f"{3:020d}").touch()
+    (_versions_folder(root, "seg/a.json") / f"{2:020d}").rmdir()
+
+    assert store.get("seg/a.json") is None and store.etag("seg/a.json") is None
+    assert store.list("seg/") == []
+    assert _versions_folder(root, "seg/a.json").is_dir()  # an empty folder under an hour old stays
+    clock.ahead = TOMBSTONE_SECONDS + 1
+    assert store.list("seg/") == []
+    assert not _versions_folder(root, "seg/a.json").exists()
+
+    store.put("seg/a.json", b"again", if_none_match=True)
+    assert _versions(root, "seg/a.json") == [f"{3:020d}"]
+    with pytest.raises(PreconditionFailed):
+        store.put("seg/a.json", b"stale", if_match=old)
