@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from engine.brokercalls import BrokerCalls
 from engine.cas import state_of, write_state
-from engine.committer import CommitStats, GroupCommitter
+from engine.committer import DEFAULT_HEDGE_SECONDS, CommitStats, GroupCommitter
 from engine.document import QueueState
 from engine.errors import (
     CommitterStopped,
@@ -98,7 +98,10 @@ class Broker(BrokerCalls):
     the store honours conditional writes (:mod:`engine.storecheck`; nine
     requests on a probe object) and never writes where it does not
     (``store_unsafe``); ``check_store=False`` skips that, for a store the
-    caller has checked.
+    caller has checked. ``hedge_seconds`` > 0 sends a write of the document
+    again when it is slower than the last ones' 95th percentile and than
+    that many seconds (a hedge, for a remote store's slow requests; see
+    :mod:`engine.committer`).
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class Broker(BrokerCalls):
         on_departures: Callable[[list[Departure]], None] | None = None,
         schedules: Sequence[Schedule] = (),
         check_store: bool = True,
+        hedge_seconds: float = DEFAULT_HEDGE_SECONDS,
     ) -> None:
         if not 0 < heartbeat_seconds < takeover_seconds:
             raise ValueError("need 0 < heartbeat_seconds < takeover_seconds")
@@ -129,6 +133,9 @@ class Broker(BrokerCalls):
         self.id = broker_id or new_broker_id()
         self.policy = policy or Policy()
         self.heartbeat_seconds = heartbeat_seconds
+        #: Given to each committer: a write of the document slower than the last
+        #: ones (and than this) is sent again (0: never; see engine.committer).
+        self.hedge_seconds = hedge_seconds
         self.takeover_seconds = takeover_seconds
         self.clock = clock
         self.monotonic = monotonic
@@ -444,6 +451,7 @@ class Broker(BrokerCalls):
             on_segments_dropped=self._segments_dropped,
             presence=self.presence,
             stats=self.stats,
+            hedge_seconds=self.hedge_seconds,
         )
         try:
             committer.start()

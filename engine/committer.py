@@ -29,6 +29,13 @@ document that this node read (or whose creation marker exists) and that is
 gone now is never re-created (I10): the batch fails with DocumentMissing, and
 so does every later one until an operator restores the document.
 
+A write that takes longer than the 95th percentile of the last landed ones
+(and at least ``hedge_seconds``) is sent a second time, the same conditional
+PUT (a *hedge*, see ``CommitWrites._hedge``): on a remote store one slow
+request, a stalled connection or a slow node, would otherwise hold every
+caller of the write. Both are conditioned on the same version, so at most
+one lands; the first that does decides the write.
+
 Every operation is answered exactly once, whatever escapes (I8). An operation
 whose transition or encoding raises something unexpected is refused alone
 with OperationFailed: the state it may have half changed is thrown away, the
@@ -49,6 +56,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -57,7 +65,7 @@ from typing import Any
 from engine.backoff import jittered
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.commitcalls import CommitCalls
-from engine.commitwrites import CommitWrites
+from engine.commitwrites import HEDGE_WINDOW, CommitWrites
 from engine.document import QueueState
 from engine.errors import CommitterStopped, EngineError
 from engine.lineage import Presence
@@ -109,6 +117,9 @@ LINGER_SHARE = 1.0
 # no longer hold one, see LaneKeeper._seal.)
 _BACKGROUND = (Tick, Refill, Merge, Seal)
 DEFAULT_IDLE_GAP_SECONDS = 0.005
+# Hedged writes: off by default in the engine (a folder's disk is no faster
+# the second time); the app turns them on for remote stores (QUEUE_STORE_HEDGE_SECONDS).
+DEFAULT_HEDGE_SECONDS = 0.0
 
 
 class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
@@ -142,6 +153,7 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         on_segments_dropped: Callable[[list[str]], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
+        hedge_seconds: float = DEFAULT_HEDGE_SECONDS,
         presence: Presence | None = None,
         stats: CommitStats | None = None,
     ) -> None:
@@ -165,6 +177,12 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         self.on_segments_dropped = on_segments_dropped
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
+        # The least time a write waits before its hedge is sent (0: never; see CommitWrites._hedge).
+        if not 0 <= hedge_seconds < float("inf"):
+            raise ValueError(f"hedge_seconds must be a finite number >= 0 (0: off), got {hedge_seconds!r}")
+        self.hedge_seconds = hedge_seconds
+        self._attempts_out = 0  # attempts at writes sent and not answered, stragglers included
+        self._put_times: deque[float] = deque(maxlen=HEDGE_WINDOW)  # seconds of the last landed writes
         # Whether the document existed (I10); a broker shares one across its committers.
         self.presence = presence or Presence(store, key, writer=self.writer_id)
         # A broker passes one for all its committers, so its counts span takeovers.
@@ -203,7 +221,10 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
             # while a write is in flight.
-            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"committer-io:{self.writer_id}")
+            # With hedging, two: a write's two attempts, or an earlier write's
+            # straggler and the next write (no hedge is sent while one is out).
+            self._io = ThreadPoolExecutor(max_workers=2 if self.hedge_seconds > 0 else 1,
+                                          thread_name_prefix=f"committer-io:{self.writer_id}")
             self._running = True
             self._thread = threading.Thread(target=self._run, name=f"committer:{self.key}", daemon=True)
             self._thread.start()
@@ -306,6 +327,8 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         operations into ``b.new``; returns the error to fail everything with
         after ``stop(drain=False)``, else None."""
         with self._cond:
+            if b.inflight is not None:
+                self._hedge(b.inflight)  # due while the writer was busy
             while not self._queue and (b.inflight is None or not b.inflight.done):
                 if (b.inflight is None and not self._running) or (b.staged and self._abandon is not None):
                     break
@@ -315,7 +338,8 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
                         break
                     self._cond.wait(wait)
                     continue
-                self._cond.wait()
+                hedge = None if b.inflight is None else self._hedge(b.inflight)
+                self._cond.wait(hedge)
             b.new = self._queue[: self.max_batch]
             del self._queue[: self.max_batch]
             return self._abandon

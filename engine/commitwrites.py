@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -33,7 +34,15 @@ from engine.policy import Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
 
-__all__ = ["CommitWrites"]
+__all__ = ["HEDGE_PERCENTILE", "HEDGE_SAMPLES", "HEDGE_WINDOW", "CommitWrites", "verdict"]
+
+# Hedged writes (CommitWrites._hedge): a write sends its hedge once it has
+# taken longer than this percentile of the last landed writes (so about one
+# write in twenty while the store's times hold steady), judged once this many
+# have landed, and kept over as many again.
+HEDGE_PERCENTILE = 0.95
+HEDGE_SAMPLES = 32
+HEDGE_WINDOW = 128
 
 log = logging.getLogger("engine.committer")  # where the committer has always logged
 
@@ -57,12 +66,16 @@ class CommitWrites:
     presence: Presence
     stats: CommitStats
     committed_seq: int
+    _lock: threading.Lock
     _cond: threading.Condition
     _state: QueueState | None
     _committed: tuple[str | None, list[bytes]] | None
     _unsettled: list[Write]
     _last_seq: int
     _io: ThreadPoolExecutor | None
+    hedge_seconds: float
+    _attempts_out: int
+    _put_times: deque[float]
     # The committer's own method (engine.committer), next to the constant it reads.
     _backoff: Callable[[int], None]
 
@@ -121,10 +134,13 @@ class CommitWrites:
         write = Write(batch, seq, parts, state)
         write.departures = state.take_departures()
         write.dropped_segments = state.take_dropped_segments()
-        if_match = state.etag
+        write.if_match = if_match = state.etag
         write.created = if_match is None
+        write.hedge_at = self._hedge_at(write.started)
         state.encoded(seq=seq, writer=self.writer_id)
         assert self._io is not None
+        with self._lock:
+            self._attempts_out += 1
         self._io.submit(self._put, write, if_match)
         if self.on_write is not None:
             try:
@@ -133,23 +149,85 @@ class CommitWrites:
                 log.exception("on_write listener failed")
         return write
 
-    def _put(self, write: Write, if_match: str | None) -> None:
-        """Runs on the I/O thread."""
+    def _put(self, write: Write, if_match: str | None, attempt: int = 0) -> None:
+        """Runs on an I/O thread: one attempt at ``write``, the first (0) or
+        its hedge (1, see :meth:`_hedge`), both conditioned on ``if_match``.
+
+        The write is decided by the first attempt that lands; or, once every
+        attempt sent has answered without landing, by :func:`verdict`. An
+        attempt that answers after the write was decided (a straggler) is
+        ignored: conditioned on a version the decided write has moved past
+        or will be re-read against, it cannot land over anything (I3)."""
+        etag: str | None = None
+        error: EngineError | None = None
         try:
-            write.etag = write_state(self.store, self.key, write.parts, etag=if_match)
+            etag = write_state(self.store, self.key, write.parts, etag=if_match)
         except EngineError as exc:
-            write.error = exc
+            error = exc
         except Exception as exc:  # a bug in a store: report it as a failed write
             log.exception("store put failed unexpectedly")
-            write.error = StoreUnavailable(f"put failed: {exc!r}")
-        if write.error is None and write.created:
-            try:
-                self.presence.found(seq=write.seq)  # writes the creation marker (I10)
-            except Exception:  # the marker is written again on the next read
-                log.exception("writing the creation marker failed")
+            error = StoreUnavailable(f"put failed: {exc!r}")
+        with self._cond:
+            self._attempts_out -= 1
+            write.answers += 1
+            if write.decided is not None:
+                return  # a straggler
+            if error is not None:
+                write.failures.append(error)
+                error = verdict(write)
+                if error is None:
+                    return  # the other attempt may still land: wait for it
+            write.decided = attempt
+            write.etag, write.error = etag, error
+            if error is not None or not write.created:
+                write.done = True
+                self._cond.notify()
+                return
+        try:
+            self.presence.found(seq=write.seq)  # a create landed: the creation marker (I10)
+        except Exception:  # the marker is written again on the next read
+            log.exception("writing the creation marker failed")
         with self._cond:
             write.done = True
             self._cond.notify()
+
+    def _hedge_at(self, started: float) -> float | None:
+        """When a write started at ``started`` (monotonic) sends its hedge:
+        once it has taken longer than the 95th percentile of the last landed
+        writes, and at least ``hedge_seconds``. None: no hedge (hedging is
+        off, or fewer than HEDGE_SAMPLES writes have landed to judge by)."""
+        times = self._put_times
+        if self.hedge_seconds <= 0 or len(times) < HEDGE_SAMPLES:
+            return None
+        ordered = sorted(times)
+        return started + max(self.hedge_seconds, ordered[int(HEDGE_PERCENTILE * (len(ordered) - 1))])
+
+    def _hedge(self, write: Write) -> float | None:
+        """Called by the writer thread holding the lock while ``write`` is in
+        flight: send its hedge if it is due, the same conditional PUT again,
+        so that one slow request (a stalled connection, a slow store node)
+        does not hold every caller of the write (Dean and Barroso, "The Tail
+        at Scale"). Returns the seconds until the hedge is due, or None when
+        none will be sent. No hedge while an attempt of an earlier write is
+        still out: the store is slow as a whole, and a third request would
+        not help."""
+        due = write.hedge_at
+        if due is None or write.decided is not None:
+            return None
+        wait = due - time.monotonic()
+        if wait > 0:
+            return wait
+        write.hedge_at = None
+        if self._attempts_out > write.attempts - write.answers:
+            return None
+        write.attempts += 1
+        self._attempts_out += 1
+        self.stats.hedged += 1
+        log.debug("group commit: write %d slow after %.3f s, sending it again", write.seq,
+                  time.monotonic() - write.started)
+        assert self._io is not None
+        self._io.submit(self._put, write, write.if_match, 1)
+        return None
 
     def _finish(self, done: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:
         """Settle a finished write. Returns the operations still to be written
@@ -166,8 +244,11 @@ class CommitWrites:
             self.committed_seq = done.seq
             self._unsettled.clear()  # an older failed write can no longer land
             self._committed = (done.etag, done.parts)
-            self.stats.landed(seconds=time.monotonic() - done.started, size=sum(map(len, done.parts)),
-                              operations=len(done.batch))
+            seconds = time.monotonic() - done.started
+            self.stats.landed(seconds=seconds, size=sum(map(len, done.parts)), operations=len(done.batch))
+            self._put_times.append(seconds)
+            if done.decided == 1:
+                self.stats.hedges_landed += 1
             if self.on_commit is not None:
                 try:
                     self.on_commit(done.state)
@@ -255,3 +336,34 @@ class CommitWrites:
             except StoreUnavailable:
                 self._backoff(attempt + 1)
         return self._load()
+
+
+def verdict(write: Write) -> EngineError | None:
+    """The outcome of ``write`` after an attempt failed (its error is the last
+    of ``write.failures``), if it can be decided yet; None to wait for the
+    other attempt, which may still land. Called under the committer's lock.
+
+    * Every attempt answered: refused by all (PreconditionFailed), the write
+      lost a race and did not land; otherwise the first other error, which
+      says the outcome is unknown (a reply lost after one attempt landed is
+      what makes the other's condition fail).
+    * One refused while the other is still out: the document has moved past
+      the version both were conditioned on, by the other attempt or by
+      another writer, so the other can no longer land after an answer.
+      Decided at once as unknown, settled by a re-read of the document
+      (CommitWrites._recover) instead of waiting for a slow reply. (S3's 409
+      for a conditional write racing another says nothing has moved; the
+      re-read then finds the write not landed, and the write that follows
+      is conditioned on the same version as the one still out: one of them
+      lands, which the recovery's unsettled writes already handle.)
+    * One failed otherwise while the other is out: wait for the other.
+    """
+    refused = [error for error in write.failures if isinstance(error, PreconditionFailed)]
+    if write.answers < write.attempts:
+        if refused:
+            return StoreUnavailable(f"{refused[0]} while a second attempt at the same write was out: "
+                                    "it may have landed, the document is read again to know")
+        return None
+    if len(refused) == len(write.failures):
+        return write.failures[0]
+    return next(error for error in write.failures if not isinstance(error, PreconditionFailed))

@@ -79,7 +79,9 @@ class CommitStats:
     across the committers it runs, so they count for the node's lifetime).
     ``lost_races`` counts conditional writes that lost to another writer (CAS
     conflicts), ``ambiguous`` writes whose outcome was unknown until a
-    re-read. ``latency``, ``sizes`` and ``batches`` are histograms of each
+    re-read. ``hedged`` counts writes that sent a second, identical attempt
+    because the first was slow, and ``hedges_landed`` those of them whose
+    second attempt is the one that landed. ``latency``, ``sizes`` and ``batches`` are histograms of each
     landed write's duration (seconds), size (bytes) and operations;
     ``last_commit_at`` is when the last write landed (Unix time).
     """
@@ -88,6 +90,8 @@ class CommitStats:
     operations: int = 0
     lost_races: int = 0
     ambiguous: int = 0
+    hedged: int = 0
+    hedges_landed: int = 0
     reads: int = 0
     last_commit_seconds: float = 0.0
     last_commit_at: float = 0.0
@@ -142,10 +146,11 @@ FAILED = object()
 
 
 class Write:
-    """One conditional PUT, run on the I/O thread."""
+    """One conditional PUT of the document, run on an I/O thread, and at most
+    one hedge: the same PUT sent again while the first is slow."""
 
-    __slots__ = ("batch", "created", "departures", "done", "dropped_segments", "error", "etag", "parts", "seq",
-                 "started", "state")
+    __slots__ = ("answers", "attempts", "batch", "created", "decided", "departures", "done", "dropped_segments",
+                 "error", "etag", "failures", "hedge_at", "if_match", "parts", "seq", "started", "state")
 
     def __init__(self, batch: list[Pending], seq: int, parts: list[bytes], state: QueueState) -> None:
         self.batch = batch
@@ -161,6 +166,17 @@ class Write:
         self.departures: list[Departure] = []
         # Segment keys this write stops referencing, reported once it lands.
         self.dropped_segments: list[str] = []
+        # Hedging (see CommitWrites._put): when a second, identical attempt is
+        # due (monotonic; None: never), the attempts sent and answered, the
+        # errors of those that failed, and which attempt decided the outcome
+        # (None: undecided; 0 the first, 1 the hedge). Changed under the
+        # committer's lock only.
+        self.hedge_at: float | None = None
+        self.if_match: str | None = None  # the ETag both attempts are conditioned on (None: a create)
+        self.attempts = 1
+        self.answers = 0
+        self.failures: list[EngineError] = []
+        self.decided: int | None = None
 
 
 @dataclass(slots=True, eq=False)

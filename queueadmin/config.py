@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -58,6 +59,11 @@ DEFAULT_RESULT_TTL_SECONDS = 7 * 24 * 3600.0
 DEFAULT_FINISHED_RETENTION_SECONDS = 7 * 24 * 3600.0
 #: Default for ``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records the metrics history.
 DEFAULT_SAMPLE_SECONDS = 10.0
+# Hedged writes on a remote store (store_hedge_seconds): at the earliest this long
+# after a write started, once it is also slower than the last writes' 95th percentile.
+# S3, GCS and Azure answer most small PUTs well within it.
+DEFAULT_REMOTE_HEDGE_SECONDS = 0.25
+REMOTE_SCHEMES = frozenset({"s3", "gs", "az"})
 
 
 def default_max_request_bytes(max_payload_bytes: int) -> int:
@@ -83,6 +89,22 @@ def store_url() -> str:
     if url is None:
         raise ImproperlyConfigured("QUEUE_STORE_URL is not set")
     return url
+
+
+def store_hedge_seconds() -> float:
+    """``QUEUE_STORE_HEDGE_SECONDS``: the least time a write of the document
+    waits before it is sent again (0: never). When unset,
+    :data:`DEFAULT_REMOTE_HEDGE_SECONDS` for a store across a network
+    (``s3://``, ``gs://``, ``az://``, behind ``faults+`` or ``latency+`` too),
+    where one request can stall while the next is quick; 0 for a folder or
+    memory, where a second write meets the same disk."""
+    value = getattr(settings, "QUEUE_STORE_HEDGE_SECONDS", None)
+    if value is not None:
+        return float(value)
+    scheme = urlsplit(store_url()).scheme
+    for wrapper in ("faults+", "latency+"):
+        scheme = scheme.removeprefix(wrapper)
+    return DEFAULT_REMOTE_HEDGE_SECONDS if scheme in REMOTE_SCHEMES else 0.0
 
 
 def open_queue_store() -> ObjectStore:

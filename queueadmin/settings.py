@@ -31,6 +31,10 @@ QUEUE_API_TOKEN             bearer token for the broker HTTP API (unset)
 QUEUE_LEASE_SECONDS         job lease length, seconds (30)
 QUEUE_HEARTBEAT_SECONDS     leader heartbeat interval, seconds (2)
 QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
+QUEUE_STORE_HEDGE_SECONDS   a write of queue.json slower than the last ones'
+                            95th percentile and than this is sent again, the
+                            same conditional PUT; 0 turns it off, seconds
+                            (0.25 on s3://, gs:// and az://; off on a folder)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
 QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
                             (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
@@ -373,6 +377,9 @@ QUEUE_API_TOKEN = env_str("QUEUE_API_TOKEN")
 QUEUE_LEASE_SECONDS = env_seconds("QUEUE_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
 QUEUE_HEARTBEAT_SECONDS = env_seconds("QUEUE_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS)
 QUEUE_TAKEOVER_SECONDS = env_seconds("QUEUE_TAKEOVER_SECONDS", DEFAULT_TAKEOVER_SECONDS)
+# Hedged writes of queue.json; None (unset) lets queueadmin.config choose by the store's scheme.
+QUEUE_STORE_HEDGE_SECONDS = (env_seconds("QUEUE_STORE_HEDGE_SECONDS", 0, zero=True)
+                             if os.environ.get("QUEUE_STORE_HEDGE_SECONDS", "").strip() else None)
 QUEUE_MAX_PAYLOAD_BYTES = env_int("QUEUE_MAX_PAYLOAD_BYTES", DEFAULT_MAX_PAYLOAD_BYTES)
 # A batch push carries many payloads, so the body limit is well above one
 # payload's (queueadmin.config.default_max_request_bytes).

@@ -116,6 +116,16 @@ class QueueCollector(Collector):
                 stats.ambiguous,
                 "Writes by this node whose outcome was unknown (timeout, 5xx) until a re-read settled it.",
             ),
+            (
+                "queueadmin_hedged_writes",
+                stats.hedged,
+                "Writes by this node sent again because the first attempt was slow (QUEUE_STORE_HEDGE_SECONDS).",
+            ),
+            (
+                "queueadmin_hedged_writes_landed",
+                stats.hedges_landed,
+                "Hedged writes by this node that landed by their second attempt.",
+            ),
             ("queueadmin_commit_operations", stats.operations, "Operations this node answered through its committer."),
             ("queueadmin_document_reads", stats.reads, "Whole-document reads by this node's committers."),
         ):

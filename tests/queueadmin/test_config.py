@@ -227,3 +227,36 @@ def test_the_delayed_horizon_variable_refuses_what_is_no_number_of_seconds(
     monkeypatch.setenv("QUEUE_DELAYED_HORIZON_SECONDS", "0")
     with pytest.raises(ImproperlyConfigured, match="positive"):
         env_seconds("QUEUE_DELAYED_HORIZON_SECONDS", 60)  # where 0 is not allowed, it is refused
+
+
+@pytest.mark.parametrize(("url", "hedge"), [
+    ("s3://bucket/prefix?endpoint_url=http://127.0.0.1:9", config.DEFAULT_REMOTE_HEDGE_SECONDS),
+    ("gs://bucket/prefix", config.DEFAULT_REMOTE_HEDGE_SECONDS),
+    ("az://container/prefix?account=acct", config.DEFAULT_REMOTE_HEDGE_SECONDS),
+    ("faults+s3://bucket?fault_control=/tmp/x", config.DEFAULT_REMOTE_HEDGE_SECONDS),
+    ("latency+gs://bucket", config.DEFAULT_REMOTE_HEDGE_SECONDS),
+    ("file:///srv/queue", 0.0),
+    ("faults+file:///srv/queue?fault_control=/tmp/x", 0.0),
+    ("memory://shared", 0.0),
+    ("latency+memory://shared", 0.0),
+])
+def test_writes_are_hedged_by_default_on_a_store_across_a_network_only(
+    settings: SettingsWrapper, url: str, hedge: float,
+) -> None:
+    settings.QUEUE_STORE_URL = url
+    settings.QUEUE_STORE_HEDGE_SECONDS = None  # unset
+    assert config.store_hedge_seconds() == hedge
+    settings.QUEUE_STORE_HEDGE_SECONDS = 0.0  # off, wherever the store is
+    assert config.store_hedge_seconds() == 0.0
+    settings.QUEUE_STORE_HEDGE_SECONDS = 1.5
+    assert config.store_hedge_seconds() == 1.5
+
+
+def test_the_broker_gets_the_hedge_setting(settings: SettingsWrapper) -> None:
+    from queueadmin.runtime import build_broker
+
+    settings.QUEUE_STORE_URL = "memory://hedged"
+    settings.QUEUE_STORE_HEDGE_SECONDS = 0.75
+    assert build_broker().hedge_seconds == 0.75
+    settings.QUEUE_STORE_HEDGE_SECONDS = None
+    assert build_broker().hedge_seconds == 0.0

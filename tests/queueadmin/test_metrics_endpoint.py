@@ -122,6 +122,8 @@ def test_queue_gauges_and_counters_follow_pushes_claims_and_completes(node: Brok
     assert value(after, "queueadmin_commit_batch_operations_sum") >= 5
     assert value(after, "queueadmin_cas_conflicts_total") == 0
     assert value(after, "queueadmin_ambiguous_writes_total") == 0
+    assert value(after, "queueadmin_hedged_writes_total") == 0
+    assert value(after, "queueadmin_hedged_writes_landed_total") == 0
     assert value(after, "queueadmin_takeovers_total") == 1
     assert value(after, "queueadmin_epoch") == node.leader.epoch >= 1
     assert value(after, "queueadmin_document_seq") == node.seq

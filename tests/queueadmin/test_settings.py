@@ -69,6 +69,8 @@ def test_values_from_the_environment() -> None:
         ({"QUEUE_TAKEOVER_SECONDS": "2"}, "QUEUE_TAKEOVER_SECONDS (2) must be greater than"),
         ({"QUEUE_ADVERTISE_URL": "10.0.0.1:8000"}, "QUEUE_ADVERTISE_URL must be an absolute http"),
         ({"QUEUE_HTTP_IDLE_SECONDS": "0"}, "QUEUE_HTTP_IDLE_SECONDS must be a positive number"),
+        ({"QUEUE_STORE_HEDGE_SECONDS": "-0.5"}, "QUEUE_STORE_HEDGE_SECONDS must be a number of seconds, 0 or more"),
+        ({"QUEUE_STORE_HEDGE_SECONDS": "soon"}, "QUEUE_STORE_HEDGE_SECONDS must be a number of seconds"),
         ({"CSRF_TRUSTED_ORIGINS": "queue.example.com"}, "CSRF_TRUSTED_ORIGINS must list origins"),
         ({"CSRF_TRUSTED_ORIGINS": "https://queue.example.com/dashboard"}, "CSRF_TRUSTED_ORIGINS must list origins"),
         ({"QUEUE_ENVIRONMENT": "p" * 41}, "QUEUE_ENVIRONMENT must be at most 40 printable characters"),
