@@ -52,6 +52,10 @@ SCHEDULE_SECONDS = 2
 SCHEDULE_QUEUE = "chaos-ticks"
 SCHEDULES = {SCHEDULE_NAME: {"every_seconds": SCHEDULE_SECONDS, "queue": SCHEDULE_QUEUE, "payload": {"tick": True}}}
 LEASE_SECONDS = 4.0
+# Every node hedges its writes of the document (QUEUE_STORE_HEDGE_SECONDS), on
+# every store and early, so that the nemesis's slow, hung and lost requests
+# race a second attempt at the same write.
+HEDGE_SECONDS = 0.1
 NODE_START_TIMEOUT = 60.0
 MOTO_REGION = "us-east-1"
 # Dummy credentials for moto, which accepts any; never real ones.
@@ -261,6 +265,7 @@ class Cluster:
             QUEUE_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
             QUEUE_TAKEOVER_SECONDS=str(TAKEOVER_SECONDS),
             QUEUE_LEASE_SECONDS=str(LEASE_SECONDS),
+            QUEUE_STORE_HEDGE_SECONDS=str(HEDGE_SECONDS),
             QUEUE_BROKER_AUTOSTART="true",
             QUEUE_SCHEDULES=orjson.dumps(SCHEDULES).decode(),
         )

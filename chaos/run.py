@@ -13,11 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from chaos import clients
 from chaos.checker import Limits, Verdict, check, recovered_after
-from chaos.cluster import HEARTBEAT_SECONDS, LEASE_SECONDS, SCHEDULE_QUEUE, SCHEDULE_SECONDS, Cluster, cpu_seconds
+from chaos.cluster import (
+    HEARTBEAT_SECONDS,
+    LEASE_SECONDS,
+    SCHEDULE_QUEUE,
+    SCHEDULE_SECONDS,
+    TOKEN,
+    Cluster,
+    cpu_seconds,
+)
 from chaos.history import History, Idle
 from chaos.nemesis import KINDS, LONG_PAUSE_SECONDS, RECOVERY_CAP_SECONDS, Nemesis
 from chaos.pauser import QueueLimiter, QueueRateLimiter, SchedulePauser
@@ -186,6 +195,8 @@ def _run_load(cluster: Cluster, history: History, options: Options, say: Callabl
     if reclaimer is not None:
         say(f"chaos: a reclaimer an hour ahead took {reclaimer.reclaimed} deleted objects' folders in "
             f"{reclaimer.listings} listings")
+    hedged, landed = _hedges(cluster)
+    say(f"chaos: the nodes hedged {hedged} writes since their last start, {landed} landed by the hedge")
     history.final_document = _read_document(cluster, segments=True)
     history.event("drained")
 
@@ -272,6 +283,23 @@ def _drain(cluster: Cluster) -> None:
                 for queue, lane in (doc.get("lanes") or {}).items() if queue != SCHEDULE_QUEUE):
             return
         time.sleep(0.5)
+
+
+def _hedges(cluster: Cluster) -> tuple[int, int]:
+    """Hedged writes, and those the hedge landed, summed over the nodes'
+    ``/metrics`` (each node's counts since it last started; a node that
+    does not answer counts nothing)."""
+    totals = {"queueadmin_hedged_writes_total": 0, "queueadmin_hedged_writes_landed_total": 0}
+    for node in cluster.nodes:
+        try:
+            text = httpx.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in totals:
+                totals[name] += int(float(value))
+    return totals["queueadmin_hedged_writes_total"], totals["queueadmin_hedged_writes_landed_total"]
 
 
 def _wait_for_leader(cluster: Cluster) -> None:
