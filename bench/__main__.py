@@ -18,6 +18,8 @@ leader and standby per hour and of 1,000 jobs (what a cloud bills): see
 (segments): 0 to 5M pending jobs in one queue and in ten, on ``file://``,
 with push, drain, bytes per commit, RSS, a standby's reads and a purge:
 see :mod:`bench.backlog`.
+``python -m bench hedge [options]`` pushes through a store whose writes now
+and then stall, with hedged writes off and on: see :mod:`bench.hedging`.
 ``python -m bench worker [options]`` measures an ``engine.Worker``'s own CPU
 and context switches a job, against a client that answers at once: see
 :mod:`bench.workerloop`.
@@ -30,7 +32,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from bench import backlog, idle, memory, network, requests, workerloop
+from bench import backlog, hedging, idle, memory, network, requests, workerloop
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 from bench.facts import machine_facts
 
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         return backlog.main(argv[1:])
     if argv[:1] == ["worker"]:
         return workerloop.main(argv[1:])
+    if argv[:1] == ["hedge"]:
+        return hedging.main(argv[1:])
     command, cfg, args = parse_args(argv)
     # Imported here: they need jqueue (the bench extra), which the network and idle benchmarks do not.
     from bench import report

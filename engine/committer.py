@@ -65,7 +65,7 @@ from typing import Any
 from engine.backoff import jittered
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.commitcalls import CommitCalls
-from engine.commitwrites import HEDGE_WINDOW, CommitWrites
+from engine.commitwrites import HEDGE_WINDOW, MAX_STRAGGLERS, CommitWrites
 from engine.document import QueueState
 from engine.errors import CommitterStopped, EngineError
 from engine.lineage import Presence
@@ -221,9 +221,9 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
             # while a write is in flight.
-            # With hedging, two: a write's two attempts, or an earlier write's
-            # straggler and the next write (no hedge is sent while one is out).
-            self._io = ThreadPoolExecutor(max_workers=2 if self.hedge_seconds > 0 else 1,
+            # With hedging, a write's two attempts and the stragglers of earlier
+            # writes up to MAX_STRAGGLERS (no hedge is sent beyond them).
+            self._io = ThreadPoolExecutor(max_workers=MAX_STRAGGLERS + 2 if self.hedge_seconds > 0 else 1,
                                           thread_name_prefix=f"committer-io:{self.writer_id}")
             self._running = True
             self._thread = threading.Thread(target=self._run, name=f"committer:{self.key}", daemon=True)

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from engine import GroupCommitter, MemoryStore, ObjectStore
-from engine.commitwrites import HEDGE_SAMPLES, verdict
+from engine import Broker, GroupCommitter, MemoryStore, ObjectStore
+from engine.commitwrites import HEDGE_SAMPLES, MAX_STRAGGLERS, verdict
 from engine.errors import PreconditionFailed, StoreUnavailable
 from engine.ops import push_op
 from engine.pending import Write
@@ -198,20 +198,26 @@ def test_a_hedge_that_fails_waits_for_the_first_attempt_which_then_decides(store
         committer.stop()
 
 
-def test_no_hedge_while_an_earlier_writes_attempt_is_still_out(store: HoldingStore) -> None:
+def test_writes_hedge_past_a_straggler_but_not_past_more_than_max_stragglers(store: HoldingStore) -> None:
     committer = warmed(store)
     try:
-        push_held(committer, store, "before")  # its hedge landed; the first attempt is still held
+        # Each of these writes is held and landed by its hedge; their first
+        # attempts stay out as stragglers, and the next write still hedges.
+        for n in range(MAX_STRAGGLERS + 1):
+            push_held(committer, store, "before")
+            assert committer.stats.hedged == committer.stats.hedges_landed == n + 1
         puts = store.puts
         store.hold("after")  # the next write's first attempt lands, and its reply is held
         pushed: list[str] = []
-        second = threading.Thread(target=lambda: pushed.extend(committer.push("q", ["next"])))
-        second.start()
+        last = threading.Thread(target=lambda: pushed.extend(committer.push("q", ["next"])))
+        last.start()
         time.sleep(HEDGE * 6)
-        assert store.puts == puts + 1 and committer.stats.hedged == 1 and not pushed
+        # Too many stragglers out: no hedge, the write waits for its one attempt.
+        assert store.puts == puts + 1 and committer.stats.hedged == MAX_STRAGGLERS + 1 and not pushed
         store.release.set()
-        second.join(10)
+        last.join(10)
         assert pushed and pending_ids(store)[-1:] == pushed
+        assert len(pending_ids(store)) == MAX_STRAGGLERS + 2
     finally:
         committer.stop()
 
@@ -256,3 +262,19 @@ def test_the_verdict_after_a_failed_attempt() -> None:
     assert verdict(attempts(unknown)) is None
     early = verdict(attempts(refused))
     assert isinstance(early, StoreUnavailable) and "second attempt" in str(early)
+
+
+def test_a_leading_broker_hedges_its_writes_with_the_seconds_it_was_given(store: HoldingStore) -> None:
+    broker = Broker(store, url=None, hedge_seconds=HEDGE, check_store=False).start()
+    try:
+        wait_for(lambda: broker.role == "leader")
+        committer = broker.committer
+        assert committer is not None and committer.hedge_seconds == HEDGE
+        for n in range(HEDGE_SAMPLES):
+            broker.execute(push_op("warm", [n], policy=POLICY))
+        ids = push_held(committer, store, "before")
+        assert pending_ids(store) == ids
+        assert broker.stats.hedged >= 1 and broker.stats.hedges_landed >= 1
+    finally:
+        store.release.set()
+        broker.stop()
