@@ -68,6 +68,10 @@ class NodeInfo:
     #: often it looks (so it sees a change at most this much late).
     quiet: tuple[int, float] | None = None
     poll_seconds: float = 0.0
+    #: On the leader: writes of the document sent a second time because they
+    #: were slow, and those the second attempt landed (engine.committer).
+    hedged: int = 0
+    hedges_landed: int = 0
 
 
 class SnapshotSource:
@@ -198,6 +202,8 @@ class SnapshotSource:
             mean_batch=stats.mean_batch if stats else None,
             quiet=broker.quiet(),
             poll_seconds=broker.poll_seconds,
+            hedged=stats.hedged if stats else 0,
+            hedges_landed=stats.hedges_landed if stats else 0,
         )
 
 

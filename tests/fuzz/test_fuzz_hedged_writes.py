@@ -1,6 +1,7 @@
 """Hedged writes under random faults: nothing acknowledged is lost or doubled.
 
-A committer hedges early (10 ms after a write starts) on a store whose writes
+A committer hedges early (10 ms after a write starts) on a store (in memory,
+and the folder store, where the two attempts race in one process) whose writes
 of the document, drawn from a seed, are held before they reach it (a stalled
 request, which lands late or is refused), land and then answer late (a slow
 reply), fail before reaching it, or land and lose their reply; a rival
@@ -14,17 +15,20 @@ most once (I1, I2, I3).
 from __future__ import annotations
 
 import random
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import EngineError, GroupCommitter, MemoryStore, StoreUnavailable
 from engine.ops import push_op
-from engine.stores import Blob, ObjectStore
+from engine.stores import Blob, FileStore, ObjectStore
 from tests.fuzz.profiles import scaled
 from tests.helpers import KEY, document
 
@@ -39,8 +43,8 @@ class DiceStore(ObjectStore):
     (up to 60 ms), an error before reaching the store, a lost reply after
     landing, or nothing, by a seeded die."""
 
-    def __init__(self, seed: int) -> None:
-        self.inner = MemoryStore()
+    def __init__(self, seed: int, inner: ObjectStore) -> None:
+        self.inner = inner
         self.faults = False
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -86,10 +90,14 @@ class DiceStore(ObjectStore):
         return self.inner.list(prefix)
 
 
-@settings(max_examples=scaled(6))
+@pytest.mark.parametrize("where", ["memory", "folder"])
+@settings(max_examples=scaled(4))
 @given(seed=st.integers(0, 2**32 - 1))
-def test_hedged_writes_under_stalls_errors_lost_replies_and_a_rival_lose_and_double_nothing(seed: int) -> None:
-    store = DiceStore(seed)
+def test_hedged_writes_under_stalls_errors_lost_replies_and_a_rival_lose_and_double_nothing(
+    where: str, seed: int,
+) -> None:
+    folder = tempfile.mkdtemp() if where == "folder" else None
+    store = DiceStore(seed, FileStore(folder) if folder else MemoryStore())
     committer = GroupCommitter(store, hedge_seconds=0.01, retry_backoff_seconds=0.001, max_retries=50).start()
     rival = GroupCommitter(store, retry_backoff_seconds=0.001, max_retries=50).start()
     answered: list[str] = []
@@ -127,6 +135,8 @@ def test_hedged_writes_under_stalls_errors_lost_replies_and_a_rival_lose_and_dou
         rival.stop()
         committer.stop()
     ids = Counter(job["id"] for job in document(store)["jobs"])
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
     assert not [job_id for job_id, count in ids.items() if count > 1], "a job is in the document twice"
     assert not [job_id for job_id in answered if job_id not in ids], "an answered push is not in the document"
     assert len(answered) + len(unknown) == (PUSHERS + 1) * PUSHES_EACH

@@ -86,6 +86,14 @@ def test_overview_counts_each_queue_and_shows_broker_health(broker: Broker, view
     assert stored(store) == before
 
 
+def test_overview_says_how_many_writes_were_hedged_once_any_was(broker: Broker, viewer: Client) -> None:
+    push(broker, "emails", [1])
+    assert 'data-testid="hedged"' not in viewer.get("/").content.decode()
+    broker.stats.hedged, broker.stats.hedges_landed = 1234, 1200
+    body = viewer.get("/").content.decode()
+    assert "1,234 hedged, 1,200 landed by the hedge" in body
+
+
 def test_overview_warns_when_jobs_wait_and_no_worker_is_seen(broker: Broker, viewer: Client,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     push(broker, "q", [1])
