@@ -35,7 +35,7 @@ from typing import Any
 from bench.config import payload
 from bench.facts import machine_facts
 from engine import DOCUMENT_KEY, Broker, GroupCommitter, Policy
-from engine.stores import Blob, LatencyStore, MemoryStore, ObjectStore
+from engine.stores import LatencyStore, MemoryStore, ObjectStore, WrappedStore
 
 # As python -m bench backlog: the pushed jobs beyond a queue's front are sealed
 # into segment objects, so the document, and each write, stays the same size.
@@ -44,12 +44,12 @@ DEFAULTS = {"latency_ms": 50.0, "bandwidth": 100.0, "tail_chance": 0.02, "tail_s
             "submitters": 256, "duration": 20.0, "warmup": 5.0, "hedge_seconds": 0.25, "seed": 1}
 
 
-class TailStore(ObjectStore):
+class TailStore(WrappedStore):
     """``inner``, where a put of the document is held ``seconds`` before it
     is sent, with probability ``chance`` (seeded). Counts puts and holds."""
 
     def __init__(self, inner: ObjectStore, *, chance: float, seconds: float, seed: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.chance = chance
         self.seconds = seconds
         self._random = random.Random(seed)
@@ -70,23 +70,6 @@ class TailStore(ObjectStore):
             time.sleep(self.seconds)
         return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
 
-    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
-
-    def get(self, key: str) -> Blob | None:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        return self.inner.get_range(key, start, length)
-
-    def etag(self, key: str) -> str | None:
-        return self.inner.etag(key)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
 
 
 def _percentile(ordered: list[float], q: float) -> float:

@@ -20,7 +20,7 @@ from engine.stores.base import Blob, ObjectStore, check_key
 from engine.stores.faults import STATS_SUFFIX, FaultStore, fault_store_url
 from engine.stores.file import TOMBSTONE_SECONDS, FileStore
 from engine.stores.memory import MemoryStore, StoreStats
-from engine.stores.wrappers import FaultyStore, LatencyStore, open_latency_store
+from engine.stores.wrappers import FaultyStore, LatencyStore, WrappedStore, open_latency_store
 
 __all__ = [
     "STATS_SUFFIX",
@@ -33,6 +33,7 @@ __all__ = [
     "MemoryStore",
     "ObjectStore",
     "StoreStats",
+    "WrappedStore",
     "check_key",
     "fault_store_url",
     "open_store",

@@ -34,6 +34,44 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(left)
 
 
+class WrappedStore(ObjectStore):
+    """Passes every call to ``inner``: a base for a store that changes some
+    calls of another (a subclass overrides those, typically ``put_parts``:
+    ``put`` goes through it). ``describe`` names both."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    def get(self, key: str) -> Blob | None:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        return self.inner.get_range(key, start, length)
+
+    def etag(self, key: str) -> str | None:
+        return self.inner.etag(key)
+
+    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
+        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({self.inner.describe()})"
+
+
 class LatencyStore(ObjectStore):
     """Delays every call like a remote object store: ``latency`` seconds per
     request, plus, for a get or put, the bytes moved ÷ ``bandwidth`` (bytes

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import Broker
-from engine.stores import ObjectStore, open_store
+from engine.stores import ObjectStore, WrappedStore, open_store
 from tests.engine.scripted_s3 import scripted_s3  # noqa: F401 (the fixture, for every engine test module)
 
 #: The brokers' heartbeat and takeover interval in tests: fast, and far enough apart.
@@ -19,13 +19,15 @@ BEAT = 0.05
 TAKEOVER = 0.4
 
 
-@pytest.fixture(params=["memory", "file", "s3", "gcs", "azure"])
+@pytest.fixture(params=["memory", "file", "wrapped", "s3", "gcs", "azure"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
     """One fresh, empty store per backend; the contract suite runs against each."""
     if request.param == "memory":
         store = open_store("memory://")
     elif request.param == "file":
         store = open_store(f"file://{tmp_path / 'store'}")
+    elif request.param == "wrapped":  # every call passed through to a folder store
+        store = WrappedStore(open_store(f"file://{tmp_path / 'store'}"))
     elif request.param == "gcs":
         store = open_store(request.getfixturevalue("gcs_url"))
     elif request.param == "azure":

@@ -23,19 +23,19 @@ from engine.errors import PreconditionFailed, StoreUnavailable
 from engine.ops import push_op
 from engine.pending import Write
 from engine.policy import Policy
-from engine.stores.base import Blob
+from engine.stores import WrappedStore
 from tests.helpers import KEY, document, wait_for
 
 POLICY = Policy()
 HEDGE = 0.05  # the least wait before a hedge: the warm-up's writes take far less
 
 
-class HoldingStore(ObjectStore):
+class HoldingStore(WrappedStore):
     """A memory store whose next put of the document, once armed, is held
     until released: ``before`` it reaches the store, or ``after`` it landed."""
 
     def __init__(self) -> None:
-        self.inner = MemoryStore()
+        super().__init__(MemoryStore())
         self.armed: str | None = None
         self.release = threading.Event()
         self.held = threading.Event()  # set while an attempt is held
@@ -46,18 +46,6 @@ class HoldingStore(ObjectStore):
     def hold(self, where: str) -> None:
         assert where in ("before", "after")
         self.armed = where
-
-    def get(self, key: str) -> Blob | None:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        return self.inner.get_range(key, start, length)
-
-    def etag(self, key: str) -> str | None:
-        return self.inner.etag(key)
-
-    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
@@ -85,11 +73,6 @@ class HoldingStore(ObjectStore):
             self.outcomes.append("landed")
         return etag
 
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
 
 
 @pytest.fixture

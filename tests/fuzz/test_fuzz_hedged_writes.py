@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from engine import EngineError, GroupCommitter, MemoryStore, StoreUnavailable
 from engine.ops import push_op
-from engine.stores import Blob, FileStore, ObjectStore
+from engine.stores import FileStore, ObjectStore, WrappedStore
 from tests.fuzz.profiles import scaled
 from tests.helpers import KEY, document
 
@@ -37,14 +37,14 @@ PUSHERS = 6
 PUSHES_EACH = 12
 
 
-class DiceStore(ObjectStore):
+class DiceStore(WrappedStore):
     """A memory store whose puts of the document, once ``faults`` is set,
     meet one of: held before (up to 60 ms), answered late after landing
     (up to 60 ms), an error before reaching the store, a lost reply after
     landing, or nothing, by a seeded die."""
 
     def __init__(self, seed: int, inner: ObjectStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.faults = False
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -71,23 +71,6 @@ class DiceStore(ObjectStore):
             raise StoreUnavailable("injected: the write landed and its reply was lost")
         return etag
 
-    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
-
-    def get(self, key: str) -> Blob | None:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        return self.inner.get_range(key, start, length)
-
-    def etag(self, key: str) -> str | None:
-        return self.inner.etag(key)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
 
 
 @pytest.mark.parametrize("where", ["memory", "folder"])
