@@ -54,6 +54,7 @@ import orjson
 from engine.errors import StoreConfigError, StoreUnavailable
 from engine.model import utc_now
 from engine.stores.base import Blob, ObjectStore
+from engine.stores.wrappers import WrappedStore
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class _SlowParts(Sequence[bytes]):
         return len(self._parts)
 
 
-class FaultStore(ObjectStore):
+class FaultStore(WrappedStore):
     """Wraps ``inner`` and injects the faults ``control`` (a file path) asks for.
 
     Thread-safe. Does the inner store's I/O plus one ``stat`` of the control
@@ -285,9 +286,6 @@ class FaultStore(ObjectStore):
     def etag(self, key: str) -> str | None:
         self._before("etag")
         return self.inner.etag(key)
-
-    def put(self, key: str, data: bytes, *, if_match: str | None = None, if_none_match: bool = False) -> str:
-        return self.put_parts(key, (data,), if_match=if_match, if_none_match=if_none_match)
 
     def put_parts(
         self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
