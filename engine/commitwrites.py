@@ -356,8 +356,8 @@ def verdict(write: Write) -> EngineError | None:
       what makes the other's condition fail).
     * One refused while the other is still out: the document has moved past
       the version both were conditioned on, by the other attempt or by
-      another writer, so the other can no longer land after an answer.
-      Decided at once as unknown, settled by a re-read of the document
+      another writer, so the attempt still out has landed already or will
+      be refused. Decided at once as unknown, settled by a re-read of the document
       (CommitWrites._recover) instead of waiting for a slow reply. (S3's 409
       for a conditional write racing another says nothing has moved; the
       re-read then finds the write not landed, and the write that follows
