@@ -11,7 +11,7 @@ closed-loop coroutines push one job each, for ``--duration`` seconds after
 ``--hedge-seconds`` (the app's default on S3, GCS and Azure,
 ``QUEUE_STORE_HEDGE_SECONDS``). Every held write holds all the callers of
 the writes behind it; a hedge sends the same conditional PUT again once the
-write is slower than the last ones' 95th percentile and the hedge seconds.
+write has taken three times the last ones' median and the hedge seconds.
 
 Prints each side's pushes a second, p50, p99, p99.9 and the slowest push,
 the writes, how many of them the tail held, the hedges sent and those that
@@ -45,11 +45,13 @@ DEFAULTS = {"latency_ms": 50.0, "bandwidth": 100.0, "tail_chance": 0.02, "tail_s
 
 
 class TailStore(WrappedStore):
-    """``inner``, where a put of the document is held ``seconds`` before it
-    is sent, with probability ``chance`` (seeded). Counts puts and holds."""
+    """``inner``, where a put of the document is held ``seconds``, with
+    probability ``chance`` (seeded): ``before`` it is sent (it lands late),
+    or ``after`` it landed (its reply is late). Counts puts and holds."""
 
-    def __init__(self, inner: ObjectStore, *, chance: float, seconds: float, seed: int) -> None:
+    def __init__(self, inner: ObjectStore, *, chance: float, seconds: float, seed: int, where: str = "before") -> None:
         super().__init__(inner)
+        self.where = where
         self.chance = chance
         self.seconds = seconds
         self._random = random.Random(seed)
@@ -66,9 +68,12 @@ class TailStore(WrappedStore):
                 self.puts += 1
                 hold = self._random.random() < self.chance
                 self.held += hold
-        if hold:
+        if hold and self.where == "before":
             time.sleep(self.seconds)
-        return self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        etag = self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+        if hold and self.where == "after":
+            time.sleep(self.seconds)
+        return etag
 
 
 
@@ -106,7 +111,7 @@ async def _push(committer: GroupCommitter, args: argparse.Namespace) -> tuple[li
 def run_side(args: argparse.Namespace, hedge_seconds: float) -> dict[str, Any]:
     """One side: a fresh store and committer, the pushes, and what they did."""
     store = TailStore(LatencyStore(MemoryStore(), latency=args.latency_ms / 1000, bandwidth=args.bandwidth * 1e6),
-                      chance=args.tail_chance, seconds=args.tail_seconds, seed=args.seed)
+                      chance=args.tail_chance, seconds=args.tail_seconds, seed=args.seed, where=args.tail_where)
     broker = Broker(store, url=None, policy=POLICY, heartbeat_seconds=1.0, takeover_seconds=60.0,
                     hedge_seconds=hedge_seconds, check_store=False).start()
     try:
@@ -138,14 +143,14 @@ def run_side(args: argparse.Namespace, hedge_seconds: float) -> dict[str, Any]:
 
 def table(sides: list[dict[str, Any]]) -> str:
     rows = ["| hedging | pushes/s | p50 ms | p99 ms | p99.9 ms | slowest ms | writes | held by the tail | hedged "
-            "| landed by the hedge | puts a write | acknowledged / pushed / pending |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+            "| landed by the hedge | settled by a re-read | puts a write | acknowledged / pushed / pending |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for side in sides:
         name = f"after {side['hedge_seconds']:g} s" if side["hedge_seconds"] else "off"
         rows.append(
             f"| {name} | {side['per_s']:,.0f} | {side['p50_ms']:.0f} | {side['p99_ms']:.0f} | {side['p999_ms']:.0f} "
             f"| {side['max_ms']:.0f} | {side['writes']:,} | {side['held']} | {side['hedged']} "
-            f"| {side['hedges_landed']} | {side['puts'] / max(side['writes'], 1):.3f} "
+            f"| {side['hedges_landed']} | {side['ambiguous']} | {side['puts'] / max(side['writes'], 1):.3f} "
             f"| {side['acknowledged']:,} / {side['pushed']:,} / {side['pending']:,} |")
     return "\n".join(rows)
 
@@ -159,6 +164,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="the chance a write of the document is held (0.02)")
     parser.add_argument("--tail-seconds", type=float, default=DEFAULTS["tail_seconds"],
                         help="how long a held write waits before it is sent (1)")
+    parser.add_argument("--tail-where", choices=("before", "after"), default="before",
+                        help="hold a write before it reaches the store (it lands late), or after it landed "
+                             "(its reply is late) (before)")
     parser.add_argument("--submitters", type=int, default=DEFAULTS["submitters"], help="closed-loop pushers (256)")
     parser.add_argument("--duration", type=float, default=DEFAULTS["duration"], help="measured seconds a side (20)")
     parser.add_argument("--warmup", type=float, default=DEFAULTS["warmup"], help="seconds before the window (5)")
@@ -180,7 +188,8 @@ def main(argv: list[str]) -> int:
           f"load average {os.getloadavg()[0]:.2f} at the start")
     print(f"python: {facts['python']}; orjson {facts['orjson']}; code at git {facts['git']}")
     print(f"conditions: memory store + {args.latency_ms:g} ms a request and {args.bandwidth:g} MB/s for its bytes; "
-          f"{args.tail_chance:.1%} of the document's writes held {args.tail_seconds:g} s before they are sent "
+          f"{args.tail_chance:.1%} of the document's writes held {args.tail_seconds:g} s "
+          f"{'before they are sent' if args.tail_where == 'before' else 'after they landed'} "
           f"(seed {args.seed}); {args.submitters} closed-loop submitters pushing one job each; warm-up "
           f"{args.warmup:g} s, then {args.duration:g} s a side")
     sides = []
@@ -190,7 +199,9 @@ def main(argv: list[str]) -> int:
     print()
     print(table(sides))
     print()
-    print("held by the tail: writes of the document the store held (a hedge is a write too). puts a write: the "
+    print("held by the tail: writes of the document the store held (a hedge is a write too). settled by a re-read: "
+          "writes whose outcome was unknown until the document was read again (a hedge refused while the first "
+          "attempt was still out, which had landed). puts a write: the "
           "store's puts of the document ÷ the writes that landed. acknowledged / pushed / pending: the distinct "
           "ids the pushes were answered with, the queue's pushed counter, and its pending jobs in the document "
           "and its segments at the end; all three must be equal, and 200 of the ids, drawn at random, are "

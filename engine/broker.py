@@ -99,7 +99,7 @@ class Broker(BrokerCalls):
     requests on a probe object) and never writes where it does not
     (``store_unsafe``); ``check_store=False`` skips that, for a store the
     caller has checked. ``hedge_seconds`` > 0 sends a write of the document
-    again when it is slower than the last ones' 95th percentile and than
+    again when it takes three times the last ones' median and at least
     that many seconds (a hedge, for a remote store's slow requests; see
     :mod:`engine.committer`).
     """

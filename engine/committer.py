@@ -29,7 +29,7 @@ document that this node read (or whose creation marker exists) and that is
 gone now is never re-created (I10): the batch fails with DocumentMissing, and
 so does every later one until an operator restores the document.
 
-A write that takes longer than the 95th percentile of the last landed ones
+A write that takes three times as long as the median of the last landed ones
 (and at least ``hedge_seconds``) is sent a second time, the same conditional
 PUT (a *hedge*, see ``CommitWrites._hedge``): on a remote store one slow
 request, a stalled connection or a slow node, would otherwise hold every

@@ -16,6 +16,7 @@ Every field it reads is the committer's, declared below.
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 from collections import deque
@@ -34,13 +35,17 @@ from engine.policy import Policy
 from engine.stores.base import ObjectStore
 from engine.transitions import apply_batch
 
-__all__ = ["HEDGE_PERCENTILE", "HEDGE_SAMPLES", "HEDGE_WINDOW", "MAX_STRAGGLERS", "CommitWrites", "verdict"]
+__all__ = ["HEDGE_FACTOR", "HEDGE_SAMPLES", "HEDGE_WINDOW", "MAX_STRAGGLERS", "CommitWrites", "verdict"]
 
 # Hedged writes (CommitWrites._hedge): a write sends its hedge once it has
-# taken longer than this percentile of the last landed writes (so about one
-# write in twenty while the store's times hold steady), judged once this many
-# have landed, and kept over as many again.
-HEDGE_PERCENTILE = 0.95
+# taken this many times the median of the last landed writes (judged once
+# HEDGE_SAMPLES have landed, over the last HEDGE_WINDOW). The median, not a
+# high percentile ("The Tail at Scale" hedges at the 95th): a store whose
+# requests stall more often than one in twenty would lift a 95th percentile
+# into the stalls and stop hedging exactly when it helps most (a test with 3 %
+# of writes held 0.4 s, whose first writes drew 8 %, hedged none in time).
+# The extra requests are bounded by the stalls themselves and MAX_STRAGGLERS.
+HEDGE_FACTOR = 3.0
 HEDGE_SAMPLES = 32
 HEDGE_WINDOW = 128
 # Attempts of earlier writes still out (stragglers) beyond which no hedge is
@@ -200,14 +205,13 @@ class CommitWrites:
 
     def _hedge_at(self, started: float) -> float | None:
         """When a write started at ``started`` (monotonic) sends its hedge:
-        once it has taken longer than the 95th percentile of the last landed
+        once it has taken HEDGE_FACTOR times the median of the last landed
         writes, and at least ``hedge_seconds``. None: no hedge (hedging is
         off, or fewer than HEDGE_SAMPLES writes have landed to judge by)."""
         times = self._put_times
         if self.hedge_seconds <= 0 or len(times) < HEDGE_SAMPLES:
             return None
-        ordered = sorted(times)
-        return started + max(self.hedge_seconds, ordered[int(HEDGE_PERCENTILE * (len(ordered) - 1))])
+        return started + max(self.hedge_seconds, HEDGE_FACTOR * statistics.median(times))
 
     def _hedge(self, write: Write) -> float | None:
         """Called by the writer thread holding the lock while ``write`` is in

@@ -60,7 +60,7 @@ DEFAULT_FINISHED_RETENTION_SECONDS = 7 * 24 * 3600.0
 #: Default for ``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records the metrics history.
 DEFAULT_SAMPLE_SECONDS = 10.0
 # Hedged writes on a remote store (store_hedge_seconds): at the earliest this long
-# after a write started, once it is also slower than the last writes' 95th percentile.
+# after a write started, once it has also taken three times the last writes' median.
 # S3, GCS and Azure answer most small PUTs well within it.
 DEFAULT_REMOTE_HEDGE_SECONDS = 0.25
 REMOTE_SCHEMES = frozenset({"s3", "gs", "az"})

@@ -31,8 +31,8 @@ QUEUE_API_TOKEN             bearer token for the broker HTTP API (unset)
 QUEUE_LEASE_SECONDS         job lease length, seconds (30)
 QUEUE_HEARTBEAT_SECONDS     leader heartbeat interval, seconds (2)
 QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
-QUEUE_STORE_HEDGE_SECONDS   a write of queue.json slower than the last ones'
-                            95th percentile and than this is sent again, the
+QUEUE_STORE_HEDGE_SECONDS   a write of queue.json taking three times the last
+                            ones' median, and this, is sent again, the
                             same conditional PUT; 0 turns it off, seconds
                             (0.25 on s3://, gs:// and az://; off on a folder)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
