@@ -76,7 +76,6 @@ class TailStore(WrappedStore):
         return etag
 
 
-
 def _percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 

@@ -74,7 +74,6 @@ class HoldingStore(WrappedStore):
         return etag
 
 
-
 @pytest.fixture
 def store() -> Iterator[HoldingStore]:
     holding = HoldingStore()

@@ -72,7 +72,6 @@ class DiceStore(WrappedStore):
         return etag
 
 
-
 @pytest.mark.parametrize("where", ["memory", "folder"])
 @settings(max_examples=scaled(4))
 @given(seed=st.integers(0, 2**32 - 1))
