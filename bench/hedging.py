@@ -67,13 +67,18 @@ class TailStore(WrappedStore):
             with self._lock:
                 self.puts += 1
                 hold = self._random.random() < self.chance
-                self.held += hold
         if hold and self.where == "before":
+            self._count_hold()
             time.sleep(self.seconds)
         etag = self.inner.put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
-        if hold and self.where == "after":
+        if hold and self.where == "after":  # only a write that landed has a reply to hold
+            self._count_hold()
             time.sleep(self.seconds)
         return etag
+
+    def _count_hold(self) -> None:
+        with self._lock:
+            self.held += 1
 
 
 def _percentile(ordered: list[float], q: float) -> float:
