@@ -141,7 +141,8 @@ def test_a_write_whose_reply_is_slow_is_settled_by_a_reread_when_its_hedge_is_re
 def test_a_hedge_refused_because_another_writer_got_there_is_settled_by_a_reread_and_applied_again(
     store: HoldingStore,
 ) -> None:
-    committer = warmed(store, hedge=0.3)
+    # A long wait before the hedge: the rival's write must land in it, even on a slow machine.
+    committer = warmed(store, hedge=1.0)
     rival = GroupCommitter(store).start()
     try:
         store.hold("before")
@@ -193,6 +194,7 @@ def test_writes_hedge_past_a_straggler_but_not_past_more_than_max_stragglers(sto
         pushed: list[str] = []
         last = threading.Thread(target=lambda: pushed.extend(committer.push("q", ["next"])))
         last.start()
+        wait_for(lambda: store.puts == puts + 1)  # its first attempt went out
         time.sleep(HEDGE * 6)
         # Too many stragglers out: no hedge, the write waits for its one attempt.
         assert store.puts == puts + 1 and committer.stats.hedged == MAX_STRAGGLERS + 1 and not pushed
