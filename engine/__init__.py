@@ -35,7 +35,7 @@ from __future__ import annotations
 from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS, Broker
 from engine.cancellation import Cancellation, JobCancelled, cancelled, check_cancelled, current_cancellation
 from engine.client import AsyncQueueMethods, QueueClient
-from engine.committer import CommitStats, GroupCommitter
+from engine.committer import MAX_HEDGE_SECONDS, CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
 from engine.document import FORMAT, FORMAT_DELAYED, FORMAT_SEGMENTS, QueueState
@@ -149,6 +149,7 @@ __all__ = [
     "FORMAT_SEGMENTS",
     "JOB_LOOKUP_READS",
     "MAX_DELAY_SECONDS",
+    "MAX_HEDGE_SECONDS",
     "SEGMENT_KINDS",
     "STOPPED_ERROR",
     "AsyncQueueMethods",

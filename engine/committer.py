@@ -120,6 +120,10 @@ DEFAULT_IDLE_GAP_SECONDS = 0.005
 # Hedged writes: off by default in the engine (a folder's disk is no faster
 # the second time); the app turns them on for remote stores (QUEUE_STORE_HEDGE_SECONDS).
 DEFAULT_HEDGE_SECONDS = 0.0
+# The longest wait before a hedge: a write slower than an hour is not one a
+# hedge helps, and the writer thread waits on this (Condition.wait refuses
+# timeouts past threading.TIMEOUT_MAX, which would stop the writer, I8).
+MAX_HEDGE_SECONDS = 3600.0
 
 
 class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
@@ -178,8 +182,8 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
         # The least time a write waits before its hedge is sent (0: never; see CommitWrites._hedge).
-        if not 0 <= hedge_seconds < float("inf"):
-            raise ValueError(f"hedge_seconds must be a finite number >= 0 (0: off), got {hedge_seconds!r}")
+        if not 0 <= hedge_seconds <= MAX_HEDGE_SECONDS:
+            raise ValueError(f"hedge_seconds must be in [0, {MAX_HEDGE_SECONDS:g}] (0: off), got {hedge_seconds!r}")
         self.hedge_seconds = hedge_seconds
         self._attempts_out = 0  # attempts at writes sent and not answered, stragglers included
         self._put_times: deque[float] = deque(maxlen=HEDGE_WINDOW)  # seconds of the last landed writes

@@ -34,7 +34,8 @@ QUEUE_TAKEOVER_SECONDS      standby takeover delay, seconds (10)
 QUEUE_STORE_HEDGE_SECONDS   a write of queue.json taking three times the last
                             ones' median, and this, is sent again, the
                             same conditional PUT; 0 turns it off, seconds
-                            (0.25 on s3://, gs:// and az://; off on a folder)
+                            (0.25 on s3://, gs:// and az://; off on a folder;
+                            at most 3600)
 QUEUE_MAX_PAYLOAD_BYTES     largest encoded job payload, bytes (262144)
 QUEUE_MAX_REQUEST_BYTES     largest broker API request body, bytes
                             (the larger of 4 MiB and 2 x QUEUE_MAX_PAYLOAD_BYTES)
@@ -104,6 +105,7 @@ from engine import (
     DEFAULT_MERGE_JOBS,
     DEFAULT_REFILL_BELOW,
     DEFAULT_TAKEOVER_SECONDS,
+    MAX_HEDGE_SECONDS,
 )
 from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
@@ -441,6 +443,12 @@ if QUEUE_TAKEOVER_SECONDS <= QUEUE_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured(
         f"QUEUE_TAKEOVER_SECONDS ({QUEUE_TAKEOVER_SECONDS:g}) must be greater than "
         f"QUEUE_HEARTBEAT_SECONDS ({QUEUE_HEARTBEAT_SECONDS:g})"
+    )
+
+if QUEUE_STORE_HEDGE_SECONDS is not None and QUEUE_STORE_HEDGE_SECONDS > MAX_HEDGE_SECONDS:
+    raise ImproperlyConfigured(
+        f"QUEUE_STORE_HEDGE_SECONDS ({QUEUE_STORE_HEDGE_SECONDS:g}) must be at most {MAX_HEDGE_SECONDS:g}: "
+        "a write that slow is not one a second attempt helps (0 turns hedging off)"
     )
 
 # --- Django Tasks ----------------------------------------------------------------

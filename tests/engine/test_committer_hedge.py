@@ -220,8 +220,10 @@ def test_no_hedge_when_off_or_before_enough_writes_landed(store: HoldingStore, h
         committer.stop()
 
 
-def test_hedge_seconds_must_be_a_finite_number_not_below_zero() -> None:
-    for bad in (-1.0, float("inf"), float("nan")):
+def test_hedge_seconds_must_be_a_number_of_seconds_from_0_to_an_hour() -> None:
+    # 1e10 passed a finiteness check once, and the writer thread then died
+    # waiting on it (past threading.TIMEOUT_MAX), leaving every caller unanswered.
+    for bad in (-1.0, float("inf"), float("nan"), 3600.5, 1e10):
         with pytest.raises(ValueError, match="hedge_seconds"):
             GroupCommitter(MemoryStore(), hedge_seconds=bad)
 

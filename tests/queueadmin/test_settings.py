@@ -71,6 +71,7 @@ def test_values_from_the_environment() -> None:
         ({"QUEUE_HTTP_IDLE_SECONDS": "0"}, "QUEUE_HTTP_IDLE_SECONDS must be a positive number"),
         ({"QUEUE_STORE_HEDGE_SECONDS": "-0.5"}, "QUEUE_STORE_HEDGE_SECONDS must be a number of seconds, 0 or more"),
         ({"QUEUE_STORE_HEDGE_SECONDS": "soon"}, "QUEUE_STORE_HEDGE_SECONDS must be a number of seconds"),
+        ({"QUEUE_STORE_HEDGE_SECONDS": "1e10"}, "QUEUE_STORE_HEDGE_SECONDS (1e+10) must be at most 3600"),
         ({"CSRF_TRUSTED_ORIGINS": "queue.example.com"}, "CSRF_TRUSTED_ORIGINS must list origins"),
         ({"CSRF_TRUSTED_ORIGINS": "https://queue.example.com/dashboard"}, "CSRF_TRUSTED_ORIGINS must list origins"),
         ({"QUEUE_ENVIRONMENT": "p" * 41}, "QUEUE_ENVIRONMENT must be at most 40 printable characters"),
