@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -63,7 +62,6 @@ DEFAULT_SAMPLE_SECONDS = 10.0
 # after a write started, once it has also taken three times the last writes' median.
 # S3, GCS and Azure answer most small PUTs well within it.
 DEFAULT_REMOTE_HEDGE_SECONDS = 0.25
-REMOTE_SCHEMES = frozenset({"s3", "gs", "az"})
 
 
 def default_max_request_bytes(max_payload_bytes: int) -> int:
@@ -91,20 +89,17 @@ def store_url() -> str:
     return url
 
 
-def store_hedge_seconds() -> float:
+def store_hedge_seconds(store: ObjectStore) -> float:
     """``QUEUE_STORE_HEDGE_SECONDS``: the least time a write of the document
     waits before it is sent again (0: never). When unset,
-    :data:`DEFAULT_REMOTE_HEDGE_SECONDS` for a store across a network
-    (``s3://``, ``gs://``, ``az://``, behind ``faults+`` or ``latency+`` too),
-    where one request can stall while the next is quick; 0 for a folder or
-    memory, where a second write meets the same disk."""
+    :data:`DEFAULT_REMOTE_HEDGE_SECONDS` for ``store`` if it is across a
+    network (``ObjectStore.remote``: S3, GCS and Azure, behind the fault and
+    latency wrappers too), where one request can stall while the next is
+    quick; 0 for a folder or memory, where a second write meets the same disk."""
     value = getattr(settings, "QUEUE_STORE_HEDGE_SECONDS", None)
     if value is not None:
         return float(value)
-    scheme = urlsplit(store_url()).scheme
-    for wrapper in ("faults+", "latency+"):
-        scheme = scheme.removeprefix(wrapper)
-    return DEFAULT_REMOTE_HEDGE_SECONDS if scheme in REMOTE_SCHEMES else 0.0
+    return DEFAULT_REMOTE_HEDGE_SECONDS if store.remote else 0.0
 
 
 def open_queue_store() -> ObjectStore:

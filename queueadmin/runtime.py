@@ -158,7 +158,7 @@ def build_broker() -> Broker:
         policy=policy,
         heartbeat_seconds=config.heartbeat_seconds(),
         takeover_seconds=config.takeover_seconds(),
-        hedge_seconds=config.store_hedge_seconds(),
+        hedge_seconds=config.store_hedge_seconds(store),
         on_commit=commits.notify,
         # Jobs leaving the document are recorded off the commit path (queueadmin.history).
         on_departures=recorder.offer,

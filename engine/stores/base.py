@@ -45,6 +45,11 @@ class ObjectStore(abc.ABC):
     """A key-value object store with conditional writes. All methods do I/O
     (except on the memory backend) and are safe to call from several threads."""
 
+    #: Whether the store is across a network (S3, GCS, Azure), where one request
+    #: can stall while the next is quick: the app hedges writes there by default
+    #: (QUEUE_STORE_HEDGE_SECONDS). A store that wraps another says what it says.
+    remote: bool = False
+
     @abc.abstractmethod
     def get(self, key: str) -> Blob | None:
         """Return the current version of ``key``, or ``None`` if it does not exist.

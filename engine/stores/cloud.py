@@ -29,6 +29,8 @@ class CloudStore[Client](ObjectStore):
     their constructor, and implement :meth:`_connect` and :meth:`_disconnect`.
     """
 
+    remote = True
+
     #: The URL scheme (``s3``, ``gs``, ``az``), used by :meth:`describe` and in option errors.
     scheme: ClassVar[str]
     #: The URL query parameters :meth:`parse_options` accepts, each with the function that parses it.

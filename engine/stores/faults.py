@@ -159,7 +159,7 @@ class FaultStore(WrappedStore):
         path = Path(control)
         if not path.is_absolute():
             raise StoreConfigError(f"fault control file must be an absolute path, got {str(control)!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.control = path
         self.stats_path = path.with_name(path.name + STATS_SUFFIX)
         self._lock = threading.Lock()

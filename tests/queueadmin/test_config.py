@@ -235,21 +235,21 @@ def test_the_delayed_horizon_variable_refuses_what_is_no_number_of_seconds(
     ("az://container/prefix?account=acct", config.DEFAULT_REMOTE_HEDGE_SECONDS),
     ("faults+s3://bucket?fault_control=/tmp/x", config.DEFAULT_REMOTE_HEDGE_SECONDS),
     ("latency+gs://bucket", config.DEFAULT_REMOTE_HEDGE_SECONDS),
-    ("file:///srv/queue", 0.0),
-    ("faults+file:///srv/queue?fault_control=/tmp/x", 0.0),
+    ("file://{tmp}/queue", 0.0),
+    ("faults+file://{tmp}/queue?fault_control=/tmp/x", 0.0),
     ("memory://shared", 0.0),
     ("latency+memory://shared", 0.0),
 ])
 def test_writes_are_hedged_by_default_on_a_store_across_a_network_only(
-    settings: SettingsWrapper, url: str, hedge: float,
+    settings: SettingsWrapper, tmp_path: Path, url: str, hedge: float,
 ) -> None:
-    settings.QUEUE_STORE_URL = url
+    store = config.open_store_at(url.format(tmp=tmp_path))  # no I/O but a local folder
     settings.QUEUE_STORE_HEDGE_SECONDS = None  # unset
-    assert config.store_hedge_seconds() == hedge
+    assert config.store_hedge_seconds(store) == hedge
     settings.QUEUE_STORE_HEDGE_SECONDS = 0.0  # off, wherever the store is
-    assert config.store_hedge_seconds() == 0.0
+    assert config.store_hedge_seconds(store) == 0.0
     settings.QUEUE_STORE_HEDGE_SECONDS = 1.5
-    assert config.store_hedge_seconds() == 1.5
+    assert config.store_hedge_seconds(store) == 1.5
 
 
 def test_the_broker_gets_the_hedge_setting(settings: SettingsWrapper) -> None:
