@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from chaos import clients
 from chaos.checker import Limits, Verdict, check, recovered_after
@@ -295,10 +296,10 @@ def _hedges(cluster: Cluster) -> tuple[int, int]:
             text = httpx.get(f"{node.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5).text
         except httpx.HTTPError:
             continue
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in totals:
-                totals[name] += int(float(value))
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in totals:
+                    totals[sample.name] += int(sample.value)
     return totals["queueadmin_hedged_writes_total"], totals["queueadmin_hedged_writes_landed_total"]
 
 
