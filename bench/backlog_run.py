@@ -218,7 +218,15 @@ def _pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
+async def push_phase(
+    broker: Broker, queues: list[str], cfg: dict[str, Any], *, acknowledged: list[str] | None = None,
+) -> dict[str, Any]:
+    """``cfg["submitters"]`` closed-loop coroutines push one job each to
+    ``queues`` through ``broker``'s committer, for ``cfg["warmup"]`` and then
+    ``cfg["duration"]`` seconds; the window's pushes a second and latencies
+    (p50, p99, p99.9, the slowest). ``acknowledged``, if given, gets every id
+    a push was answered with, warm-up included (``python -m bench hedge``
+    checks them)."""
     committer = broker.committer
     assert committer is not None
     window: dict[str, float] = {}
@@ -233,12 +241,14 @@ async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) ->
         while running:
             started = time.monotonic()
             try:
-                await committer.apush(queue, [job])
+                ids = await committer.apush(queue, [job])
             except EngineError as exc:
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                 await asyncio.sleep(0.05)
                 continue
             ended = time.monotonic()
+            if acknowledged is not None:
+                acknowledged.extend(ids)
             if window.get("open", float("inf")) <= started and ended <= window.get("close", float("inf")):
                 latencies.append(ended - started)
                 done += 1
@@ -254,6 +264,7 @@ async def _push_phase(broker: Broker, queues: list[str], cfg: dict[str, Any]) ->
         "open": window["open"], "close": window["close"], "ops": done,
         "ops_per_s": done / (window["close"] - window["open"]), "errors": errors,
         "p50_ms": 1000 * (_pct(latencies, 0.50) or 0), "p99_ms": 1000 * (_pct(latencies, 0.99) or 0),
+        "p999_ms": 1000 * (_pct(latencies, 0.999) or 0), "max_ms": 1000 * max(latencies, default=0),
     }
 
 
@@ -366,7 +377,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         read_before = standby_counted.bytes_read
 
         counted.reset_largest()
-        push = asyncio.run(_push_phase(leader, queues, cfg))
+        push = asyncio.run(push_phase(leader, queues, cfg))
         puts = _document_puts(counted, push["open"], push["close"])
         result["push"] = push | _commit_sizes(puts) | {"largest_commit": composition(counted.largest or b"")}
         _log(f"push: {push['ops_per_s']:,.0f} ops/s, p50 {push['p50_ms']:.1f} ms, p99 {push['p99_ms']:.1f} ms, "

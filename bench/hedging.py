@@ -32,9 +32,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.config import payload
+from bench.backlog_run import push_phase
 from bench.facts import machine_facts
-from engine import DOCUMENT_KEY, Broker, GroupCommitter, Policy
+from engine import DOCUMENT_KEY, Broker, Policy
 from engine.stores import LatencyStore, MemoryStore, ObjectStore, WrappedStore
 
 # As python -m bench backlog: the pushed jobs beyond a queue's front are sealed
@@ -81,47 +81,17 @@ class TailStore(WrappedStore):
             self.held += 1
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
-async def _push(committer: GroupCommitter, args: argparse.Namespace) -> tuple[list[float], list[str]]:
-    """Closed-loop pushes; the latencies inside the window, and every id acknowledged."""
-    latencies: list[float] = []
-    acknowledged: list[str] = []
-    window: dict[str, float] = {}
-    running = True
-
-    async def submitter(n: int) -> None:
-        job = payload(n)
-        while running:
-            started = time.monotonic()
-            ids = await committer.apush("q", [job])
-            ended = time.monotonic()
-            acknowledged.extend(ids)
-            if window.get("open", float("inf")) <= started and ended <= window.get("close", float("inf")):
-                latencies.append(ended - started)
-
-    tasks = [asyncio.create_task(submitter(n)) for n in range(args.submitters)]
-    await asyncio.sleep(args.warmup)
-    window["open"] = time.monotonic()
-    await asyncio.sleep(args.duration)
-    window["close"] = time.monotonic()
-    running = False
-    await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
-    return latencies, acknowledged
-
-
 def run_side(args: argparse.Namespace, hedge_seconds: float) -> dict[str, Any]:
     """One side: a fresh store and committer, the pushes, and what they did."""
     store = TailStore(LatencyStore(MemoryStore(), latency=args.latency_ms / 1000, bandwidth=args.bandwidth * 1e6),
                       chance=args.tail_chance, seconds=args.tail_seconds, seed=args.seed, where=args.tail_where)
     broker = Broker(store, url=None, policy=POLICY, heartbeat_seconds=1.0, takeover_seconds=60.0,
                     hedge_seconds=hedge_seconds, check_store=False).start()
+    acknowledged: list[str] = []
     try:
         while broker.committer is None:
             time.sleep(0.01)
-        latencies, acknowledged = asyncio.run(_push(broker.committer, args))
+        push = asyncio.run(push_phase(broker, ["q"], vars(args), acknowledged=acknowledged))
         document = broker.committer.document()
         sample = random.Random(args.seed).sample(acknowledged, min(200, len(acknowledged)))
         unfound = sum(broker.get_job(job_id)["status"] != "pending" for job_id in sample)
@@ -132,12 +102,10 @@ def run_side(args: argparse.Namespace, hedge_seconds: float) -> dict[str, Any]:
     in_segments = sum(ref["total"] - ref["consumed"] for ref in document.get("lanes", {}).get("q", {})
                       .get("segments", []))
     pushed = document["queues"]["q"]["pushed"]
-    ordered = sorted(latencies)
     stats = broker.stats
     return {
-        "hedge_seconds": hedge_seconds, "pushes": len(latencies), "per_s": len(latencies) / args.duration,
-        "p50_ms": 1000 * _percentile(ordered, 0.50), "p99_ms": 1000 * _percentile(ordered, 0.99),
-        "p999_ms": 1000 * _percentile(ordered, 0.999), "max_ms": 1000 * (ordered[-1] if ordered else 0.0),
+        "hedge_seconds": hedge_seconds, "pushes": push["ops"], "per_s": push["ops_per_s"], "errors": push["errors"],
+        "p50_ms": push["p50_ms"], "p99_ms": push["p99_ms"], "p999_ms": push["p999_ms"], "max_ms": push["max_ms"],
         "writes": stats.commits, "held": store.held, "hedged": stats.hedged, "hedges_landed": stats.hedges_landed,
         "puts": store.puts, "lost_races": stats.lost_races, "ambiguous": stats.ambiguous,
         "acknowledged": len(acknowledged), "pushed": pushed, "pending": in_document + in_segments,
@@ -210,7 +178,7 @@ def main(argv: list[str]) -> int:
           "ids the pushes were answered with, the queue's pushed counter, and its pending jobs in the document "
           "and its segments at the end; all three must be equal, and 200 of the ids, drawn at random, are "
           "looked up by id.")
-    bad = [side for side in sides if side["duplicates"] or side["unfound"]
+    bad = [side for side in sides if side["duplicates"] or side["unfound"] or side["errors"]
            or not side["acknowledged"] == side["pushed"] == side["pending"]]
     print(f"check: {'FAIL' if bad else 'PASS'} — every acknowledged push is pending exactly once on both sides")
     return 1 if bad else 0
