@@ -14,7 +14,8 @@ Layers, bottom to top, each handed the one below in its constructor:
 * the broker (:class:`Broker`, layers 3 and 4): runs the group committer for
   every client, with failover between nodes;
 * the HTTP client and the worker (:class:`BrokerClient`, :class:`Worker`):
-  reach the broker over HTTP; the worker runs handlers on claimed jobs.
+  reach the broker over HTTP (through an :class:`HttpTransport`, by default
+  a :class:`PooledTransport`); the worker runs handlers on claimed jobs.
 
 The public API is this package's ``__all__`` and four public submodules:
 
@@ -68,6 +69,7 @@ from engine.errors import (
     ValidationError,
 )
 from engine.http_client import API_PREFIX, BrokerClient
+from engine.http_transport import HttpAnswer, HttpTransport, PooledTransport
 from engine.idindex import IndexCache, shared_index_cache
 from engine.lifecycle import STOPPED_ERROR
 from engine.lineage import initialise, marker_key, read_marker
@@ -179,6 +181,8 @@ __all__ = [
     "FileStore",
     "Forbidden",
     "GroupCommitter",
+    "HttpAnswer",
+    "HttpTransport",
     "IndexCache",
     "InitRefused",
     "InvalidPayload",
@@ -197,6 +201,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentFailure",
     "Policy",
+    "PooledTransport",
     "PreconditionFailed",
     "QueueClient",
     "QueueCounters",

@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import httpx
 import orjson
 
 from engine import wire
@@ -50,6 +49,7 @@ from engine.errors import (
     Unauthorized,
     ValidationError,
 )
+from engine.http_transport import HttpAnswer, HttpTransport, PooledTransport
 from engine.model import ClaimedJob
 from engine.ops import claim_op
 from engine.optypes import Claim, Complete, Fail, Heartbeat, Operation
@@ -84,7 +84,8 @@ def _with_message(exc: EngineError, message: str) -> EngineError:
 class BrokerClient(QueueClient):
     """Queue operations sent to the leading broker over HTTP.
 
-    Thread-safe: one pooled ``httpx.Client`` serves every thread. Each call
+    Thread-safe: one pool of kept-alive connections (``transport``, by
+    default a :class:`~engine.http_transport.PooledTransport`) serves every thread. Each call
     validates locally, then sends one request to the leader; on a connection
     error, a timeout, 503 or a change of leader it finds the leader again and
     retries with jittered backoff until ``retry_seconds`` have passed, then
@@ -113,7 +114,7 @@ class BrokerClient(QueueClient):
         backoff_cap_seconds: float = DEFAULT_BACKOFF_CAP_SECONDS,
         health_timeout: float = DEFAULT_HEALTH_TIMEOUT_SECONDS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        transport: httpx.BaseTransport | None = None,
+        transport: HttpTransport | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(urls, str):  # a lone URL is an easy mistake; a str is a Sequence
@@ -136,12 +137,9 @@ class BrokerClient(QueueClient):
         self.monotonic = monotonic
         #: HTTP requests sent (health checks included), for benchmarks.
         self.requests = 0
-        self._http = httpx.Client(
-            transport=transport,
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "queueadmin-broker-client/1"},
-        )
+        self._http: HttpTransport = transport or PooledTransport(max_connections=max_connections, pool_timeout=timeout)
+        headers = {"Authorization": f"Bearer {token}", "User-Agent": "queueadmin-broker-client/1"}
+        self._headers = {False: headers, True: {**headers, "Content-Type": "application/json"}}
         self._lock = threading.Lock()  # guards requests
         self._discovery = LeaderDiscovery(self.urls, ask=self._health, store=store, key=key)
         self._closed = threading.Event()
@@ -333,7 +331,7 @@ class BrokerClient(QueueClient):
     ) -> Any:
         """Send to the leader, retrying what is retryable within the budget."""
         content = None if body is None else orjson.dumps(body)
-        timeout = httpx.Timeout(self.timeout, read=self.timeout + wait_seconds)
+        read_timeout = self.timeout + wait_seconds
         started = self.monotonic()
         deadline = started + self.retry_seconds + wait_seconds
         attempts = redirects = 0
@@ -345,7 +343,7 @@ class BrokerClient(QueueClient):
             last: EngineError
             try:
                 base = self._target()
-                response = self._send(method, base + API_PREFIX + path, content, timeout)
+                response = self._send(method, base + API_PREFIX + path, content, read_timeout)
                 return self._answer(response, job_id)
             except NotLeader as exc:
                 last = exc
@@ -368,34 +366,33 @@ class BrokerClient(QueueClient):
             if self._closed.wait(delay):
                 raise EngineError("the BrokerClient is closed")
 
-    def _send(self, method: str, url: str, content: bytes | None, timeout: httpx.Timeout) -> httpx.Response:
+    def _send(self, method: str, url: str, content: bytes | None, read_timeout: float) -> tuple[str, HttpAnswer]:
+        """One request (BrokerUnavailable if no answer came); returns what
+        was sent, for errors, and the answer."""
+        if self._closed.is_set():  # a thread racing close(): no new connection
+            raise EngineError("the BrokerClient is closed")
         with self._lock:
             self.requests += 1
-        headers = {"Content-Type": "application/json"} if content is not None else None
-        try:
-            return self._http.request(method, url, content=content, headers=headers, timeout=timeout)
-        except httpx.TransportError as exc:
-            raise BrokerUnavailable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        except RuntimeError as exc:  # httpx refuses requests on a closed client
-            if self._closed.is_set():
-                raise EngineError("the BrokerClient is closed") from exc
-            raise
+        answer = self._http.send(method, url, content, self._headers[content is not None],
+                                 connect_timeout=min(self.timeout, read_timeout), read_timeout=read_timeout)
+        return f"{method} {url}", answer
 
-    def _answer(self, response: httpx.Response, job_id: str) -> Any:
+    def _answer(self, sent: tuple[str, HttpAnswer], job_id: str) -> Any:
         """The parsed JSON of a 2xx answer; otherwise raise the matching error."""
+        where, response = sent
         try:
             data = orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
             data = None
-            if response.is_success:
-                raise EngineError(f"{response.request.url}: the broker answered with non-JSON") from None
-        if response.is_success:
+            if response.ok:
+                raise EngineError(f"{where.split(' ', 1)[1]}: the broker answered with non-JSON") from None
+        if response.ok:
             return data
         raise wire.error_from_answer(
-            response.status_code,
+            response.status,
             data if isinstance(data, dict) else {},
-            reason=response.reason_phrase,
-            where=f"{response.request.method} {response.request.url}",
+            reason=response.reason,
+            where=where,
             job_id=job_id,
             key=self.key,
         )
@@ -411,7 +408,7 @@ class BrokerClient(QueueClient):
 
     def _health(self, url: str) -> tuple[str, str | None]:
         """Ask the node at ``url`` for its role and the leader it names."""
-        response = self._send("GET", f"{url}{API_PREFIX}/health", None, httpx.Timeout(self.health_timeout))
+        response = self._send("GET", f"{url}{API_PREFIX}/health", None, self.health_timeout)
         return wire.health_from(self._answer(response, ""))
 
 

@@ -1,8 +1,9 @@
-"""BrokerClient against fake brokers behind httpx.MockTransport.
+"""BrokerClient against fake brokers, reached through a :class:`MockTransport`.
 
 The fake nodes speak docs/api.md on top of a real GroupCommitter, so the
 client's requests and the outcomes it parses are checked end to end without
-a server process. The real server is exercised by the e2e tests.
+a server process. The real server is exercised by the e2e tests, and the
+real transport's own failures by tests/engine/test_http_transport.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from engine import (
     DocumentError,
     EngineError,
     GroupCommitter,
+    HttpAnswer,
     InvalidPayload,
     JobNotFound,
     LeaseLost,
@@ -52,6 +54,31 @@ def _json(status: int, body: Any) -> httpx.Response:
 
 def _error(status: int, code: str, message: str = "refused", **extra: Any) -> httpx.Response:
     return _json(status, {"error": code, "message": message, **extra})
+
+
+class MockTransport:
+    """An :class:`engine.http_transport.HttpTransport` answering from ``handler``
+    (an ``httpx.Request`` to an ``httpx.Response``, as ``httpx.MockTransport``
+    takes), so that the fake brokers below use httpx's request and response
+    models. httpx's transport errors become BrokerUnavailable, as the real
+    transport's do. Each request keeps its timeouts in
+    ``extensions["timeout"]``, as httpx's own do."""
+
+    def __init__(self, handler: Callable[[httpx.Request], httpx.Response]) -> None:
+        self.handler = handler
+
+    def send(self, method: str, url: str, content: bytes | None, headers: Any, *,
+             connect_timeout: float, read_timeout: float) -> HttpAnswer:
+        request = httpx.Request(method, url, content=content, headers=headers,
+                                extensions={"timeout": {"connect": connect_timeout, "read": read_timeout}})
+        try:
+            response = self.handler(request)
+        except httpx.TransportError as exc:
+            raise BrokerUnavailable(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+        return HttpAnswer(status=response.status_code, reason=response.reason_phrase, content=response.read())
+
+    def close(self) -> None:
+        pass
 
 
 class Cluster:
@@ -150,7 +177,7 @@ def make_client(cluster: Cluster) -> Iterator[Callable[..., BrokerClient]]:
     made: list[BrokerClient] = []
 
     def make(urls: Any = (A, B, C), **kwargs: Any) -> BrokerClient:
-        options = {"token": TOKEN, "transport": httpx.MockTransport(cluster), **QUICK, **kwargs}
+        options = {"token": TOKEN, "transport": MockTransport(cluster), **QUICK, **kwargs}
         client = BrokerClient(urls, **options)
         made.append(client)
         return client

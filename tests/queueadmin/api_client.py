@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 from asgiref.sync import async_to_sync
+
+from engine import HttpAnswer
 
 #: Seconds a request may take before the client fails the test instead of hanging it.
 REQUEST_SECONDS = 30.0
@@ -144,17 +148,21 @@ class Client:
         return response
 
 
-class Transport(httpx.BaseTransport):
-    """An httpx transport that sends each request through the ASGI
-    application as :class:`Client` does, so that an engine client (a
-    :class:`~engine.BrokerClient`) reaches the real API with no server."""
+class Transport:
+    """An :class:`engine.http_transport.HttpTransport` that sends each request
+    through the ASGI application as :class:`Client` does, so that an engine
+    client (a :class:`~engine.BrokerClient`) reaches the real API with no server."""
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers.raw}
-        headers.pop("Content-Length", headers.pop("content-length", None))  # the client sets it from the body
-        answer = Client().generic(request.method, request.url.raw_path.decode("ascii"), request.read(),
-                                  headers=headers)
-        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+    def send(self, method: str, url: str, content: bytes | None, headers: Mapping[str, str], *,
+             connect_timeout: float, read_timeout: float) -> HttpAnswer:
+        path = urlsplit(url)
+        answer = Client().generic(method, path.path + (f"?{path.query}" if path.query else ""), content or b"",
+                                  headers=dict(headers))
+        return HttpAnswer(status=answer.status_code, reason=HTTPStatus(answer.status_code).phrase,
+                          content=answer.content)
+
+    def close(self) -> None:
+        pass
 
 
 async def _call(scope: dict[str, Any], body: bytes) -> TestResponse:
