@@ -18,7 +18,9 @@ one-job drain rose from 870-947 to 1,017-1,131 jobs/s (docs/benchmark.md,
 
 HTTPS is verified against the system's certificate store (OpenSSL's own
 ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` point it elsewhere, e.g. at a
-private CA).
+private CA). Connections go straight to the broker: proxy variables
+(``HTTP_PROXY``...) are not read, as the engine reads no environment; a
+proxy takes a transport of its own.
 """
 
 from __future__ import annotations
