@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RETRIES = 1000
 DEFAULT_BACKOFF_SECONDS = 0.002
 DEFAULT_BACKOFF_CAP_SECONDS = 0.1
+# Reads that fail with StoreUnavailable retried in a row before the call fails
+# (see DirectClient._commit).
+READ_RETRIES = 3
 
 
 class DirectClient(QueueClient):
@@ -41,7 +44,9 @@ class DirectClient(QueueClient):
 
     Thread-safe (each call is independent). An ambiguous write (timeout, 5xx)
     is settled by re-reading: if the document records this client's commit,
-    the operation landed and is answered; otherwise it is retried.
+    the operation landed and is answered; otherwise it is retried. A read
+    that fails with StoreUnavailable is tried again, up to ``READ_RETRIES``
+    times in a row, then raised.
 
     ``claim`` accepts ``wait_seconds`` (the :class:`QueueClient` contract) and
     ignores it: it answers as soon as its write lands, with [] if nothing is
@@ -108,8 +113,23 @@ class DirectClient(QueueClient):
         # attempt of it landed, and the next read tells.
         unsettled: dict[int, Any] = {}
         last_error: EngineError | None = None
+        failed_reads = 0
         for attempt in range(self.max_retries + 1):
-            state = self._read()
+            try:
+                state = self._read()
+            except StoreUnavailable as exc:
+                last_error = exc
+                # The document was created by another thread or process
+                # between our read of "absent" and the check that follows it
+                # (Presence.gone), or the store failed for a moment: reading
+                # again sees it. A few times only: a store that is down is
+                # reported at once, not after max_retries.
+                failed_reads += 1
+                if failed_reads > READ_RETRIES:
+                    raise
+                self._sleep(attempt)
+                continue
+            failed_reads = 0
             for seq, earlier in unsettled.items():
                 if state.has_commit(writer, seq):
                     return earlier  # type: ignore[no-any-return]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from engine import (
+    Blob,
     CommitterStopped,
     DirectClient,
     FailOutcome,
@@ -22,6 +23,7 @@ from engine import (
     LatencyStore,
     LeaseLost,
     MemoryStore,
+    ObjectStore,
     PayloadTooLarge,
     Policy,
     QueueClient,
@@ -29,7 +31,10 @@ from engine import (
     ValidationError,
     open_store,
 )
+from engine.direct import READ_RETRIES
 from engine.ops import complete_op, fail_op, heartbeat_op
+from engine.policy import DOCUMENT_KEY
+from engine.stores import WrappedStore
 from tests.helpers import KEY
 
 
@@ -260,3 +265,52 @@ def test_the_default_execute_many_runs_each_operation_and_returns_its_error() ->
     calls = client.calls
     outcomes = client.execute_many([complete_op(job.id, "stale"), complete_op(job.id, job.lease)])
     assert type(outcomes[0]) is LeaseLost and outcomes[1] is None and client.calls == calls + 2
+
+
+class StaleFirstRead(WrappedStore):
+    """Answers the first read of the document as absent, as a read that
+    raced its creation by another writer does; every later call is true."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.stale = True
+
+    def get(self, key: str) -> Blob | None:
+        if key == DOCUMENT_KEY and self.stale:
+            self.stale = False
+            return None
+        return super().get(key)
+
+
+def test_a_direct_client_whose_read_raced_the_documents_creation_reads_again() -> None:
+    """A read of "absent" followed by a document that is there (another writer
+    created it in between: test_threads_sharing_one_direct_client_lose_nothing
+    hit it) is StoreUnavailable from the presence check; the client reads
+    again instead of failing the call."""
+    inner = MemoryStore()
+    DirectClient(inner).push("q", ["first"])  # created by another writer, with its marker
+    client = DirectClient(StaleFirstRead(inner), backoff_seconds=0.001)
+    [pushed] = client.push("q", ["second"])
+    assert [job["id"] for job in client.document()["jobs"]][-1] == pushed
+    assert len(client.document()["jobs"]) == 2
+
+
+class Down(WrappedStore):
+    """Every read of the document fails as an unreachable store's does."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.reads = 0
+
+    def get(self, key: str) -> Blob | None:
+        self.reads += 1
+        raise StoreUnavailable("connection refused")
+
+
+@pytest.mark.parametrize("max_retries", [0, 1000])
+def test_a_direct_client_reports_a_store_that_stays_down_after_a_few_reads(max_retries: int) -> None:
+    store = Down(MemoryStore())
+    client = DirectClient(store, backoff_seconds=0.001, max_retries=max_retries)
+    with pytest.raises(StoreUnavailable, match="connection refused"):
+        client.push("q", ["x"])
+    assert store.reads == (1 if max_retries == 0 else READ_RETRIES + 1)
