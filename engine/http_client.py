@@ -343,8 +343,8 @@ class BrokerClient(QueueClient):
             last: EngineError
             try:
                 base = self._target()
-                response = self._send(method, base + API_PREFIX + path, content, read_timeout)
-                return self._answer(response, job_id)
+                url = base + API_PREFIX + path
+                return self._answer(self._send(method, url, content, read_timeout), method, url, job_id)
             except NotLeader as exc:
                 last = exc
                 named = exc.leader_url if exc.leader_url != base else None
@@ -366,33 +366,30 @@ class BrokerClient(QueueClient):
             if self._closed.wait(delay):
                 raise EngineError("the BrokerClient is closed")
 
-    def _send(self, method: str, url: str, content: bytes | None, read_timeout: float) -> tuple[str, HttpAnswer]:
-        """One request (BrokerUnavailable if no answer came); returns what
-        was sent, for errors, and the answer."""
+    def _send(self, method: str, url: str, content: bytes | None, read_timeout: float) -> HttpAnswer:
+        """One request; BrokerUnavailable if no answer came."""
         if self._closed.is_set():  # a thread racing close(): no new connection
             raise EngineError("the BrokerClient is closed")
         with self._lock:
             self.requests += 1
-        answer = self._http.send(method, url, content, self._headers[content is not None],
-                                 connect_timeout=min(self.timeout, read_timeout), read_timeout=read_timeout)
-        return f"{method} {url}", answer
+        return self._http.send(method, url, content, self._headers[content is not None],
+                               connect_timeout=min(self.timeout, read_timeout), read_timeout=read_timeout)
 
-    def _answer(self, sent: tuple[str, HttpAnswer], job_id: str) -> Any:
-        """The parsed JSON of a 2xx answer; otherwise raise the matching error."""
-        where, response = sent
+    def _answer(self, response: HttpAnswer, method: str, url: str, job_id: str) -> Any:
+        """The parsed JSON of a 2xx answer to ``method url``; otherwise raise the matching error."""
         try:
             data = orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
             data = None
             if response.ok:
-                raise EngineError(f"{where.split(' ', 1)[1]}: the broker answered with non-JSON") from None
+                raise EngineError(f"{url}: the broker answered with non-JSON") from None
         if response.ok:
             return data
         raise wire.error_from_answer(
             response.status,
             data if isinstance(data, dict) else {},
             reason=response.reason,
-            where=where,
+            where=f"{method} {url}",
             job_id=job_id,
             key=self.key,
         )
@@ -408,8 +405,8 @@ class BrokerClient(QueueClient):
 
     def _health(self, url: str) -> tuple[str, str | None]:
         """Ask the node at ``url`` for its role and the leader it names."""
-        response = self._send("GET", f"{url}{API_PREFIX}/health", None, self.health_timeout)
-        return wire.health_from(self._answer(response, ""))
+        health = f"{url}{API_PREFIX}/health"
+        return wire.health_from(self._answer(self._send("GET", health, None, self.health_timeout), "GET", health, ""))
 
 
 def _wait(wait_seconds: float) -> float:
