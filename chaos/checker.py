@@ -78,7 +78,8 @@ Checks (each a key of :attr:`Verdict.failures`, empty when it held):
 * ``rates`` — in the versions the watcher saw, a rate-limited queue's
   window never counts more starts than its rate allows when a claim raises
   the count, and the leases seen claimed inside a window (by their
-  ``claimed_at``) are never more than the window counted. An operator sets
+  ``claimed_at``, counted for the window of the version each is first seen
+  in) are never more than the window counted. An operator sets
   and removes the chaos queue's rate (chaos.pauser).
 * ``harness`` — the run itself went as planned: the nemesis did not crash,
   the cluster healed, a node led before each idle measurement, and the final
@@ -943,6 +944,8 @@ def _check_rates(history: History, verdict: Verdict) -> None:
     counted: dict[tuple[str, str], int] = {}
     # Per queue: the previous version's rate, window and count.
     last: dict[str, tuple[int, str | None, int]] = {}
+    # Every (queue, job, claimed_at) seen in a version with a window so far.
+    leases_seen: set[tuple[str, str, str]] = set()
     for version in history.versions:
         if version.source != "store":
             continue
@@ -962,6 +965,15 @@ def _check_rates(history: History, verdict: Verdict) -> None:
             opened = datetime.fromisoformat(window_start)
             closes = opened + timedelta(seconds=seconds)
             for job, claimed_at in (version.rate_starts or {}).get(queue, ()):
+                # A lease belongs to the window of the version it is first seen
+                # in, if its stamp falls inside it: a lease seen before, under
+                # an earlier window, is not this one's, whatever its stamp says.
+                # (A clock fault can stamp a window over an earlier lease's
+                # stamp: chaos seed 148, a leader 4.7 s behind opened windows
+                # whose span held a lease claimed 4.5 s earlier by its true clock.)
+                if (queue, job, claimed_at) in leases_seen:
+                    continue
+                leases_seen.add((queue, job, claimed_at))
                 if opened <= datetime.fromisoformat(claimed_at) < closes:
                     starts.setdefault(key, set()).add((job, claimed_at))
         for queue in [q for q in last if q not in (version.rates or {})]:

@@ -369,6 +369,19 @@ def test_a_window_counting_past_its_rate_or_fewer_starts_than_were_claimed_in_it
     assert verdict.figures["rate_windows_seen"] == 2 and verdict.figures["rate_starts_seen"] == 5
 
 
+def test_a_lease_seen_under_an_earlier_window_is_not_counted_in_a_later_one_its_stamp_falls_in() -> None:
+    """A leader whose clock a fault set behind opens windows whose span holds
+    the stamp of a lease claimed earlier, by the true clock (chaos seed 148):
+    that lease was counted by the window it was claimed in, not by these."""
+    r = clean()
+    _rated(r, [
+        (1, T0, 1, [("a", "2026-12-04T12:00:01.8Z")]),  # claimed at true time, in T0's window...
+        (1, T1, 1, [("a", "2026-12-04T12:00:01.8Z"), ("b", T1)]),  # ...and T1 opened by a clock behind
+    ])
+    verdict = check(r.final(jobs=["j2", "j3"]))
+    assert verdict.failures["rates"] == [] and verdict.figures["rate_starts_seen"] == 1
+
+
 def test_a_rate_raised_between_two_versions_may_count_more_and_a_clean_history_passes() -> None:
     r = clean()
     _rated(r, [(2, T0, 2, [("a", T0), ("b", T0)]), (5, T0, 4, [("c", T0)]), (5, T1, 5, [])])
