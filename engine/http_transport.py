@@ -12,9 +12,9 @@ trivial app, one request took ~450 µs of client CPU through ``httpx.Client``
 and ~230 µs through urllib3's pool (most of httpx's cost is its own request
 and response models, so an httpx transport over urllib3 saved nothing); over
 ``python -m bench network --runs limit,single --stores file --slots 64``
-the worker processes' CPU fell from ~93 % to ~78 % of a core and the
-one-job drain rose from 870-947 to 1,017-1,131 jobs/s (docs/benchmark.md,
-2026-12-07).
+the worker processes' CPU fell from 92-96 % to 74-79 % of a core and the
+one-job drain rose from 870-982 to 997-1,173 jobs/s in seven alternating
+rounds (docs/benchmark.md, "The workers' HTTP client").
 
 HTTPS is verified against the system's certificate store (OpenSSL's own
 ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` point it elsewhere, e.g. at a
