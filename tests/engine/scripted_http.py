@@ -7,6 +7,7 @@ requests it sent (how many, with which conditions).
 
 from __future__ import annotations
 
+import ssl
 import sys
 import threading
 import traceback
@@ -18,13 +19,17 @@ from types import TracebackType
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
-    """One scripted HTTP answer. ``delay``: wait (at most) this long first; ``drop``: close without answering."""
+    """One scripted HTTP answer. ``delay``: wait (at most) this long first; ``drop``: close without answering;
+    ``raw``: send these bytes instead of an answer, then close (an answer cut short, or one that is not HTTP);
+    ``reason``: the status line's phrase (the status's own by default)."""
 
     status: int = 200
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0
     drop: bool = False
+    raw: bytes | None = None
+    reason: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -32,6 +37,9 @@ class Seen:
     method: str
     path: str
     headers: dict[str, str]
+    body: bytes = b""
+    #: The client's (address, port): one per connection it used.
+    client: tuple[str, int] = ("", 0)
 
 
 @dataclass(slots=True)
@@ -53,17 +61,19 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items())))
+            body = self.rfile.read(length) if length else b""
+            script.seen.append(Seen(method=self.command, path=self.path, headers=dict(self.headers.items()),
+                                    body=body, client=self.client_address[:2]))
             reply = script.replies.popleft() if script.replies else script.fallback
             if reply.delay:
                 script.release.wait(reply.delay)
-            if reply.drop:
+            if reply.drop or reply.raw is not None:
                 self.close_connection = True
+                if reply.raw is not None:
+                    self.wfile.write(reply.raw)
                 return
             try:
-                self.send_response(reply.status)
+                self.send_response(reply.status, reply.reason)
                 for name, value in reply.headers:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(reply.body)))
@@ -102,14 +112,19 @@ class ScriptedServers:
     def __init__(self) -> None:
         self._started: list[tuple[_Server, threading.Thread, Script]] = []
 
-    def start(self, *replies: Reply, fallback: Reply | None = None) -> tuple[Script, str]:
-        """Start a server answering with ``replies``; return its script and its ``http://127.0.0.1:port``."""
+    def start(
+        self, *replies: Reply, fallback: Reply | None = None, tls: ssl.SSLContext | None = None
+    ) -> tuple[Script, str]:
+        """Start a server answering with ``replies``; return its script and its ``http://127.0.0.1:port``
+        (``https://`` with ``tls``, a server context holding its certificate)."""
         script = Script(deque(replies)) if fallback is None else Script(deque(replies), fallback)
         server = _Server(("127.0.0.1", 0), _handler(script))
+        if tls is not None:
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         self._started.append((server, thread, script))
-        return script, f"http://127.0.0.1:{server.server_address[1]}"
+        return script, f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
 
     def __enter__(self) -> ScriptedServers:
         return self

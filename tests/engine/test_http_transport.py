@@ -1,20 +1,18 @@
-"""PooledTransport against real sockets on loopback: answers, kept-alive
-connections, and every way an answer fails to arrive (BrokerUnavailable).
-BrokerClient over it against real brokers is in the e2e tests."""
+"""PooledTransport against real sockets on loopback (tests.engine.scripted_http):
+answers, kept-alive connections, and every way an answer fails to arrive
+(BrokerUnavailable); and BrokerClient over it when an answer is lost. BrokerClient
+over it against real brokers is in the e2e tests."""
 
 from __future__ import annotations
 
 import datetime
-import http.server
 import ipaddress
 import socket
-import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -23,96 +21,42 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from engine import BrokerClient
 from engine.errors import BrokerUnavailable
 from engine.http_transport import PooledTransport
+from tests.engine.scripted_http import Reply, ScriptedServers
 
 QUICK = {"connect_timeout": 2.0, "read_timeout": 2.0}
 
 
-class Server(socketserver.ThreadingTCPServer):
-    """A loopback server whose connections are handled by ``serve(conn)``."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, handler: type[socketserver.BaseRequestHandler]) -> None:
-        super().__init__(("127.0.0.1", 0), handler)
-        self.connections = 0
-        self.release = threading.Event()
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def stop(self) -> None:
-        self.release.set()
-        self.shutdown()
-        self.server_close()
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[[type[socketserver.BaseRequestHandler]], Server]]:
-    servers: list[Server] = []
-
-    def start(handler: type[socketserver.BaseRequestHandler]) -> Server:
-        servers.append(Server(handler))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-class Echo(http.server.BaseHTTPRequestHandler):
-    """Answers 409 with what it was sent; counts connections; holds a request
-    to ``/hold`` until the server's ``release`` is set."""
-
-    protocol_version = "HTTP/1.1"  # keep-alive
-    server: Server  # type: ignore[assignment]
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.connections += 1
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path == "/hold":
-            self.server.release.wait(10)
-        sent = orjson.dumps({"path": self.path, "body": body.decode(), "headers": dict(self.headers.items())})
-        self.send_response(409, "Taken Already")
-        self.send_header("Content-Length", str(len(sent)))
-        self.end_headers()
-        self.wfile.write(sent)
-
-    do_GET = do_POST
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def servers() -> Iterator[ScriptedServers]:
+    with ScriptedServers() as started:
+        yield started
 
 
 def test_an_answer_is_read_whole_whatever_its_status_with_the_headers_and_body_sent(
-    serve: Callable[..., Server],
+    servers: ScriptedServers,
 ) -> None:
-    server = serve(Echo)
+    script, url = servers.start(Reply(status=409, reason="Taken Already", body=b'{"error": "lease_lost"}'))
     transport = PooledTransport(max_connections=4, pool_timeout=2)
-    answer = transport.send("POST", f"{server.url}/api/v1/ack?x=1", b'{"a":1}',
+    answer = transport.send("POST", f"{url}/api/v1/ack?x=1", b'{"a":1}',
                             {"Authorization": "Bearer t", "Content-Type": "application/json"}, **QUICK)
     assert (answer.status, answer.reason, answer.ok) == (409, "Taken Already", False)
-    sent = orjson.loads(answer.content)
-    assert sent["path"] == "/api/v1/ack?x=1" and sent["body"] == '{"a":1}'
-    assert sent["headers"]["Authorization"] == "Bearer t"
-    assert sent["headers"]["Content-Length"] == "7"
+    assert answer.content == b'{"error": "lease_lost"}'
+    [sent] = script.seen
+    assert sent.path == "/api/v1/ack?x=1" and sent.body == b'{"a":1}'
+    assert sent.headers["Authorization"] == "Bearer t"
+    assert sent.headers["Content-Length"] == "7"
     transport.close()
 
 
-def test_connections_are_kept_alive_and_reused(serve: Callable[..., Server]) -> None:
-    server = serve(Echo)
+def test_connections_are_kept_alive_and_reused(servers: ScriptedServers) -> None:
+    script, url = servers.start(fallback=Reply(status=200, body=b"{}"))
     transport = PooledTransport(max_connections=4, pool_timeout=2)
     for _ in range(20):
-        transport.send("GET", f"{server.url}/health", None, {}, **QUICK)
-    assert server.connections == 1
+        transport.send("GET", f"{url}/health", None, {}, **QUICK)
+    assert len(script.seen) == 20 and len({seen.client for seen in script.seen}) == 1
     transport.close()
 
 
@@ -125,68 +69,44 @@ def test_a_refused_connection_is_broker_unavailable() -> None:
             "POST", f"http://127.0.0.1:{port}/x", b"{}", {}, **QUICK)
 
 
-class Silent(socketserver.BaseRequestHandler):
-    """Reads the request and never answers until the server stops."""
-
-    server: Server
-
-    def handle(self) -> None:
-        self.request.recv(65536)
-        self.server.release.wait(10)
-
-
-def test_no_answer_within_the_read_timeout_is_broker_unavailable(serve: Callable[..., Server]) -> None:
-    server = serve(Silent)
+def test_no_answer_within_the_read_timeout_is_broker_unavailable(servers: ScriptedServers) -> None:
+    _, url = servers.start(Reply(delay=10))
     started = time.monotonic()
     with pytest.raises(BrokerUnavailable, match=r"(?i)timed out"):
         PooledTransport(max_connections=1, pool_timeout=1).send(
-            "POST", f"{server.url}/claim", b"{}", {}, connect_timeout=2, read_timeout=0.3)
+            "POST", f"{url}/claim", b"{}", {}, connect_timeout=2, read_timeout=0.3)
     assert time.monotonic() - started < 5
 
 
-class CutShort(socketserver.BaseRequestHandler):
-    """Answers with fewer bytes than it announced, then closes."""
-
-    def handle(self) -> None:
-        self.request.recv(65536)
-        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"jobs\"")
-
-
-class Garbage(socketserver.BaseRequestHandler):
-    """Answers with something that is not HTTP."""
-
-    def handle(self) -> None:
-        self.request.recv(65536)
-        self.request.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-
-
-@pytest.mark.parametrize("handler", [CutShort, Garbage], ids=["cut-short", "not-http"])
-def test_an_answer_broken_off_or_not_http_is_broker_unavailable(
-    serve: Callable[..., Server], handler: type[socketserver.BaseRequestHandler]
-) -> None:
-    server = serve(handler)
+@pytest.mark.parametrize("reply", [
+    Reply(raw=b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"jobs"'),  # fewer bytes than announced
+    Reply(raw=b"SSH-2.0-OpenSSH_9.2\r\n"),  # not HTTP
+    Reply(drop=True),  # closed without a byte
+], ids=["cut-short", "not-http", "closed"])
+def test_an_answer_broken_off_or_not_http_is_broker_unavailable(servers: ScriptedServers, reply: Reply) -> None:
+    _, url = servers.start(reply)
     with pytest.raises(BrokerUnavailable):
-        PooledTransport(max_connections=1, pool_timeout=1).send("POST", f"{server.url}/ack", b"{}", {}, **QUICK)
+        PooledTransport(max_connections=1, pool_timeout=1).send("POST", f"{url}/ack", b"{}", {}, **QUICK)
 
 
 def test_a_request_waits_for_a_free_connection_and_gives_up_after_the_pool_timeout(
-    serve: Callable[..., Server],
+    servers: ScriptedServers,
 ) -> None:
-    server = serve(Echo)
+    script, url = servers.start(Reply(status=409, delay=10), fallback=Reply(status=200, body=b"{}"))
     transport = PooledTransport(max_connections=1, pool_timeout=0.3)
     held: list[int] = []
     holder = threading.Thread(target=lambda: held.append(
-        transport.send("POST", f"{server.url}/hold", b"", {}, connect_timeout=2, read_timeout=10).status))
+        transport.send("POST", f"{url}/hold", b"", {}, connect_timeout=2, read_timeout=10).status))
     holder.start()
-    while server.connections < 1:
+    while not script.seen:
         time.sleep(0.01)
     with pytest.raises(BrokerUnavailable, match=r"(?i)pool"):
-        transport.send("GET", f"{server.url}/health", None, {}, **QUICK)
-    server.release.set()
+        transport.send("GET", f"{url}/health", None, {}, **QUICK)
+    script.release.set()  # the held answer goes out
     holder.join(10)
     assert held == [409]
-    assert transport.send("GET", f"{server.url}/health", None, {}, **QUICK).status == 409  # the connection is back
-    assert server.connections == 1
+    assert transport.send("GET", f"{url}/health", None, {}, **QUICK).status == 200  # the connection is back
+    assert len(script.seen) == 2 and len({seen.client for seen in script.seen}) == 1
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path]:
@@ -208,13 +128,12 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tls_server(serve: Callable[..., Server], tmp_path: Path) -> tuple[str, Path]:
+def tls_server(servers: ScriptedServers, tmp_path: Path) -> tuple[str, Path]:
     cert_file, key_file = _self_signed(tmp_path)
-    server = serve(Echo)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    return f"https://127.0.0.1:{server.server_address[1]}", cert_file
+    _, url = servers.start(fallback=Reply(status=200, body=b"{}"), tls=context)
+    return url, cert_file
 
 
 def test_https_is_verified_against_the_systems_certificates(tls_server: tuple[str, Path]) -> None:
@@ -227,7 +146,7 @@ def test_ssl_cert_file_names_a_private_ca(tls_server: tuple[str, Path], monkeypa
     url, cert_file = tls_server
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # read by OpenSSL when a connection is made
     answer = PooledTransport(max_connections=1, pool_timeout=1).send("GET", f"{url}/health", None, {}, **QUICK)
-    assert answer.status == 409
+    assert answer.status == 200
 
 
 def test_bad_pool_settings_are_refused() -> None:
@@ -235,3 +154,20 @@ def test_bad_pool_settings_are_refused() -> None:
         PooledTransport(max_connections=0, pool_timeout=1)
     with pytest.raises(ValueError):
         PooledTransport(max_connections=1, pool_timeout=0)
+
+
+def test_a_broker_client_whose_answer_is_lost_sends_the_push_again_with_its_ids(servers: ScriptedServers) -> None:
+    """The connection closes after the push was sent and before its answer
+    (the broker may have committed it): the client finds the leader again and
+    sends the same push, whose ids make it idempotent, and returns once it is
+    answered (I1)."""
+    health = Reply(status=200, body=orjson.dumps({
+        "role": "leader", "broker": {"id": "b", "url": None, "epoch": 1}, "node": {"id": "n", "url": None}, "seq": 1}))
+    script, url = servers.start(health, Reply(drop=True), health, Reply(status=201, body=b'{"ids": ["job-1"]}'))
+    with BrokerClient([url], token="t", backoff_seconds=0.001, backoff_cap_seconds=0.01) as client:
+        assert client.push("q", [{"n": 1}], ids=["job-1"]) == ["job-1"]
+    assert [(seen.method, seen.path) for seen in script.seen] == [
+        ("GET", "/api/v1/health"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/health"), ("POST", "/api/v1/jobs")]
+    first, again = (orjson.loads(seen.body) for seen in script.seen[1::2])
+    assert first == again and [job["id"] for job in first["jobs"]] == ["job-1"]
+    assert script.seen[1].headers["Authorization"] == "Bearer t"
