@@ -12,6 +12,13 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+#: Reads of the document that fail with StoreUnavailable retried in a row
+#: before the call fails (the direct client's calls, a committer's start): a
+#: read that raced the document's creation by another writer reads "absent,
+#: then present" once, and reading again sees it; a store that is down is
+#: still reported after a few reads, not after a caller's whole retry budget.
+READ_RETRIES = 3
+
 # 2 ** 16 times any sensible base is far above any sensible cap: the exponent
 # stops growing there, so that a long run of failures never overflows a float.
 MAX_EXPONENT = 16

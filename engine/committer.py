@@ -62,12 +62,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from engine.backoff import jittered
+from engine.backoff import READ_RETRIES, jittered
 from engine.client import AsyncQueueMethods, QueueClient
 from engine.commitcalls import CommitCalls
 from engine.commitwrites import HEDGE_WINDOW, MAX_STRAGGLERS, CommitWrites
 from engine.document import QueueState
-from engine.errors import CommitterStopped, EngineError
+from engine.errors import CommitterStopped, EngineError, StoreUnavailable
 from engine.lineage import Presence
 from engine.model import Departure, new_writer_id, utc_now
 from engine.ops import Merge, Refill, Seal, Tick
@@ -214,14 +214,17 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
     # -- lifecycle -------------------------------------------------------------
 
     def start(self) -> GroupCommitter:
-        """Read the document and start the writer thread. Raises DocumentError or StoreError."""
+        """Read the document and start the writer thread. Raises DocumentError
+        or StoreError. A read that fails with StoreUnavailable (one that raced
+        the document's creation by another writer, or a store down for a
+        moment) is tried again, up to ``READ_RETRIES`` times in a row."""
         with self._cond:
             if self._running:
                 return self
             if self._thread is not None and self._thread.is_alive():
                 raise EngineError("the committer is still stopping; wait for stop() to return")
             self._abandon = None
-            self._state = self._load()
+            self._state = self._first_load()
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
             # while a write is in flight.
@@ -433,4 +436,18 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
 
     def _backoff(self, attempt: int) -> None:
         time.sleep(jittered(attempt, self.retry_backoff_seconds, DEFAULT_RETRY_BACKOFF_CAP_SECONDS))
+
+    def _first_load(self) -> QueueState:
+        """``_load`` for ``start``: two committers starting on a fresh store
+        race to create the document, and the loser's read of "absent" is
+        followed by a marker that says it exists (StoreUnavailable from the
+        presence check); reading again sees the document. Bounded, unlike
+        ``_load_retrying`` (``max_retries``), so that starting on a store
+        that is down fails within a few reads."""
+        for attempt in range(1, READ_RETRIES + 1):
+            try:
+                return self._load()
+            except StoreUnavailable:
+                self._backoff(attempt)
+        return self._load()
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from engine.backoff import jittered
+from engine.backoff import READ_RETRIES, jittered
 from engine.cas import state_of, write_state
 from engine.client import QueueClient, unwrap
 from engine.document import QueueState
@@ -34,9 +34,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RETRIES = 1000
 DEFAULT_BACKOFF_SECONDS = 0.002
 DEFAULT_BACKOFF_CAP_SECONDS = 0.1
-# Reads that fail with StoreUnavailable retried in a row before the call fails
-# (see DirectClient._commit).
-READ_RETRIES = 3
 
 
 class DirectClient(QueueClient):

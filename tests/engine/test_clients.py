@@ -31,7 +31,8 @@ from engine import (
     ValidationError,
     open_store,
 )
-from engine.direct import READ_RETRIES
+from engine.backoff import READ_RETRIES
+from engine.errors import CommitterNotRunning
 from engine.ops import complete_op, fail_op, heartbeat_op
 from engine.policy import DOCUMENT_KEY
 from engine.stores import WrappedStore
@@ -282,14 +283,15 @@ class StaleFirstRead(WrappedStore):
         return super().get(key)
 
 
-def test_a_direct_client_whose_read_raced_the_documents_creation_reads_again() -> None:
+def test_a_client_whose_read_raced_the_documents_creation_reads_again(
+        make_client: Callable[..., QueueClient]) -> None:
     """A read of "absent" followed by a document that is there (another writer
     created it in between: test_threads_sharing_one_direct_client_lose_nothing
     hit it) is StoreUnavailable from the presence check; the client reads
-    again instead of failing the call."""
+    again instead of failing the call (a committer: instead of failing to start)."""
     inner = MemoryStore()
     DirectClient(inner).push("q", ["first"])  # created by another writer, with its marker
-    client = DirectClient(StaleFirstRead(inner), backoff_seconds=0.001)
+    client = make_client(StaleFirstRead(inner))
     [pushed] = client.push("q", ["second"])
     assert [job["id"] for job in client.document()["jobs"]][-1] == pushed
     assert len(client.document()["jobs"]) == 2
@@ -314,3 +316,13 @@ def test_a_direct_client_reports_a_store_that_stays_down_after_a_few_reads(max_r
     with pytest.raises(StoreUnavailable, match="connection refused"):
         client.push("q", ["x"])
     assert store.reads == (1 if max_retries == 0 else READ_RETRIES + 1)
+
+
+def test_a_committer_on_a_store_that_stays_down_fails_to_start_after_a_few_reads() -> None:
+    store = Down(MemoryStore())
+    committer = GroupCommitter(store, retry_backoff_seconds=0.001)  # max_retries: its default
+    with pytest.raises(StoreUnavailable, match="connection refused"):
+        committer.start()
+    assert store.reads == READ_RETRIES + 1
+    with pytest.raises(CommitterNotRunning):
+        committer.push("q", ["x"])
