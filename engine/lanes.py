@@ -65,6 +65,7 @@ from engine.document import QueueState
 from engine.errors import (
     CommitterNotRunning,
     CommitterStopped,
+    CommitTimeout,
     EngineError,
     NotLeader,
     PreconditionFailed,
@@ -472,9 +473,11 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
         it is in no write, and the object is deleted before the error is
         raised. NotLeader/CommitterStopped are raised, leaving the object
         for the next leader's collector (the swap may have landed before the
-        takeover read the document). Any other EngineError (a commit
-        timeout) leaves it too, logged: if it did not land, a later leader
-        collects it; False."""
+        takeover read the document). Any other EngineError is logged and
+        gives False: a commit timeout leaves the object (the swap may still
+        land; if it does not, a later leader collects it); any other error,
+        the committer's answer, leaves it to the next landed version
+        (``SegmentReaper.doubtful``)."""
         try:
             commit()
         except CommitterNotRunning:
@@ -490,5 +493,12 @@ class LaneKeeper(LanePlanning, DelayPlanning, LaneSteps, DelaySteps, LaneExcisio
             raise
         except EngineError as exc:
             log.warning("queue %s: committing segment %s: %s", queue, key, exc)
+            if not isinstance(exc, CommitTimeout):
+                # The committer's answer: the swap will not be applied again,
+                # and the next landed version says whether it is referenced.
+                # (A timeout is no answer: the swap may still be applied by a
+                # later write, so its objects stay for a later leader.)
+                for each in (key, *also):
+                    self.reaper.doubtful(each)
             return False
         return True

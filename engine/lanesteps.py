@@ -128,8 +128,10 @@ class LaneSteps:
         references the object, which is deleted at once by a keeper thread.
         NotLeader or a stopped committer: it may have landed before the
         takeover read the document, so the object is left to the next
-        leader's collector. Any other error (a commit timeout): left too; if
-        it did not land, a later leader collects it."""
+        leader's collector. Any other error (the write's outcome unknown and
+        then the document unreadable, say): the next version this keeper's
+        committer lands says whether the Seal landed, and the object is
+        deleted if not (``SegmentReaper.doubtful``)."""
         try:
             if not isinstance(outcome, BaseException):
                 self._count("sealed")
@@ -139,6 +141,7 @@ class LaneSteps:
                 self.reaper.delete_now(key)
             elif not isinstance(outcome, (NotLeader, CommitterStopped)):
                 log.warning("queue %s: committing segment %s: %s", task.queue, key, outcome)
+                self.reaper.doubtful(key)  # the next landed version says whether it is referenced
         finally:
             self._finished(task)
 

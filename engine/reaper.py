@@ -104,6 +104,10 @@ class SegmentReaper:
         # Every key a version seen by this keeper referenced, until it
         # deletes it: the collector never touches them (see collect).
         self._known: set[str] = set()
+        # This keeper's own segments whose swap (Seal, Merge...) failed with an
+        # error that does not say whether it landed: the next landed version
+        # decides (see doubtful).
+        self._doubtful: set[str] = set()
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
         self.next_collect = 0.0
         # Held to check or mark a segment gone (see gone): the keys of
@@ -121,6 +125,16 @@ class SegmentReaper:
             self.landed = True
             self._cond.notify_all()
         self._known |= referenced
+        if self._doubtful:
+            # Settled by this version (see doubtful): referenced, the swap
+            # landed and the segment lives as any other; if not, no version
+            # can ever reference it, and it goes after the grace, as a
+            # dropped one does (a reader of an older version is never cut short).
+            deadline = self.monotonic() + self.grace_seconds
+            for key in sorted(self._doubtful - referenced):
+                self._deletions.append((deadline, key))  # the latest deadline yet: the order holds
+            self._doubtful.clear()
+            self._cond.notify_all()
 
     def due_now(self) -> bool:
         """Whether a deletion or a collector pass is due and a thread may
@@ -162,6 +176,22 @@ class SegmentReaper:
         with self._cond:
             self._deletions.extend((deadline, key) for key in keys)
             self._cond.notify_all()
+
+    def doubtful(self, key: str) -> None:
+        """The commit that would make a version reference ``key``, a segment
+        this keeper wrote, failed with an error that does not say whether
+        it landed (its write's outcome unknown, then the document
+        unreadable, say). The collector never takes this keeper's own
+        objects, so until now such a segment stayed until the next leader's
+        collector. The next version this keeper's committer lands settles
+        it: that version was built on a read made after the failure, so if
+        the swap landed it references the segment; if it does not, the
+        swap can never land any more (its write was conditioned on a
+        version this one replaced), and the segment is deleted after the
+        grace. If the keeper stops first, the next leader's collector takes
+        it as before."""
+        with self._cond:
+            self._doubtful.add(key)
 
     def delete_now(self, key: str) -> None:
         """Have a keeper thread delete ``key``, which no version references, without a grace."""

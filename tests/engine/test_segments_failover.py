@@ -20,10 +20,11 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, EngineError, Policy, QueueState, laneplans, lanes
+from engine import Broker, CommitTimeout, DocumentError, EngineError, Policy, QueueState, laneplans, lanes
+from engine.idindex import index_key
 from engine.lanes import LaneKeeper
 from engine.lanetasks import RefillTask, Shares
-from engine.ops import Operation, claim_op, complete_op, make_due_op, purge_op, push_op
+from engine.ops import Operation, Seal, claim_op, complete_op, make_due_op, purge_op, push_op
 from engine.segments import epoch_of_key, segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from engine.stores.base import Blob
@@ -102,6 +103,86 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     lanes.push("q", [f"k{i}" for i in range(5)])
     lanes.seal("q")
     assert lanes.state.lanes["q"][0].key != ref.key
+
+
+def failing_seals(lanes: Lanes, *, land: bool) -> None:
+    """The keeper's Seals are answered with DocumentError, as the committer
+    answers a write whose outcome it did not learn when the document then
+    read back unreadable: applied and landed first (``land``), or not."""
+    def execute(op: Operation | None, queued: Callable[[], None] | None = None) -> Any:
+        if isinstance(op, Seal):
+            if land:
+                lanes.execute(op, queued)
+            raise DocumentError(KEY, "not valid JSON")
+        return lanes.execute(op, queued)
+    lanes.keeper.execute = execute
+
+
+def test_a_seal_answered_with_an_error_that_never_landed_is_deleted_once_a_later_version_lands() -> None:
+    """Chaos seed 151: a Seal's write went out, the document then read back
+    corrupt, and the Seal was answered with that error. Its segment, which
+    no version references, stayed until the next leader's collector (a
+    keeper never collects its own objects). The next version this keeper
+    lands settles it: without the reference, the segment and its index go
+    after the grace, and every job is still claimed once, in order."""
+    lanes = Lanes(SMALL)
+    ids = [f"j{i:03d}" for i in range(60)]
+    lanes.push("q", ids)
+    failing_seals(lanes, land=False)
+    task = lanes.keeper._seal_task(lanes.state, "q", lanes.shares())
+    assert task is not None
+    lanes.keeper._seal(task)
+    (orphan,) = lanes.store.list(segment_prefix(KEY))
+    assert not lanes.state.lanes.get("q") and lanes.store.get(index_key(KEY, orphan)) is not None
+
+    lanes.push("q", ["later"])  # the next landed version, without the reference
+    assert lanes.keeper.reaper.delete_due()  # grace 0 here: due at once
+    assert lanes.store.list(segment_prefix(KEY)) == [] and lanes.store.get(index_key(KEY, orphan)) is None
+    assert lanes.claim_all(["q"]) == [*ids, "later"]
+
+
+def test_a_seal_answered_with_an_error_that_landed_keeps_its_segment() -> None:
+    lanes = Lanes(SMALL)
+    ids = [f"j{i:03d}" for i in range(60)]
+    lanes.push("q", ids)
+    failing_seals(lanes, land=True)
+    task = lanes.keeper._seal_task(lanes.state, "q", lanes.shares())
+    assert task is not None
+    lanes.keeper._seal(task)
+    (segment,) = lanes.store.list(segment_prefix(KEY))
+    assert [ref.key for ref in lanes.state.lanes["q"]] == [segment]  # the answer was wrong: it landed
+
+    lanes.push("q", ["later"])  # the next landed version references it
+    assert not lanes.keeper.reaper.delete_due()
+    assert lanes.store.list(segment_prefix(KEY)) == [segment]
+    order: list[str] = []
+    while len(order) < 61:
+        got = lanes.claim_all(["q"])
+        order += got
+        if not got:
+            ref = lanes.state.lanes["q"][0]
+            lanes.keeper._refill(RefillTask("q", ref, want=20))
+    assert order == [*ids, "later"]
+
+
+@pytest.mark.parametrize(("error", "deleted"), [
+    (DocumentError(KEY, "not valid JSON"), True),  # the committer's answer: the swap is over
+    (CommitTimeout("no answer within 10 s; it may still commit"), False),  # no answer: it may still land
+])
+def test_a_swap_that_failed_leaves_its_object_to_the_next_landed_version_unless_it_timed_out(
+        error: EngineError, deleted: bool) -> None:
+    """A Merge or delayed segment swap through ``execute`` (with the
+    broker's timeout): only an answer settles it."""
+    lanes = Lanes(SMALL)
+    key = segment_key(KEY, queue="q", epoch=3, first_pos=0, keeper=lanes.keeper.tag)
+    lanes.store.put(key, b"{}")
+
+    def commit() -> None:
+        raise error
+    assert not lanes.keeper._swap("q", key, commit)
+    lanes.push("q", ["x"])  # a landed version, without the reference
+    lanes.keeper.reaper.delete_due()
+    assert (lanes.store.get(key) is None) == deleted
 
 
 def test_the_collector_takes_older_epochs_and_other_keepers_of_its_own_never_its_own_or_untagged() -> None:
