@@ -55,6 +55,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import engine.delayplans as delayplans_module
 import engine.laneplans as laneplans_module
 from engine import (
+    DocumentError,
     JobNotFound,
     JobSealed,
     MemoryStore,
@@ -216,6 +217,11 @@ class SegmentMachine(RuleBasedStateMachine):
         # dropped: this machine runs the keeper's steps itself).
         with mock.patch.object(delayplans_module, "MAX_MERGE_RUN", 2):  # as delay_tasks plans (its memo)
             self.keeper.committed(self.state)
+        # What the keeper's threads then do: a segment whose swap was answered
+        # with an error and that this version does not reference goes
+        # (SegmentReaper.doubtful; grace 0).
+        while self.keeper.reaper.delete_due():
+            pass
         self.keeper._tasks.clear()
         self.keeper._busy.clear()
         self.keeper._delayed_busy.clear()
@@ -655,6 +661,41 @@ class SegmentMachine(RuleBasedStateMachine):
         else:
             assert self.keeper.abandoned > before[1], f"the seal neither landed nor was refused: {self.outcomes}"
             assert not fresh, f"a seal planned from the current state was refused: {self.outcomes[-1]!r}"
+        self.after_step()
+
+    @rule(queue=st.sampled_from(QUEUES), landed=st.booleans())
+    def seal_answered_with_an_error(self, queue: str, landed: bool) -> None:
+        """A Seal whose write's outcome the committer did not learn, and whose
+        document then read back unreadable: answered with DocumentError,
+        though it landed (``landed``) or not. The next landed version (this
+        step's commit) settles its object: referenced, it stays; if not, it
+        goes, so the store holds exactly the referenced segments again."""
+        task = self.seal_task(queue)
+        if task is None:
+            return
+        self.model_expire()
+        applied: list[bool] = []
+
+        def submit(op: Any, done: Callable[[Any], None]) -> None:
+            if landed:
+                try:
+                    self.execute(op)
+                    applied.append(True)
+                except QueueError:
+                    pass
+            done(DocumentError(KEY, "not valid JSON"))
+
+        self.keeper.submit = submit
+        try:
+            self.keeper._seal(task)
+        finally:
+            self.keeper.submit = self.submit
+        event(f"seal answered with an error: {'landed' if applied else 'not landed'}")
+        if applied:
+            for job_id, pos in task.jobs:
+                job = self.jobs[job_id]
+                assert job.status == "pending" and job.pos == pos and not job.in_segment
+                job.in_segment = True
         self.after_step()
 
     def run_refill(self, task: RefillTask, *, fresh: bool) -> None:
