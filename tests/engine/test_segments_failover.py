@@ -83,6 +83,17 @@ class Lanes:
         claimed = self.execute(claim_op("w", queues, policy=self.policy, max_jobs=100))
         return [c.id for c in claimed]
 
+    def claim_refilling(self, queue: str, count: int, *, want: int) -> list[str]:
+        """Claim ``count`` jobs of ``queue``, refilling ``want`` jobs from its
+        first segment by hand whenever a claim finds none; their ids, in order."""
+        order: list[str] = []
+        while len(order) < count:
+            got = self.claim_all([queue])
+            order += got
+            if not got:
+                self.keeper._refill(RefillTask(queue, self.state.lanes[queue][0], want=want))
+        return order
+
 
 def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> None:
     # Found by tests/fuzz/test_fuzz_segments.py: the refill read the object
@@ -105,10 +116,15 @@ def test_a_refill_planned_before_its_segment_was_purged_reports_no_problem() -> 
     assert lanes.state.lanes["q"][0].key != ref.key
 
 
-def failing_seals(lanes: Lanes, *, land: bool) -> None:
-    """The keeper's Seals are answered with DocumentError, as the committer
-    answers a write whose outcome it did not learn when the document then
-    read back unreadable: applied and landed first (``land``), or not."""
+def seal_answered_with_an_error(*, land: bool) -> tuple[Lanes, list[str], str]:
+    """60 jobs pushed and one seal of them, whose Seal is answered with
+    DocumentError, as the committer answers a write whose outcome it did not
+    learn when the document then read back unreadable: applied and landed
+    first (``land``), or not. The lanes, the ids pushed and the segment's key."""
+    lanes = Lanes(SMALL)
+    ids = [f"j{i:03d}" for i in range(60)]
+    lanes.push("q", ids)
+
     def execute(op: Operation | None, queued: Callable[[], None] | None = None) -> Any:
         if isinstance(op, Seal):
             if land:
@@ -116,6 +132,12 @@ def failing_seals(lanes: Lanes, *, land: bool) -> None:
             raise DocumentError(KEY, "not valid JSON")
         return lanes.execute(op, queued)
     lanes.keeper.execute = execute
+    task = lanes.keeper._seal_task(lanes.state, "q", lanes.shares())
+    assert task is not None
+    lanes.keeper._seal(task)
+    (segment,) = lanes.store.list(segment_prefix(KEY))
+    assert lanes.store.get(index_key(KEY, segment)) is not None
+    return lanes, ids, segment
 
 
 def test_a_seal_answered_with_an_error_that_never_landed_is_deleted_once_a_later_version_lands() -> None:
@@ -125,15 +147,8 @@ def test_a_seal_answered_with_an_error_that_never_landed_is_deleted_once_a_later
     keeper never collects its own objects). The next version this keeper
     lands settles it: without the reference, the segment and its index go
     after the grace, and every job is still claimed once, in order."""
-    lanes = Lanes(SMALL)
-    ids = [f"j{i:03d}" for i in range(60)]
-    lanes.push("q", ids)
-    failing_seals(lanes, land=False)
-    task = lanes.keeper._seal_task(lanes.state, "q", lanes.shares())
-    assert task is not None
-    lanes.keeper._seal(task)
-    (orphan,) = lanes.store.list(segment_prefix(KEY))
-    assert not lanes.state.lanes.get("q") and lanes.store.get(index_key(KEY, orphan)) is not None
+    lanes, ids, orphan = seal_answered_with_an_error(land=False)
+    assert not lanes.state.lanes.get("q")
 
     lanes.push("q", ["later"])  # the next landed version, without the reference
     assert lanes.keeper.reaper.delete_due()  # grace 0 here: due at once
@@ -142,27 +157,13 @@ def test_a_seal_answered_with_an_error_that_never_landed_is_deleted_once_a_later
 
 
 def test_a_seal_answered_with_an_error_that_landed_keeps_its_segment() -> None:
-    lanes = Lanes(SMALL)
-    ids = [f"j{i:03d}" for i in range(60)]
-    lanes.push("q", ids)
-    failing_seals(lanes, land=True)
-    task = lanes.keeper._seal_task(lanes.state, "q", lanes.shares())
-    assert task is not None
-    lanes.keeper._seal(task)
-    (segment,) = lanes.store.list(segment_prefix(KEY))
+    lanes, ids, segment = seal_answered_with_an_error(land=True)
     assert [ref.key for ref in lanes.state.lanes["q"]] == [segment]  # the answer was wrong: it landed
 
     lanes.push("q", ["later"])  # the next landed version references it
     assert not lanes.keeper.reaper.delete_due()
     assert lanes.store.list(segment_prefix(KEY)) == [segment]
-    order: list[str] = []
-    while len(order) < 61:
-        got = lanes.claim_all(["q"])
-        order += got
-        if not got:
-            ref = lanes.state.lanes["q"][0]
-            lanes.keeper._refill(RefillTask("q", ref, want=20))
-    assert order == [*ids, "later"]
+    assert lanes.claim_refilling("q", 61, want=20) == [*ids, "later"]
 
 
 @pytest.mark.parametrize(("error", "deleted"), [
@@ -280,15 +281,8 @@ def test_a_delayed_job_that_came_due_behind_a_segment_does_not_stop_sealing() ->
 
     lanes.seal("q")
     assert lanes.keeper._seal_task(lanes.state, "q", lanes.shares()) is None
-    order: list[str] = []
-    while len(order) < 9:
-        got = lanes.claim_all(["q"])
-        order += got
-        if not got:
-            ref = lanes.state.lanes["q"][0]
-            lanes.keeper._refill(RefillTask("q", ref, want=3))
     # 'late' was pushed before b0..b2: it keeps its place (I7).
-    assert order == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
+    assert lanes.claim_refilling("q", 9, want=3) == ["a0", "a1", "a2", "a3", "a4", "late", "b0", "b1", "b2"]
 
 
 def test_pushes_that_keep_pace_with_claims_do_not_hide_a_front_that_ran_dry() -> None:
