@@ -449,6 +449,7 @@ class Broker(BrokerCalls):
             on_write=self._writing,
             on_departures=self.on_departures,
             on_segments_dropped=self._segments_dropped,
+            on_segments_doubtful=self._segments_doubtful,
             presence=self.presence,
             stats=self.stats,
             hedge_seconds=self.hedge_seconds,
@@ -516,6 +517,12 @@ class Broker(BrokerCalls):
         keeper = self._keeper
         if keeper is not None:
             keeper.reaper.dropped(keys)
+
+    def _segments_doubtful(self, keys: list[str]) -> None:
+        """The committer's on_segments_doubtful (its writer thread)."""
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.reaper.doubtful(*keys)
 
     @property
     def segment_problems(self) -> dict[str, str]:

@@ -155,6 +155,7 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         on_write: Callable[[QueueState], None] | None = None,
         on_departures: Callable[[list[Departure]], None] | None = None,
         on_segments_dropped: Callable[[list[str]], None] | None = None,
+        on_segments_doubtful: Callable[[list[str]], None] | None = None,
         max_linger_seconds: float = DEFAULT_MAX_LINGER_SECONDS,
         idle_gap_seconds: float = DEFAULT_IDLE_GAP_SECONDS,
         hedge_seconds: float = DEFAULT_HEDGE_SECONDS,
@@ -179,6 +180,11 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
         # Keys of segment objects that a landed write stopped referencing
         # (format 2): they may be deleted now (engine.lanes does, after a grace).
         self.on_segments_dropped = on_segments_dropped
+        # Keys of segment objects that a write whose outcome was never learned
+        # would have stopped referencing (its callers were failed while it may
+        # have landed): the next landed version says whether they are still
+        # referenced (engine.reaper, SegmentReaper.doubtful).
+        self.on_segments_doubtful = on_segments_doubtful
         self.max_linger_seconds = max_linger_seconds
         self.idle_gap_seconds = idle_gap_seconds
         # The least time a write waits before its hedge is sent (0: never; see CommitWrites._hedge).
@@ -430,8 +436,17 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
                 log.exception("group commit step %s failed unexpectedly", getattr(step, "__name__", step))
                 exc = EngineError(printable(f"group commit failed: {exc!r}"))
             self._state = None
+            # Writes whose outcome is still unknown are forgotten here: if one
+            # landed, the segments it dropped were never reported, and
+            # nothing would delete them while this committer leads.
+            doubtful = [key for write in self._unsettled for key in write.dropped_segments]
             self._unsettled.clear()
             fail(victims, exc, self.stats)
+            if doubtful and self.on_segments_doubtful is not None:
+                try:
+                    self.on_segments_doubtful(doubtful)
+                except Exception:  # a listener's bug must not break commits
+                    log.exception("on_segments_doubtful listener failed")
             return FAILED
 
     def _backoff(self, attempt: int) -> None:

@@ -279,7 +279,8 @@ class CommitWrites:
             self.stats.ambiguous += 1
         self._unsettled.append(failed)
         if len(self._unsettled) > self.max_retries:
-            self._unsettled.clear()
+            # Raised to the guarded step, which fails the batch and forgets
+            # the unsettled writes (reporting what they dropped as doubtful).
             raise StoreUnavailable(f"{self.key}: could not commit after {self.max_retries} attempts")
         if len(self._unsettled) > 1:
             self._backoff(len(self._unsettled))

@@ -104,8 +104,8 @@ class SegmentReaper:
         # Every key a version seen by this keeper referenced, until it
         # deletes it: the collector never touches them (see collect).
         self._known: set[str] = set()
-        # This keeper's own segments whose swap (Seal, Merge...) failed with an
-        # error that does not say whether it landed: the next landed version
+        # Segments whose reference depends on a commit answered with an error
+        # that does not say whether it landed: the next landed version
         # decides (see doubtful).
         self._doubtful: set[str] = set()
         self._suspects: dict[str, float] = {}  # orphan candidates -> monotonic time first seen
@@ -177,21 +177,26 @@ class SegmentReaper:
             self._deletions.extend((deadline, key) for key in keys)
             self._cond.notify_all()
 
-    def doubtful(self, key: str) -> None:
-        """The commit that would make a version reference ``key``, a segment
-        this keeper wrote, failed with an error that does not say whether
-        it landed (its write's outcome unknown, then the document
-        unreadable, say). The collector never takes this keeper's own
-        objects, so until now such a segment stayed until the next leader's
+    def doubtful(self, *keys: str) -> None:
+        """Segments ``keys`` are referenced or not depending on a commit whose
+        caller was answered with an error that does not say whether it
+        landed (its write's outcome unknown, then the document unreadable,
+        say): a Seal or swap that would reference a segment this keeper
+        wrote, or a write that would stop referencing one (a refill to its
+        end, a merge, a purge). The collector never takes this keeper's own
+        objects, and a drop is reported only by a write known to have
+        landed, so until now such a segment stayed until the next leader's
         collector. The next version this keeper's committer lands settles
-        it: that version was built on a read made after the failure, so if
-        the swap landed it references the segment; if it does not, the
-        swap can never land any more (its write was conditioned on a
-        version this one replaced), and the segment is deleted after the
-        grace. If the keeper stops first, the next leader's collector takes
-        it as before."""
+        it: that version was built on a read made after the failure, so it
+        references the segment if the commit that adds it landed, or if the
+        one that drops it did not; if it does not reference it, no later
+        version can (the failed write was conditioned on a version this one
+        replaced, and a reference is only ever added by the leader that
+        wrote the object), and the segment is deleted after the grace. If
+        the keeper stops first, the next leader's collector takes it as
+        before."""
         with self._cond:
-            self._doubtful.add(key)
+            self._doubtful.update(keys)
 
     def delete_now(self, key: str) -> None:
         """Have a keeper thread delete ``key``, which no version references, without a grace."""

@@ -20,7 +20,17 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, CommitTimeout, DocumentError, EngineError, Policy, QueueState, laneplans, lanes
+from engine import (
+    Broker,
+    CommitTimeout,
+    DocumentError,
+    EngineError,
+    Policy,
+    QueueState,
+    StoreUnavailable,
+    laneplans,
+    lanes,
+)
 from engine.idindex import index_key
 from engine.lanes import LaneKeeper
 from engine.lanetasks import RefillTask, Shares
@@ -28,7 +38,7 @@ from engine.ops import Operation, Seal, claim_op, complete_op, make_due_op, purg
 from engine.segments import epoch_of_key, segment_key, segment_prefix
 from engine.stores import ObjectStore, open_store
 from engine.stores.base import Blob
-from engine.stores.wrappers import FaultyStore
+from engine.stores.wrappers import FaultyStore, WrappedStore
 from engine.transitions import apply_batch
 from tests.helpers import wait_for
 
@@ -497,6 +507,61 @@ def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_neve
     assert drain(standby, expect=100) == ids
     wait_for(lambda: not stored_segments(inner), what="segments deleted once used")
     assert b.bad_deletes == [] and a.bad_deletes == []
+
+
+class LostAnswerThenUnreadable(WrappedStore):
+    """Once armed: the next document write that stops referencing a segment
+    lands, but its answer is lost (StoreUnavailable), and the read that the
+    committer then makes to learn its outcome finds the document corrupt
+    (once; a ``corrupt`` fault the harness restores, chaos seed 151)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.armed = threading.Event()
+        self.unreadable = threading.Event()
+
+    def put_parts(
+        self, key: str, parts: Sequence[bytes], *, if_match: str | None = None, if_none_match: bool = False
+    ) -> str:
+        if key == KEY and self.armed.is_set():
+            before = referenced(self.inner)
+            etag = super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+            if before - referenced(self.inner):
+                self.armed.clear()
+                self.unreadable.set()
+                raise StoreUnavailable("injected: the answer was lost")
+            return etag
+        return super().put_parts(key, parts, if_match=if_match, if_none_match=if_none_match)
+
+    def get(self, key: str) -> Blob | None:
+        if key == KEY and self.unreadable.is_set():
+            self.unreadable.clear()
+            return Blob(data=b"\xff not json", etag="corrupt")
+        return super().get(key)
+
+
+def test_segments_a_write_dropped_whose_outcome_was_never_learned_are_deleted_after_the_next_landed_version(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A purge dropped every segment of a queue; its write landed, its answer
+    was lost, and the re-read that would have told found the document
+    unreadable: the purge was answered with DocumentError, and the drops,
+    reported only for writes known to have landed, were never reported. The
+    keeper's collector never takes its own objects, so the segments stayed
+    for as long as this leader led. The next landed version settles them."""
+    inner = open_store("memory://")
+    store = LostAnswerThenUnreadable(inner)
+    leader = lead(make_broker, store, "http://a")
+    push_ids(leader, 100)
+    wait_for(lambda: len(referenced(inner)) >= 3, what="the backlog sealed")
+    sealed = referenced(inner)
+
+    store.armed.set()
+    with pytest.raises(EngineError):
+        leader.execute(purge_op(queue="q", status="pending"))
+    assert not referenced(inner) and sealed <= stored_segments(inner)  # it landed; they are still there
+    wait_for(lambda: not stored_segments(inner) & sealed, what="the dropped segments deleted")
+    assert leader.role == "leader" and leader.execute(claim_op("w", ["q"], policy=SMALL)) == []
 
 
 def test_leader_stops_during_a_refill(
