@@ -26,7 +26,7 @@ from datetime import datetime
 
 from engine.cas import state_of, write_state
 from engine.document import QueueState
-from engine.errors import EngineError, PreconditionFailed, StoreUnavailable
+from engine.errors import CommitterStopped, EngineError, PreconditionFailed, StoreUnavailable
 from engine.isolation import reapply_alone
 from engine.lineage import Presence
 from engine.model import Departure
@@ -153,7 +153,17 @@ class CommitWrites:
         assert self._io is not None
         with self._lock:
             self._attempts_out += 1
-        self._io.submit(self._put, write, if_match)
+        try:
+            self._io.submit(self._put, write, if_match)
+        except RuntimeError as exc:
+            # The interpreter is exiting: concurrent.futures' own exit hook
+            # stops the I/O thread before daemon threads such as this writer
+            # stop (an embedded broker's node ending with its process).
+            # Nothing was sent; the batch fails as a stopped committer's does,
+            # without a traceback in the log.
+            with self._lock:
+                self._attempts_out -= 1
+            raise CommitterStopped(f"the process is exiting; nothing more is written ({exc})") from exc
         if self.on_write is not None:
             try:
                 self.on_write(state)
@@ -233,11 +243,16 @@ class CommitWrites:
             return None
         write.attempts += 1
         self._attempts_out += 1
+        assert self._io is not None
+        try:
+            self._io.submit(self._put, write, write.if_match, 1)
+        except RuntimeError:  # the interpreter is exiting (see _start_write): no hedge
+            write.attempts -= 1
+            self._attempts_out -= 1
+            return None
         self.stats.hedged += 1
         log.debug("group commit: write %d slow after %.3f s, sending it again", write.seq,
                   time.monotonic() - write.started)
-        assert self._io is not None
-        self._io.submit(self._put, write, write.if_match, 1)
         return None
 
     def _finish(self, done: Write, staged: list[Pending]) -> tuple[list[Pending], list[Pending]]:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import Broker, GroupCommitter, MemoryStore, ObjectStore, QueueState
+from engine import Broker, CommitterStopped, GroupCommitter, MemoryStore, ObjectStore, QueueState
 from engine.errors import OperationFailed
 from engine.ops import Operation, Tick, claim_op, complete_op, fail_op, push_op
 from engine.policy import Policy
@@ -248,3 +248,23 @@ def test_isolating_while_a_write_is_in_flight_never_acknowledges_what_did_not_la
     finally:
         store.gate.release(10)
         committer.stop(timeout=10)
+
+
+def test_a_committer_whose_io_thread_was_stopped_by_the_exiting_interpreter_fails_its_callers_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """At interpreter exit, concurrent.futures stops its executors' threads
+    (its own exit hook) before daemon threads such as the writer stop: an
+    embedded broker's write then found its I/O executor shut down and logged
+    "group commit step _start_write failed unexpectedly" with a traceback
+    (seen on `make run` stopped with SIGTERM). The batch now fails as a stopped
+    committer's does: CommitterStopped, nothing written, no error logged."""
+    store = MemoryStore()
+    with GroupCommitter(store) as committer:
+        committer.push("q", ["before"])
+        before = store.get(KEY)
+        assert committer._io is not None
+        committer._io.shutdown(wait=True)  # what the interpreter's exit hook leaves behind
+        with caplog.at_level("ERROR", logger="engine"), pytest.raises(CommitterStopped, match="exiting"):
+            committer.push("q", ["after"])
+        assert store.get(KEY) == before
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]

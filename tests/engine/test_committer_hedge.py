@@ -264,3 +264,29 @@ def test_a_leading_broker_hedges_its_writes_with_the_seconds_it_was_given(store:
     finally:
         store.release.set()
         broker.stop()
+
+
+def test_a_hedge_due_after_the_exiting_interpreter_stopped_the_io_thread_is_not_sent(
+    store: HoldingStore, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At interpreter exit concurrent.futures refuses new work (see
+    test_committer_faults' exiting-interpreter test): a hedge that falls due
+    then is not sent, and the attempt already out still decides the write."""
+    committer = warmed(store)
+    try:
+        store.hold("before")
+        answers: list[object] = []
+        caller = threading.Thread(target=lambda: answers.append(
+            committer.execute(push_op("q", ["slow"], policy=POLICY), timeout=10)), daemon=True)
+        with caplog.at_level("ERROR", logger="engine"):
+            caller.start()
+            wait_for(store.held.is_set, what="the first attempt held")
+            assert committer._io is not None
+            committer._io.shutdown(wait=False)  # the held attempt goes on; nothing new is taken
+            threading.Event().wait(10 * HEDGE)  # its hedge falls due meanwhile
+            store.release.set()
+            caller.join(10)
+        assert len(answers) == 1 and pending_ids(store) == answers[0]
+        assert committer.stats.hedged == 0 and not [r for r in caplog.records if r.levelname == "ERROR"]
+    finally:
+        committer.stop(timeout=5)
