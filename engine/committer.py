@@ -67,7 +67,7 @@ from engine.client import AsyncQueueMethods, QueueClient
 from engine.commitcalls import CommitCalls
 from engine.commitwrites import HEDGE_WINDOW, MAX_STRAGGLERS, CommitWrites
 from engine.document import QueueState
-from engine.errors import CommitterStopped, EngineError, StoreUnavailable
+from engine.errors import CommitterStopped, EngineError
 from engine.lineage import Presence
 from engine.model import Departure, new_writer_id, utc_now
 from engine.ops import Merge, Refill, Seal, Tick
@@ -230,7 +230,11 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
             if self._thread is not None and self._thread.is_alive():
                 raise EngineError("the committer is still stopping; wait for stop() to return")
             self._abandon = None
-            self._state = self._first_load()
+            # Bounded, unlike recovery's reads (max_retries): starting on a
+            # store that is down fails within a few reads. A read that raced
+            # another committer's creation of the document (StoreUnavailable
+            # from the presence check) is simply read again.
+            self._state = self._load_retrying(READ_RETRIES)
             self._unsettled.clear()
             # One thread runs the puts, so the writer can apply new operations
             # while a write is in flight.
@@ -451,18 +455,3 @@ class GroupCommitter(CommitCalls, CommitWrites, QueueClient, AsyncQueueMethods):
 
     def _backoff(self, attempt: int) -> None:
         time.sleep(jittered(attempt, self.retry_backoff_seconds, DEFAULT_RETRY_BACKOFF_CAP_SECONDS))
-
-    def _first_load(self) -> QueueState:
-        """``_load`` for ``start``: two committers starting on a fresh store
-        race to create the document, and the loser's read of "absent" is
-        followed by a marker that says it exists (StoreUnavailable from the
-        presence check); reading again sees the document. Bounded, unlike
-        ``_load_retrying`` (``max_retries``), so that starting on a store
-        that is down fails within a few reads."""
-        for attempt in range(1, READ_RETRIES + 1):
-            try:
-                return self._load()
-            except StoreUnavailable:
-                self._backoff(attempt)
-        return self._load()
-

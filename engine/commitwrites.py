@@ -356,8 +356,10 @@ class CommitWrites:
         self.committed_seq = state.seq
         return state
 
-    def _load_retrying(self) -> QueueState:
-        for attempt in range(self.max_retries):
+    def _load_retrying(self, tries: int | None = None) -> QueueState:
+        """``_load``, tried again after each StoreUnavailable, up to ``tries``
+        retries (``max_retries`` by default); the last failure is raised."""
+        for attempt in range(self.max_retries if tries is None else tries):
             try:
                 return self._load()
             except StoreUnavailable:

@@ -30,6 +30,7 @@ from engine import (
     StoreUnavailable,
     laneplans,
     lanes,
+    parse_document,
 )
 from engine.idindex import index_key
 from engine.lanes import LaneKeeper
@@ -391,16 +392,12 @@ def stored_segments(store: ObjectStore) -> set[str]:
     return set(store.list(PREFIX))
 
 
-def front_of(store: ObjectStore, queue: str = "q") -> int:
-    """How many of ``queue``'s pending jobs the landed document holds before
-    its first segment (all its pending jobs when it has none)."""
+def front_of(store: ObjectStore, policy: Policy) -> int:
+    """How many jobs of queue "q" a claim could take now from the landed
+    document's front (``QueueState.front_ready``)."""
     blob = store.get(KEY)
     assert blob is not None
-    doc = orjson.loads(blob.data)
-    segments = doc.get("lanes", {}).get(queue, {}).get("segments", [])
-    below = segments[0]["front"] if segments else float("inf")
-    return sum(1 for job in doc["jobs"]
-               if job["queue"] == queue and job["status"] == "pending" and job["pos"] < below)
+    return parse_document(KEY, blob.data, policy=policy).front_ready("q", datetime.now(UTC), 10**6)
 
 
 @pytest.fixture(autouse=True)
@@ -492,11 +489,15 @@ def test_leader_stops_between_two_seals_the_next_leader_collects_the_orphan_neve
     standby = take_over(make_broker, b, a)
 
     # Seals are planned from a write in flight too (at most two planned
-    # beyond the one that write carries), so a second seal may have landed,
-    # and up to three segments been written, by the time the node froze.
+    # beyond the one that write carries), so up to three segments can be
+    # written before the first Seal lands, none of them stopping the node
+    # (nothing referenced yet), and their Seals can all land before the next
+    # segment write stops it: at most three kept. (Two, as this said before,
+    # held until a run under load landed the third: pipelined seals, not a
+    # defect.) Up to three segments written and not referenced at the stop.
     kept = referenced(inner)
     orphans = stored_segments(inner) - kept
-    assert 1 <= len(kept) <= 2 and 1 <= len(orphans) <= 3, (sorted(kept), sorted(orphans))
+    assert 1 <= len(kept) <= 3 and 1 <= len(orphans) <= 3, (sorted(kept), sorted(orphans))
     # All older than the new leader's epoch.
     assert {epoch_of_key(key) for key in kept | orphans} == {1}, (sorted(kept), sorted(orphans))
     # The collector makes passes until the orphans go (two at least, a
@@ -578,8 +579,8 @@ def test_leader_stops_during_a_refill(
     # The last batches may have taken the front below its refill share: wait
     # for that refill's commit (the keeper's thread brings it, not the
     # claims), then take the whole front, so that the next refill must read.
-    wait_for(lambda: front_of(inner) >= PARTIAL.refill_below, what="the front refilled")
-    front = front_of(inner)
+    wait_for(lambda: front_of(inner, PARTIAL) >= PARTIAL.refill_below, what="the front refilled")
+    front = front_of(inner, PARTIAL)
     refilling.set()  # from here, the next segment read stops the leader, before its Refill commit
     claimed = leader.execute(claim_op("w", ["q"], policy=PARTIAL, max_jobs=front))  # the front runs dry
     assert [job.id for job in claimed] == ids[28:28 + front]
@@ -607,8 +608,8 @@ def test_leader_stops_after_a_commit_dropped_a_segment_before_deleting_it(
     first = drain(leader, expect=42)  # refills use segments up; their objects are deleted
     assert first == ids[:42]
     wait_for(lambda: stored_segments(inner) == referenced(inner), what="used segments deleted")
-    wait_for(lambda: front_of(inner) >= SMALL.refill_below, what="the front refilled")  # as above
-    front = front_of(inner)
+    wait_for(lambda: front_of(inner, SMALL) >= SMALL.refill_below, what="the front refilled")  # as above
+    front = front_of(inner, SMALL)
     armed.set()  # from here, the leader stops on its way to deleting a used segment
     claimed = leader.execute(claim_op("w", ["q"], policy=SMALL, max_jobs=front))  # the front runs dry
     assert [job.id for job in claimed] == ids[42:42 + front]
