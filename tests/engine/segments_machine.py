@@ -654,14 +654,18 @@ class SegmentMachine(RuleBasedStateMachine):
             pass
         event(f"seal ({'fresh' if fresh else 'stale'}): {'landed' if self.keeper.sealed > before[0] else 'refused'}")
         if self.keeper.sealed > before[0]:
-            for job_id, pos in task.jobs:
-                job = self.jobs[job_id]
-                assert job.status == "pending" and job.pos == pos and not job.in_segment
-                job.in_segment = True
+            self.model_sealed(task)
         else:
             assert self.keeper.abandoned > before[1], f"the seal neither landed nor was refused: {self.outcomes}"
             assert not fresh, f"a seal planned from the current state was refused: {self.outcomes[-1]!r}"
         self.after_step()
+
+    def model_sealed(self, task: SealTask) -> None:
+        """The model's side of a Seal that landed: its jobs are in a segment."""
+        for job_id, pos in task.jobs:
+            job = self.jobs[job_id]
+            assert job.status == "pending" and job.pos == pos and not job.in_segment
+            job.in_segment = True
 
     @rule(queue=st.sampled_from(QUEUES), landed=st.booleans())
     def seal_answered_with_an_error(self, queue: str, landed: bool) -> None:
@@ -692,10 +696,7 @@ class SegmentMachine(RuleBasedStateMachine):
             self.keeper.submit = self.submit
         event(f"seal answered with an error: {'landed' if applied else 'not landed'}")
         if applied:
-            for job_id, pos in task.jobs:
-                job = self.jobs[job_id]
-                assert job.status == "pending" and job.pos == pos and not job.in_segment
-                job.in_segment = True
+            self.model_sealed(task)
         self.after_step()
 
     def run_refill(self, task: RefillTask, *, fresh: bool) -> None:
