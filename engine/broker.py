@@ -59,7 +59,7 @@ from engine.lanes import LaneKeeper
 from engine.leasewatch import LeaseWatches
 from engine.lineage import Presence
 from engine.model import BrokerInfo, Departure, new_process_id, utc_now
-from engine.ops import FireSchedules, TakeOver, Tick
+from engine.ops import FireSchedules, HandOver, TakeOver, Tick
 from engine.parsing import DocumentHeader, parse_header
 from engine.policy import DOCUMENT_KEY, Policy
 from engine.readiness import Readiness, assess
@@ -208,10 +208,20 @@ class Broker(BrokerCalls):
             self._thread.start()
         return self
 
-    def stop(self, timeout: float | None = None) -> None:
+    def stop(self, timeout: float | None = None, *, hand_over: bool = True) -> None:
         """Stop the control thread and, on the leader, the committer (which
         first commits what was submitted). ``timeout`` bounds each wait, for
-        a node whose store hangs."""
+        a node whose store hangs.
+
+        With ``hand_over`` (the default), a leader's last commit names no
+        leader (:class:`~engine.ops.HandOver`, riding with what was
+        submitted), so that a standby takes over at its next poll rather
+        than after ``takeover_seconds`` without commits: a graceful stop,
+        a deploy's SIGTERM, costs the cluster a poll, not a takeover
+        interval. It is one conditional write like any other: a leader
+        already replaced, or whose store fails it, hands nothing over (the
+        standbys then take over as after a crash). Without it the stop
+        looks like a crash to the others (for tests of takeovers)."""
         with self._lock:
             self._stopping = True
             thread, self._thread = self._thread, None
@@ -224,10 +234,29 @@ class Broker(BrokerCalls):
         if keeper is not None:
             keeper.stop(timeout=0)  # it may be inside a commit of this committer: do not wait for it
         if committer is not None:
+            if hand_over and self.role == "leader":
+                self._hand_over(committer, timeout)
             committer.stop(timeout=timeout)
         self.role = "stopped"
         self.waiters.close(NotLeader(None))
         self.lease_watches.close(NotLeader(None))
+
+    def _hand_over(self, committer: GroupCommitter, timeout: float | None) -> None:
+        """A stopping leader's last commit: name no leader (see :meth:`stop`).
+        Requests are already refused (the committer is detached), so nothing
+        this node acknowledges comes after it but what was submitted before.
+        Waits at most ``takeover_seconds`` (or ``timeout``, if shorter): by
+        then a standby takes over anyway."""
+        epoch = self.leader.epoch
+        wait = self.takeover_seconds if timeout is None else min(timeout, self.takeover_seconds)
+        try:
+            committer.execute(HandOver(broker_id=self.id, epoch=epoch), timeout=wait)
+        except EngineError as exc:  # refused (replaced), timed out, or the store failed it
+            log.warning("broker %s stopped without handing over %s (a standby takes over after %s s): %s",
+                        self.id, self.key, self.takeover_seconds, exc)
+            return
+        self.leader = BrokerInfo(epoch=epoch)
+        log.info("broker %s handed over %s (epoch %d): a standby takes over at its next poll", self.id, self.key, epoch)
 
     @property
     def committer(self) -> GroupCommitter | None:

@@ -29,6 +29,7 @@ __all__ = [
     "ForgetQueue",
     "ForgetSchedule",
     "GetJob",
+    "HandOver",
     "Heartbeat",
     "MakeDue",
     "Merge",
@@ -345,6 +346,18 @@ class TakeOver:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandOver:
+    """The leader ``broker_id``, at ``epoch``, stops leading: the document
+    then names no leader, and a standby takes over at its next poll instead
+    of after a whole takeover interval without commits. Refused (a
+    ValidationError), changing nothing, unless the document names
+    ``broker_id`` at ``epoch``: a leader already replaced hands nothing over."""
+
+    broker_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Seal:
     """The leader's own (see :mod:`engine.lanes`): replace the pending jobs
     ``jobs`` of ``queue`` (``(id, pos)`` pairs, in FIFO order) by ``ref``, a
@@ -466,6 +479,7 @@ Operation = (
     | SetSchedulePaused
     | ForgetSchedule
     | TakeOver
+    | HandOver
     | Seal
     | Refill
     | Merge

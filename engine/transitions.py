@@ -47,6 +47,7 @@ from engine.optypes import (
     ForgetQueue,
     ForgetSchedule,
     GetJob,
+    HandOver,
     Heartbeat,
     MakeDue,
     Merge,
@@ -213,6 +214,22 @@ def take_over(state: QueueState, op: TakeOver, now: datetime) -> int:
     return state.broker.epoch
 
 
+def hand_over(state: QueueState, op: HandOver, now: datetime) -> None:
+    """Name no leader, keeping the epoch (the next TakeOver raises it).
+
+    Leases keep their deadlines: the next leader renews them as it takes
+    over, like any takeover's. Refused unless ``op.broker_id`` leads at
+    ``op.epoch``, so a replaced leader cannot undo its successor's takeover."""
+    named = state.broker
+    if named.id != op.broker_id or named.epoch != op.epoch:
+        raise ValidationError(
+            f"broker {op.broker_id} (epoch {op.epoch}) does not lead: "
+            f"the document names {named.id} (epoch {named.epoch})"
+        )
+    state.broker = BrokerInfo(epoch=named.epoch)
+    state.dirty = True
+
+
 def _windows_from(state: QueueState, now: datetime) -> bool:
     """Start every rate window that starts after ``now`` at ``now``, keeping
     its count (:meth:`~engine.rates.RateLimit.taken_over`): the clock
@@ -275,6 +292,7 @@ _TRANSITIONS: dict[type, Any] = {
     SetSchedulePaused: set_schedule_paused,
     ForgetSchedule: forget_schedule,
     TakeOver: take_over,
+    HandOver: hand_over,
     Seal: seal,
     Refill: refill,
     Merge: merge,

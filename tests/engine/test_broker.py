@@ -86,7 +86,7 @@ def test_standby_takes_over_when_the_leader_stops_writing(make_broker: Callable[
     a.execute(claim_op("w", ["q"], policy=a.policy))
     b = make_broker(store, "http://b")
     wait_for(lambda: b.leader.id == a.id)
-    a.stop()  # like kill -9: the document simply stops changing
+    a.stop(hand_over=False)  # like kill -9: the document simply stops changing
     stopped = time.monotonic()
     wait_for(lambda: b.role == "leader", timeout=TAKEOVER + 3)
     assert time.monotonic() - stopped >= TAKEOVER * 0.9
@@ -249,7 +249,7 @@ def test_an_idle_standby_polls_the_etag_and_reads_the_document_only_when_it_chan
     store = MemoryStore()
     a = make_broker(store, "http://a")
     wait_for(lambda: a.role == "leader")
-    a.stop()  # from here on the document does not change
+    a.stop(hand_over=False)  # from here on the document does not change (it still names a)
     gets: list[str] = []
     original_get = store.get
 
