@@ -25,7 +25,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from queueadmin import config, edge, mount, probes, runtime  # noqa: E402
+from queueadmin import config, edge, mount, probes, runtime, shutdown  # noqa: E402
 from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
 from queueadmin.dashboard.consumers import DashboardConsumer  # noqa: E402
@@ -46,6 +46,9 @@ if config.broker_autostart():
     runtime.start_broker()
     # The metrics history: recorded while this node leads (queueadmin.metrics.sampler).
     sampler.start_sampler()
+    # A SIGTERM or Ctrl-C stops the broker before the process exits: a leader
+    # hands the lead over, so a standby takes over at once (queueadmin.shutdown).
+    shutdown.install()
 
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).
 websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]

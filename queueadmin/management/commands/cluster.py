@@ -191,7 +191,8 @@ class Command(BaseCommand):
             f"  {logins}",
             f"  API token: {env['QUEUE_API_TOKEN']}",
             f"  heartbeat {heartbeat:g} s, takeover after {takeover:g} s without a commit; logs in {self.folder}/",
-            f"  kill the leader to watch a takeover: kill -9 $(cat {self.folder}/node-<port>.pid)",
+            f"  stop the leader to watch a hand-over: kill $(cat {self.folder}/node-<port>.pid)",
+            f"  or kill it to watch a takeover: kill -9 $(cat {self.folder}/node-<port>.pid)",
             "  Ctrl-C stops everything",
         ]
         self.stdout.write("\n".join(lines))
