@@ -105,7 +105,7 @@ from chaos.history import Call, Fault, History
 IDLE_CPU_SHARE = 0.08  # of one core
 IDLE_REQUESTS_PER_HEARTBEAT = 4.0
 #: Fault kinds whose window explains a client timeout on the faulted node.
-_STALLING = frozenset({"pause", "freeze", "kill", "hang", "slow", "error", "lost", "delete", "corrupt"})
+_STALLING = frozenset({"pause", "freeze", "kill", "stop", "hang", "slow", "error", "lost", "delete", "corrupt"})
 _PAUSES = frozenset({"pause", "freeze"})
 #: The calls sent to ``POST /api/v1/operator`` (chaos.purger, chaos.pauser):
 #: each writes its nonce to the database the nodes share.
@@ -119,6 +119,10 @@ class Limits:
     """The bounds the checker applies (the run's configuration)."""
 
     heartbeat_seconds: float = 0.25
+    #: How long a standby waits without commits before it takes over
+    #: (chaos.cluster.TAKEOVER_SECONDS): what a crash costs, and a leader
+    #: stopped with SIGTERM must not (it hands the lead over).
+    takeover_seconds: float = 2.0
     long_pause_seconds: float = 7.0
     recovery_cap_seconds: float = 20.0
     idle_cpu_share: float = IDLE_CPU_SHARE
@@ -842,6 +846,7 @@ def _check_recovery(history: History, limits: Limits, verdict: Verdict) -> None:
                 and fault.end is not None and fault.recovered_at > fault.end):
             problems.append(f"no takeover during the {length:.1f}s {where}: pushes resumed only "
                             f"{fault.recovered_at - fault.end:.1f}s after it ended")
+    problems += _stop_problems(history, limits)
     verdict.failures["failover"] = problems
     verdict.figures["faults"] = len(history.faults)
     verdict.figures["faults_by_kind"] = dict(sorted(_count(f.kind for f in history.faults).items()))
@@ -988,6 +993,29 @@ def _check_rates(history: History, verdict: Verdict) -> None:
         1 for version in history.versions if version.source == "store"
         for jobs, _, start, started in (version.rates or {}).values() if start is not None and started >= jobs)
     verdict.figures["rate_starts_seen"] = sum(len(seen) for seen in starts.values())
+
+
+def _stop_problems(history: History, limits: Limits) -> list[str]:
+    """A node stopped with SIGTERM exits 0; a leader so stopped hands the
+    lead over: if it stays down for half a takeover interval, a push
+    succeeds on another node within that half (a standby polls every
+    heartbeat), where a crash costs at least the interval less a heartbeat."""
+    problems = []
+    for fault in history.faults:
+        if fault.kind != "stop":
+            continue
+        where = f"{fault.node} stopped with SIGTERM at {fault.start:.3f}"
+        if fault.exit_status != 0:
+            problems.append(f"{where} exited with status {fault.exit_status} (None: not within the bound), not 0")
+            continue
+        exited, restarted, recovered = fault.exited_at, fault.end, fault.recovered_at
+        if not fault.led or exited is None or restarted is None or recovered is None:
+            continue
+        bound = limits.takeover_seconds / 2
+        if restarted - exited >= bound and recovered - exited >= bound:
+            problems.append(f"{where} led and did not hand over: pushes resumed {recovered - exited:.1f}s after it "
+                            f"exited, not within half a takeover interval ({bound:g}s)")
+    return problems
 
 
 def recovered_after(calls: list[Call], since: float) -> float | None:

@@ -44,6 +44,9 @@ MIGRATE_TIMEOUT_SECONDS = 120.0
 SECRET_KEY = "chaos-secret-key-not-for-production-0123456789"
 HEARTBEAT_SECONDS = 0.25
 TAKEOVER_SECONDS = 2.0
+#: How long a node may take to exit on SIGTERM (queueadmin.shutdown bounds
+#: each of its waits by 5 s; a stuck store would show here, not hang the run).
+TERMINATE_TIMEOUT = 20.0
 #: A recurring job on every node (README, "Recurring jobs"), on a queue no
 #: client claims from: its mark must only move forward, and stall only while
 #: a fault lasts (chaos.checker, ``schedules``).
@@ -153,6 +156,21 @@ class Node:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"node {self.name} did not answer within {timeout:g}s; see {self.log}")
             time.sleep(0.1)
+
+    def terminate(self, timeout: float = TERMINATE_TIMEOUT) -> int | None:
+        """SIGTERM, as a deploy stops a node, and reap; its exit status, or
+        None if it had not exited within ``timeout`` (then it is killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            status: int | None = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            status = None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.paused = False
+        return status
 
     def kill(self) -> None:
         """kill -9, and reap."""

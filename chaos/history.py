@@ -85,6 +85,11 @@ class Fault:
     recovered_at: float | None = None  # when a push next succeeded
     #: A ``clock`` fault: how far the node's wall clock read off (seconds, + ahead) while it lasted.
     clock_offset: float = 0.0
+    #: A ``stop`` fault: the node's exit status (None: it did not exit in time
+    #: and was killed), when it exited, and whether it led as it was stopped.
+    exit_status: int | None = None
+    exited_at: float | None = None
+    led: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

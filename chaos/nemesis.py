@@ -3,6 +3,9 @@
 Kinds (each recorded as a :class:`~chaos.history.Fault`):
 
 * ``kill``     — ``kill -9`` a node (usually the leader), restart it after a moment;
+* ``stop``     — SIGTERM a node (usually the leader), as a deploy does: it must exit 0, and a
+  leader must hand the lead over (queueadmin.shutdown) so that another node takes over
+  long before a takeover interval; restart it after a moment;
 * ``pause``    — SIGSTOP a node (usually the leader) at a random moment, SIGCONT later;
 * ``freeze``   — the leader stops itself (SIGSTOP, from its fault store) in the middle of
   a write; SIGCONT later;
@@ -43,12 +46,12 @@ from chaos.cluster import TAKEOVER_SECONDS, Cluster, Node
 from chaos.history import Fault, History
 from engine import DOCUMENT_KEY
 
-KINDS = ("kill", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt", "clock")
+KINDS = ("kill", "stop", "pause", "freeze", "error", "lost", "slow", "hang", "delete", "corrupt", "clock")
 #: Faults that need format 2; added to the default kinds when segments are on.
 SEGMENT_KINDS = ("segment",)
 ALL_KINDS = KINDS + SEGMENT_KINDS
-WEIGHTS = {"kill": 3, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1, "corrupt": 1,
-           "clock": 2, "segment": 3}
+WEIGHTS = {"kill": 3, "stop": 2, "pause": 4, "freeze": 3, "error": 3, "lost": 3, "slow": 2, "hang": 2, "delete": 1,
+           "corrupt": 1, "clock": 2, "segment": 3}
 #: How far a ``clock`` fault sets a node's clock off, either way. Below the
 #: checks' recovery allowance (a schedule whose mark a clock ahead moved on
 #: waits that long after the step back), above a lease (4 s in chaos runs).
@@ -152,6 +155,22 @@ class Nemesis(threading.Thread):
         fault = self._begin("kill", node)
         node.kill()
         self.stop_event.wait(self.rng.uniform(0.2, 3.0))
+        node.start()
+        return self._end(fault)
+
+    def fault_stop(self) -> Fault:
+        node = self._pick_node()
+        # A deploy stops a node that serves; one still starting (restarted by
+        # the last fault) would die of the signal before daphne handles it.
+        node.wait_ready()
+        led = node is self.cluster.leader()
+        fault = self._begin("stop", node, "the leader" if led else "a standby")
+        fault.led = led
+        fault.exit_status = node.terminate()
+        fault.exited_at = time.monotonic()
+        # Down for long enough that the hand-over shows: a standby polls every
+        # heartbeat, far sooner than the takeover interval a crash costs.
+        self.stop_event.wait(self.rng.uniform(0.5, 2.0 * TAKEOVER_SECONDS))
         node.start()
         return self._end(fault)
 

@@ -24,6 +24,7 @@ from chaos.cluster import (
     LEASE_SECONDS,
     SCHEDULE_QUEUE,
     SCHEDULE_SECONDS,
+    TAKEOVER_SECONDS,
     TOKEN,
     Cluster,
     cpu_seconds,
@@ -42,7 +43,8 @@ from engine.stores import ObjectStore
 # run's operators grew: a limit of 1 held by a stalled worker for a lease
 # (chaos.pauser) left seed 91 with 252 jobs after 90 s, still draining.
 DRAIN_TIMEOUT_SECONDS = 180.0
-LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, long_pause_seconds=LONG_PAUSE_SECONDS,
+LIMITS = Limits(heartbeat_seconds=HEARTBEAT_SECONDS, takeover_seconds=TAKEOVER_SECONDS,
+                long_pause_seconds=LONG_PAUSE_SECONDS,
                 recovery_cap_seconds=RECOVERY_CAP_SECONDS, schedule_seconds=SCHEDULE_SECONDS,
                 lease_seconds=LEASE_SECONDS)
 IDLE_SECONDS = 3.0  # twelve heartbeats

@@ -248,6 +248,31 @@ def test_no_recovery_and_no_takeover_during_a_long_pause_are_flagged() -> None:
     assert verdict.figures["recovery_median_seconds"] == 7
 
 
+def test_a_stopped_node_that_did_not_exit_0_or_a_leader_that_did_not_hand_over_is_flagged() -> None:
+    r = clean()
+
+    def stop(start: float, *, status: int | None = 0, led: bool = True, down: float = 3.0,
+             recovered: float = 0.3) -> Fault:
+        exited = start + 0.1
+        return Fault(kind="stop", node=NODE_A, start=start, end=exited + down, exit_status=status, exited_at=exited,
+                     led=led, recovered_at=exited + recovered)
+
+    r.history.faults = [
+        stop(10),  # handed over: pushes resumed 0.3 s after it exited
+        stop(20, recovered=1.8),  # as after a crash: flagged
+        stop(30, led=False, recovered=1.8),  # a standby: nothing to hand over
+        stop(40, down=0.5, recovered=0.6),  # restarted before the bound: its own takeover on restart counts
+        stop(50, status=-15),  # died of the signal: flagged
+        stop(60, status=None),  # did not exit in time: flagged
+    ]
+
+    problems = check(r.final(jobs=["j2", "j3"]), Limits(takeover_seconds=2)).failures["failover"]
+
+    assert len(problems) == 3, problems
+    assert "at 20.000 led and did not hand over: pushes resumed 1.8s after it exited" in problems[0]
+    assert "at 50.000 exited with status -15" in problems[1] and "at 60.000 exited with status None" in problems[2]
+
+
 def _marks(r: Recorder, ticks: list[tuple[float, str]]) -> None:
     """Store versions seen at ``at`` (seconds) whose schedule mark is ``tick`` (its seconds past 02:10)."""
     for seq, (at, second) in enumerate(ticks, start=10):
