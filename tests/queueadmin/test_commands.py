@@ -32,7 +32,7 @@ from engine import (
     schedule,
     utc_now,
 )
-from engine.ops import FireSchedules, TakeOver
+from engine.ops import FireSchedules, HandOver, TakeOver
 from queueadmin import demo
 from queueadmin.management.commands.queueworker import import_handler
 from tests.helpers import KEY
@@ -140,6 +140,14 @@ def test_queuestatus_reports_an_expired_lease_and_no_leader(store: FileStore) ->
     out, _ = run("queuestatus")
     assert "leader    none (epoch 0): no broker has taken over yet" in out
     assert "2h00m" in out and "expired 1h59m ago" in out
+
+
+def test_queuestatus_says_when_the_last_leader_handed_over(store: FileStore) -> None:
+    client = DirectClient(store)
+    client.execute(TakeOver(broker_id="node-1", url="http://127.0.0.1:8766", epoch=0))
+    client.execute(HandOver(broker_id="node-1", epoch=1))
+    out, _ = run("queuestatus")
+    assert "leader    none (epoch 1): the last leader handed over as it stopped" in out
 
 
 def test_queuestatus_without_a_document(store: FileStore) -> None:

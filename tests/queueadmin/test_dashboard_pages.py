@@ -86,6 +86,15 @@ def test_overview_counts_each_queue_and_shows_broker_health(broker: Broker, view
     assert stored(store) == before
 
 
+def test_overview_says_when_the_last_leader_handed_over(broker: Broker, viewer: Client) -> None:
+    push(broker, "emails", [1])
+    assert 'data-testid="handed-over"' not in viewer.get("/").content.decode()
+    broker.stop()  # a graceful stop: its last commit names no leader
+    source.changed()  # past the page's cache of the last read (FRESH_SECONDS)
+    body = viewer.get("/").content.decode()
+    assert 'data-testid="handed-over"' in body and "none: the last leader handed over (epoch 1)" in body
+
+
 def test_overview_says_how_many_writes_were_hedged_once_any_was(broker: Broker, viewer: Client) -> None:
     push(broker, "emails", [1])
     assert 'data-testid="hedged"' not in viewer.get("/").content.decode()

@@ -140,13 +140,23 @@ def _table(header: list[str], rows: list[list[str]], *, left: int = 1) -> list[s
     ]
 
 
+def _leader_line(leader: dict[str, Any]) -> str:
+    """Who leads; with nobody named, whether nobody ever did (epoch 0) or
+    the last leader handed over as it stopped (engine.ops.HandOver)."""
+    if leader["id"]:
+        return f"leader    {leader['id']}  {leader['url'] or '(no URL advertised)'}  epoch {leader['epoch']}"
+    if not leader["epoch"]:
+        return f"leader    none (epoch {leader['epoch']}): no broker has taken over yet"
+    return (f"leader    none (epoch {leader['epoch']}): the last leader handed over as it stopped; "
+            "a standby takes over at its next poll")
+
+
 def render(status: dict[str, Any]) -> list[str]:
     """The status as the lines the command prints."""
     leader = status["leader"]
     lines = [
         f"document  {status['document']}  ({status['size']} bytes, seq {status['seq']})",
-        (f"leader    {leader['id']}  {leader['url'] or '(no URL advertised)'}  epoch {leader['epoch']}"
-         if leader["id"] else f"leader    none (epoch {leader['epoch']}): no broker has taken over yet"),
+        _leader_line(leader),
         "",
     ]
     queues = status["queues"]
