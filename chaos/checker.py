@@ -997,9 +997,13 @@ def _check_rates(history: History, verdict: Verdict) -> None:
 
 def _stop_problems(history: History, limits: Limits) -> list[str]:
     """A node stopped with SIGTERM exits 0; a leader so stopped hands the
-    lead over: if it stays down for half a takeover interval, a push
-    succeeds on another node within that half (a standby polls every
-    heartbeat), where a crash costs at least the interval less a heartbeat."""
+    lead over: if it stays down long enough to tell, a push succeeds on
+    another node sooner than a crashed leader can be replaced. A standby
+    takes over a crashed leader once it saw no commit for the takeover
+    interval, and the leader's last commit came at most a heartbeat before
+    it died, seen at most a poll (a heartbeat) later: no sooner than the
+    interval less two heartbeats. Handed over, a standby takes over at its
+    next poll."""
     problems = []
     for fault in history.faults:
         if fault.kind != "stop":
@@ -1011,10 +1015,11 @@ def _stop_problems(history: History, limits: Limits) -> list[str]:
         exited, restarted, recovered = fault.exited_at, fault.end, fault.recovered_at
         if not fault.led or exited is None or restarted is None or recovered is None:
             continue
-        bound = limits.takeover_seconds / 2
+        bound = limits.takeover_seconds - 2 * limits.heartbeat_seconds
         if restarted - exited >= bound and recovered - exited >= bound:
             problems.append(f"{where} led and did not hand over: pushes resumed {recovered - exited:.1f}s after it "
-                            f"exited, not within half a takeover interval ({bound:g}s)")
+                            f"exited, no sooner than after a crash (the takeover interval less two heartbeats, "
+                            f"{bound:g}s)")
     return problems
 
 

@@ -259,17 +259,18 @@ def test_a_stopped_node_that_did_not_exit_0_or_a_leader_that_did_not_hand_over_i
 
     r.history.faults = [
         stop(10),  # handed over: pushes resumed 0.3 s after it exited
-        stop(20, recovered=1.8),  # as after a crash: flagged
-        stop(30, led=False, recovered=1.8),  # a standby: nothing to hand over
-        stop(40, down=0.5, recovered=0.6),  # restarted before the bound: its own takeover on restart counts
+        stop(20, recovered=1.6),  # no sooner than after a crash (1.5 s): flagged
+        stop(30, led=False, recovered=1.6),  # a standby: nothing to hand over
+        stop(40, down=1.0, recovered=1.1),  # restarted before the bound: its own takeover on restart counts
         stop(50, status=-15),  # died of the signal: flagged
         stop(60, status=None),  # did not exit in time: flagged
     ]
 
-    problems = check(r.final(jobs=["j2", "j3"]), Limits(takeover_seconds=2)).failures["failover"]
+    limits = Limits(takeover_seconds=2, heartbeat_seconds=0.25)  # a crash costs at least 1.5 s
+    problems = check(r.final(jobs=["j2", "j3"]), limits).failures["failover"]
 
     assert len(problems) == 3, problems
-    assert "at 20.000 led and did not hand over: pushes resumed 1.8s after it exited" in problems[0]
+    assert "at 20.000 led and did not hand over: pushes resumed 1.6s after it exited" in problems[0]
     assert "at 50.000 exited with status -15" in problems[1] and "at 60.000 exited with status None" in problems[2]
 
 
