@@ -12,6 +12,15 @@ trigger that returns its Deferred: the reactor (and the asyncio loop it runs
 on) keeps answering requests while the last commits land, and daphne goes on
 shutting down only once the broker has stopped. Each wait inside is bounded
 (:data:`STOP_SECONDS`), so a store that hangs cannot hold the exit much longer.
+
+daphne's own shutdown trigger cancels every request still in flight
+(``Server.kill_all_applications``). Run at once, it would cut off requests
+whose commits the stop is about to land: a push answered by a dropped
+connection (its client retries it, the same ids), and a claim whose job is
+then leased to nobody until its lease runs out. So it waits for the stop
+first: requests in flight are answered (2xx once their commit landed, or
+``503 not_leader``, as every request that arrives meanwhile is), and only
+what is left after that (a dashboard's websocket, say) is cancelled.
 """
 
 from __future__ import annotations
@@ -32,6 +41,11 @@ STOP_SECONDS = 5.0
 
 _lock = threading.Lock()
 _installed = False
+#: How long requests woken by the stop's last commits may take to answer
+#: before daphne cancels what is left.
+ANSWER_SECONDS = 1.0
+#: The stop under way, once the reactor began to shut down (its Deferred).
+_stopping: Any = None
 
 
 def install() -> bool:
@@ -45,10 +59,14 @@ def install() -> bool:
         return False
     from twisted.internet import reactor
 
+    events: Any = reactor  # Twisted's interfaces declare their methods without self, which mypy misreads
     with _lock:
         if not _installed:
-            # (Twisted's interface declares its methods without self, which mypy misreads.)
-            reactor.addSystemEventTrigger("before", "shutdown", _stop_on_a_thread)  # type: ignore[arg-type]
+            # Registered as the application is imported, before daphne's
+            # server registers its own as it starts: the reactor calls this
+            # one first, so it is under way when daphne's runs.
+            events.addSystemEventTrigger("before", "shutdown", _stop_on_a_thread)
+            _cancel_after_the_stop()
             _installed = True
     return True
 
@@ -58,10 +76,43 @@ def _stop_on_a_thread() -> Any:
     Deferred makes the shutdown wait for it."""
     from twisted.internet import threads
 
+    global _stopping
     deferred = threads.deferToThread(stop_serving)
     # A failure is logged, never left to stop the shutdown itself.
     deferred.addErrback(lambda failure: log.error("stopping the broker failed: %s", failure.getTraceback()))
+    _stopping = deferred
     return deferred
+
+
+def _cancel_after_the_stop() -> None:
+    """Make daphne's server cancel the requests in flight only once the
+    broker's stop is over (see the module's docstring). Without a stop under
+    way (the trigger did not run first), it cancels at once, as before."""
+    import daphne.server
+    from twisted.internet import defer
+
+    server = daphne.server.Server
+    cancel_now = server.kill_all_applications
+    if getattr(cancel_now, "after_the_broker_stop", False):
+        return
+
+    def kill_all_applications(self: Any) -> Any:
+        stopping = _stopping
+        if stopping is None:
+            return cancel_now(self)
+        done: Any = defer.Deferred()
+
+        def then(result: Any) -> Any:
+            # The stop's last commits woke their requests, which answer on
+            # the loop's next turns: let them, then cancel what is left.
+            _answered(self).addCallback(lambda _: cancel_now(self)).chainDeferred(done)
+            return result
+
+        stopping.addBoth(then)
+        return done
+
+    kill_all_applications.after_the_broker_stop = True  # type: ignore[attr-defined]
+    server.kill_all_applications = kill_all_applications
 
 
 def stop_serving(timeout: float = STOP_SECONDS) -> None:
@@ -72,3 +123,34 @@ def stop_serving(timeout: float = STOP_SECONDS) -> None:
     if broker is not None:
         log.info("stopping broker %s (%s)", broker.id, broker.role)
     runtime.stop_broker(timeout)
+
+
+def _answered(server: Any) -> Any:
+    """A Deferred that fires once no HTTP request of daphne's ``server`` is
+    still running, or after :data:`ANSWER_SECONDS` (a websocket, which runs
+    until it is cancelled, is not waited for)."""
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import defer, reactor
+
+    # Any: Twisted's interfaces declare their methods without self, which mypy misreads.
+    clock: Any = reactor
+    done: Any = defer.Deferred()
+    deadline = clock.seconds() + ANSWER_SECONDS
+
+    def running() -> bool:
+        return any(
+            not isinstance(protocol, WebSocketProtocol)
+            and details.get("application_instance") is not None
+            and not details["application_instance"].done()
+            for protocol, details in list(server.connections.items())
+        )
+
+    def check() -> None:
+        if not running() or clock.seconds() >= deadline:
+            done.callback(None)
+        else:
+            clock.callLater(0.01, check)
+
+    check()
+    return done
+
