@@ -1,4 +1,5 @@
-"""Command line: ``python -m bench [memory | network | idle | requests | backlog | worker] [options]``.
+"""Command line: ``python -m bench [memory | network | idle | requests | backlog | hedge | failover | worker]
+[options]``.
 
 Without a command, runs every (depth, submitters, system) combination, prints
 the machine facts, a Markdown table and the target checks to stdout (progress
@@ -20,6 +21,9 @@ with push, drain, bytes per commit, RSS, a standby's reads and a purge:
 see :mod:`bench.backlog`.
 ``python -m bench hedge [options]`` pushes through a store whose writes now
 and then stall, with hedged writes off and on: see :mod:`bench.hedging`.
+``python -m bench failover [options]`` stops the leader of two nodes,
+gracefully and by a crash, and times the pause a producer sees: see
+:mod:`bench.failover`.
 ``python -m bench worker [options]`` measures an ``engine.Worker``'s own CPU
 and context switches a job, against a client that answers at once: see
 :mod:`bench.workerloop`.
@@ -32,7 +36,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from bench import backlog, hedging, idle, memory, network, requests, workerloop
+from bench import backlog, failover, hedging, idle, memory, network, requests, workerloop
 from bench.config import QUICK_DEPTHS, QUICK_SUBMITTERS, SYSTEMS, BenchConfig
 from bench.facts import machine_facts
 
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return workerloop.main(argv[1:])
     if argv[:1] == ["hedge"]:
         return hedging.main(argv[1:])
+    if argv[:1] == ["failover"]:
+        return failover.main(argv[1:])
     command, cfg, args = parse_args(argv)
     # Imported here: they need jqueue (the bench extra), which the network and idle benchmarks do not.
     from bench import report

@@ -49,12 +49,15 @@ def _random_secret(length: int) -> str:
 class Node:
     """One daphne process in folder ``tmp``; ``app`` is :data:`BROKER_APP` or :data:`TRIVIAL_APP`."""
 
-    def __init__(self, tmp: Path, *, app: str = BROKER_APP, store_url: str | None = None, name: str = "node") -> None:
+    def __init__(self, tmp: Path, *, app: str = BROKER_APP, store_url: str | None = None, name: str = "node",
+                 token: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.app = app
         self.name = name
         self.store_url = store_url or (tmp / "store").as_uri()
-        self.token = secrets.token_urlsafe(24)
+        self.token = token or secrets.token_urlsafe(24)
+        #: More QUEUE_* settings for a broker node (the heartbeat, say).
+        self.settings = dict(settings or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / f"{name}.log"
@@ -80,6 +83,7 @@ class Node:
                 ALLOWED_HOSTS="127.0.0.1",
                 DATABASE_URL=f"sqlite:///{self.tmp / f'{self.name}.sqlite3'}",
             )
+            env.update(self.settings)
         return env
 
     def __enter__(self) -> Node:
@@ -93,8 +97,9 @@ class Node:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
-        """Start daphne and wait until it answers (the broker: until it leads).
+    def start(self, *, lead: bool = True) -> None:
+        """Start daphne and wait until it answers (the broker: until it leads,
+        or, without ``lead``, until it answers as leader or standby).
         A broker node's database is migrated first, as in production: the
         leader records finished jobs there."""
         if self.is_broker:
@@ -110,7 +115,7 @@ class Node:
                 raise NodeError(f"{self.name}: daphne exited with status {self.child.proc.returncode}{self.log_tail()}")
             if self.is_broker:
                 health = self.health()
-                if health is not None and health.get("role") == "leader":
+                if health is not None and (health.get("role") == "leader" or not lead):
                     return
             elif self._answers():
                 return
