@@ -243,10 +243,13 @@ class Broker(BrokerCalls):
 
     def _hand_over(self, committer: GroupCommitter, timeout: float | None) -> None:
         """A stopping leader's last commit: name no leader (see :meth:`stop`).
-        Requests are already refused (the committer is detached), so nothing
-        this node acknowledges comes after it but what was submitted before.
-        Waits at most ``takeover_seconds`` (or ``timeout``, if shorter): by
-        then a standby takes over anyway."""
+        New requests are already refused (the committer is detached); what
+        was submitted before rides this write or an earlier one. An operation
+        submitted in the same instant may ride a write after it: that write
+        is conditional like every other, so it lands only while no standby
+        has taken over, and is refused (not_leader) otherwise: never
+        acknowledged unwritten (I1). Waits at most ``takeover_seconds`` (or
+        ``timeout``, if shorter): by then a standby takes over anyway."""
         epoch = self.leader.epoch
         wait = self.takeover_seconds if timeout is None else min(timeout, self.takeover_seconds)
         try:
