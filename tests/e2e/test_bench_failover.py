@@ -19,9 +19,9 @@ def test_it_stops_the_leader_both_ways_and_every_answered_push_is_there(capsys: 
     assert main(FAST) == 0
     out = capsys.readouterr().out
     assert f"command: `python -m bench failover {' '.join(FAST)}`" in out
-    rows = {m["kind"]: m for m in re.finditer(
-        r"^\| (?P<kind>graceful|crash) \(SIG\w+\) \| 1 \| (?P<pause>[\d.]+) \| [\d.]+ \| [\d.]+ \| (?P<status>-?\d+) \|$",
-        out, re.M)}
+    row = (r"^\| (?P<kind>graceful|crash) \(SIG\w+\) \| 1 \| (?P<pause>[\d.]+) \| [\d.]+ \| [\d.]+ "
+           r"\| (?P<status>-?\d+) \|$")
+    rows = {m["kind"]: m for m in re.finditer(row, out, re.M)}
     assert set(rows) == {"graceful", "crash"}, out
     # The stopped leader exited cleanly, and the crashed one was killed.
     assert rows["graceful"]["status"] == "0" and rows["crash"]["status"] == "-9"
