@@ -41,8 +41,7 @@ from pathlib import Path
 
 from bench.facts import machine_facts
 from bench.node import Node, NodeError
-from engine import BrokerClient
-from engine.errors import EngineError
+from engine import BrokerClient, EngineError
 
 DEFAULTS = {"rounds": 3, "heartbeat": 2.0, "takeover": 10.0, "every": 0.02, "settle": 3.0}
 KINDS = (("graceful (SIGTERM)", signal.SIGTERM), ("crash (SIGKILL)", signal.SIGKILL))
