@@ -4,8 +4,8 @@ Kinds (each recorded as a :class:`~chaos.history.Fault`):
 
 * ``kill``     — ``kill -9`` a node (usually the leader), restart it after a moment;
 * ``stop``     — SIGTERM a node (usually the leader), as a deploy does: it must exit 0, and a
-  leader must hand the lead over (queueadmin.shutdown) so that another node takes over
-  long before a takeover interval; restart it after a moment;
+  leader must hand the lead over (queueadmin.shutdown), so that another node takes over
+  sooner than a crashed leader could be replaced; restart it after a moment;
 * ``pause``    — SIGSTOP a node (usually the leader) at a random moment, SIGCONT later;
 * ``freeze``   — the leader stops itself (SIGSTOP, from its fault store) in the middle of
   a write; SIGCONT later;

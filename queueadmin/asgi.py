@@ -47,7 +47,7 @@ if config.broker_autostart():
     # The metrics history: recorded while this node leads (queueadmin.metrics.sampler).
     sampler.start_sampler()
     # A SIGTERM or Ctrl-C stops the broker before the process exits: a leader
-    # hands the lead over, so a standby takes over at once (queueadmin.shutdown).
+    # hands the lead over, so a standby takes over at its next poll (queueadmin.shutdown).
     shutdown.install()
 
 # The dashboard's live updates (queueadmin/dashboard/consumers.py).
