@@ -92,7 +92,10 @@ def _cancel_after_the_stop() -> None:
     from twisted.internet import defer
 
     server = daphne.server.Server
-    cancel_now = server.kill_all_applications
+    cancel_now = getattr(server, "kill_all_applications", None)
+    if cancel_now is None:  # a daphne without it: requests in flight are cut off as its shutdown goes
+        log.warning("daphne's Server has no kill_all_applications; requests in flight at shutdown are not waited for")
+        return
     if getattr(cancel_now, "after_the_broker_stop", False):
         return
 
@@ -104,8 +107,15 @@ def _cancel_after_the_stop() -> None:
 
         def then(result: Any) -> Any:
             # The stop's last commits woke their requests, which answer on
-            # the loop's next turns: let them, then cancel what is left.
-            _answered(self).addCallback(lambda _: cancel_now(self)).chainDeferred(done)
+            # the loop's next turns: let them, then cancel what is left;
+            # whatever happens, the cancelling runs and ``done`` fires, or
+            # the reactor's shutdown would wait for it forever.
+            try:
+                waited = _answered(self)
+            except Exception:
+                log.exception("waiting for the requests in flight failed; cancelling them now")
+                waited = defer.succeed(None)
+            waited.addBoth(lambda _: cancel_now(self)).chainDeferred(done)
             return result
 
         stopping.addBoth(then)
@@ -146,7 +156,12 @@ def _answered(server: Any) -> Any:
         )
 
     def check() -> None:
-        if not running() or clock.seconds() >= deadline:
+        try:
+            busy = running()
+        except Exception:  # daphne's bookkeeping changed shape: wait no longer
+            log.exception("cannot tell which requests are still running")
+            busy = False
+        if not busy or clock.seconds() >= deadline:
             done.callback(None)
         else:
             clock.callLater(0.01, check)
