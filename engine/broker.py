@@ -188,6 +188,9 @@ class Broker(BrokerCalls):
         self._settled.set()
         self._wake = threading.Event()
         self._stopping = False
+        # While a stopping leader hands over: the leader its HandOver makes the
+        # document name (nobody, at its epoch); None otherwise (see _check_named).
+        self._handed_over: BrokerInfo | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -198,6 +201,7 @@ class Broker(BrokerCalls):
             if self._thread is not None:
                 return self
             self._stopping = False
+            self._handed_over = None
             self.role = "standby"
             # Until its first step (the store check, then the first read and a
             # takeover it may decide) a request waits for the outcome, as in a
@@ -252,6 +256,7 @@ class Broker(BrokerCalls):
         ``timeout``, if shorter): by then a standby takes over anyway."""
         epoch = self.leader.epoch
         wait = self.takeover_seconds if timeout is None else min(timeout, self.takeover_seconds)
+        self._handed_over = BrokerInfo(epoch=epoch)  # what the document names once it lands (see _check_named)
         try:
             committer.execute(HandOver(broker_id=self.id, epoch=epoch), timeout=wait)
         except EngineError as exc:  # refused (replaced), timed out, or the store failed it
@@ -565,8 +570,11 @@ class Broker(BrokerCalls):
         return {**keeper.delayed_problems, **keeper.problems} if keeper is not None else {}
 
     def _check_named(self, state: QueueState) -> None:
-        """Runs on every read of the leader's committer: fence if replaced."""
-        if state.broker.id != self.id:
+        """Runs on every read of the leader's committer: fence if replaced.
+        A document that names nobody at the epoch this node is handing over
+        is its own hand-over, landed (a re-read after its answer was lost):
+        not a successor, so what rode that write is settled as landed."""
+        if state.broker.id != self.id and state.broker != self._handed_over:
             self.leader = state.broker
             self._step_down(f"replaced by broker {state.broker.id} (epoch {state.broker.epoch})")
             raise NotLeader(state.broker.url)

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 
 from engine import Broker, MemoryStore, NotLeader
@@ -19,7 +20,7 @@ from engine.model import BrokerInfo
 from engine.ops import HandOver, TakeOver, claim_op, push_op
 from engine.policy import Policy
 from engine.transitions import apply
-from tests.helpers import document, wait_for
+from tests.helpers import KEY, document, wait_for
 
 BEAT = 0.05
 #: Far longer than any wait below: a standby that took over did so because it
@@ -165,3 +166,39 @@ def test_a_leader_whose_store_fails_the_hand_over_still_stops(brokers: Callable[
     store.down.clear()
     # Nothing was handed over: the standbys wait a takeover interval, as after a crash.
     assert document(store)["broker"] == {"id": a.id, "url": "http://a", "epoch": 1}
+
+
+class _LosesTheHandOversAnswer(MemoryStore):
+    """The first write of a document that names no leader (the hand-over)
+    lands and then fails as if its answer was lost (outcome unknown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def put_parts(self, key: str, parts: Sequence[bytes], **kwargs: object) -> str:  # type: ignore[override]
+        etag = super().put_parts(key, parts, **kwargs)  # type: ignore[arg-type]
+        if key == KEY and not self.lost and orjson.loads(b"".join(parts))["broker"]["id"] is None:
+            self.lost += 1
+            raise StoreUnavailable("the answer was lost")
+        return etag
+
+
+def test_a_hand_over_whose_answer_is_lost_is_settled_by_the_re_read(
+    brokers: Callable[..., Broker], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The re-read finds the hand-over landed: a document that names nobody at
+    this leader's epoch is its own doing, not a successor's, so the stopping
+    leader does not take it for a takeover and fail what rode the write."""
+    store = _LosesTheHandOversAnswer()
+    a = brokers(store, "http://a")
+    wait_for(lambda: a.role == "leader")
+    with caplog.at_level("INFO", logger="engine.broker"):
+        a.stop()
+    assert store.lost == 1
+    assert document(store)["broker"] == {"id": None, "url": None, "epoch": 1}
+    # Settled as landed: neither a step-down ("replaced by broker None") nor a
+    # refused hand-over, whose batch's other operations would have been
+    # answered not_leader although they landed.
+    assert a.last_error is None
+    assert "handed over queue.json (epoch 1)" in caplog.text and "without handing over" not in caplog.text
