@@ -3,9 +3,10 @@
 Kinds (each recorded as a :class:`~chaos.history.Fault`):
 
 * ``kill``     — ``kill -9`` a node (usually the leader), restart it after a moment;
-* ``stop``     — SIGTERM a node (usually the leader), as a deploy does: it must exit 0, and a
-  leader must hand the lead over (queueadmin.shutdown), so that another node takes over
-  sooner than a crashed leader could be replaced; restart it after a moment;
+* ``stop``     — SIGTERM a node (usually the leader), as a deploy does, half the time while
+  half its writes' answers are lost: it must exit 0, and a leader must hand the lead over
+  (queueadmin.shutdown), so that another node takes over sooner than a crashed leader
+  could be replaced; restart it after a moment;
 * ``pause``    — SIGSTOP a node (usually the leader) at a random moment, SIGCONT later;
 * ``freeze``   — the leader stops itself (SIGSTOP, from its fault store) in the middle of
   a write; SIGCONT later;
@@ -164,10 +165,17 @@ class Nemesis(threading.Thread):
         # the last fault) would die of the signal before daphne handles it.
         node.wait_ready()
         led = node is self.cluster.leader()
-        fault = self._begin("stop", node, "the leader" if led else "a standby")
+        # Half the stops lose the answers of half the node's writes meanwhile:
+        # the hand-over's own write may land unanswered, and the re-read must
+        # settle it (and what rode it) as landed.
+        lost = self.rng.random() < 0.5
+        fault = self._begin("stop", node, ("the leader" if led else "a standby") + (", answers lost" if lost else ""))
         fault.led = led
+        if lost:
+            node.set_faults(seed=self.rng.randrange(2**31), lost=0.5, ops=["put"])
         fault.exit_status = node.terminate()
         fault.exited_at = time.monotonic()
+        node.set_faults()
         # Down for long enough that the hand-over shows: a standby polls every
         # heartbeat, far sooner than the takeover interval a crash costs.
         self.stop_event.wait(self.rng.uniform(0.5, 2.0 * TAKEOVER_SECONDS))
