@@ -182,6 +182,16 @@ def wait_for(word: str, timeout: float) -> bool:
     return bool(result)
 
 
+def wait_until(predicate: Callable[[], object], seconds: float, what: str) -> None:
+    """In the measuring process: poll ``predicate`` until it is true; raise
+    TimeoutError naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {seconds:g} s")
+        time.sleep(0.01)
+
+
 def own_cpu_seconds() -> float:
     """User + system CPU seconds of this process so far."""
     times = os.times()

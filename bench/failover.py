@@ -34,11 +34,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
+from bench.children import wait_until
 from bench.facts import machine_facts
 from bench.node import Node, NodeError
 from engine import BrokerClient, EngineError
@@ -107,14 +107,6 @@ def _leader(nodes: list[Node]) -> Node:
     raise NodeError("no node leads")
 
 
-def _wait(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise NodeError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.02)
-
-
 def run_round(kind: str, sig: signal.Signals, nodes: list[Node], producer: Producer, args: argparse.Namespace) -> Round:
     """Stop the leader with ``sig``, wait for the other to lead and a push to
     be answered, restart the stopped node as a standby."""
@@ -125,9 +117,9 @@ def run_round(kind: str, sig: signal.Signals, nodes: list[Node], producer: Produ
     signalled = time.monotonic()
     proc.send_signal(sig)
     bound = 3 * args.takeover + 30
-    _wait(lambda: (other.health() or {}).get("role") == "leader", bound, f"{other.name} to take over")
+    wait_until(lambda: (other.health() or {}).get("role") == "leader", bound, f"{other.name} to take over")
     taken = time.monotonic()
-    _wait(lambda: producer.answered and producer.answered[-1][0] > taken, bound, "a push after the takeover")
+    wait_until(lambda: producer.answered and producer.answered[-1][0] > taken, bound, "a push after the takeover")
     pause = producer.longest_pause(signalled)
     try:
         status: int | None = proc.wait(30)
@@ -186,7 +178,7 @@ def main(argv: list[str]) -> int:
             answered = [job_id for _, job_id in producer.answered]
             missing = [job_id for job_id in answered if _missing(client, job_id)]
             client.close()
-        except NodeError as exc:
+        except (NodeError, TimeoutError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         finally:

@@ -29,8 +29,9 @@ import shlex
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from bench.children import wait_until
 from engine import Blob, Broker, LatencyStore, MemoryStore, ObjectStore, Worker, WorkerOptions
 from engine.ops import push_op
 
@@ -92,14 +93,6 @@ def _row(name: str, counts: Counter[str], scale: float) -> str:
     return f"| {name} | {cells} | {sum(counts.values()) * scale:,.0f} |"
 
 
-def _wait_for(predicate: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the brokers did not settle")
-        time.sleep(0.01)
-
-
 def _drain(broker: Broker, jobs: int, *, push_batch: int, concurrency: int) -> float:
     """Push ``jobs`` jobs in batches, drain them with one worker; the seconds it took."""
     committer = broker.committer
@@ -130,7 +123,7 @@ def main(argv: list[str]) -> int:
     brokers = [Broker(store, url=f"http://node-{n}", heartbeat_seconds=args.heartbeat,
                       takeover_seconds=args.takeover) for n in range(1 + args.standbys)]
     brokers[0].start()
-    _wait_for(lambda: brokers[0].role == "leader", 30)
+    wait_until(lambda: brokers[0].role == "leader", 30, "the first broker to lead")
     for standby in brokers[1:]:
         standby.start()
     time.sleep(2 * args.heartbeat)  # past start-up: every node in its steady state
