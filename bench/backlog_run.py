@@ -54,7 +54,7 @@ from bench.backlog_probes import _job_by_id, _job_page, _jobs_page, _overview_ms
 from bench.backlog_settle import SETTLE_TIMEOUT_SECONDS, _keeper_idle, _settle
 from bench.config import payload
 from bench.requests import CountingStore as CallCountingStore
-from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy
+from engine import Blob, Broker, EngineError, FileStore, LatencyStore, ObjectStore, Policy, tune_collector
 from engine.ops import Tick, claim_op, complete_op, purge_op, push_op
 
 KEY = "queue.json"
@@ -354,6 +354,10 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     leader_store = LatencyStore(counted, latency=0, bandwidth=0)  # free while seeding
     leader = Broker(leader_store, url="http://leader", key=KEY, policy=policy,
                     heartbeat_seconds=cfg["heartbeat"], takeover_seconds=cfg["takeover"]).start()
+    # As the app's server does once it has started the broker (queueadmin/asgi.py):
+    # the collector's default thresholds would pause the node every few
+    # milliseconds under 2,048 submitters (engine.collector).
+    tune_collector()
     standby: Broker | None = None
     result: dict[str, Any] = {"depth": depth, "queues": nqueues, "segments": [segment_jobs, head_jobs, refill_below],
                               "delayed": cfg.get("delayed") or 0.0,

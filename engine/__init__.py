@@ -36,6 +36,7 @@ from __future__ import annotations
 from engine.broker import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_TAKEOVER_SECONDS, Broker
 from engine.cancellation import Cancellation, JobCancelled, cancelled, check_cancelled, current_cancellation
 from engine.client import AsyncQueueMethods, QueueClient
+from engine.collector import DEFAULT_GC_THRESHOLDS, check_gc_thresholds, tune_collector
 from engine.committer import MAX_HEDGE_SECONDS, CommitStats, GroupCommitter
 from engine.decoding import DecodedDocument, DocumentDecoder, decode_document_json
 from engine.direct import DirectClient
@@ -134,6 +135,7 @@ __all__ = [
     "DEFAULT_ACK_LINGER_SECONDS",
     "DEFAULT_CATCH_UP_SECONDS",
     "DEFAULT_DELAYED_HORIZON_SECONDS",
+    "DEFAULT_GC_THRESHOLDS",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_HEAD_JOBS",
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -227,6 +229,7 @@ __all__ = [
     "cancelled",
     "check_cancelled",
     "check_conditions",
+    "check_gc_thresholds",
     "check_key",
     "check_schedule_name",
     "counters_dict",
@@ -252,5 +255,6 @@ __all__ = [
     "schedule",
     "shared_index_cache",
     "tick_of",
+    "tune_collector",
     "utc_now",
 ]

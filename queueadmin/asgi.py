@@ -6,7 +6,6 @@ Run it with ``daphne queueadmin.asgi:application`` (``make run`` does).
 
 from __future__ import annotations
 
-import gc
 import os
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from engine import tune_collector  # noqa: E402
 from queueadmin import config, edge, mount, probes, runtime, shutdown  # noqa: E402
 from queueadmin.api import app as api_app  # noqa: E402
 from queueadmin.api.routing import PREFIX as API_PREFIX  # noqa: E402
@@ -57,9 +57,10 @@ websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]
 # Start-up is done: move everything alive now (Django, the app, the loaded
 # queue document) into the collector's permanent generation, so that the
 # periodic full collections of a long-running server only walk what requests
-# allocate, instead of pausing on the whole start-up heap.
-gc.collect()
-gc.freeze()
+# allocate, instead of pausing on the whole start-up heap; and collect young
+# objects less often than CPython's default, whose pauses, every few
+# milliseconds under load, stall the commit cycle (engine.tune_collector).
+tune_collector(config.gc_thresholds())
 
 
 async def http_application(scope: Scope, receive: Receive, send: Send) -> None:

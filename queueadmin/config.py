@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import (
+    DEFAULT_GC_THRESHOLDS,
     DEFAULT_HEAD_JOBS,
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
@@ -173,6 +174,14 @@ def metrics_sample_seconds() -> float:
     """``QUEUE_METRICS_SAMPLE_SECONDS``: how often the leader records a point
     of the metrics history (:data:`DEFAULT_SAMPLE_SECONDS` when absent)."""
     return float(getattr(settings, "QUEUE_METRICS_SAMPLE_SECONDS", DEFAULT_SAMPLE_SECONDS))
+
+
+def gc_thresholds() -> tuple[int, int, int]:
+    """``QUEUE_GC_THRESHOLDS``: the garbage collector's thresholds the serving
+    process sets once it has started (the engine's ``DEFAULT_GC_THRESHOLDS``
+    when absent; see engine.tune_collector)."""
+    thresholds: tuple[int, int, int] = tuple(getattr(settings, "QUEUE_GC_THRESHOLDS", DEFAULT_GC_THRESHOLDS))
+    return thresholds
 
 
 def broker_autostart() -> bool:

@@ -82,6 +82,10 @@ QUEUE_DELAYED_HORIZON_SECONDS
 QUEUE_SCHEDULES             recurring jobs, as a JSON object of name to
                             schedule (README, "Recurring jobs"); usually set
                             in a settings module instead (none)
+QUEUE_GC_THRESHOLDS         the serving process's garbage collector
+                            thresholds, three whole numbers as
+                            gc.set_threshold takes them; 700,10,10 are
+                            CPython's own (50000,10,10)
 =========================== ====================================================
 """
 
@@ -98,6 +102,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import (
+    DEFAULT_GC_THRESHOLDS,
     DEFAULT_HEAD_JOBS,
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
@@ -106,6 +111,7 @@ from engine import (
     DEFAULT_REFILL_BELOW,
     DEFAULT_TAKEOVER_SECONDS,
     MAX_HEDGE_SECONDS,
+    check_gc_thresholds,
 )
 from queueadmin.config import (
     DEFAULT_FINISHED_RETENTION_SECONDS,
@@ -206,6 +212,23 @@ def env_str(name: str) -> str | None:
     """Read an optional string; unset or blank gives None."""
     raw = os.environ.get(name, "").strip()
     return raw or None
+
+
+def env_gc_thresholds(name: str, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Read the garbage collector's three thresholds, e.g. "50000,10,10"
+    (engine.check_gc_thresholds). Unset or empty gives ``default``; anything
+    else raises ImproperlyConfigured."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    items = [item.strip() for item in raw.split(",")]
+    if len(items) != 3 or not all(_INTEGER.fullmatch(item) for item in items):
+        raise ImproperlyConfigured(f"{name} must be three whole numbers separated by commas, "
+                                   f"such as 50000,10,10, got {raw!r}")
+    try:
+        return check_gc_thresholds(tuple(int(item) for item in items))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
 
 
 def env_json_object(name: str) -> dict[str, object] | None:
@@ -397,6 +420,9 @@ QUEUE_BROKER_AUTOSTART = env_bool("QUEUE_BROKER_AUTOSTART", default=True)
 # A job that left queue.json keeps a row in the database this long, for its
 # page (queueadmin.history); the leader writes the rows off the commit path.
 QUEUE_FINISHED_RETENTION_SECONDS = env_seconds("QUEUE_FINISHED_RETENTION_SECONDS", DEFAULT_FINISHED_RETENTION_SECONDS)
+# The serving process sets the garbage collector's thresholds to these once
+# it has started (queueadmin/asgi.py, engine.tune_collector).
+QUEUE_GC_THRESHOLDS = env_gc_thresholds("QUEUE_GC_THRESHOLDS", DEFAULT_GC_THRESHOLDS)
 # The dashboard hides payload values under keys this matches (queueadmin.dashboard.redaction).
 QUEUE_PAYLOAD_SECRET_KEYS = env_str("QUEUE_PAYLOAD_SECRET_KEYS")
 if QUEUE_PAYLOAD_SECRET_KEYS is not None:

@@ -77,6 +77,9 @@ def test_values_from_the_environment() -> None:
         ({"QUEUE_ENVIRONMENT": "p" * 41}, "QUEUE_ENVIRONMENT must be at most 40 printable characters"),
         ({"QUEUE_ENVIRONMENT_COLOR": "red"}, "QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828"),
         ({"QUEUE_ENVIRONMENT_COLOR": "#12345"}, "QUEUE_ENVIRONMENT_COLOR must be a colour such as #c62828"),
+        ({"QUEUE_GC_THRESHOLDS": "50000"}, "QUEUE_GC_THRESHOLDS must be three whole numbers separated by commas"),
+        ({"QUEUE_GC_THRESHOLDS": "5e4,10,10"}, "QUEUE_GC_THRESHOLDS must be three whole numbers separated by commas"),
+        ({"QUEUE_GC_THRESHOLDS": "50000,0,10"}, "QUEUE_GC_THRESHOLDS: the collector's thresholds must be 0 or more"),
     ],
 )
 def test_bad_values_stop_start_up_with_a_clear_error(env: dict[str, str], message: str) -> None:
@@ -97,6 +100,23 @@ def test_trusted_origins_and_the_http_idle_limit_from_the_environment() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['https://queue.example.com', 'https://*.example.org:8443'] 2.5"
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "(50000, 10, 10)"), (" 700, 10 ,10 ", "(700, 10, 10)")])
+def test_the_served_application_sets_the_collector_once_started(
+        tmp_path: Path, value: str | None, expected: str) -> None:
+    """Importing the ASGI application (what daphne does) freezes what start-up
+    left alive and sets QUEUE_GC_THRESHOLDS (engine.tune_collector)."""
+    show = ("import gc; from queueadmin import asgi; "
+            "print(gc.get_threshold(), gc.get_freeze_count() > 10_000)")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "QUEUE_", "DATABASE_URL"))}
+    env = {**clean, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "QUEUE_BROKER_AUTOSTART": "false"}
+    if value is not None:
+        env["QUEUE_GC_THRESHOLDS"] = value
+    result = subprocess.run([sys.executable, "-c", show], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{expected} True"
 
 
 def test_the_served_application_starts_without_a_warning(tmp_path: Path) -> None:
