@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.facts import machine_facts
-from engine import MAX_DELAY_SECONDS
+from engine import DEFAULT_GC_THRESHOLDS, MAX_DELAY_SECONDS
 
 #: The app's delayed horizon (``queueadmin.config.DEFAULT_QUEUE_DELAYED_HORIZON_SECONDS``;
 #: the benchmark does not import Django): what a node runs unless told otherwise.
@@ -257,7 +257,8 @@ def main(argv: list[str]) -> int:
           f"Policy(segment_jobs={segment_jobs}, head_jobs={head_jobs}, refill_below={refill_below}); "
           f"{args.submitters:,} push submitters, {args.workers:,} claim+complete workers; "
           f"warm-up {args.warmup:g} s then {args.duration:g} s per phase; heartbeat {args.heartbeat:g} s; "
-          f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}"
+          f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', MALLOC_ARENA_MAX)}; "
+          f"collector thresholds {','.join(map(str, DEFAULT_GC_THRESHOLDS))} as the server sets them"
           + (f"; the backlog seeded as delayed jobs, due in {args.delayed:g} s, delayed horizon "
              f"{args.delayed_horizon:g} s" + (" (off: format 2)" if not args.delayed_horizon else "")
              if args.delayed else ""))

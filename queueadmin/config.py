@@ -35,6 +35,7 @@ from engine import (
     Policy,
     Schedule,
     StoreConfigError,
+    check_gc_thresholds,
     open_store,
 )
 
@@ -179,9 +180,17 @@ def metrics_sample_seconds() -> float:
 def gc_thresholds() -> tuple[int, int, int]:
     """``QUEUE_GC_THRESHOLDS``: the garbage collector's thresholds the serving
     process sets once it has started (the engine's ``DEFAULT_GC_THRESHOLDS``
-    when absent; see engine.tune_collector)."""
-    thresholds: tuple[int, int, int] = tuple(getattr(settings, "QUEUE_GC_THRESHOLDS", DEFAULT_GC_THRESHOLDS))
-    return thresholds
+    when absent; see engine.tune_collector). Raises ImproperlyConfigured for
+    anything but three whole numbers that ``gc.set_threshold`` takes."""
+    value = getattr(settings, "QUEUE_GC_THRESHOLDS", DEFAULT_GC_THRESHOLDS)
+    # A settings module's own value; one from the environment is checked already.
+    if not isinstance(value, tuple | list):
+        raise ImproperlyConfigured(f"QUEUE_GC_THRESHOLDS: the collector's thresholds are three whole numbers, "
+                                   f"got {value!r}")
+    try:
+        return check_gc_thresholds(tuple(value))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"QUEUE_GC_THRESHOLDS: {exc}") from None
 
 
 def broker_autostart() -> bool:

@@ -26,7 +26,7 @@ def _thresholds_put_back() -> Iterator[None]:
 class _Node:
     """An object that can sit in a reference cycle and be watched by a weak reference."""
 
-    __slots__ = ("other", "__weakref__")
+    __slots__ = ("__weakref__", "other")
 
     def __init__(self) -> None:
         self.other: _Node | None = None

@@ -16,6 +16,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from engine import (
+    DEFAULT_GC_THRESHOLDS,
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -50,6 +51,7 @@ CASES: list[tuple[Callable[[], Any], str, Any, Any, Any]] = [
     (config.http_idle_seconds, "QUEUE_HTTP_IDLE_SECONDS", 1.5, 1.5, config.DEFAULT_HTTP_IDLE_SECONDS),
     (config.metrics_token, "QUEUE_METRICS_TOKEN", "scrape", "scrape", None),
     (config.metrics_sample_seconds, "QUEUE_METRICS_SAMPLE_SECONDS", 2, 2.0, config.DEFAULT_SAMPLE_SECONDS),
+    (config.gc_thresholds, "QUEUE_GC_THRESHOLDS", [700, 10, 10], (700, 10, 10), DEFAULT_GC_THRESHOLDS),
 ]
 IDS = [case[0].__name__ for case in CASES]
 
@@ -69,6 +71,13 @@ def test_uses_the_default_when_the_setting_is_absent(
 ) -> None:
     delattr(settings, name)
     assert read() == default
+
+
+@pytest.mark.parametrize("value", [(50_000, 10), (50_000.0, 10, 10), "50000,10,10", 50_000, (700, 0, 10)])
+def test_collector_thresholds_from_a_settings_module_are_checked(settings: SettingsWrapper, value: Any) -> None:
+    settings.QUEUE_GC_THRESHOLDS = value
+    with pytest.raises(ImproperlyConfigured, match="QUEUE_GC_THRESHOLDS: the collector's thresholds"):
+        config.gc_thresholds()
 
 
 def test_store_url_follows_the_setting_and_has_no_default(settings: SettingsWrapper) -> None:
