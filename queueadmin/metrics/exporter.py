@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -289,6 +289,14 @@ def _histogram(name: str, text: str, buckets: Buckets) -> HistogramMetricFamily:
 
 collector = QueueCollector()
 registry.register(collector)
+# What every prometheus_client exporter serves, and operators look for: the
+# process's memory, CPU time and open files (process_*), the interpreter
+# (python_info), and its garbage collector's work per generation
+# (python_gc_*: what QUEUE_GC_THRESHOLDS changes). Our registry is our own,
+# so they are registered on it explicitly.
+ProcessCollector(registry=registry)
+PlatformCollector(registry=registry)
+GCCollector(registry=registry)
 
 
 def render() -> bytes:

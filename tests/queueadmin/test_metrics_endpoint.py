@@ -3,6 +3,7 @@ application daphne serves, with the token, after real API traffic."""
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,21 @@ def test_the_metrics_token_is_not_an_api_token(node: Broker) -> None:
         headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
     )
     assert response.status_code == 401
+
+
+def test_the_process_and_its_garbage_collector_are_reported(node: Broker) -> None:
+    """The standard collectors every Python exporter has: the node's memory
+    and CPU, and the collector's work per generation (QUEUE_GC_THRESHOLDS)."""
+    before = scrape()
+    gc.collect(0)
+    after = scrape()
+
+    assert value(after, "process_resident_memory_bytes") > 10 * 1024 * 1024
+    assert value(after, "process_cpu_seconds_total") > 0
+    assert ("python_info", ()) not in after  # it has labels: the implementation and version
+    assert any(name == "python_info" for name, _ in after)
+    young = value(after, "python_gc_collections_total", generation="0")
+    assert young >= value(before, "python_gc_collections_total", generation="0") + 1
 
 
 def test_only_get_and_head(node: Broker) -> None:
