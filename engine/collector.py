@@ -13,9 +13,10 @@ in them and added a whole commit cycle to their pushes (docs/benchmark.md,
 
 :func:`tune_collector` is the process-wide setting a server applies once,
 at the end of its start-up: ``queueadmin/asgi.py`` does (with
-``QUEUE_GC_THRESHOLDS``), and the benchmarks that embed a broker do what it
-does. The engine itself never calls it: the collector is the process's, and
-an application that embeds the engine decides.
+``QUEUE_GC_THRESHOLDS``), and ``python -m bench backlog``, which embeds a
+broker, does what the server does. The engine itself never calls it: the
+collector is the process's, and an application that embeds the engine
+decides.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def check_gc_thresholds(thresholds: tuple[int, ...]) -> tuple[int, int, int]:
         raise ValueError(f"the collector's thresholds are three whole numbers, got {thresholds!r}")
     young, middle, old = thresholds
     if young < 0 or middle < 1 or old < 1:
-        raise ValueError(f"the collector's thresholds must be 0 or more, then at least 1 and 1, got {thresholds!r}")
+        raise ValueError(f"the collector's thresholds must be 0 or more (the first) and at least 1 (the other two), "
+                         f"got {thresholds!r}")
     return young, middle, old
 
 
