@@ -44,11 +44,13 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Object
 @pytest.fixture
 def make_broker() -> Iterator[Callable[..., Broker]]:
     """``make(store, url, **kwargs)``: a started Broker with :data:`BEAT` and
-    :data:`TAKEOVER` (``kwargs`` go to Broker); every one is stopped after the test."""
+    :data:`TAKEOVER` unless ``kwargs`` say otherwise (they go to Broker); every
+    one is stopped after the test."""
     made: list[Broker] = []
 
     def make(store: ObjectStore, url: str, **kwargs: object) -> Broker:
-        broker = Broker(store, url=url, heartbeat_seconds=BEAT, takeover_seconds=TAKEOVER, **kwargs)  # type: ignore[arg-type]
+        timings: dict[str, object] = {"heartbeat_seconds": BEAT, "takeover_seconds": TAKEOVER}
+        broker = Broker(store, url=url, **{**timings, **kwargs})  # type: ignore[arg-type]
         made.append(broker.start())
         return broker
 
