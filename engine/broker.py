@@ -224,7 +224,9 @@ class Broker(BrokerCalls):
         a deploy's SIGTERM, costs the cluster a poll, not a takeover
         interval. It is one conditional write like any other: a leader
         already replaced, or whose store fails it, hands nothing over (the
-        standbys then take over as after a crash). Without it the stop
+        standbys then take over as after a crash), and its committer then
+        stops without draining: nothing of it is written after this returns
+        but a write already in flight. Without it the stop
         looks like a crash to the others (for tests of takeovers)."""
         with self._lock:
             self._stopping = True
@@ -238,14 +240,21 @@ class Broker(BrokerCalls):
         if keeper is not None:
             keeper.stop(timeout=0)  # it may be inside a commit of this committer: do not wait for it
         if committer is not None:
-            if hand_over and self.role == "leader":
-                self._hand_over(committer, timeout)
-            committer.stop(timeout=timeout)
+            if hand_over and self.role == "leader" and not self._hand_over(committer, timeout):
+                # Not handed over (refused, failed, or slower than the bound):
+                # what is still queued is refused (not_leader, never written,
+                # I1) rather than retried on the writer thread after stop()
+                # returned, which would land whatever of it the store takes
+                # later, from a node that says it has stopped. A write in
+                # flight still finishes and answers its callers.
+                committer.stop(drain=False, timeout=timeout)
+            else:
+                committer.stop(timeout=timeout)
         self.role = "stopped"
         self.waiters.close(NotLeader(None))
         self.lease_watches.close(NotLeader(None))
 
-    def _hand_over(self, committer: GroupCommitter, timeout: float | None) -> None:
+    def _hand_over(self, committer: GroupCommitter, timeout: float | None) -> bool:
         """A stopping leader's last commit: name no leader (see :meth:`stop`).
         New requests are already refused (the committer is detached); what
         was submitted before rides this write or an earlier one. An operation
@@ -253,7 +262,8 @@ class Broker(BrokerCalls):
         is conditional like every other, so it lands only while no standby
         has taken over, and is refused (not_leader) otherwise: never
         acknowledged unwritten (I1). Waits at most ``takeover_seconds`` (or
-        ``timeout``, if shorter): by then a standby takes over anyway."""
+        ``timeout``, if shorter): by then a standby takes over anyway. True
+        once the hand-over landed."""
         epoch = self.leader.epoch
         wait = self.takeover_seconds if timeout is None else min(timeout, self.takeover_seconds)
         self._handed_over = BrokerInfo(epoch=epoch)  # what the document names once it lands (see _check_named)
@@ -262,9 +272,10 @@ class Broker(BrokerCalls):
         except EngineError as exc:  # refused (replaced), timed out, or the store failed it
             log.warning("broker %s stopped without handing over %s (a standby takes over after %s s): %s",
                         self.id, self.key, self.takeover_seconds, exc)
-            return
+            return False
         self.leader = BrokerInfo(epoch=epoch)
         log.info("broker %s handed over %s (epoch %d): a standby takes over at its next poll", self.id, self.key, epoch)
+        return True
 
     @property
     def committer(self) -> GroupCommitter | None:
