@@ -5,6 +5,7 @@ crash costs, and every push the old leader acknowledged is in the store."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -98,12 +99,16 @@ def test_requests_in_flight_as_the_leader_stops_are_answered_not_cut_off(
     for client in clients:
         client.join(30)
     assert a.proc.wait(30) == 0
-    # Each client ended on a 503 not_leader, or on a refused connection once
-    # the node had closed its port. A request the node dropped unanswered
-    # (RemoteProtocolError, ReadError) may only be one sent after the signal,
-    # on a connection the node was closing as it exited: none in flight as
-    # the stop began is cut off.
-    cut_off = [(sent - signalled, what) for sent, what in ends if what not in ("503", "ConnectError")]
-    assert all(after > 0 for after, _ in cut_off), (cut_off, ends)
+    # Each client ended on a 503 not_leader, on a refused connection once the
+    # node had closed its port, or on a connection closed with its request
+    # unread (RemoteProtocolError): the node answered every request it had
+    # begun, and daphne's shutdown had none left to cancel. (Not judged by
+    # when each client sent its last request: with eight client threads in
+    # this process, a request's bytes may leave tens of milliseconds after
+    # its timestamp on a loaded machine, and the full suite once saw one
+    # stamped 32 ms before the signal that the node never read.)
+    assert {what for _, what in ends} <= {"503", "ConnectError", "RemoteProtocolError", "ReadError"}, ends
+    killed = re.findall(r"Killed (\d+) pending application instances", a.log.read_text(errors="replace"))
+    assert killed == ["0"], (killed, [(sent - signalled, what) for sent, what in ends])
     running = [job for job in cluster.document()["jobs"] if job["status"] == "running"]
     assert running and {job["lease"]["token"] for job in running} <= set(leases)
