@@ -135,10 +135,27 @@ def stop_serving(timeout: float = STOP_SECONDS) -> None:
     runtime.stop_broker(timeout)
 
 
+def unsent(protocol: Any) -> int:
+    """Bytes ``protocol``'s transport was given and has not sent yet. The
+    reactor's shutdown drops them (it closes every connection without
+    flushing), so an answer written just before would never reach its
+    client: a claim's leases then belong to nobody until they run out.
+    0 for a transport of another shape."""
+    transport = getattr(protocol, "transport", None)
+    buffered = getattr(transport, "dataBuffer", b"")
+    offset = getattr(transport, "offset", 0)
+    later = getattr(transport, "_tempDataLen", 0)
+    try:
+        return max(len(buffered) - int(offset), 0) + int(later)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _answered(server: Any) -> Any:
     """A Deferred that fires once no HTTP request of daphne's ``server`` is
-    still running, or after :data:`ANSWER_SECONDS` (a websocket, which runs
-    until it is cancelled, is not waited for)."""
+    still running and every answer is sent (:func:`unsent`), or after
+    :data:`ANSWER_SECONDS` (a websocket, which runs until it is cancelled,
+    is not waited for)."""
     from daphne.ws_protocol import WebSocketProtocol
     from twisted.internet import defer, reactor
 
@@ -150,8 +167,8 @@ def _answered(server: Any) -> Any:
     def running() -> bool:
         return any(
             not isinstance(protocol, WebSocketProtocol)
-            and details.get("application_instance") is not None
-            and not details["application_instance"].done()
+            and (unsent(protocol) or (details.get("application_instance") is not None
+                                      and not details["application_instance"].done()))
             for protocol, details in list(server.connections.items())
         )
 

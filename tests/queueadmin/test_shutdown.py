@@ -73,3 +73,25 @@ def test_it_cancels_and_fires_even_if_it_cannot_tell_what_is_running(
     server = _FakeServer({object(): {"application_instance": _Broken()}})
     results = _fired(daphne.server.Server.kill_all_applications(server))  # type: ignore[arg-type]
     assert cancelled == [server] and results == ["cancelled"]
+
+
+class _Transport:
+    """What :func:`shutdown.unsent` reads of a Twisted FileDescriptor's write buffers."""
+
+    def __init__(self, data: bytes, offset: int, later: int) -> None:
+        self.dataBuffer, self.offset, self._tempDataLen = data, offset, later
+
+
+class _Protocol:
+    def __init__(self, transport: object) -> None:
+        self.transport = transport
+
+
+def test_an_answer_still_in_the_transports_buffer_counts_as_unsent() -> None:
+    """The reactor's shutdown closes connections without flushing them: an
+    answer written but not yet sent would be lost, so the wait counts it."""
+    assert shutdown.unsent(_Protocol(_Transport(b"HTTP/1.1 200 OK", 0, 0))) == 15
+    assert shutdown.unsent(_Protocol(_Transport(b"HTTP/1.1 200 OK", 15, 0))) == 0
+    assert shutdown.unsent(_Protocol(_Transport(b"", 0, 173))) == 173
+    assert shutdown.unsent(_Protocol(object())) == 0  # another shape: nothing to wait for
+    assert shutdown.unsent(object()) == 0
